@@ -1,0 +1,1 @@
+"""Benchmarks and the straightforward baseline enumerator they are measured against."""

@@ -1,0 +1,156 @@
+"""A straightforward baseline enumerator: plain recursion over every branch, no memoisation.
+
+It shares no code with exactspec's engine (its own step, rng and recursion), so it doubles
+as an independent oracle in the tests. Drafts are drawn eagerly (all ``gamma`` of them, every
+combination), each step's rule is re-run once per branch of its draws, and every emitted
+sequence recurses into the next step until ``tokens`` tokens are out.
+
+>>> import exactspec as es
+>>> from fractions import Fraction as F
+>>> p, q = es.models.context_free((F(3, 5), F(2, 5))), es.models.context_free((F(1, 2), F(1, 2)))
+>>> baseline_law(es.rules.greedy_match_sampled.fn, p, q, gamma=1, prompt=(), tokens=1)
+{(0,): Fraction(4, 5), (1,): Fraction(1, 5)}
+"""
+
+from __future__ import annotations
+
+import time
+from fractions import Fraction
+from itertools import product
+from typing import Any, Callable
+
+
+class _Branch(Exception):
+    def __init__(self, options: list) -> None:
+        self.options = options
+
+
+class _Rng:
+    """Follows a fixed list of choices; the first draw past it raises _Branch with its options."""
+
+    def __init__(self, choices: list) -> None:
+        self.choices, self.i, self.w = choices, 0, Fraction(1)
+
+    def _pick(self, options: list) -> Any:
+        options = [(v, pr) for v, pr in options if pr > 0]
+        if self.i == len(self.choices):
+            raise _Branch(options)
+        v = self.choices[self.i]
+        self.i += 1
+        self.w *= dict(options)[v]
+        return v
+
+    def categorical(self, law: Any) -> int:
+        return self._pick(list(enumerate(law)))
+
+    def bernoulli(self, prob: Any) -> bool:
+        return self._pick([(True, prob), (False, 1 - prob)])
+
+    def uniform(self) -> "_U":
+        return _U(self)
+
+    random = uniform
+
+
+class _U:
+    def __init__(self, rng: _Rng) -> None:
+        self.rng, self.lo, self.hi = rng, Fraction(0), Fraction(1)
+
+    def __lt__(self, t: Any) -> bool:
+        if t <= self.lo:
+            return False
+        if t >= self.hi:
+            return True
+        below = self.rng._pick([(True, (t - self.lo) / (self.hi - self.lo)), (False, (self.hi - t) / (self.hi - self.lo))])
+        if below:
+            self.hi = t
+        else:
+            self.lo = t
+        return below
+
+    __le__ = __lt__
+
+    def __gt__(self, t: Any) -> bool:
+        return not self < t
+
+    __ge__ = __gt__
+
+
+class _Step:
+    def __init__(self, p: Any, q: Any, ctx: tuple, drafts: tuple, claims: list) -> None:
+        self.gamma, self.vocab = len(drafts), p.vocab
+        self._p, self._ctx, self._drafts, self._claims = p, ctx, drafts, claims
+
+    def draft(self, j: int) -> int:
+        return self._drafts[j]
+
+    def claimed(self, j: int) -> tuple:
+        return self._claims[j]
+
+    def target(self, j: int) -> tuple:
+        return self._p(self._ctx + self._drafts[:j])
+
+    @property
+    def drafts(self) -> tuple:
+        return self._drafts
+
+    def number(self, x: Any) -> Fraction:
+        return Fraction(x)
+
+
+def _argmax(law: tuple) -> int:
+    return max(range(len(law)), key=lambda i: (law[i], -i))
+
+
+def _all_drafts(q: Any, ctx: tuple, gamma: int, sampling: str, claim: str):
+    vocab = q.vocab
+    for drafts in product(range(vocab), repeat=gamma):
+        w, claims, c = Fraction(1), [], ctx
+        for x in drafts:
+            law = q(c)
+            if sampling == "argmax":
+                w *= 1 if x == _argmax(law) else 0
+            else:
+                w *= law[x]
+            claims.append(tuple(Fraction(int(i == x)) for i in range(vocab)) if claim == "point_mass" else law)
+            c = c + (x,)
+            if not w:
+                break
+        if w:
+            yield drafts, w, claims
+
+
+def _rule_outcomes(fn: Callable, step: _Step, choices: list, deadline: float | None):
+    if deadline is not None and time.perf_counter() > deadline:
+        raise TimeoutError("baseline ran past its deadline")
+    rng = _Rng(choices)
+    try:
+        out = tuple(fn(step, rng))
+    except _Branch as b:
+        for v, _ in b.options:
+            yield from _rule_outcomes(fn, step, choices + [v], deadline)
+        return
+    yield out, rng.w
+
+
+def baseline_law(fn: Callable, target: Any, draft: Any, *, gamma: int, prompt: tuple, tokens: int,
+                 sampling: str = "sample", claim: str = "draft", seconds: float | None = None) -> dict:
+    """Law of the first ``tokens`` tokens, by recursion over every branch of the whole stream.
+
+    Raises TimeoutError once ``seconds`` have passed (so a benchmark can bound its wait).
+    """
+    deadline = None if seconds is None else time.perf_counter() + seconds
+    law: dict = {}
+
+    def stream(ctx: tuple, emitted: tuple, w: Fraction) -> None:
+        if len(emitted) >= tokens:
+            k = emitted[:tokens]
+            law[k] = law.get(k, 0) + w
+            return
+        for drafts, wd, claims in _all_drafts(draft, ctx, gamma, sampling, claim):
+            step = _Step(target, draft, ctx, drafts, claims)
+            for out, wo in _rule_outcomes(fn, step, [], deadline):
+                stream(ctx + out, emitted + out, w * wd * wo)
+
+    stream(tuple(prompt), (), Fraction(1))
+    return law

@@ -1,0 +1,24 @@
+"""exactspec: prove or refute, exactly, that a speculative-decoding rule keeps the target's law.
+
+>>> import exactspec as es
+>>> from fractions import Fraction as F
+>>> r = es.audit(target=es.models.context_free((F(3, 5), F(2, 5))), draft=es.models.context_free((F(1, 2), F(1, 2))),
+...              proposer=es.drafts.chain(gamma=1), rule=es.rules.greedy_match_sampled, tokens=1)
+>>> r.output[(0,)], r.tv
+(Fraction(4, 5), Fraction(1, 5))
+"""
+
+from . import drafts, laws, models, rules, theory
+from ._audit import audit
+from .enumerate import Budget
+from .errors import (BudgetExceeded, ExactSpecError, InexactArithmetic, InvalidDistribution, RuleError,
+                     UnsupportedRandomness)
+from .fields import get_field
+from .report import AuditReport, Outcome
+from .rules import Rule, rule
+
+__version__ = "0.1.0"
+
+__all__ = ["audit", "AuditReport", "Outcome", "Budget", "Rule", "rule", "models", "drafts", "rules", "laws",
+           "theory", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
+           "RuleError", "UnsupportedRandomness", "__version__"]

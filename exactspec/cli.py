@@ -1,0 +1,153 @@
+"""The ``exactspec`` command: ``check`` (the main job), ``audit`` and ``rules``.
+
+Exit codes: 0 claim holds / lossless, 1 bias or broken claim, 2 bad input, 3 budget exceeded.
+
+>>> main(["rules", "--names"])  # doctest: +ELLIPSIS
+speculative_sampling
+...
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Sequence
+
+from . import __version__
+from ._audit import audit
+from .enumerate import Budget
+from .errors import BudgetExceeded, ExactSpecError
+from .instances import check_cases, default_instance, make_instance
+from .rules import catalog, get
+
+__all__ = ["main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, exit 2
+        self.exit(2, f"exactspec: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _tv_text(report: Any) -> str:
+    if report.tv == 0:
+        return "0 (exact)" if report.field.exact else "0"
+    s = report.field.to_str(report.tv)
+    return s if len(s) <= 20 else f"~{float(report.tv):.4g}"
+
+
+def _budget(args: Any) -> Budget:
+    return Budget(seconds=args.time_limit) if args.time_limit else Budget()
+
+
+def _cmd_check(args: Any) -> int:
+    inst = default_instance()
+    rows, reports, ok = [], [], True
+    for rule, proposer, claim in check_cases(inst):
+        t0 = time.perf_counter()
+        rep = audit(target=inst.target, draft=inst.draft, proposer=proposer, rule=rule, prompt=inst.prompt,
+                    tokens=inst.tokens, field=args.field, precision=args.precision, budget=_budget(args))
+        rep.claim = claim
+        dt = time.perf_counter() - t0
+        ok &= rep.claim_holds
+        reports.append(rep)
+        prop = "" if proposer is inst.proposer else f" [{proposer.sampling} drafts, claim={proposer.claim}]"
+        rows.append((rule.name + prop, claim, _tv_text(rep), rep.verdict, "yes" if rep.claim_holds else "NO",
+                     f"{float(rep.tokens_per_call):.4f}", f"{dt:.3f}s"))
+    if args.json:
+        print(json.dumps({"instance": reports[0].instance | {"proposer": None}, "field": args.field, "ok": ok,
+                          "rules": [r.to_dict() | {"output": None, "expected": None} for r in reports]}, indent=1))
+        return 0 if ok else 1
+    head = ("rule", "claim", "exact TV", "verdict", "holds", "tokens/call", "time")
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    print(f"exactspec check — vocab {inst.target.vocab}, order {inst.target.order} seeded tables (seed 0), "
+          f"perturbed draft (seed 1), prompt {inst.prompt}, gamma {inst.proposer.gamma}, {inst.tokens} tokens, "
+          f"field {reports[0].field.describe()}")
+    print(line(head))
+    print(line(tuple("-" * w for w in widths)))
+    for r in rows:
+        print(line(r))
+    broken = [r[0] for r in rows if r[4] == "NO"]
+    print(f"\n{len(rows) - len(broken)}/{len(rows)} claims hold" + (f"; broken: {', '.join(broken)}" if broken else ""))
+    return 0 if ok else 1
+
+
+def _cmd_audit(args: Any) -> int:
+    rule = get(args.rule)
+    prompt = None if args.prompt is None else tuple(int(t) for t in args.prompt.replace(",", " ").split())
+    inst = make_instance(vocab=args.vocab, order=args.order, gamma=args.gamma, tokens=args.tokens, seed=args.seed,
+                         sampling=args.sampling, claim=args.claim, prompt=prompt)
+    rep = audit(target=inst.target, draft=inst.draft, proposer=inst.proposer, rule=rule, prompt=inst.prompt,
+                tokens=inst.tokens, decoding=args.decoding, field=args.field, precision=args.precision,
+                budget=_budget(args))
+    print(rep.to_json(indent=1) if args.json else rep.summary())
+    return 0 if rep.lossless else 1
+
+
+def _cmd_rules(args: Any) -> int:
+    if args.names:
+        for r in catalog():
+            print(r.name)
+        return 0
+    for r in catalog():
+        print(f"{r.name}  [{r.family}, claim: {r.claim}]\n    {r.description}\n    reference: {r.reference}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="exactspec", description="Prove or refute, exactly, that speculative-decoding rules keep "
+                                               "the target's law.")
+    p.add_argument("--version", action="version", version=f"exactspec {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--field", choices=["fraction", "mpmath", "float"], default="fraction")
+        sp.add_argument("--precision", type=int, default=None, help="mpmath precision in bits (default 113)")
+        sp.add_argument("--time-limit", type=float, default=None, help="seconds per audit before giving up (exit 3)")
+        sp.add_argument("--json", action="store_true", help="print JSON (exact numbers as strings like '3/5')")
+
+    c = sub.add_parser("check", help="audit every catalog rule on the default instance (the main job)")
+    common(c)
+    a = sub.add_parser("audit", help="audit one rule on one seeded instance")
+    a.add_argument("--rule", required=True, help="catalog name, e.g. speculative_sampling or 'ensemble(1/3)'")
+    a.add_argument("--vocab", type=int, default=5)
+    a.add_argument("--order", type=int, default=2)
+    a.add_argument("--gamma", type=int, default=4)
+    a.add_argument("--tokens", type=int, default=4)
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--prompt", default=None, help="token ids, e.g. '0 1' (default: 0..order-1)")
+    a.add_argument("--sampling", choices=["sample", "argmax"], default="sample")
+    a.add_argument("--claim", choices=["draft", "point_mass"], default="draft")
+    a.add_argument("--decoding", choices=["sample", "greedy"], default=None,
+                   help="default: greedy for lossless-greedy rules, else sample")
+    common(a)
+    r = sub.add_parser("rules", help="list the catalog with claims and references")
+    r.add_argument("--names", action="store_true", help="names only")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI with ``argv`` and return the exit code (0 holds, 1 bias, 2 bad input, 3 budget)."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        return {"check": _cmd_check, "audit": _cmd_audit, "rules": _cmd_rules}[args.cmd](args)
+    except BudgetExceeded as exc:
+        print(f"exactspec: {exc}", file=sys.stderr)
+        return 3
+    except ExactSpecError as exc:
+        print(f"exactspec: error: {exc}", file=sys.stderr)
+        return exc.exit_code if exc.exit_code != 3 else 3
+    except ValueError as exc:  # e.g. a prompt that is not integers
+        print(f"exactspec: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def entry() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

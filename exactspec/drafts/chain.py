@@ -1,0 +1,169 @@
+"""The chain proposer: ``gamma`` tokens drafted one after another from the draft model.
+
+>>> p = chain(gamma=2, sampling="argmax", claim="point_mass")
+>>> p.gamma, p.sampling, p.claim
+(2, 'argmax', 'point_mass')
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ExactSpecError
+
+__all__ = ["ChainProposer", "ChainStep", "ChainLaws", "chain"]
+
+SAMPLINGS = ("sample", "argmax")
+CLAIMS = ("draft", "point_mass")
+
+
+class ChainStep:
+    """What a chain rule sees on one branch: lazily drafted tokens and the laws at every position.
+
+    Positions are 0-based: ``draft(j)`` is the j-th drafted token, ``claimed(j)`` the law the
+    verifier is told it was drawn from, ``target(j)`` the target law after ``j`` drafted tokens
+    (``target(gamma)`` is the bonus position). A draft is drawn the first time anything at or
+    after its position is asked for, so a rule that rejects early never pays for later drafts.
+    """
+
+    __slots__ = ("gamma", "vocab", "_env", "_rng", "_ctxs", "_drafts", "_claims", "_sample", "_point")
+
+    family = "chain"
+
+    def __init__(self, proposer: "ChainProposer", env: Any, context: tuple, rng: Any) -> None:
+        self.gamma = proposer.gamma
+        self.vocab = env.vocab
+        self._env = env
+        self._rng = rng
+        self._ctxs = [context]
+        self._drafts: list[int] = []
+        self._claims: list[tuple] = []
+        self._sample = proposer.sampling == "sample"
+        self._point = proposer.claim == "point_mass"
+
+    def _draw_until(self, j: int) -> None:
+        if not 0 <= j < self.gamma:
+            raise IndexError(f"draft position {j} is outside 0..{self.gamma - 1}")
+        env = self._env
+        while len(self._drafts) <= j:
+            ctx = self._ctxs[-1]
+            q = env.q(ctx)
+            x = self._rng.categorical(q) if self._sample else env.argmax(q)
+            self._drafts.append(x)
+            self._claims.append(env.point_mass(x) if self._point else q)
+            self._ctxs.append(ctx + (x,))
+
+    def draft(self, j: int) -> int:
+        """The j-th drafted token (0-based), drawn on first use."""
+        if j >= len(self._drafts):
+            self._draw_until(j)
+        return self._drafts[j]
+
+    def claimed(self, j: int) -> tuple:
+        """The law the verifier is told draft ``j`` was drawn from."""
+        if j >= len(self._drafts):
+            self._draw_until(j)
+        return self._claims[j]
+
+    def target(self, j: int) -> tuple:
+        """The target law at position ``j``, after drafts ``0..j-1`` (``j = gamma``: the bonus position)."""
+        if j > 0 and j > len(self._drafts):
+            self._draw_until(j - 1)
+        if not 0 <= j <= self.gamma:
+            raise IndexError(f"target position {j} is outside 0..{self.gamma}")
+        return self._env.p(self._ctxs[j])
+
+    @property
+    def drafts(self) -> tuple[int, ...]:
+        """All ``gamma`` drafted tokens (draws every one of them)."""
+        if self.gamma:
+            self._draw_until(self.gamma - 1)
+        return tuple(self._drafts)
+
+    def number(self, x: Any) -> Any:
+        """A rational constant as a number of the audit's field (e.g. ``step.number("1/2")``)."""
+        return self._env.number(x)
+
+
+class ChainLaws:
+    """The laws of one chain step by drafted prefix, for closed-form step laws (no rng)."""
+
+    __slots__ = ("gamma", "vocab", "env", "context", "_sample", "_point")
+
+    def __init__(self, proposer: "ChainProposer", env: Any, context: tuple) -> None:
+        self.gamma, self.vocab, self.env, self.context = proposer.gamma, env.vocab, env, context
+        self._sample = proposer.sampling == "sample"
+        self._point = proposer.claim == "point_mass"
+
+    def sampling(self, prefix: tuple) -> tuple:
+        """The law the next draft is really drawn from, after ``prefix``."""
+        q = self.env.q(self.context + prefix)
+        return q if self._sample else self.env.point_mass(self.env.argmax(q))
+
+    def claimed(self, prefix: tuple, x: int) -> tuple:
+        """The law the verifier is told draft ``x`` (after ``prefix``) came from."""
+        return self.env.point_mass(x) if self._point else self.env.q(self.context + prefix)
+
+    def target(self, prefix: tuple) -> tuple:
+        """The target law after ``prefix``."""
+        return self.env.p(self.context + prefix)
+
+
+class ChainProposer:
+    """Drafts ``gamma`` tokens from the draft model; see :func:`chain`."""
+
+    family = "chain"
+
+    def __init__(self, gamma: int, sampling: str, claim: str) -> None:
+        self.gamma, self.sampling, self.claim = gamma, sampling, claim
+
+    def needs_draft(self) -> bool:
+        return True
+
+    def orders(self) -> list:
+        """Orders of the models this proposer reads beyond the audit's target and draft."""
+        return []
+
+    def step(self, env: Any, context: tuple, rng: Any) -> ChainStep:
+        return ChainStep(self, env, context, rng)
+
+    def laws(self, env: Any, context: tuple) -> ChainLaws:
+        return ChainLaws(self, env, context)
+
+    def max_tokens(self) -> int:
+        return self.gamma + 1
+
+    def describe(self) -> str:
+        return f"chain(gamma={self.gamma}, sampling={self.sampling!r}, claim={self.claim!r})"
+
+    __repr__ = describe
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ChainProposer) and (self.gamma, self.sampling, self.claim) == (
+            other.gamma, other.sampling, other.claim)
+
+    def __hash__(self) -> int:
+        return hash((self.gamma, self.sampling, self.claim))
+
+
+def chain(gamma: int = 4, *, sampling: str = "sample", claim: str = "draft") -> ChainProposer:
+    """Draft a chain of ``gamma`` tokens, each from ``q(. | context + earlier drafts)``.
+
+    ``sampling="sample"`` draws each draft from ``q``; ``"argmax"`` takes the argmax of ``q``
+    (ties to the lowest id). ``claim="draft"`` tells the verifier ``q`` (honest only for sampled
+    drafts); ``"point_mass"`` tells it the point mass on the drafted token (honest for both).
+
+    >>> chain(3)
+    chain(gamma=3, sampling='sample', claim='draft')
+    >>> chain(0)
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.ExactSpecError: chain: gamma must be an int >= 1, got 0
+    """
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+        raise ExactSpecError(f"chain: gamma must be an int >= 1, got {gamma!r}")
+    if sampling not in SAMPLINGS:
+        raise ExactSpecError(f"chain: sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
+    if claim not in CLAIMS:
+        raise ExactSpecError(f"chain: claim must be one of {', '.join(CLAIMS)}, got {claim!r}")
+    return ChainProposer(gamma, sampling, claim)

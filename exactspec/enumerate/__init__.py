@@ -1,0 +1,13 @@
+"""The engine: enumerating rng, one step, and the n-token stream (exhaustive, exact, memoised).
+
+>>> from exactspec.enumerate import Budget
+>>> Budget(seconds=5).seconds
+5
+"""
+
+from .rng import PathRng, Uniform, enumerate_program
+from .step import Budget, StepEnumerator, run_rule
+from .stream import Engine, greedy_sequence, target_law
+
+__all__ = ["Budget", "Engine", "PathRng", "StepEnumerator", "Uniform", "enumerate_program", "greedy_sequence",
+           "run_rule", "target_law"]

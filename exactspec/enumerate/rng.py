@@ -1,0 +1,342 @@
+"""The enumerating ``rng``: every draw forks the enumeration; paths are explored by replay.
+
+A rule runs once per branch. On a new draw the rng takes the first option and pushes every
+other option (with the exact probability of reaching it) on the engine's stack; a later run
+replays the recorded choices up to that point and continues from the alternative. Draws that
+cannot fork (a law with one token, a probability of 0 or 1, a comparison decided by the
+uniform's current interval) consume no choice, so replays stay aligned.
+
+>>> from fractions import Fraction as F
+>>> from exactspec.fields import get_field
+>>> law = enumerate_program(lambda rng: rng.categorical((F(1, 4), F(3, 4))), get_field())
+>>> law == {0: F(1, 4), 1: F(3, 4)}
+True
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+from ..errors import ExactSpecError, InvalidDistribution, UnsupportedRandomness
+from ..fields import Field, _caller
+
+__all__ = ["PathRng", "Uniform", "enumerate_program"]
+
+
+class _Diverged(ExactSpecError):
+    """A replayed run made different draws than the run it replays (the rule is not deterministic)."""
+
+
+class PathRng:
+    """The ``rng`` a rule sees on one branch: ``categorical``, ``bernoulli`` and lazy ``uniform``.
+
+    >>> from exactspec.fields import get_field
+    >>> stack = []
+    >>> rng = PathRng((), 1, get_field(), stack, {})
+    >>> rng.bernoulli(__import__("fractions").Fraction(1, 3)), len(stack)
+    (True, 1)
+    """
+
+    __slots__ = ("_prefix", "_n", "_pos", "_choices", "_kinds", "weight", "_field", "_stack", "_supports",
+                 "_one", "_zero", "_exact", "max_depth")
+
+    def __init__(self, prefix: tuple, weight: Any, field: Field, stack: list, supports: dict,
+                 max_depth: int | None = None) -> None:
+        self._prefix = prefix
+        self._n = len(prefix)
+        self._pos = 0
+        self._choices: list = list(prefix)
+        self._kinds: list[str] = []
+        self.weight = weight
+        self._field = field
+        self._stack = stack
+        self._supports = supports
+        self._one = field.one
+        self._zero = field.zero
+        self._exact = field.exact
+        self.max_depth = max_depth
+
+    # -- bookkeeping -------------------------------------------------------------------------
+    @property
+    def trace(self) -> list[tuple[str, Any]]:
+        """The draws made so far on this branch, as (kind, value) pairs."""
+        return list(zip(self._kinds, self._choices))
+
+    @property
+    def choices(self) -> tuple:
+        return tuple(self._choices[: self._pos])
+
+    def _fork(self, kind: str, options: list) -> Any:
+        """Take ``options[0]``; push the others. ``options`` holds (value, probability), all > 0."""
+        pos = self._pos
+        self._pos = pos + 1
+        self._kinds.append(kind)
+        if self.max_depth is not None and pos >= self.max_depth:
+            from ..errors import BudgetExceeded
+            raise BudgetExceeded("depth", self.max_depth, covered={"draws on this branch": pos})
+        w = self.weight
+        head = self._choices[:pos]
+        push = self._stack.append
+        for value, prob in options[1:]:
+            push((tuple(head) + (value,), w * prob))
+        value, prob = options[0]
+        self._choices.append(value)
+        if prob != 1:
+            self.weight = w * prob
+        return value
+
+    def _replayed(self, kind: str, expect: type) -> Any:
+        pos = self._pos
+        value = self._prefix[pos]
+        if type(value) is not expect:
+            raise _Diverged(f"replay diverged at draw {pos}: the rule asked for a {kind} where it drew "
+                            f"{value!r} before; rules must be deterministic functions of their draws")
+        self._pos = pos + 1
+        self._kinds.append(kind)
+        return value
+
+    def _support(self, law: Any) -> list:
+        cache = self._supports
+        key = id(law)
+        hit = cache.get(key)
+        if hit is not None and hit[0] is law:
+            return hit[1]
+        field = self._field
+        where = "a law passed to rng.categorical"
+        try:
+            values = [field.check(x, where) for x in law]
+        except TypeError:
+            raise InvalidDistribution(f"{where} is {law!r}, not a sequence of probabilities "
+                                      f"(from {_caller(3)})") from None
+        total = self._zero
+        for i, x in enumerate(values):
+            if not x >= 0:
+                raise InvalidDistribution(f"{where} has entry {i} = {x} < 0 or NaN (from {_caller(3)})")
+            total += x
+        if self._exact:
+            if total != 1:
+                raise InvalidDistribution(f"{where} sums to {total}, not exactly 1 (from {_caller(3)})")
+        elif not abs(total - 1) <= 1e-9:
+            raise InvalidDistribution(f"{where} sums to {total}, not 1 (from {_caller(3)})")
+        support = [(i, x) for i, x in enumerate(values) if x > 0]
+        if type(law) is tuple:  # immutable: safe to remember by identity
+            cache[key] = (law, support)
+        return support
+
+    # -- the draws a rule makes ----------------------------------------------------------------
+    def categorical(self, law: Any) -> int:
+        """Draw a token from ``law`` (a sequence of probabilities summing to 1).
+
+        >>> from fractions import Fraction as F
+        >>> from exactspec.fields import get_field
+        >>> PathRng((), 1, get_field(), [], {}).categorical((0, F(1, 2), F(1, 2)))
+        1
+        """
+        if self._pos < self._n:
+            return self._replayed("categorical", int)
+        support = self._support(law)
+        if len(support) == 1:
+            return support[0][0]
+        return self._fork("categorical", support)
+
+    def bernoulli(self, prob: Any) -> bool:
+        """Return True with probability ``prob``.
+
+        >>> from exactspec.fields import get_field
+        >>> PathRng((), 1, get_field(), [], {}).bernoulli(1)
+        True
+        """
+        prob = self._field.check(prob, "the probability passed to rng.bernoulli")
+        if not (prob >= 0 and prob <= 1):
+            raise InvalidDistribution(f"rng.bernoulli got probability {prob}, outside [0, 1] (from {_caller(2)})")
+        if prob == 1:
+            return True
+        if prob == 0:
+            return False
+        if self._pos < self._n:
+            return self._replayed("bernoulli", bool)
+        return self._fork("bernoulli", [(True, prob), (False, 1 - prob)])
+
+    def uniform(self) -> "Uniform":
+        """A lazy uniform on [0, 1): compare it with thresholds; each comparison forks exactly.
+
+        >>> from fractions import Fraction as F
+        >>> from exactspec.fields import get_field
+        >>> stack = []
+        >>> u = PathRng((), 1, get_field(), stack, {}).uniform()
+        >>> (u < F(1, 3)), stack[0][1]
+        (True, Fraction(2, 3))
+        """
+        return Uniform(_Cell(self, self._zero, self._one), self._one, self._zero)
+
+    random = uniform
+
+    def _compare(self, cell: "_Cell", t: Any) -> bool:
+        """Decide ``u < t`` for the underlying uniform of ``cell`` (forking when undecided)."""
+        lo, hi = cell.lo, cell.hi
+        if t <= lo:
+            return False
+        if t >= hi:
+            return True
+        if self._pos < self._n:
+            below = self._replayed("uniform", bool)
+        else:
+            width = hi - lo
+            below = self._fork("uniform", [(True, (t - lo) / width), (False, (hi - t) / width)])
+        if below:
+            cell.hi = t
+        else:
+            cell.lo = t
+        return below
+
+
+class _Cell:
+    """The interval a uniform is known to lie in on the current branch."""
+
+    __slots__ = ("rng", "lo", "hi")
+
+    def __init__(self, rng: PathRng, lo: Any, hi: Any) -> None:
+        self.rng, self.lo, self.hi = rng, lo, hi
+
+
+def _where() -> str:
+    frame = sys._getframe(2)
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+class Uniform:
+    """A uniform draw on [0, 1) (or an affine function ``a*u + b`` of one) known only by comparisons.
+
+    Comparisons with numbers fork the enumeration; ``+ - * /`` by numbers stay affine. Anything
+    else (``float(u)``, ``math.log(u)``, comparing two uniforms) raises UnsupportedRandomness.
+    """
+
+    __slots__ = ("_cell", "_a", "_b")
+
+    def __init__(self, cell: _Cell, a: Any, b: Any) -> None:
+        self._cell, self._a, self._b = cell, a, b
+
+    def _num(self, x: Any, op: str) -> Any:
+        if isinstance(x, Uniform):
+            raise UnsupportedRandomness(f"{op} between two uniforms (at {_where()}): only comparisons of a uniform "
+                                        "with numbers and affine arithmetic by numbers can be enumerated")
+        return self._cell.rng._field.check(x, f"the number in uniform {op}")
+
+    def _less(self, t: Any, op: str) -> bool:
+        """``a*u + b < t``."""
+        t = self._num(t, op)
+        a, b = self._a, self._b
+        if a == 0:
+            return b < t
+        bound = (t - b) / a
+        rng = self._cell.rng
+        if a > 0:
+            return rng._compare(self._cell, bound)
+        return not rng._compare(self._cell, bound)  # continuous law: ties have probability 0
+
+    def __lt__(self, t: Any) -> bool:
+        return self._less(t, "<")
+
+    def __le__(self, t: Any) -> bool:
+        return self._less(t, "<=")
+
+    def __gt__(self, t: Any) -> bool:
+        return not self._less(t, ">")
+
+    def __ge__(self, t: Any) -> bool:
+        return not self._less(t, ">=")
+
+    def __eq__(self, t: Any) -> bool:  # type: ignore[override]
+        raise UnsupportedRandomness(f"== on a uniform (at {_where()}): equality of a continuous draw has probability 0")
+
+    __ne__ = __eq__  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]
+
+    def __mul__(self, c: Any) -> "Uniform":
+        c = self._num(c, "*")
+        return Uniform(self._cell, self._a * c, self._b * c)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, c: Any) -> "Uniform":
+        c = self._num(c, "/")
+        if c == 0:
+            raise ZeroDivisionError("uniform divided by 0")
+        return Uniform(self._cell, self._a / c, self._b / c)
+
+    def __add__(self, c: Any) -> "Uniform":
+        c = self._num(c, "+")
+        return Uniform(self._cell, self._a, self._b + c)
+
+    __radd__ = __add__
+
+    def __sub__(self, c: Any) -> "Uniform":
+        c = self._num(c, "-")
+        return Uniform(self._cell, self._a, self._b - c)
+
+    def __rsub__(self, c: Any) -> "Uniform":
+        c = self._num(c, "-")
+        return Uniform(self._cell, -self._a, c - self._b)
+
+    def __neg__(self) -> "Uniform":
+        return Uniform(self._cell, -self._a, -self._b)
+
+    def _unsupported(self, op: str) -> Any:
+        raise UnsupportedRandomness(f"{op} of a uniform (at {_where()}): the enumerator follows a uniform only "
+                                    "through comparisons with numbers and affine arithmetic")
+
+    def __float__(self) -> float:
+        return self._unsupported("float()")
+
+    def __int__(self) -> int:
+        return self._unsupported("int()")
+
+    def __bool__(self) -> bool:
+        return self._unsupported("truth value")
+
+    def __index__(self) -> int:
+        return self._unsupported("use as an index")
+
+    def __pow__(self, other: Any) -> Any:
+        return self._unsupported("** (power)")
+
+    def __rtruediv__(self, other: Any) -> Any:
+        return self._unsupported("division by")
+
+    def __abs__(self) -> Any:
+        return self._unsupported("abs()")
+
+    def __round__(self, n: Any = None) -> Any:
+        return self._unsupported("round()")
+
+    def __floor__(self) -> Any:
+        return self._unsupported("floor()")
+
+    def __ceil__(self) -> Any:
+        return self._unsupported("ceil()")
+
+    def __repr__(self) -> str:
+        return f"<uniform in [{self._cell.lo}, {self._cell.hi}) * {self._a} + {self._b}>"
+
+
+def enumerate_program(program: Callable[[PathRng], Any], field: Field) -> dict:
+    """The exact law of ``program(rng)``'s return value over every branch of its draws.
+
+    >>> from fractions import Fraction as F
+    >>> from exactspec.fields import get_field
+    >>> def two_coins(rng):
+    ...     u = rng.uniform()
+    ...     return (u < F(1, 2), u < F(3, 4))   # one shared uniform, compared twice
+    >>> sorted(enumerate_program(two_coins, get_field()).items())
+    [((False, False), Fraction(1, 4)), ((False, True), Fraction(1, 4)), ((True, True), Fraction(1, 2))]
+    """
+    law: dict = {}
+    stack: list = [((), field.one)]
+    supports: dict = {}
+    while stack:
+        prefix, w = stack.pop()
+        rng = PathRng(prefix, w, field, stack, supports)
+        out = program(rng)
+        law[out] = law.get(out, field.zero) + rng.weight
+    return law

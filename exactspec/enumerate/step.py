@@ -1,0 +1,163 @@
+"""One step: the exact law of the tokens a rule emits, by enumerating every branch of its draws.
+
+>>> import exactspec as es
+>>> from exactspec.enumerate.env import Env
+>>> from exactspec.fields import get_field
+>>> p, q = es.models.context_free(("3/5", "2/5")), es.models.context_free(("1/2", "1/2"))
+>>> env = Env(p, q, get_field())
+>>> law = StepEnumerator(es.rules.greedy_match_sampled, es.drafts.chain(1), env).law((), 1)
+>>> sorted(law.items())
+[((0,), Fraction(4, 5)), ((1,), Fraction(1, 5))]
+"""
+
+from __future__ import annotations
+
+import time
+from types import GeneratorType
+from typing import Any, Callable
+
+from ..errors import BudgetExceeded, ExactSpecError, RuleError
+from .rng import PathRng, _Diverged
+
+__all__ = ["Budget", "StepEnumerator", "run_rule"]
+
+
+class Budget:
+    """Limits on one audit: total branches (``paths``), draws per branch (``depth``), ``seconds``.
+
+    >>> Budget(paths=1000).paths
+    1000
+    """
+
+    def __init__(self, *, paths: int | None = 5_000_000, depth: int | None = 10_000,
+                 seconds: float | None = None) -> None:
+        for name, v in (("paths", paths), ("depth", depth)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ExactSpecError(f"Budget: {name} must be a positive int or None, got {v!r}")
+        if seconds is not None and not (isinstance(seconds, (int, float)) and seconds > 0):
+            raise ExactSpecError(f"Budget: seconds must be a positive number or None, got {seconds!r}")
+        self.paths, self.depth, self.seconds = paths, depth, seconds
+
+    def __repr__(self) -> str:
+        return f"Budget(paths={self.paths}, depth={self.depth}, seconds={self.seconds})"
+
+
+class Meter:
+    """Counts branches and watches the clock for one audit."""
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.paths = 0
+        self.steps = 0
+        self.start = time.perf_counter()
+        self.deadline = None if budget.seconds is None else self.start + budget.seconds
+
+    def covered(self) -> dict[str, Any]:
+        return {"paths": self.paths, "step laws": self.steps,
+                "seconds": round(time.perf_counter() - self.start, 3)}
+
+    def tick(self) -> None:
+        self.paths += 1
+        b = self.budget
+        if b.paths is not None and self.paths > b.paths:
+            raise BudgetExceeded("paths", b.paths, covered=self.covered())
+        if self.deadline is not None and not self.paths & 255 and time.perf_counter() > self.deadline:
+            raise BudgetExceeded("seconds", b.seconds, covered=self.covered())
+
+
+def _token(tok: Any, vocab: int, name: str) -> int:
+    if type(tok) is int and 0 <= tok < vocab:
+        return tok
+    try:
+        import operator
+        t = operator.index(tok)
+    except TypeError:
+        raise RuleError(f"rule {name} emitted {tok!r}, not a token id") from None
+    if not 0 <= t < vocab:
+        raise RuleError(f"rule {name} emitted token {t}, outside 0..{vocab - 1}")
+    return t
+
+
+def run_rule(fn: Callable, step: Any, rng: Any, horizon: int | None, vocab: int, name: str) -> tuple:
+    """Run a rule once and return the tokens it emits, cut at ``horizon``.
+
+    A generator rule is stopped as soon as ``horizon`` tokens are out, so nothing after the
+    horizon is drawn; a rule returning a sequence is cut after it returns.
+    """
+    res = fn(step, rng)
+    out: list[int] = []
+    if isinstance(res, GeneratorType):
+        if horizon is None:
+            for tok in res:
+                out.append(_token(tok, vocab, name))
+        else:
+            for tok in res:
+                out.append(_token(tok, vocab, name))
+                if len(out) >= horizon:
+                    res.close()
+                    break
+    else:
+        if res is None:
+            raise RuleError(f"rule {name} returned None: return (or yield) the emitted tokens")
+        try:
+            seq = list(res)
+        except TypeError:
+            raise RuleError(f"rule {name} returned {res!r}: return (or yield) the emitted tokens") from None
+        out = [_token(t, vocab, name) for t in (seq if horizon is None else seq[:horizon])]
+    if not out:
+        raise RuleError(f"rule {name} emitted no token: every step must emit at least one")
+    return tuple(out)
+
+
+class StepEnumerator:
+    """Enumerates a rule on a proposer's steps, memo-free: ``law(context, horizon)``."""
+
+    def __init__(self, rule: Any, proposer: Any, env: Any, meter: Meter | None = None) -> None:
+        from ..rules import as_rule
+        self.rule = as_rule(rule)
+        self.proposer = proposer
+        self.env = env
+        self.meter = meter or Meter(Budget())
+        self._supports: dict = {}
+
+    def law(self, context: tuple, horizon: int | None) -> dict:
+        """Exact law of the emitted tokens (each tuple cut at ``horizon``) of one step from ``context``."""
+        env, field = self.env, self.env.field
+        rule, fn, name, vocab = self.rule, self.rule.fn, self.rule.name, env.vocab
+        proposer, meter, supports = self.proposer, self.meter, self._supports
+        depth = meter.budget.depth
+        law: dict = {}
+        stack: list = [((), field.one)]
+        meter.steps += 1
+        while stack:
+            prefix, w = stack.pop()
+            meter.tick()
+            rng = PathRng(prefix, w, field, stack, supports, depth)
+            step = proposer.step(env, context, rng)
+            try:
+                out = run_rule(fn, step, rng, horizon, vocab, name)
+            except RuleError as exc:
+                if not exc.trace:
+                    exc.trace = rng.trace
+                    exc.rule = name
+                    exc._replay = self._replayer(context, horizon, rng.choices)
+                raise
+            except _Diverged as exc:
+                raise RuleError(f"rule {name}: {exc}", rule=name, trace=rng.trace) from exc
+            except ExactSpecError:
+                raise
+            except Exception as exc:
+                trace = rng.trace
+                raise RuleError(
+                    f"rule {name} raised {type(exc).__name__}: {exc} (context {context}, draws {trace}); "
+                    "call .replay() on this error to re-run that branch",
+                    rule=name, trace=trace, replay=self._replayer(context, horizon, rng.choices)) from exc
+            law[out] = law.get(out, 0) + rng.weight
+        return law
+
+    def _replayer(self, context: tuple, horizon: int | None, choices: tuple) -> Callable[[], Any]:
+        def replay() -> Any:
+            rng = PathRng(choices, self.env.field.one, self.env.field, [], {})
+            step = self.proposer.step(self.env, context, rng)
+            return run_rule(self.rule.fn, step, rng, horizon, self.env.vocab, self.rule.name)
+        return replay

@@ -1,0 +1,160 @@
+"""The n-token stream: steps composed from the prompt until ``tokens`` tokens are out.
+
+The law of the first ``r`` tokens from a context depends only on the context suffix the
+models read (the state) and on ``r``, so it is memoised by ``(state, r)``; a step's law is
+memoised the same way and each step is cut at the horizon ``r``.
+
+>>> import exactspec as es
+>>> from exactspec.fields import get_field
+>>> p, q = es.models.context_free(("3/5", "2/5")), es.models.context_free(("1/2", "1/2"))
+>>> eng = Engine(es.rules.speculative_sampling, es.drafts.chain(2), p, q, get_field())
+>>> law, calls = eng.output((), 2)
+>>> law == {(0, 0): F(9, 25), (0, 1): F(6, 25), (1, 0): F(6, 25), (1, 1): F(4, 25)}
+True
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction as F  # noqa: F401  (doctest)
+from typing import Any
+
+from ..errors import ExactSpecError
+from ..fields import Field
+from ..laws import clear_memo
+from ..models import Model
+from .env import Env, state_key
+from .step import Budget, Meter, StepEnumerator
+
+__all__ = ["Engine", "target_law", "greedy_sequence"]
+
+
+class Engine:
+    """Exact output law of a rule + proposer over a target (and draft) model, memoised by state."""
+
+    def __init__(self, rule: Any, proposer: Any, target: Model, draft: Model | None, field: Field, *,
+                 budget: Budget | None = None, closed_form: bool = True) -> None:
+        from ..rules import as_rule
+        self.rule = as_rule(rule)
+        self.proposer = proposer
+        self.field = field
+        self.env = Env(target, draft, field)
+        self.meter = Meter(budget or Budget())
+        self.steps = StepEnumerator(self.rule, proposer, self.env, self.meter)
+        self.use_closed_form = bool(closed_form and self.rule.closed_form is not None
+                                    and hasattr(proposer, "laws") and proposer.family == self.rule.family)
+        orders = [target.order] + ([draft.order] if draft is not None else []) + list(proposer.orders())
+        self._orders = orders
+        self._step_memo: dict[tuple, dict] = {}
+        self._out_memo: dict[tuple, tuple[dict, Any]] = {}
+        clear_memo()
+
+    def key(self, context: tuple) -> tuple:
+        return state_key(context, self._orders)
+
+    def step_law(self, context: tuple, horizon: int | None) -> dict:
+        """Law of one step's emitted tokens from ``context``, each cut at ``horizon`` (None: uncut)."""
+        key = self.key(context)
+        memo = self._step_memo
+        law = memo.get((key, horizon))
+        if law is not None:
+            return law
+        full = memo.get((key, None))
+        if full is not None and horizon is not None:
+            law = {}
+            for e, w in full.items():
+                e = e[:horizon]
+                law[e] = law.get(e, 0) + w
+        elif self.use_closed_form:
+            self.meter.steps += 1
+            law = self.rule.closed_form(self.proposer.laws(self.env, key), horizon)
+        else:
+            law = self.steps.law(key, horizon)
+        memo[(key, horizon)] = law
+        return law
+
+    def output(self, prompt: tuple, tokens: int) -> tuple[dict, Any]:
+        """(law of the first ``tokens`` emitted tokens, expected number of steps to emit them)."""
+        return self._output(tuple(prompt), tokens)
+
+    def _output(self, context: tuple, r: int) -> tuple[dict, Any]:
+        key = (self.key(context), r)
+        hit = self._out_memo.get(key)
+        if hit is not None:
+            return hit
+        law: dict = {}
+        get = law.get
+        calls: Any = 1
+        for e, pe in self.step_law(context, r).items():
+            n = len(e)
+            if n >= r:
+                law[e] = get(e, 0) + pe
+                continue
+            sub, sub_calls = self._output(context + e, r - n)
+            calls += pe * sub_calls
+            for rest, pr in sub.items():
+                k = e + rest
+                law[k] = get(k, 0) + pe * pr
+        self._out_memo[key] = (law, calls)
+        return law, calls
+
+    def tokens_per_call(self, prompt: tuple) -> Any:
+        """Exact expected number of tokens the first step from ``prompt`` emits (uncut)."""
+        total: Any = 0
+        for e, w in self.step_law(tuple(prompt), None).items():
+            total += len(e) * w
+        return total
+
+    def close(self) -> None:
+        clear_memo()
+
+
+def target_law(target: Model, prompt: tuple, tokens: int, field: Field, orders: list | None = None) -> dict:
+    """The target's own autoregressive law of the first ``tokens`` tokens after ``prompt``.
+
+    >>> import exactspec as es
+    >>> from exactspec.fields import get_field
+    >>> sorted(target_law(es.models.context_free(("1/4", "3/4")), (), 2, get_field()).values())
+    [Fraction(1, 16), Fraction(3, 16), Fraction(3, 16), Fraction(9, 16)]
+    """
+    from .env import ModelView
+    view = ModelView(target, field)
+    orders = orders or [target.order]
+    memo: dict[tuple, dict] = {}
+
+    def rec(context: tuple, r: int) -> dict:
+        key = (state_key(context, orders), r)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        law: dict = {}
+        for t, pt in enumerate(view(context)):
+            if not pt:
+                continue
+            if r == 1:
+                law[(t,)] = pt
+            else:
+                for rest, pr in rec(context + (t,), r - 1).items():
+                    law[(t,) + rest] = pt * pr
+        memo[key] = law
+        return law
+
+    return rec(tuple(prompt), tokens)
+
+
+def greedy_sequence(target: Model, prompt: tuple, tokens: int) -> tuple[int, ...]:
+    """The target's greedy continuation (argmax at every position, ties to the lowest id).
+
+    >>> import exactspec as es
+    >>> greedy_sequence(es.models.context_free(("1/2", "1/2")), (), 3)
+    (0, 0, 0)
+    """
+    from ..laws import argmax
+    if tokens < 1:
+        raise ExactSpecError("tokens must be >= 1")
+    ctx = tuple(prompt)
+    out = []
+    for _ in range(tokens):
+        t = argmax(target(ctx))
+        out.append(t)
+        ctx = ctx + (t,)
+    return tuple(out)

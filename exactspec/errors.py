@@ -1,0 +1,111 @@
+"""The error types a user can catch; every exactspec failure is an :class:`ExactSpecError`.
+
+>>> import exactspec as es
+>>> issubclass(es.InvalidDistribution, es.ExactSpecError)
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ExactSpecError(Exception):
+    """Base class of every error exactspec raises on purpose.
+
+    >>> import exactspec as es
+    >>> try:
+    ...     es.models.context_free((1, 1))
+    ... except es.ExactSpecError as e:
+    ...     print(type(e).__name__)
+    InvalidDistribution
+    """
+
+    exit_code = 2
+
+
+class InvalidDistribution(ExactSpecError, ValueError):
+    """A distribution has the wrong length, a negative/NaN/infinite entry, or does not sum to 1.
+
+    >>> import exactspec as es
+    >>> es.models.context_free((1, 2))
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.InvalidDistribution: context_free model, context (): law (1, 2) sums to 3, not exactly 1
+    """
+
+
+class InexactArithmetic(ExactSpecError, TypeError):
+    """A float reached exact arithmetic without the caller asking for exact conversion.
+
+    >>> import exactspec as es
+    >>> es.models.context_free((0.5, 0.5))
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.InexactArithmetic: context_free model, context (): entry 0 is the float 0.5; floats are not exact here (pass exact_floats=True to convert each float to the rational it is)
+    """
+
+
+class BudgetExceeded(ExactSpecError):
+    """The enumeration ran past a budget (paths, depth or time); ``covered`` says how far it got.
+
+    >>> import exactspec as es
+    >>> err = es.BudgetExceeded("paths", 10, covered={"paths": 10})
+    >>> err.covered["paths"]
+    10
+    """
+
+    exit_code = 3
+
+    def __init__(self, what: str, limit: Any, *, covered: dict[str, Any] | None = None) -> None:
+        self.what = what
+        self.limit = limit
+        self.covered = dict(covered or {})
+        done = ", ".join(f"{k}={v}" for k, v in self.covered.items())
+        super().__init__(f"budget exceeded: {what} limit {limit} reached" + (f" (covered: {done})" if done else ""))
+
+
+class RuleError(ExactSpecError):
+    """The rule raised (or misbehaved) on one branch; ``trace`` holds the draws that lead there.
+
+    ``replay()`` runs the rule again along that branch so the original exception can be debugged.
+
+    >>> import exactspec as es
+    >>> def broken(step, rng):
+    ...     x = step.draft(0)
+    ...     if x == 1:
+    ...         raise ValueError("boom")
+    ...     yield x
+    >>> try:
+    ...     es.audit(target=es.models.context_free((1, 1)) if False else es.models.context_free(("1/2", "1/2")),
+    ...              draft=es.models.context_free(("1/2", "1/2")), rule=broken, tokens=1)
+    ... except es.RuleError as e:
+    ...     print(e.trace)
+    [('categorical', 1)]
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, rule: str = "", trace: list[tuple[str, Any]] | None = None,
+                 replay: Any = None) -> None:
+        self.rule = rule
+        self.trace = list(trace or [])
+        self._replay = replay
+        super().__init__(message)
+
+    def replay(self) -> Any:
+        """Run the rule again along the recorded branch, letting the original exception propagate."""
+        if self._replay is None:
+            raise ExactSpecError("this RuleError carries no replay")
+        return self._replay()
+
+
+class UnsupportedRandomness(ExactSpecError):
+    """A uniform draw was used in a way the enumerator cannot follow exactly (names the operation).
+
+    >>> import exactspec as es
+    >>> issubclass(es.UnsupportedRandomness, es.ExactSpecError)
+    True
+    """
+
+    exit_code = 2

@@ -1,0 +1,235 @@
+"""Number systems the engine computes in: ``fraction`` (exact), ``mpmath`` and ``float``.
+
+A field converts the rational laws of the models into its own numbers and checks every
+probability a rule hands to the ``rng``. Rules never see which field they run in.
+
+>>> from exactspec.fields import get_field
+>>> f = get_field("fraction")
+>>> f.convert(__import__("fractions").Fraction(1, 3))
+Fraction(1, 3)
+>>> get_field("float").convert(__import__("fractions").Fraction(1, 4))
+0.25
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import sys
+from fractions import Fraction
+from typing import Any
+
+import mpmath
+
+from .errors import ExactSpecError, InexactArithmetic
+
+__all__ = ["Field", "FractionField", "MpmathField", "FloatField", "get_field"]
+
+
+def _caller(depth: int = 2) -> str:
+    """Return ``file:line`` of the first frame outside exactspec's engine (where a value came from)."""
+    frame = sys._getframe(depth)
+    while frame is not None and ("exactspec/enumerate" in frame.f_code.co_filename
+                                 or frame.f_code.co_filename.endswith("fields.py")):
+        frame = frame.f_back
+    if frame is None:
+        return "<unknown>"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
+class Field:
+    """A number system: converts rationals in, checks values a rule passes to the rng."""
+
+    name: str = ""
+    exact: bool = False
+    zero: Any = 0
+    one: Any = 1
+
+    def convert(self, x: Fraction) -> Any:
+        """Convert an exact rational (a model's entry) into this field."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def check(self, x: Any, what: str) -> Any:
+        """Return ``x`` as a number of this field, or raise naming ``what`` and the caller's line."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def tolerance(self) -> Any:
+        """The largest TV still reported as lossless (0 in exact fields)."""
+        return 0
+
+    def to_str(self, x: Any) -> str:
+        """Render a number for JSON and text (exact rationals as ``"p/q"``)."""
+        return str(x)
+
+    def parse(self, s: str) -> Any:
+        """Inverse of :meth:`to_str`."""
+        return self.convert(Fraction(s))
+
+    def describe(self) -> str:
+        """One line saying what the field is and its tolerance."""
+        return self.name
+
+
+class FractionField(Field):
+    """Exact rational arithmetic with :class:`fractions.Fraction`; no float ever enters.
+
+    >>> FractionField().check(0.5, "a probability")
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.InexactArithmetic: a probability is the float 0.5 (from ...); the fraction field is exact: use Fraction or int
+    """
+
+    name = "fraction"
+    exact = True
+    zero = Fraction(0)
+    one = Fraction(1)
+
+    def convert(self, x: Fraction) -> Fraction:
+        return x
+
+    def check(self, x: Any, what: str) -> Any:
+        t = type(x)
+        if t is Fraction or t is int:
+            return x
+        if isinstance(x, float) or (hasattr(x, "dtype") and getattr(x.dtype, "kind", "") == "f"):
+            raise InexactArithmetic(
+                f"{what} is the float {x!r} (from {_caller(3)}); the fraction field is exact: use Fraction or int")
+        if isinstance(x, numbers.Rational):
+            return Fraction(x)
+        raise InexactArithmetic(f"{what} is {x!r} of type {t.__name__} (from {_caller(3)}); "
+                                "the fraction field takes Fraction or int")
+
+    def to_str(self, x: Any) -> str:
+        x = Fraction(x)
+        return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
+
+    def parse(self, s: str) -> Fraction:
+        return Fraction(s)
+
+    def describe(self) -> str:
+        return "fraction (exact rationals; lossless means TV == 0 exactly)"
+
+
+class MpmathField(Field):
+    """Arbitrary-precision binary floating point (mpmath) at ``precision`` bits.
+
+    Lossless means TV <= ``2**(16 - precision)`` unless a tolerance is given.
+
+    >>> f = MpmathField(precision=64)
+    >>> f.convert(Fraction(1, 3)) * 3 == 1
+    True
+    """
+
+    name = "mpmath"
+    exact = False
+
+    def __init__(self, precision: int = 113, tolerance: Any = None) -> None:
+        if not isinstance(precision, int) or isinstance(precision, bool) or precision < 16:
+            raise ExactSpecError(f"mpmath precision must be an int >= 16 bits, got {precision!r}")
+        self.precision = precision
+        self.ctx = mpmath.MPContext()
+        self.ctx.prec = precision
+        self.zero = self.ctx.mpf(0)
+        self.one = self.ctx.mpf(1)
+        self._tol = self.ctx.mpf(2) ** (16 - precision) if tolerance is None else self.ctx.mpf(tolerance)
+
+    def convert(self, x: Fraction) -> Any:
+        return self.ctx.mpf(x.numerator) / x.denominator
+
+    def check(self, x: Any, what: str) -> Any:
+        if isinstance(x, (int, float)) or type(x) is self.ctx.mpf:
+            return x
+        if isinstance(x, numbers.Rational):
+            return self.convert(Fraction(x))
+        try:
+            return self.ctx.mpf(x)
+        except Exception as exc:  # mpmath raises several types for junk
+            raise InexactArithmetic(f"{what} is {x!r}, not a number (from {_caller(3)})") from exc
+
+    def tolerance(self) -> Any:
+        return self._tol
+
+    def to_str(self, x: Any) -> str:
+        return self.ctx.nstr(self.ctx.mpf(x), max(15, int(self.precision * 0.30103)))
+
+    def parse(self, s: str) -> Any:
+        return self.ctx.mpf(s)
+
+    def describe(self) -> str:
+        return f"mpmath ({self.precision}-bit; lossless means TV <= {self.ctx.nstr(self._tol, 6)})"
+
+
+class FloatField(Field):
+    """IEEE float64: fast, approximate; lossless means TV <= the stated tolerance (default 1e-12).
+
+    >>> FloatField().tolerance()
+    1e-12
+    """
+
+    name = "float"
+    exact = False
+    zero = 0.0
+    one = 1.0
+
+    def __init__(self, tolerance: float = 1e-12) -> None:
+        self._tol = float(tolerance)
+
+    def convert(self, x: Fraction) -> float:
+        return x.numerator / x.denominator
+
+    def check(self, x: Any, what: str) -> Any:
+        if type(x) is float or type(x) is int:
+            return x
+        try:
+            v = float(x)
+        except Exception as exc:
+            raise InexactArithmetic(f"{what} is {x!r}, not a number (from {_caller(3)})") from exc
+        return v
+
+    def tolerance(self) -> float:
+        return self._tol
+
+    def to_str(self, x: Any) -> str:
+        return repr(float(x))
+
+    def parse(self, s: str) -> float:
+        return float(s)
+
+    def describe(self) -> str:
+        return f"float (float64; lossless means TV <= {self._tol:g})"
+
+
+def get_field(field: str | Field = "fraction", *, precision: int | None = None,
+              tolerance: Any = None) -> Field:
+    """Return the :class:`Field` named ``field`` ("fraction", "mpmath", "float"), or ``field`` itself.
+
+    >>> get_field("mpmath", precision=200).precision
+    200
+    >>> get_field("decimal")
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.ExactSpecError: unknown field 'decimal': choose one of fraction, mpmath, float
+    """
+    if isinstance(field, Field):
+        return field
+    if field == "fraction":
+        if tolerance not in (None, 0):
+            raise ExactSpecError("the fraction field is exact: its tolerance is 0")
+        return FractionField()
+    if field == "mpmath":
+        return MpmathField(precision=113 if precision is None else precision, tolerance=tolerance)
+    if field == "float":
+        return FloatField(1e-12 if tolerance is None else tolerance)
+    raise ExactSpecError(f"unknown field {field!r}: choose one of fraction, mpmath, float")
+
+
+def is_finite_number(x: Any) -> bool:
+    """True for a real number that is neither NaN nor infinite.
+
+    >>> is_finite_number(float("nan")), is_finite_number(Fraction(1, 2))
+    (False, True)
+    """
+    try:
+        return math.isfinite(x)
+    except (TypeError, OverflowError):
+        return isinstance(x, numbers.Rational)

@@ -1,0 +1,211 @@
+"""Laws (probability vectors) for rule writers: validation, residuals, argmax, point masses.
+
+Every helper works in whichever field the engine runs (Fraction, mpmath, float), so a rule
+written with them never needs to know the field.
+
+>>> from fractions import Fraction as F
+>>> residual((F(3, 5), F(2, 5)), (F(1, 2), F(1, 2)))
+(Fraction(1, 1), Fraction(0, 1))
+>>> argmax((F(1, 3), F(1, 3), F(1, 3)))
+0
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+import numbers
+from fractions import Fraction
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from .errors import InexactArithmetic, InvalidDistribution
+
+__all__ = ["to_law", "normalize", "residual", "positive_part", "argmax", "point_mass",
+           "total_variation", "acceptance", "memoised"]
+
+# Identity memo for residuals: within one audit the models hand out the same tuple objects for
+# the same state, so a residual is computed once per (p, q) pair instead of once per branch.
+# Entries keep p and q alive, so an id is never reused while its entry exists.
+_RESIDUALS: dict[tuple, tuple[Any, Any, Any]] = {}
+_RESIDUAL_LIMIT = 200_000
+
+
+def clear_memo() -> None:
+    """Forget memoised residuals (the engine calls this around every audit).
+
+    >>> clear_memo()
+    """
+    _RESIDUALS.clear()
+
+
+def _entry(x: Any, i: int, where: str, exact_floats: bool) -> Fraction:
+    """One entry of a law as an exact Fraction, or a clear error naming ``where`` and ``i``."""
+    t = type(x)
+    if t is Fraction:
+        return x
+    if t is int or t is bool:
+        return Fraction(int(x))
+    if isinstance(x, float) or (hasattr(x, "dtype") and getattr(x.dtype, "kind", "") == "f"):
+        fx = float(x)
+        if not math.isfinite(fx):
+            raise InvalidDistribution(f"{where}: entry {i} is {fx!r}")
+        if not exact_floats:
+            raise InexactArithmetic(
+                f"{where}: entry {i} is the float {fx!r}; floats are not exact here "
+                "(pass exact_floats=True to convert each float to the rational it is)")
+        return Fraction(fx)
+    if isinstance(x, numbers.Integral):
+        return Fraction(int(x))
+    if isinstance(x, numbers.Rational):
+        return Fraction(int(x.numerator), int(x.denominator))
+    if isinstance(x, decimal.Decimal):
+        if not x.is_finite():
+            raise InvalidDistribution(f"{where}: entry {i} is {x!r}")
+        return Fraction(x)
+    if isinstance(x, str):
+        try:
+            return Fraction(x.strip())
+        except (ValueError, ZeroDivisionError):
+            raise InvalidDistribution(f"{where}: entry {i} is the string {x!r}, not a rational like '3/5'") from None
+    raise InvalidDistribution(f"{where}: entry {i} is {x!r} of type {t.__name__}, not a number")
+
+
+def to_law(values: Any, vocab: int, *, where: str = "law", exact_floats: bool = False) -> tuple[Fraction, ...]:
+    """Validate ``values`` as a law over ``vocab`` tokens and return it as a tuple of Fractions.
+
+    Checks the length, that no entry is negative, NaN or infinite, and that the entries sum to
+    exactly 1. Floats are refused unless ``exact_floats`` (then each float becomes the rational
+    it is exactly, so ``0.1`` is ``3602879701896397/36028797018963968``).
+
+    >>> to_law(("1/4", 0.75), 2, exact_floats=True)
+    (Fraction(1, 4), Fraction(3, 4))
+    >>> to_law((1, 0, 0), 2, where="model m, context (0,)")
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.InvalidDistribution: model m, context (0,): law has 3 entries, expected vocab = 2
+    """
+    if isinstance(values, Mapping):
+        raise InvalidDistribution(f"{where}: expected a sequence of {vocab} probabilities, got a mapping")
+    try:
+        seq = list(values)
+    except TypeError:
+        raise InvalidDistribution(f"{where}: expected a sequence of {vocab} probabilities, got {values!r}") from None
+    if len(seq) != vocab:
+        raise InvalidDistribution(f"{where}: law has {len(seq)} entries, expected vocab = {vocab}")
+    law = tuple(_entry(x, i, where, exact_floats) for i, x in enumerate(seq))
+    for i, x in enumerate(law):
+        if x < 0:
+            raise InvalidDistribution(f"{where}: entry {i} is negative ({x})")
+    total = sum(law)
+    if total != 1:
+        shown = "(" + ", ".join(str(x) for x in law) + ")"
+        raise InvalidDistribution(f"{where}: law {shown} sums to {total}, not exactly 1")
+    return law
+
+
+def normalize(v: Sequence[Any]) -> tuple:
+    """Scale non-negative weights to sum to 1 (exact for Fractions and ints).
+
+    >>> normalize((0, 1, 3))
+    (Fraction(0, 1), Fraction(1, 4), Fraction(3, 4))
+    >>> normalize((0, 0))
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.InvalidDistribution: cannot normalise (0, 0): its total mass is 0
+    """
+    s = sum(v)
+    if s == 0:
+        raise InvalidDistribution(f"cannot normalise {tuple(v)}: its total mass is 0")
+    if s == 1:
+        return tuple(v)
+    if type(s) is int:
+        return tuple(Fraction(x, s) for x in v)
+    return tuple(x / s for x in v)
+
+
+def positive_part(v: Iterable[Any]) -> tuple:
+    """Elementwise ``max(0, x)``.
+
+    >>> positive_part((1, -2, 0))
+    (1, 0, 0)
+    """
+    return tuple(x if x > 0 else 0 for x in v)
+
+
+def residual(p: Sequence[Any], q: Sequence[Any]) -> tuple:
+    """The rejection law ``norm(max(0, p - q))`` of speculative sampling (memoised by identity).
+
+    >>> from fractions import Fraction as F
+    >>> residual((F(1, 2), F(1, 2), 0), (F(1, 4), F(1, 4), F(1, 2)))
+    (Fraction(1, 2), Fraction(1, 2), Fraction(0, 1))
+    """
+    return memoised("residual", p, q, lambda: normalize([a - b if a > b else 0 for a, b in zip(p, q)]))
+
+
+def memoised(tag: str, a: Any, b: Any, compute: Callable[[], Any]) -> Any:
+    """Memoise ``compute()`` by ``tag`` and the identities of ``a`` and ``b`` (kept alive by the memo).
+
+    Rule writers use it for laws derived from the step's laws (which are shared objects).
+
+    >>> p = (1, 0)
+    >>> memoised("double", p, None, lambda: tuple(2 * x for x in p))
+    (2, 0)
+    """
+    key = (tag, id(a), id(b))
+    hit = _RESIDUALS.get(key)
+    if hit is not None and hit[0] is a and hit[1] is b:
+        return hit[2]
+    value = compute()
+    if len(_RESIDUALS) >= _RESIDUAL_LIMIT:
+        _RESIDUALS.clear()
+    _RESIDUALS[key] = (a, b, value)
+    return value
+
+
+def argmax(p: Sequence[Any]) -> int:
+    """Index of the largest entry; ties resolve to the lowest token id.
+
+    >>> argmax((1, 3, 3))
+    1
+    """
+    best, best_i = p[0], 0
+    for i in range(1, len(p)):
+        if p[i] > best:
+            best, best_i = p[i], i
+    return best_i
+
+
+def point_mass(vocab: int, token: int, one: Any = 1, zero: Any = 0) -> tuple:
+    """The law that puts all mass on ``token``.
+
+    >>> point_mass(3, 1)
+    (0, 1, 0)
+    """
+    return tuple(one if i == token else zero for i in range(vocab))
+
+
+def acceptance(p: Sequence[Any], q: Sequence[Any]) -> Any:
+    """``sum(min(p, q))``: the per-position acceptance rate of speculative sampling.
+
+    >>> from fractions import Fraction as F
+    >>> acceptance((F(3, 5), F(2, 5)), (F(1, 2), F(1, 2)))
+    Fraction(9, 10)
+    """
+    return sum(a if a < b else b for a, b in zip(p, q))
+
+
+def total_variation(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> Any:
+    """``1/2 * sum |a(x) - b(x)|`` over the union of supports of two laws given as dicts.
+
+    >>> from fractions import Fraction as F
+    >>> total_variation({0: F(4, 5), 1: F(1, 5)}, {0: F(3, 5), 1: F(2, 5)})
+    Fraction(1, 5)
+    """
+    total = 0
+    for k, v in a.items():
+        w = b.get(k, 0)
+        total += v - w if v > w else w - v
+    for k, w in b.items():
+        if k not in a:
+            total += w if w > 0 else -w
+    return total / 2 if not isinstance(total, int) else Fraction(total, 2)

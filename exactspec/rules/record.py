@@ -1,0 +1,92 @@
+"""The :class:`Rule` record: a verification function plus what it claims and where it comes from.
+
+>>> r = Rule(lambda step, rng: [step.draft(0)], name="keep_first", claim="biased")
+>>> r.name, r.family, r.claim
+('keep_first', 'chain', 'biased')
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..errors import ExactSpecError
+
+__all__ = ["Rule", "CLAIMS", "FAMILIES", "as_rule", "rule"]
+
+CLAIMS = ("lossless", "lossless-greedy", "biased", "declared-target")
+FAMILIES = ("chain", "tree")
+
+
+class Rule:
+    """A verifier ``fn(step, rng)`` that yields (or returns) the tokens it emits, with its record.
+
+    ``claim`` is one of ``lossless`` (output law == target's sampling law), ``lossless-greedy``
+    (== the target's greedy sequence), ``biased`` and ``declared-target`` (== a declared law).
+    ``closed_form``, when present, computes the same step law without the rng (faster); a test
+    must show the two agree.
+    """
+
+    def __init__(self, fn: Callable, *, name: str | None = None, family: str = "chain", claim: str = "lossless",
+                 description: str = "", reference: str = "", closed_form: Callable | None = None,
+                 params: dict[str, Any] | None = None) -> None:
+        if not callable(fn):
+            raise ExactSpecError(f"a rule must be callable as fn(step, rng), got {fn!r}")
+        if claim not in CLAIMS:
+            raise ExactSpecError(f"rule claim must be one of {', '.join(CLAIMS)}, got {claim!r}")
+        if family not in FAMILIES:
+            raise ExactSpecError(f"rule family must be one of {', '.join(FAMILIES)}, got {family!r}")
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "rule")
+        self.family, self.claim = family, claim
+        doc = (getattr(fn, "__doc__", None) or "").strip().splitlines()
+        self.description = description or (doc[0] if doc else "")
+        self.reference = reference
+        self.closed_form = closed_form
+        self.params = dict(params or {})
+
+    def __call__(self, step: Any, rng: Any) -> Any:
+        return self.fn(step, rng)
+
+    @property
+    def decoding(self) -> str:
+        """The decoding whose law the claim is about (``greedy`` for lossless-greedy rules)."""
+        return "greedy" if self.claim == "lossless-greedy" else "sample"
+
+    def without_closed_form(self) -> "Rule":
+        """The same rule forced through the generic rng enumeration."""
+        return Rule(self.fn, name=self.name, family=self.family, claim=self.claim, description=self.description,
+                    reference=self.reference, params=self.params)
+
+    def __repr__(self) -> str:
+        return f"<rule {self.name}: {self.family}, claim {self.claim}>"
+
+
+def as_rule(obj: Any) -> Rule:
+    """Turn a plain function ``fn(step, rng)`` into a :class:`Rule` (claim ``lossless``); keep a Rule.
+
+    >>> as_rule(lambda step, rng: [0]).claim
+    'lossless'
+    """
+    if isinstance(obj, Rule):
+        return obj
+    if isinstance(obj, str):
+        from . import get
+        return get(obj)
+    if callable(obj):
+        return Rule(obj)
+    raise ExactSpecError(f"rule must be a Rule, a function fn(step, rng) or a catalog name, got {obj!r}")
+
+
+def rule(*, claim: str = "lossless", family: str = "chain", name: str | None = None, description: str = "",
+         reference: str = "") -> Callable[[Callable], Rule]:
+    """Decorator declaring a user's rule and its claim.
+
+    >>> @rule(claim="biased")
+    ... def first_draft_only(step, rng):
+    ...     yield step.draft(0)
+    >>> first_draft_only.claim
+    'biased'
+    """
+    def wrap(fn: Callable) -> Rule:
+        return Rule(fn, name=name, family=family, claim=claim, description=description, reference=reference)
+    return wrap

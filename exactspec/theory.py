@@ -1,0 +1,103 @@
+"""Leviathan et al.'s closed forms: tokens per step, wall-clock speed-up, arithmetic cost, optimal gamma.
+
+All functions are exact on rationals (ints, Fractions, "p/q" strings) and also accept floats.
+``a`` is the acceptance rate ``sum(min(p, q))``, ``c`` the cost of a draft call relative to a
+target call.
+
+>>> from fractions import Fraction as F
+>>> expected_tokens(F(9, 10), 1)
+Fraction(19, 10)
+>>> optimal_gamma(F(4, 5), F(1, 20))
+8
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any, Sequence
+
+from .errors import ExactSpecError
+from .laws import acceptance
+
+__all__ = ["acceptance_rate", "expected_tokens", "speedup", "arithmetic_factor", "optimal_gamma"]
+
+
+def _num(x: Any, name: str, lo: Any = 0, hi: Any = None) -> Any:
+    if isinstance(x, str):
+        try:
+            x = Fraction(x)
+        except (ValueError, ZeroDivisionError):
+            raise ExactSpecError(f"{name} = {x!r} is not a number") from None
+    if isinstance(x, bool) or not isinstance(x, (int, float, Fraction)):
+        raise ExactSpecError(f"{name} must be a number, got {x!r}")
+    if x < lo or (hi is not None and x > hi):
+        raise ExactSpecError(f"{name} = {x} must lie in [{lo}, {'inf' if hi is None else hi}]")
+    return x
+
+
+def _gamma(g: Any) -> int:
+    if isinstance(g, bool) or not isinstance(g, int) or g < 0:
+        raise ExactSpecError(f"gamma must be an int >= 0, got {g!r}")
+    return g
+
+
+def acceptance_rate(p: Sequence[Any], q: Sequence[Any]) -> Any:
+    """``a = sum(min(p, q)) = 1 - TV(p, q)``: the chance one draft is accepted.
+
+    >>> acceptance_rate((Fraction(3, 5), Fraction(2, 5)), (Fraction(1, 2), Fraction(1, 2)))
+    Fraction(9, 10)
+    """
+    return acceptance(p, q)
+
+
+def expected_tokens(a: Any, gamma: int) -> Any:
+    """Expected tokens per target call, ``(1 - a**(gamma+1)) / (1 - a)`` (``gamma + 1`` when a = 1).
+
+    >>> expected_tokens(1, 4), expected_tokens(0, 4)
+    (5, Fraction(1, 1))
+    """
+    a, g = _num(a, "a", 0, 1), _gamma(gamma)
+    if a == 1:
+        return g + 1
+    if isinstance(a, int):
+        a = Fraction(a)
+    return (1 - a ** (g + 1)) / (1 - a)
+
+
+def speedup(a: Any, gamma: int, c: Any) -> Any:
+    """Expected wall-clock improvement ``(1 - a**(g+1)) / ((1 - a)(g*c + 1))``.
+
+    >>> speedup(Fraction(4, 5), 4, Fraction(1, 20))
+    Fraction(2101, 750)
+    """
+    c = _num(c, "c", 0)
+    den = gamma * c + 1
+    return expected_tokens(a, gamma) / (den if not isinstance(den, int) else Fraction(den))
+
+
+def arithmetic_factor(a: Any, gamma: int, c_hat: Any) -> Any:
+    """Expected factor by which arithmetic operations grow: ``(g*c_hat + g + 1) / E[tokens]``.
+
+    ``c_hat`` is the draft's arithmetic operations per token relative to the target's.
+
+    >>> arithmetic_factor(Fraction(1, 2), 1, 0)
+    Fraction(4, 3)
+    """
+    c_hat = _num(c_hat, "c_hat", 0)
+    g = _gamma(gamma)
+    num = g * c_hat + g + 1
+    return (num if not isinstance(num, int) else Fraction(num)) / expected_tokens(a, g)
+
+
+def optimal_gamma(a: Any, c: Any, *, max_gamma: int = 64) -> int:
+    """The ``gamma`` in ``1..max_gamma`` with the largest :func:`speedup` (ties to the smallest).
+
+    >>> optimal_gamma(Fraction(1, 2), Fraction(1, 2))
+    1
+    """
+    best, best_g = None, 1
+    for g in range(1, _gamma(max_gamma) + 1):
+        s = speedup(a, g, c)
+        if best is None or s > best:
+            best, best_g = s, g
+    return best_g
