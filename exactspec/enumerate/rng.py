@@ -133,11 +133,11 @@ class PathRng:
         >>> PathRng((), 1, get_field(), [], {}).categorical((0, F(1, 2), F(1, 2)))
         1
         """
-        if self._pos < self._n:
-            return self._replayed("categorical", int)
         support = self._support(law)
         if len(support) == 1:
             return support[0][0]
+        if self._pos < self._n:
+            return self._replayed("categorical", int)
         return self._fork("categorical", support)
 
     def bernoulli(self, prob: Any) -> bool:
