@@ -41,7 +41,7 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
           prompt: Sequence[int] = (), tokens: int = 1, decoding: str | None = None,
           field: str | Field = "fraction", precision: int | None = None, tolerance: Any = None,
           expected: Model | None = None, budget: Budget | None = None, closed_form: bool = True,
-          worst: int = 5) -> AuditReport:
+          worst: int = 5, backend: str = "auto") -> AuditReport:
     """Compute the exact law of the first ``tokens`` tokens emitted after ``prompt`` and compare it.
 
     ``rule`` is a catalog rule, its name, or a function ``fn(step, rng)``; ``proposer`` defaults
@@ -49,6 +49,8 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     (``decoding="sample"``), its greedy sequence (``"greedy"``), or the law of ``expected`` (a
     declared target model). ``decoding=None`` picks ``"greedy"`` for ``lossless-greedy`` rules
     and ``"sample"`` otherwise. ``closed_form=False`` forces the generic rng enumeration.
+    ``backend`` picks the fraction field's rational type ("auto": gmpy2 when installed, else
+    Fraction; "python": always Fraction); reports always hold Fractions, identical either way.
 
     >>> import exactspec as es
     >>> from fractions import Fraction as F
@@ -85,7 +87,7 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
         raise ExactSpecError("expected= declares a sampling law; it cannot be combined with decoding='greedy'")
     if isinstance(worst, bool) or not isinstance(worst, int) or worst < 0:
         raise ExactSpecError(f"worst must be an int >= 0, got {worst!r}")
-    fld = get_field(field, precision=precision, tolerance=tolerance)
+    fld = get_field(field, precision=precision, tolerance=tolerance, backend=backend)
     prompt_t = _prompt(prompt, target.vocab)
 
     engine = Engine(rule_obj, proposer, target, draft, fld, budget=budget, closed_form=closed_form)
@@ -100,6 +102,11 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
         ref = expected if expected is not None else target
         exp = target_law(ref, prompt_t, tokens, fld, [ref.order])
     tv = total_variation(output, exp)
+    ex = fld.export
+    if ex(fld.one) is not fld.one:  # hand users Fractions whatever rational type computed them
+        output = {k: ex(v) for k, v in output.items()}
+        exp = {k: ex(v) for k, v in exp.items()}
+        tv, tpc, calls = ex(tv), ex(tpc), ex(calls)
     instance = {"vocab": target.vocab, "proposer": proposer.describe(), "prompt": list(prompt_t), "tokens": tokens,
                 "decoding": decoding, "target": target.name, "draft": None if draft is None else draft.name}
     if expected is not None:

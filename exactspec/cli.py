@@ -39,7 +39,7 @@ def _tv_text(report: Any) -> str:
 
 
 def _budget(args: Any) -> Budget:
-    return Budget(seconds=args.time_limit) if args.time_limit else Budget()
+    return Budget(seconds=args.time_limit) if args.time_limit is not None else Budget()
 
 
 def _cmd_check(args: Any) -> int:
@@ -77,7 +77,12 @@ def _cmd_check(args: Any) -> int:
 
 def _cmd_audit(args: Any) -> int:
     rule = get(args.rule)
-    prompt = None if args.prompt is None else tuple(int(t) for t in args.prompt.replace(",", " ").split())
+    prompt = None
+    if args.prompt is not None:
+        try:
+            prompt = tuple(int(t) for t in args.prompt.replace(",", " ").split())
+        except ValueError:
+            raise ExactSpecError(f"--prompt must be token ids like '0 1', got {args.prompt!r}") from None
     inst = make_instance(vocab=args.vocab, order=args.order, gamma=args.gamma, tokens=args.tokens, seed=args.seed,
                          sampling=args.sampling, claim=args.claim, prompt=prompt)
     rep = audit(target=inst.target, draft=inst.draft, proposer=inst.proposer, rule=rule, prompt=inst.prompt,

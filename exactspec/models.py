@@ -181,7 +181,7 @@ class _Random(Model):
         super().__init__(vocab, order, f"random_table(seed={seed!r})")
         if isinstance(max_weight, bool) or not isinstance(max_weight, int) or max_weight < 1:
             raise ExactSpecError(f"max_weight must be a positive int, got {max_weight!r}")
-        if not 0 <= zero_prob < 1:
+        if isinstance(zero_prob, bool) or not isinstance(zero_prob, (int, float)) or not 0 <= zero_prob < 1:
             raise ExactSpecError(f"zero_prob must lie in [0, 1), got {zero_prob!r}")
         self.seed, self.max_weight, self.zero_prob = seed, max_weight, zero_prob
 
@@ -231,7 +231,12 @@ def perturbed(base: Model, *, seed: Any = 1, strength: Any = Fraction(1, 2), max
     """
     if not isinstance(base, Model):
         raise ExactSpecError(f"perturbed needs a Model, got {base!r}")
-    s = Fraction(strength) if not isinstance(strength, float) else None
+    if isinstance(max_weight, bool) or not isinstance(max_weight, int) or max_weight < 1:
+        raise ExactSpecError(f"max_weight must be a positive int, got {max_weight!r}")
+    try:
+        s = None if isinstance(strength, (float, bool)) else Fraction(strength)
+    except (TypeError, ValueError, ZeroDivisionError):
+        s = None
     if s is None or not 0 <= s <= 1:
         raise ExactSpecError(f"strength must be a rational in [0, 1], got {strength!r}")
     return _Perturbed(base, seed, s, max_weight)

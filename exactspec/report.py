@@ -80,7 +80,7 @@ class AuditReport:
     @property
     def worst(self) -> list[Outcome]:
         """The outcomes with the largest ``|output - expected|`` (ties by token order)."""
-        zero = self.field.zero
+        zero = 0
         keys = set(self.output) | set(self.expected)
         rows = [Outcome(k, self.output.get(k, zero), self.expected.get(k, zero)) for k in keys]
         rows.sort(key=lambda o: (-abs(o.output - o.expected), o.tokens))

@@ -30,6 +30,8 @@ def _num(x: Any, name: str, lo: Any = 0, hi: Any = None) -> Any:
             raise ExactSpecError(f"{name} = {x!r} is not a number") from None
     if isinstance(x, bool) or not isinstance(x, (int, float, Fraction)):
         raise ExactSpecError(f"{name} must be a number, got {x!r}")
+    if x != x:
+        raise ExactSpecError(f"{name} is NaN")
     if x < lo or (hi is not None and x > hi):
         raise ExactSpecError(f"{name} = {x} must lie in [{lo}, {'inf' if hi is None else hi}]")
     return x
@@ -71,7 +73,7 @@ def speedup(a: Any, gamma: int, c: Any) -> Any:
     Fraction(2101, 750)
     """
     c = _num(c, "c", 0)
-    den = gamma * c + 1
+    den = _gamma(gamma) * c + 1
     return expected_tokens(a, gamma) / (den if not isinstance(den, int) else Fraction(den))
 
 
@@ -95,8 +97,10 @@ def optimal_gamma(a: Any, c: Any, *, max_gamma: int = 64) -> int:
     >>> optimal_gamma(Fraction(1, 2), Fraction(1, 2))
     1
     """
+    if _gamma(max_gamma) < 1:
+        raise ExactSpecError(f"max_gamma must be >= 1, got {max_gamma}")
     best, best_g = None, 1
-    for g in range(1, _gamma(max_gamma) + 1):
+    for g in range(1, max_gamma + 1):
         s = speedup(a, g, c)
         if best is None or s > best:
             best, best_g = s, g

@@ -88,25 +88,36 @@ class ChainStep:
 class ChainLaws:
     """The laws of one chain step by drafted prefix, for closed-form step laws (no rng)."""
 
-    __slots__ = ("gamma", "vocab", "env", "context", "_sample", "_point")
+    __slots__ = ("gamma", "vocab", "env", "context", "_sample", "_point", "_p", "_q")
 
     def __init__(self, proposer: "ChainProposer", env: Any, context: tuple) -> None:
         self.gamma, self.vocab, self.env, self.context = proposer.gamma, env.vocab, env, context
         self._sample = proposer.sampling == "sample"
         self._point = proposer.claim == "point_mass"
+        self._p: dict[tuple, tuple] = {}
+        self._q: dict[tuple, tuple] = {}
+
+    def _draft_law(self, prefix: tuple) -> tuple:
+        q = self._q.get(prefix)
+        if q is None:
+            q = self._q[prefix] = self.env.q(self.context + prefix)
+        return q
 
     def sampling(self, prefix: tuple) -> tuple:
         """The law the next draft is really drawn from, after ``prefix``."""
-        q = self.env.q(self.context + prefix)
+        q = self._draft_law(prefix)
         return q if self._sample else self.env.point_mass(self.env.argmax(q))
 
     def claimed(self, prefix: tuple, x: int) -> tuple:
         """The law the verifier is told draft ``x`` (after ``prefix``) came from."""
-        return self.env.point_mass(x) if self._point else self.env.q(self.context + prefix)
+        return self.env.point_mass(x) if self._point else self._draft_law(prefix)
 
     def target(self, prefix: tuple) -> tuple:
         """The target law after ``prefix``."""
-        return self.env.p(self.context + prefix)
+        p = self._p.get(prefix)
+        if p is None:
+            p = self._p[prefix] = self.env.p(self.context + prefix)
+        return p
 
 
 class ChainProposer:

@@ -37,7 +37,7 @@ class ModelView:
         if law is None:
             exact = self.model(key)
             conv = self.field.convert
-            law = exact if self.field.name == "fraction" else tuple(conv(x) for x in exact)
+            law = exact if self.field.native else tuple(conv(x) for x in exact)
             self._cache[key] = law
         return law
 

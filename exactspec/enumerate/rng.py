@@ -8,14 +8,13 @@ uniform's current interval) consume no choice, so replays stay aligned.
 
 >>> from fractions import Fraction as F
 >>> from exactspec.fields import get_field
->>> law = enumerate_program(lambda rng: rng.categorical((F(1, 4), F(3, 4))), get_field())
+>>> law = enumerate_program(lambda rng: rng.categorical((F(1, 4), F(3, 4))), get_field(backend="python"))
 >>> law == {0: F(1, 4), 1: F(3, 4)}
 True
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable
 
 from ..errors import ExactSpecError, InvalidDistribution, UnsupportedRandomness
@@ -33,7 +32,7 @@ class PathRng:
 
     >>> from exactspec.fields import get_field
     >>> stack = []
-    >>> rng = PathRng((), 1, get_field(), stack, {})
+    >>> rng = PathRng((), 1, get_field(backend="python"), stack, {})
     >>> rng.bernoulli(__import__("fractions").Fraction(1, 3)), len(stack)
     (True, 1)
     """
@@ -130,7 +129,7 @@ class PathRng:
 
         >>> from fractions import Fraction as F
         >>> from exactspec.fields import get_field
-        >>> PathRng((), 1, get_field(), [], {}).categorical((0, F(1, 2), F(1, 2)))
+        >>> PathRng((), 1, get_field(backend="python"), [], {}).categorical((0, F(1, 2), F(1, 2)))
         1
         """
         support = self._support(law)
@@ -144,7 +143,7 @@ class PathRng:
         """Return True with probability ``prob``.
 
         >>> from exactspec.fields import get_field
-        >>> PathRng((), 1, get_field(), [], {}).bernoulli(1)
+        >>> PathRng((), 1, get_field(backend="python"), [], {}).bernoulli(1)
         True
         """
         prob = self._field.check(prob, "the probability passed to rng.bernoulli")
@@ -164,7 +163,7 @@ class PathRng:
         >>> from fractions import Fraction as F
         >>> from exactspec.fields import get_field
         >>> stack = []
-        >>> u = PathRng((), 1, get_field(), stack, {}).uniform()
+        >>> u = PathRng((), 1, get_field(backend="python"), stack, {}).uniform()
         >>> (u < F(1, 3)), stack[0][1]
         (True, Fraction(2, 3))
         """
@@ -201,8 +200,8 @@ class _Cell:
 
 
 def _where() -> str:
-    frame = sys._getframe(2)
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    """``file:line`` of the rule's own code that used the uniform."""
+    return _caller(3)
 
 
 class Uniform:
@@ -328,7 +327,7 @@ def enumerate_program(program: Callable[[PathRng], Any], field: Field) -> dict:
     >>> def two_coins(rng):
     ...     u = rng.uniform()
     ...     return (u < F(1, 2), u < F(3, 4))   # one shared uniform, compared twice
-    >>> sorted(enumerate_program(two_coins, get_field()).items())
+    >>> sorted(enumerate_program(two_coins, get_field(backend="python")).items())
     [((False, False), Fraction(1, 4)), ((False, True), Fraction(1, 4)), ((True, True), Fraction(1, 2))]
     """
     law: dict = {}

@@ -4,7 +4,7 @@
 >>> from exactspec.enumerate.env import Env
 >>> from exactspec.fields import get_field
 >>> p, q = es.models.context_free(("3/5", "2/5")), es.models.context_free(("1/2", "1/2"))
->>> env = Env(p, q, get_field())
+>>> env = Env(p, q, get_field(backend="python"))
 >>> law = StepEnumerator(es.rules.greedy_match_sampled, es.drafts.chain(1), env).law((), 1)
 >>> sorted(law.items())
 [((0,), Fraction(4, 5)), ((1,), Fraction(1, 5))]
@@ -57,12 +57,18 @@ class Meter:
                 "seconds": round(time.perf_counter() - self.start, 3)}
 
     def tick(self) -> None:
-        self.paths += 1
+        """Count one more branch, or raise BudgetExceeded if the paths or time budget is spent."""
         b = self.budget
-        if b.paths is not None and self.paths > b.paths:
+        if b.paths is not None and self.paths >= b.paths:
             raise BudgetExceeded("paths", b.paths, covered=self.covered())
-        if self.deadline is not None and not self.paths & 255 and time.perf_counter() > self.deadline:
-            raise BudgetExceeded("seconds", b.seconds, covered=self.covered())
+        self.paths += 1
+        if self.deadline is not None and not self.paths & 255:
+            self.check_time()
+
+    def check_time(self) -> None:
+        """Raise BudgetExceeded if the time budget is spent."""
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            raise BudgetExceeded("seconds", self.budget.seconds, covered=self.covered())
 
 
 def _token(tok: Any, vocab: int, name: str) -> int:

@@ -7,7 +7,7 @@ memoised the same way and each step is cut at the horizon ``r``.
 >>> import exactspec as es
 >>> from exactspec.fields import get_field
 >>> p, q = es.models.context_free(("3/5", "2/5")), es.models.context_free(("1/2", "1/2"))
->>> eng = Engine(es.rules.speculative_sampling, es.drafts.chain(2), p, q, get_field())
+>>> eng = Engine(es.rules.speculative_sampling, es.drafts.chain(2), p, q, get_field(backend="python"))
 >>> law, calls = eng.output((), 2)
 >>> law == {(0, 0): F(9, 25), (0, 1): F(6, 25), (1, 0): F(6, 25), (1, 1): F(4, 25)}
 True
@@ -65,6 +65,7 @@ class Engine:
                 e = e[:horizon]
                 law[e] = law.get(e, 0) + w
         elif self.use_closed_form:
+            self.meter.check_time()
             self.meter.steps += 1
             law = self.rule.closed_form(self.proposer.laws(self.env, key), horizon)
         else:
@@ -81,6 +82,7 @@ class Engine:
         hit = self._out_memo.get(key)
         if hit is not None:
             return hit
+        self.meter.check_time()
         law: dict = {}
         get = law.get
         calls: Any = 1
@@ -100,6 +102,12 @@ class Engine:
     def tokens_per_call(self, prompt: tuple) -> Any:
         """Exact expected number of tokens the first step from ``prompt`` emits (uncut)."""
         total: Any = 0
+        if self.use_closed_form:
+            self.meter.steps += 1
+            by_length = self.rule.closed_form(self.proposer.laws(self.env, self.key(tuple(prompt))), None, lengths=True)
+            for n, w in by_length.items():
+                total += n * w
+            return total
         for e, w in self.step_law(tuple(prompt), None).items():
             total += len(e) * w
         return total
@@ -113,7 +121,7 @@ def target_law(target: Model, prompt: tuple, tokens: int, field: Field, orders: 
 
     >>> import exactspec as es
     >>> from exactspec.fields import get_field
-    >>> sorted(target_law(es.models.context_free(("1/4", "3/4")), (), 2, get_field()).values())
+    >>> sorted(target_law(es.models.context_free(("1/4", "3/4")), (), 2, get_field(backend="python")).values())
     [Fraction(1, 16), Fraction(3, 16), Fraction(3, 16), Fraction(9, 16)]
     """
     from .env import ModelView

@@ -63,8 +63,8 @@ def _bonus_p(laws: Any, prefix: tuple) -> tuple:
 
 
 def _cf(accept: Any, reject: Any, bonus: Any) -> Any:
-    def closed_form(laws: Any, horizon: int | None) -> dict:
-        return chain_step_law(laws, horizon, accept, reject, bonus)
+    def closed_form(laws: Any, horizon: int | None, lengths: bool = False) -> dict:
+        return chain_step_law(laws, horizon, accept, reject, bonus, lengths=lengths)
     return closed_form
 
 
@@ -103,7 +103,7 @@ greedy_match = Rule(
     _greedy_match, name="greedy_match", claim="lossless-greedy",
     description="accept while x_j == argmax p_j; at the first mismatch emit argmax p_j; all accepted: "
                 "argmax p_gamma",
-    reference="greedy speculative decoding (Leviathan et al. 2023, section 2.3; transformers assisted generation)",
+    reference="greedy speculative decoding at temperature 0 (Leviathan et al. 2023; transformers assisted generation)",
     closed_form=_cf(_gm_accept, _gm_reject, _gm_bonus))
 
 
@@ -127,7 +127,8 @@ greedy_match_sampled = Rule(
     _greedy_match_sampled, name="greedy_match_sampled", claim="biased",
     description="the greedy test while sampling: accept iff x_j == argmax p_j, else emit a sample of p_j; "
                 "bonus from p_gamma",
-    reference="greedy acceptance used under sampling, reported in public MLX and SGLang speculative-decoding ports",
+    reference="argmax acceptance used at temperature > 0: lablup/mlxcel#902 (an MLX engine); SGLang's EAGLE "
+              "verify taking the argmax branch under sampling, sgl-project/sglang#39253",
     closed_form=_cf(_gm_accept, _target_law, _bonus_p))
 
 
@@ -147,7 +148,8 @@ def _resample_from_target(step: Any, rng: Any) -> Iterator[int]:
 resample_from_target = Rule(
     _resample_from_target, name="resample_from_target", claim="biased",
     description="speculative_sampling, but a rejection emits a sample of p_j instead of the residual",
-    reference="an early vLLM rejection-sampler draft (vllm-project/vllm, rejection sampler review)",
+    reference="resampling from the target instead of the residual: ShopeeLLM/Spec-RL#14 (kept on purpose there); "
+              "the pattern the issue attributes to an early vLLM draft (no public thread found)",
     closed_form=_cf(_ss_accept, _target_law, _bonus_p))
 
 
@@ -180,7 +182,7 @@ stale_draft_probs = Rule(
     _stale_draft_probs, name="stale_draft_probs", claim="biased",
     description="off-by-one: position j >= 1 uses the claimed law of position j-1 in the ratio and the "
                 "residual (invisible on context-free models)",
-    reference="off-by-one indexing of draft probabilities in speculative samplers",
+    reference="off-by-one indexing of draft probabilities (a classic refactor bug; no single public report)",
     closed_form=_cf(_stale_accept, _stale_reject, _bonus_p))
 
 
@@ -205,7 +207,7 @@ def _ufd_accept(laws: Any, prefix: tuple, x: int) -> Any:
 unverified_first_draft = Rule(
     _unverified_first_draft, name="unverified_first_draft", claim="biased",
     description="the first draft is always accepted; the rest are verified as in speculative_sampling",
-    reference="loop starting at the second draft position",
+    reference="a verification loop starting at the second draft position (illustrative misuse)",
     closed_form=_cf(_ufd_accept, _ss_reject, _bonus_p))
 
 
@@ -257,7 +259,8 @@ tiny_clamp_residual = Rule(
     _tiny_clamp_residual, name="tiny_clamp_residual", claim="biased",
     description="the residual is norm(max(tiny, p_j - q_j)) with tiny = 2**-126 (float32's smallest normal): "
                 "biased by about 1e-38",
-    reference="vLLM v0 rejection sampler, recovered probabilities clamped at torch.finfo(float32).tiny",
+    reference="vLLM v0 vllm/model_executor/layers/rejection_sampler.py, _get_recovered_probs clamps "
+              "target - draft at torch.finfo(float32).tiny (introduced in vllm-project/vllm#2336)",
     closed_form=_cf(_ss_accept, _tiny_reject, _bonus_p))
 
 
@@ -287,8 +290,8 @@ sample_and_match = Rule(
     _sample_and_match, name="sample_and_match", claim="lossless",
     description="the target samples its own token at each position and keeps the draft while they match; "
                 "at the first mismatch it emits its own token; bonus from p_gamma",
-    reference="target-sample matching verification (public reports disagree on whether it is lossless; "
-              "the exact engine settles it)",
+    reference="target-sample matching: argued lossless in lablup/mlxcel#992 and ml-explore/mlx-lm#1709, called "
+              "biased in ml-explore/mlx-swift-lm#459; for one chain the exact engine finds it lossless",
     closed_form=_cf(_sm_accept, _sm_reject, _bonus_p))
 
 
@@ -331,7 +334,8 @@ def ensemble(weight: Any = Fraction(1, 2)) -> Rule:
     return Rule(
         _ensemble, name=f"ensemble({w})", claim="biased" if w != 1 else "lossless",
         description=f"relaxed acceptance min(1, 1 - w + w*p/q) with w = {w}, standard residual, bonus from p",
-        reference="transformers assisted generation, assistant ensemble weight (relaxed acceptance)",
+        reference="transformers _speculative_sampling with assistant_ensemble_weight "
+                  "(huggingface/transformers#45865, PR #45979)",
         closed_form=_cf(_accept, _ss_reject, _bonus_p), params={"weight": w})
 
 

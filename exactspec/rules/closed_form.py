@@ -9,7 +9,7 @@ rng form, branch for branch.
 >>> import exactspec as es
 >>> from exactspec.enumerate.env import Env
 >>> from exactspec.fields import get_field
->>> env = Env(es.models.context_free(("3/5", "2/5")), es.models.context_free(("1/2", "1/2")), get_field())
+>>> env = Env(es.models.context_free(("3/5", "2/5")), es.models.context_free(("1/2", "1/2")), get_field(backend="python"))
 >>> laws = es.drafts.chain(1).laws(env, ())
 >>> sorted(es.rules.speculative_sampling.closed_form(laws, 1).items())
 [((0,), Fraction(3, 5)), ((1,), Fraction(2, 5))]
@@ -26,8 +26,12 @@ Reject = Callable[[Any, tuple, int], tuple]
 Bonus = Callable[[Any, tuple], "tuple | None"]
 
 
-def chain_step_law(laws: Any, horizon: int | None, accept: Accept, reject: Reject, bonus: Bonus) -> dict:
+def chain_step_law(laws: Any, horizon: int | None, accept: Accept, reject: Reject, bonus: Bonus, *,
+                   lengths: bool = False) -> dict:
     """The law of one chain step's emitted tokens (cut at ``horizon``) from per-position pieces.
+
+    With ``lengths=True`` it returns the law of the number of emitted tokens instead (the
+    emitted token after a rejection or at the bonus is never expanded).
 
     ``accept(laws, prefix, x)``: probability of accepting draft ``x`` after accepted ``prefix``;
     ``reject(laws, prefix, x)``: law of the token emitted when ``x`` is rejected (identical
@@ -44,7 +48,10 @@ def chain_step_law(laws: Any, horizon: int | None, accept: Accept, reject: Rejec
         if j == gamma:
             b = bonus(laws, prefix)
             if b is None:
-                out[prefix] = get(prefix, 0) + w
+                k = j if lengths else prefix
+                out[k] = get(k, 0) + w
+            elif lengths:
+                out[j + 1] = get(j + 1, 0) + w
             else:
                 for y, py in enumerate(b):
                     if py:
@@ -60,7 +67,8 @@ def chain_step_law(laws: Any, horizon: int | None, accept: Accept, reject: Rejec
                 nxt = prefix + (x,)
                 wa = w * sx if a == 1 else w * sx * a
                 if j + 1 >= cap:
-                    out[nxt] = get(nxt, 0) + wa
+                    k = j + 1 if lengths else nxt
+                    out[k] = get(k, 0) + wa
                 else:
                     stack.append((nxt, wa))
             if a != 1:
@@ -71,6 +79,11 @@ def chain_step_law(laws: Any, horizon: int | None, accept: Accept, reject: Rejec
                     groups[id(rl)] = [rl, m]
                 else:
                     g[1] += m
+        if lengths:
+            if groups:
+                mass = sum(m for _, m in groups.values())
+                out[j + 1] = get(j + 1, 0) + w * mass
+            continue
         for rl, m in groups.values():
             wm = w * m
             for y, py in enumerate(rl):
