@@ -144,25 +144,36 @@ class AuditReport:
                    target_calls=p(d["target_calls"]), seconds=d.get("seconds", 0.0), paths=d.get("paths", 0),
                    step_laws=d.get("step_laws", 0), reference=d.get("reference", ""), extra=d.get("extra", {}))
 
+    def _short(self, x: Any, limit: int = 32, approx: bool = True, note: bool = False) -> str:
+        """Exact when short (with its value to 6 digits if ``approx``), else the value to 6 digits."""
+        text = self._s(x)
+        if len(text) <= limit:
+            return f"{text} (~{self._approx(x)})" if approx and "/" in text else text
+        if note:
+            return f"~{self._approx(x)} (exact: a {len(text.split('/')[-1])}-digit denominator, in .to_json())"
+        return f"~{self._approx(x)}"
+
     def summary(self) -> str:
-        """A few lines of plain text: verdict, exact TV, efficiency, worst outcomes."""
-        s, a = self._s, self._approx
+        """A few lines of plain text: verdict, exact TV, efficiency, worst outcomes.
+
+        Exact values too long to read are shown to 6 digits; ``to_json()`` has them in full.
+        """
+        s, a = self._short, self._approx
         inst = ", ".join(f"{k}={v}" for k, v in self.instance.items())
         lines = [
             f"rule {self.rule} (claim: {self.claim}) — {self.verdict.upper()}"
             f"{'' if self.claim_holds else '  [CLAIM BROKEN]'}",
             f"  instance: {inst}",
             f"  field: {self.field.describe()}",
-            f"  TV(output, expected) = {s(self.tv)}" + ("" if self.tv == 0 else f"  (~{a(self.tv)})"),
-            f"  tokens per call = {s(self.tokens_per_call)} (~{a(self.tokens_per_call)}), "
-            f"target calls for {self.instance.get('tokens')} tokens = {s(self.target_calls)} "
-            f"(~{a(self.target_calls)})",
+            f"  TV(output, expected) = {s(self.tv, note=True)}",
+            f"  tokens per call = {s(self.tokens_per_call)}, "
+            f"target calls for {self.instance.get('tokens')} tokens = {s(self.target_calls)}",
         ]
         if self.support_violations:
             lines.append(f"  SUPPORT VIOLATION: {len(self.support_violations)} outcome(s) the expected law never "
                          f"emits, e.g. {self.support_violations[0]}")
         for o in self.worst:
-            lines.append(f"  {o.tokens}: output {s(o.output)} vs expected {s(o.expected)}")
+            lines.append(f"  {o.tokens}: output {s(o.output, 24, False)} vs expected {s(o.expected, 24, False)}")
         lines.append(f"  {self.paths} branches, {self.step_laws} step laws, {self.seconds:.3f} s")
         return "\n".join(lines)
 
