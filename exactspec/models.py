@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 from .errors import ExactSpecError, InvalidDistribution
 from .laws import to_law
 
-__all__ = ["Model", "table", "from_function", "context_free", "random_table", "perturbed", "sharpen"]
+__all__ = ["Model", "table", "from_function", "context_free", "random_table", "perturbed", "sharpen", "mixture"]
 
 Law = tuple[Fraction, ...]
 
@@ -264,3 +264,36 @@ def sharpen(base: Model, k: int) -> Model:
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ExactSpecError(f"sharpen needs an int power k >= 1, got {k!r}")
     return _Sharpened(base, k)
+
+
+class _Mixture(Model):
+    def __init__(self, parts: list[Model], weights: tuple[Fraction, ...]) -> None:
+        orders = [m.order for m in parts]
+        order = None if any(o is None for o in orders) else max(orders)
+        name = "mixture(" + ", ".join(f"{w}*{m.name}" for m, w in zip(parts, weights)) + ")"
+        super().__init__(parts[0].vocab, order, name)
+        self.parts, self.weights = parts, weights
+
+    def _raw(self, key: tuple) -> Law:
+        laws = [m(key) for m in self.parts]
+        return tuple(sum(w * law[i] for w, law in zip(self.weights, laws)) for i in range(self.vocab))
+
+
+def mixture(parts: Sequence[Model], weights: Sequence[Any]) -> Model:
+    """The per-context mixture ``sum_i weights[i] * parts[i](context)`` (weights: rationals summing to 1).
+
+    Useful as a declared target, e.g. ``w * p + (1 - w) * q`` for a relaxed acceptance test.
+
+    >>> m = mixture([context_free((1, 0)), context_free((0, 1))], ["1/4", "3/4"])
+    >>> m(())
+    (Fraction(1, 4), Fraction(3, 4))
+    """
+    parts = list(parts)
+    if not parts or not all(isinstance(m, Model) for m in parts):
+        raise ExactSpecError("mixture needs a non-empty list of Models")
+    if len({m.vocab for m in parts}) != 1:
+        raise ExactSpecError(f"mixture parts have different vocabularies: {[m.vocab for m in parts]}")
+    if len(weights) != len(parts):
+        raise ExactSpecError(f"mixture has {len(parts)} parts but {len(weights)} weights")
+    w = to_law(weights, len(parts), where="mixture weights")
+    return _Mixture(parts, w)

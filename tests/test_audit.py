@@ -1,0 +1,53 @@
+"""es.audit's own options: declared targets, decoding defaults, the exact field's two backends."""
+
+from fractions import Fraction as F
+
+import pytest
+
+import exactspec as es
+from exactspec.instances import check_cases, default_instance, make_instance
+
+
+def test_ensemble_against_its_declared_target():
+    # accept w.p. min(1, 1 - w + w p/q) = min(1, v/q) with v = w p + (1 - w) q, and max(0, v - q) = w max(0, p - q)
+    # has the same normalised residual: the first emitted token follows v exactly.
+    inst = make_instance(vocab=4, order=1, gamma=2, tokens=1, seed=3)
+    w = F(1, 3)
+    v = es.models.mixture([inst.target, inst.draft], [w, 1 - w])
+    kw = dict(target=inst.target, draft=inst.draft, proposer=inst.proposer, rule=es.rules.ensemble(w),
+              prompt=inst.prompt)
+    first = es.audit(tokens=1, expected=v, **kw)
+    assert first.tv == 0 and first.instance["expected"] == v.name
+    assert es.audit(tokens=1, **kw).tv > 0          # ... and so not p
+    # over several tokens the bonus (drawn from p, not v) breaks even the declared target
+    assert es.audit(tokens=3, expected=v, **kw).tv > 0
+
+
+def test_decoding_defaults_follow_the_claim():
+    inst = default_instance()
+    kw = dict(target=inst.target, draft=inst.draft, proposer=inst.proposer, prompt=inst.prompt, tokens=2)
+    assert es.audit(rule=es.rules.greedy_match, **kw).instance["decoding"] == "greedy"
+    assert es.audit(rule=es.rules.speculative_sampling, **kw).instance["decoding"] == "sample"
+    with pytest.raises(es.ExactSpecError, match="greedy"):
+        es.audit(rule=es.rules.greedy_match, decoding="greedy", expected=inst.target, **kw)
+
+
+@pytest.mark.parametrize("case", check_cases(), ids=lambda c: f"{c[0].name}-{c[1].sampling}-{c[1].claim}")
+def test_gmpy2_and_fraction_backends_give_identical_reports(case):
+    pytest.importorskip("gmpy2")  # the `fast` extra; CI installs it
+    rule, proposer, _ = case
+    inst = default_instance()
+    kw = dict(target=inst.target, draft=inst.draft, proposer=proposer, rule=rule, prompt=inst.prompt, tokens=3)
+    a, b = es.audit(backend="gmpy2", **kw), es.audit(backend="python", **kw)
+    assert a.output == b.output and a.tv == b.tv
+    assert a.tokens_per_call == b.tokens_per_call and a.target_calls == b.target_calls
+    assert all(type(x) is F for x in list(a.output.values()) + [a.tv, a.tokens_per_call])
+
+
+def test_rule_by_name_and_plain_function():
+    inst = make_instance(vocab=3, order=1, gamma=1, tokens=2)
+    kw = dict(target=inst.target, draft=inst.draft, proposer=inst.proposer, prompt=inst.prompt, tokens=2)
+    by_name = es.audit(rule="resample_from_target", **kw)
+    assert by_name.output == es.audit(rule=es.rules.resample_from_target, **kw).output
+    plain = es.audit(rule=es.rules.resample_from_target.fn, **kw)
+    assert plain.output == by_name.output and plain.claim == "lossless" and not plain.claim_holds
