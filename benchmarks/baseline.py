@@ -84,6 +84,9 @@ class _Step:
     def draft(self, j: int) -> int:
         return self._drafts[j]
 
+    def accept(self, j: int) -> int:
+        return self._drafts[j]
+
     def claimed(self, j: int) -> tuple:
         return self._claims[j]
 

@@ -72,7 +72,8 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
                              f"{proposer.family}")
     if proposer.needs_draft() and draft is None:
         raise ExactSpecError(f"the {proposer.describe()} proposer needs a draft model: pass draft=")
-    for name, m in (("draft", draft), ("expected", expected)):
+    for name, m in [("draft", draft), ("expected", expected)] + [
+            (f"merge draft model {i}", m) for i, m in enumerate(getattr(proposer, "models", []))]:
         if m is not None and not isinstance(m, Model):
             raise ExactSpecError(f"{name} must be an exactspec model (es.models.*), got {m!r}")
         if m is not None and m.vocab != target.vocab:
@@ -92,7 +93,7 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
 
     engine = Engine(rule_obj, proposer, target, draft, fld, budget=budget, closed_form=closed_form)
     try:
-        tpc = engine.tokens_per_call(prompt_t)
+        tpc, accepted, nodes = engine.efficiency(prompt_t)
         output, calls = engine.output(prompt_t, tokens)
     finally:
         engine.close()
@@ -107,6 +108,8 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
         output = {k: ex(v) for k, v in output.items()}
         exp = {k: ex(v) for k, v in exp.items()}
         tv, tpc, calls = ex(tv), ex(tpc), ex(calls)
+        accepted = None if accepted is None else ex(accepted)
+        nodes = ex(nodes) if not isinstance(nodes, int) else nodes
     instance = {"vocab": target.vocab, "proposer": proposer.describe(), "prompt": list(prompt_t), "tokens": tokens,
                 "decoding": decoding, "target": target.name, "draft": None if draft is None else draft.name}
     if expected is not None:
@@ -114,6 +117,7 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     return AuditReport(rule=rule_obj.name, claim=rule_obj.claim, instance=instance, field=fld, output=output,
                        expected=exp, tv=tv, tolerance=fld.tolerance(), tokens_per_call=tpc, target_calls=calls,
                        seconds=time.perf_counter() - t0, paths=engine.meter.paths, step_laws=engine.meter.steps,
-                       reference=rule_obj.reference, worst_count=worst)
+                       reference=rule_obj.reference, worst_count=worst, accepted_per_call=accepted,
+                       nodes_per_call=nodes)
 
 

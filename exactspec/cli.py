@@ -42,35 +42,42 @@ def _budget(args: Any) -> Budget:
     return Budget(seconds=args.time_limit) if args.time_limit is not None else Budget()
 
 
+def _num(report: Any, x: Any) -> str:
+    return "n/a" if x is None else f"{float(x):.4f}"
+
+
 def _cmd_check(args: Any) -> int:
     inst = default_instance()
     rows, reports, ok = [], [], True
-    for rule, proposer, claim in check_cases(inst):
+    for case in check_cases(inst):
         t0 = time.perf_counter()
-        rep = audit(target=inst.target, draft=inst.draft, proposer=proposer, rule=rule, prompt=inst.prompt,
-                    tokens=inst.tokens, field=args.field, precision=args.precision, budget=_budget(args))
-        rep.claim = claim
+        rep = audit(target=inst.target, draft=None if case.proposer.family == "tree" and not
+                    case.proposer.needs_draft() else inst.draft, proposer=case.proposer, rule=case.rule,
+                    prompt=inst.prompt, tokens=case.tokens, field=args.field, precision=args.precision,
+                    budget=_budget(args))
+        rep.claim = case.claim
         dt = time.perf_counter() - t0
         ok &= rep.claim_holds
         reports.append(rep)
-        prop = "" if proposer is inst.proposer else f" [{proposer.sampling} drafts, claim={proposer.claim}]"
-        rows.append((rule.name + prop, claim, _tv_text(rep), rep.verdict, "yes" if rep.claim_holds else "NO",
-                     f"{float(rep.tokens_per_call):.4f}", f"{dt:.3f}s"))
+        rows.append((case.rule.name, case.proposer.describe(), str(case.tokens), case.claim, _tv_text(rep),
+                     rep.verdict, "yes" if rep.claim_holds else "NO", _num(rep, rep.tokens_per_call),
+                     _num(rep, rep.accepted_per_call), _num(rep, rep.nodes_per_call), f"{dt:.3f}s"))
     if args.json:
-        print(json.dumps({"instance": reports[0].instance | {"proposer": None}, "field": args.field, "ok": ok,
+        print(json.dumps({"instance": {k: v for k, v in reports[0].instance.items() if k not in ("proposer", "tokens")},
+                          "field": args.field, "ok": ok,
                           "rules": [r.to_dict() | {"output": None, "expected": None} for r in reports]}, indent=1))
         return 0 if ok else 1
-    head = ("rule", "claim", "exact TV", "verdict", "holds", "tokens/call", "time")
+    head = ("rule", "proposer", "tokens", "claim", "exact TV", "verdict", "holds", "tokens/call", "accepted/call",
+            "nodes/call", "time")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
     line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
     print(f"exactspec check — vocab {inst.target.vocab}, order {inst.target.order} seeded tables (seed 0), "
-          f"perturbed draft (seed 1), prompt {inst.prompt}, gamma {inst.proposer.gamma}, {inst.tokens} tokens, "
-          f"field {reports[0].field.describe()}")
+          f"perturbed draft (seed 1), prompt {inst.prompt}; field {reports[0].field.describe()}")
     print(line(head))
     print(line(tuple("-" * w for w in widths)))
     for r in rows:
         print(line(r))
-    broken = [r[0] for r in rows if r[4] == "NO"]
+    broken = [f"{r[0]} with {r[1]}" for r in rows if r[6] == "NO"]
     print(f"\n{len(rows) - len(broken)}/{len(rows)} claims hold" + (f"; broken: {', '.join(broken)}" if broken else ""))
     return 0 if ok else 1
 

@@ -11,13 +11,13 @@ Vocabulary 5, order-2 seeded rational tables (seed 0), a perturbed draft (seed 1
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import drafts, models
 from .errors import ExactSpecError
 from .rules import Rule, catalog, speculative_sampling
 
-__all__ = ["Instance", "default_instance", "make_instance", "check_cases"]
+__all__ = ["Instance", "CheckCase", "default_instance", "make_instance", "check_cases"]
 
 
 @dataclass(frozen=True)
@@ -55,19 +55,53 @@ def default_instance() -> Instance:
     return make_instance(vocab=5, order=2, gamma=4, tokens=4, seed=0)
 
 
-def check_cases(instance: Instance | None = None) -> list[tuple[Rule, Any, str]]:
-    """(rule, proposer, claim) for every configuration ``exactspec check`` audits.
+class CheckCase(NamedTuple):
+    """One configuration ``exactspec check`` audits: a rule, a proposer, the claim, the tokens."""
 
-    Every catalog rule with the instance's sampled chain, plus speculative_sampling with argmax
-    drafts: scored with the soft draft law (biased: argmax drafts are not samples of q) and
-    with point masses (lossless).
+    rule: Rule
+    proposer: Any
+    claim: str
+    tokens: int
 
-    >>> [(r.name, p.sampling, p.claim, c) for r, p, c in check_cases()][-2:]
-    [('speculative_sampling', 'argmax', 'draft', 'biased'), ('speculative_sampling', 'argmax', 'point_mass', 'lossless')]
+
+#: expansion and horizon of the tree configurations in ``exactspec check``
+CHECK_TREE_EXPANSION = (2, 1)
+CHECK_TREE_TOKENS = 3
+
+
+def check_cases(instance: Instance | None = None) -> list[CheckCase]:
+    """Every configuration ``exactspec check`` audits, with the claim each must bear out.
+
+    Chains (the instance's gamma and tokens): every chain rule with sampled drafts, plus
+    speculative_sampling with argmax drafts scored with the soft draft law (biased) and with
+    point masses (lossless). Trees (expansion (2, 1), 3 tokens, same models and prompt): MSS with
+    every honest claim (iid + draft, without replacement + renormalized, top-k + point mass,
+    SpecInfer's merge of two draft models) and the dishonest ones (top-k + draft or renormalized,
+    without replacement + draft), and every other tree rule.
+
+    >>> [(c.rule.name, c.proposer.describe(), c.claim) for c in check_cases()][10:12]
+    [('speculative_sampling', "chain(gamma=4, sampling='argmax', claim='draft')", 'biased'), ('speculative_sampling', "chain(gamma=4, sampling='argmax', claim='point_mass')", 'lossless')]
     """
+    from .rules import TREE_RULES, mss, shared_coin_tree
+    from .rules.chain import CHAIN_RULES
     inst = instance or default_instance()
-    gamma = inst.proposer.gamma
-    cases = [(r, inst.proposer, r.claim) for r in catalog()]
-    cases.append((speculative_sampling, drafts.chain(gamma, sampling="argmax", claim="draft"), "biased"))
-    cases.append((speculative_sampling, drafts.chain(gamma, sampling="argmax", claim="point_mass"), "lossless"))
+    gamma, n = inst.proposer.gamma, inst.tokens
+    cases = [CheckCase(r, inst.proposer, r.claim, n) for r in CHAIN_RULES]
+    cases.append(CheckCase(speculative_sampling, drafts.chain(gamma, sampling="argmax", claim="draft"), "biased", n))
+    cases.append(CheckCase(speculative_sampling, drafts.chain(gamma, sampling="argmax", claim="point_mass"),
+                           "lossless", n))
+    e, t = CHECK_TREE_EXPANSION, CHECK_TREE_TOKENS
+    second = models.perturbed(inst.target, seed=2)
+    for children, claim, verdict in (("iid", "draft", "lossless"), ("without_replacement", "renormalized", "lossless"),
+                                     ("topk", "point_mass", "lossless"), ("topk", "draft", "biased"),
+                                     ("topk", "renormalized", "biased"), ("without_replacement", "draft", "biased")):
+        cases.append(CheckCase(mss, drafts.tree(e, children=children, claim=claim), verdict, t))
+    cases.append(CheckCase(mss, drafts.merge([inst.draft, second], gamma=len(e)), "lossless", t))
+    topk = drafts.tree(e, children="topk", claim="point_mass")
+    iid = drafts.tree(e, children="iid", claim="draft")
+    for r in TREE_RULES:
+        if r is not mss:
+            cases.append(CheckCase(r, iid if r.name in ("naive_tree_sampling", "multi_sample_match") else topk,
+                                   r.claim, t))
+    cases.append(CheckCase(shared_coin_tree(1, "1/2"), topk, "biased", t))
     return cases

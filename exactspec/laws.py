@@ -209,3 +209,68 @@ def total_variation(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> Any:
         if k not in a:
             total += w if w > 0 else -w
     return total / 2 if not isinstance(total, int) else Fraction(total, 2)
+
+
+def _exact_rational(x: Any) -> Fraction | None:
+    if type(x) is Fraction:
+        return x
+    if isinstance(x, bool) or isinstance(x, float):
+        return None
+    if isinstance(x, numbers.Rational):
+        return Fraction(int(x.numerator), int(x.denominator))
+    return None
+
+
+def exceeds_typical_threshold(value: Any, p: Sequence[Any], alpha: Any) -> bool:
+    """Decide ``value > alpha * exp(-H(p))`` (Medusa's typical-acceptance test), exactly for rationals.
+
+    ``exp(-H(p)) = prod p_i ** p_i`` is irrational in general, so for rational inputs the test is
+    decided with interval arithmetic at rising precision (64 bits, doubling to 4096) and, if the
+    two sides still cannot be told apart, by exact integer arithmetic: with ``b`` the common
+    denominator and ``p_i = a_i / b``, ``exp(-H) = (prod a_i ** a_i) ** (1/b) / b``, so the test is
+    ``(value * b / alpha) ** b > prod a_i ** a_i``. Float and mpmath inputs are compared directly.
+
+    >>> from fractions import Fraction as F
+    >>> exceeds_typical_threshold(F(1, 2), (F(1, 2), F(1, 2)), 1)   # 1/2 > 1 * 1/2 is false: equality
+    False
+    >>> exceeds_typical_threshold(F(1, 2), (F(1, 3), F(2, 3)), 1)   # exp(-H) = 0.529...
+    False
+    >>> exceeds_typical_threshold(F(53, 100), (F(1, 3), F(2, 3)), 1)
+    True
+    """
+    v, a = _exact_rational(value), _exact_rational(alpha)
+    ps = [_exact_rational(x) for x in p]
+    if v is None or a is None or any(x is None for x in ps):
+        import mpmath
+        ctx = getattr(value, "context", None) or mpmath.mp
+        log_term = sum((x * ctx.log(x) for x in p if x > 0), ctx.mpf(0))
+        return value > alpha * ctx.exp(log_term)
+    if a == 0:
+        return v > 0          # the threshold is exactly 0
+    if v <= 0:
+        return False          # the threshold is positive
+    from mpmath.ctx_iv import MPIntervalContext
+    iv = MPIntervalContext()
+    prec = 64
+    while prec <= 4096:
+        iv.prec = prec
+        lhs = iv.log(iv.mpf(v.numerator) / v.denominator) - iv.log(iv.mpf(a.numerator) / a.denominator)
+        rhs = iv.mpf(0)
+        for x in ps:
+            if x:
+                xi = iv.mpf(x.numerator) / x.denominator
+                rhs += xi * iv.log(xi)
+        if lhs.a > rhs.b:
+            return True
+        if lhs.b < rhs.a:
+            return False
+        prec *= 2
+    b = 1
+    for x in ps:
+        b = b * x.denominator // math.gcd(b, x.denominator)
+    n = 1
+    for x in ps:
+        ai = int(x * b)
+        if ai:
+            n *= ai ** ai
+    return (v * b / a) ** b > n

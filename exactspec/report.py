@@ -57,6 +57,8 @@ class AuditReport:
     reference: str = ""
     worst_count: int = 5
     extra: dict = dc_field(default_factory=dict)
+    accepted_per_call: Any = None
+    nodes_per_call: Any = None
 
     # -- verdicts ---------------------------------------------------------------------------------
     @property
@@ -111,6 +113,8 @@ class AuditReport:
             "tv": s(self.tv), "tv_float": float(self.tv), "tolerance": s(self.tolerance),
             "lossless": self.lossless, "verdict": self.verdict, "claim_holds": self.claim_holds,
             "tokens_per_call": s(self.tokens_per_call), "target_calls": s(self.target_calls),
+            "accepted_per_call": None if self.accepted_per_call is None else s(self.accepted_per_call),
+            "nodes_per_call": None if self.nodes_per_call is None else s(self.nodes_per_call),
             "worst": [{"tokens": list(o.tokens), "output": s(o.output), "expected": s(o.expected)}
                       for o in self.worst],
             "support_violations": [list(k) for k in self.support_violations],
@@ -142,7 +146,9 @@ class AuditReport:
                    output={tuple(k): p(v) for k, v in d["output"]}, expected={tuple(k): p(v) for k, v in d["expected"]},
                    tv=p(d["tv"]), tolerance=p(d["tolerance"]), tokens_per_call=p(d["tokens_per_call"]),
                    target_calls=p(d["target_calls"]), seconds=d.get("seconds", 0.0), paths=d.get("paths", 0),
-                   step_laws=d.get("step_laws", 0), reference=d.get("reference", ""), extra=d.get("extra", {}))
+                   step_laws=d.get("step_laws", 0), reference=d.get("reference", ""), extra=d.get("extra", {}),
+                   accepted_per_call=None if d.get("accepted_per_call") is None else p(d["accepted_per_call"]),
+                   nodes_per_call=None if d.get("nodes_per_call") is None else p(d["nodes_per_call"]))
 
     def _short(self, x: Any, limit: int = 32, approx: bool = True, note: bool = False) -> str:
         """Exact when short (with its value to 6 digits if ``approx``), else the value to 6 digits."""
@@ -168,6 +174,9 @@ class AuditReport:
             f"  TV(output, expected) = {s(self.tv, note=True)}",
             f"  tokens per call = {s(self.tokens_per_call)}, "
             f"target calls for {self.instance.get('tokens')} tokens = {s(self.target_calls)}",
+            f"  per call: accepted drafts = "
+            f"{'n/a (the rule marks no step.accept)' if self.accepted_per_call is None else s(self.accepted_per_call)}"
+            f", speculated nodes verified = {'n/a' if self.nodes_per_call is None else s(self.nodes_per_call)}",
         ]
         if self.support_violations:
             lines.append(f"  SUPPORT VIOLATION: {len(self.support_violations)} outcome(s) the expected law never "

@@ -32,15 +32,17 @@ def test_decoding_defaults_follow_the_claim():
         es.audit(rule=es.rules.greedy_match, decoding="greedy", expected=inst.target, **kw)
 
 
-@pytest.mark.parametrize("case", check_cases(), ids=lambda c: f"{c[0].name}-{c[1].sampling}-{c[1].claim}")
+@pytest.mark.parametrize("case", check_cases(), ids=lambda c: f"{c.rule.name}-{c.proposer.describe()}")
 def test_gmpy2_and_fraction_backends_give_identical_reports(case):
     pytest.importorskip("gmpy2")  # the `fast` extra; CI installs it
-    rule, proposer, _ = case
+    rule, proposer, _, tokens = case
     inst = default_instance()
-    kw = dict(target=inst.target, draft=inst.draft, proposer=proposer, rule=rule, prompt=inst.prompt, tokens=3)
+    kw = dict(target=inst.target, draft=inst.draft if proposer.needs_draft() else None, proposer=proposer,
+              rule=rule, prompt=inst.prompt, tokens=min(tokens, 3))
     a, b = es.audit(backend="gmpy2", **kw), es.audit(backend="python", **kw)
     assert a.output == b.output and a.tv == b.tv
     assert a.tokens_per_call == b.tokens_per_call and a.target_calls == b.target_calls
+    assert a.accepted_per_call == b.accepted_per_call and a.nodes_per_call == b.nodes_per_call
     assert all(type(x) is F for x in list(a.output.values()) + [a.tv, a.tokens_per_call])
 
 

@@ -17,7 +17,7 @@ import pytest
 
 import exactspec as es
 from exactspec import cli
-from exactspec.instances import make_instance
+from exactspec.instances import check_cases, make_instance
 from exactspec.laws import argmax
 
 SMALL = ["--vocab", "3", "--gamma", "2", "--tokens", "2"]
@@ -44,7 +44,7 @@ def frac(s: str) -> Fraction:
 
 # -- check -------------------------------------------------------------------------------------
 
-def test_check_prints_all_twelve_configurations(capsys):
+def test_check_prints_every_configuration(capsys):
     code, out, err = run(capsys, "check")
     assert code == 0
     assert err == ""
@@ -53,25 +53,22 @@ def test_check_prints_all_twelve_configurations(capsys):
     dash = next(i for i, ln in enumerate(lines) if ln.startswith("----"))
     blank = lines.index("", dash)
     rows = lines[dash + 1:blank]
-    # 10 catalog rules + speculative_sampling with argmax drafts, scored soft and with point masses
-    assert len(rows) == 12
-    expected_names = [r.name for r in es.rules.catalog()] + [
-        "speculative_sampling [argmax drafts, claim=draft]",
-        "speculative_sampling [argmax drafts, claim=point_mass]"]
-    assert len(expected_names) == 12
-    for row, name in zip(rows, expected_names):
-        assert row.startswith(name + " ")
+    cases = check_cases()
+    # 10 chain rules + speculative_sampling with argmax drafts (soft and point-mass claims) + 13 tree cases
+    assert len(rows) == len(cases) == 25
+    for row, case in zip(rows, cases):
+        assert row.startswith(case.rule.name + " ")
+        assert case.proposer.describe() in row
         assert " yes " in row
-    assert "12/12 claims hold" in out
+    assert "25/25 claims hold" in out
     assert "broken" not in out
-    # rows whose claim is lossless report an exact zero; biased rows an approximate positive TV
-    for row in rows:
-        claim = row.split()[1] if "[" not in row else row.split("]")[1].split()[0]
-        if claim in ("lossless", "lossless-greedy"):
+    # rows whose claim is lossless report an exact zero; biased rows a positive TV
+    for row, case in zip(rows, cases):
+        if case.claim in ("lossless", "lossless-greedy"):
             assert "0 (exact)" in row
         else:
-            assert claim == "biased" and "~" in row
-    assert sum("0 (exact)" in row for row in rows) == 5  # 4 lossless catalog rules + argmax/point_mass
+            assert case.claim == "biased" and "0 (exact)" not in row
+    assert sum("0 (exact)" in row for row in rows) == 5 + 7  # chain: 4 rules + argmax/point_mass; tree: 7
 
 
 def test_check_json_parses_and_is_ok(capsys):
@@ -81,8 +78,9 @@ def test_check_json_parses_and_is_ok(capsys):
     d = json.loads(out)
     assert d["ok"] is True
     assert d["field"] == "fraction"
-    assert d["instance"]["vocab"] == 5 and d["instance"]["prompt"] == [0, 1] and d["instance"]["tokens"] == 4
-    assert len(d["rules"]) == 12
+    assert d["instance"]["vocab"] == 5 and d["instance"]["prompt"] == [0, 1]
+    assert [r["instance"]["tokens"] for r in d["rules"]] == [c.tokens for c in check_cases()]
+    assert len(d["rules"]) == len(check_cases())
     assert all(r["claim_holds"] is True for r in d["rules"])
     by_claim = {(r["rule"], r["claim"]): r for r in d["rules"]}
     # lossless claims: TV is the exact string "0"
@@ -359,7 +357,7 @@ def test_rules_lists_catalog_with_claim_and_reference(capsys):
     assert code == 0
     assert err == ""
     catalog = es.rules.catalog()
-    assert len(catalog) == 10
+    assert len(catalog) == 16  # 10 chain rules, 6 tree rules
     for r in catalog:
         assert f"{r.name}  [{r.family}, claim: {r.claim}]" in out
         assert r.reference

@@ -26,7 +26,7 @@ class ChainStep:
     after its position is asked for, so a rule that rejects early never pays for later drafts.
     """
 
-    __slots__ = ("gamma", "vocab", "_env", "_rng", "_ctxs", "_drafts", "_claims", "_sample", "_point")
+    __slots__ = ("gamma", "vocab", "_env", "_rng", "_ctxs", "_drafts", "_claims", "_sample", "_point", "accepted")
 
     family = "chain"
 
@@ -40,6 +40,7 @@ class ChainStep:
         self._claims: list[tuple] = []
         self._sample = proposer.sampling == "sample"
         self._point = proposer.claim == "point_mass"
+        self.accepted = 0
 
     def _draw_until(self, j: int) -> None:
         if not 0 <= j < self.gamma:
@@ -58,6 +59,11 @@ class ChainStep:
         if j >= len(self._drafts):
             self._draw_until(j)
         return self._drafts[j]
+
+    def accept(self, j: int) -> int:
+        """Mark draft ``j`` accepted (for the efficiency figures) and return its token."""
+        self.accepted += 1
+        return self.draft(j)
 
     def claimed(self, j: int) -> tuple:
         """The law the verifier is told draft ``j`` was drawn from."""
@@ -143,6 +149,10 @@ class ChainProposer:
 
     def max_tokens(self) -> int:
         return self.gamma + 1
+
+    def expected_nodes(self, env: Any, context: tuple) -> int:
+        """Speculated tokens the target verifies per call: always ``gamma`` for a chain."""
+        return self.gamma
 
     def describe(self) -> str:
         return f"chain(gamma={self.gamma}, sampling={self.sampling!r}, claim={self.claim!r})"

@@ -50,9 +50,30 @@ class Env:
         self.vocab = target.vocab
         self.p = ModelView(target, field)
         self.q = ModelView(draft, field) if draft is not None else None
+        self._views: dict[int, tuple[Model, ModelView]] = {}
         self._point: dict[int, tuple] = {}
         self._argmax: dict[int, tuple[tuple, int]] = {}
         self._numbers: dict[Any, Any] = {}
+
+    def view(self, model: Model) -> ModelView:
+        """The field view of any other model (e.g. a merge proposer's draft models), one per model."""
+        hit = self._views.get(id(model))
+        if hit is None or hit[0] is not model:
+            hit = (model, ModelView(model, self.field))
+            self._views[id(model)] = hit
+        return hit[1]
+
+    def without(self, law: tuple, tokens: tuple) -> tuple | None:
+        """``law`` with ``tokens`` removed and renormalised (None when nothing is left), memoised."""
+        if not tokens:
+            return law
+        from ..laws import memoised
+
+        def compute() -> tuple | None:
+            kept = [self.field.zero if i in tokens else x for i, x in enumerate(law)]
+            total = sum(kept)
+            return None if not total else tuple(x / total for x in kept)
+        return memoised(f"without{tokens}", law, None, compute)
 
     def point_mass(self, token: int) -> tuple:
         """The field's point mass on ``token`` (one shared tuple per token)."""

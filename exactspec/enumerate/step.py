@@ -126,8 +126,12 @@ class StepEnumerator:
         self.meter = meter or Meter(Budget())
         self._supports: dict = {}
 
-    def law(self, context: tuple, horizon: int | None) -> dict:
-        """Exact law of the emitted tokens (each tuple cut at ``horizon``) of one step from ``context``."""
+    def law(self, context: tuple, horizon: int | None, stats: dict | None = None) -> dict:
+        """Exact law of the emitted tokens (each tuple cut at ``horizon``) of one step from ``context``.
+
+        With ``stats`` (a dict), also accumulates ``stats["accepted"]``, the expected number of
+        drafts the rule marked accepted (``step.accept``), and ``stats["marked"]``, whether any was.
+        """
         env, field = self.env, self.env.field
         rule, fn, name, vocab = self.rule, self.rule.fn, self.rule.name, env.vocab
         proposer, meter, supports = self.proposer, self.meter, self._supports
@@ -159,6 +163,11 @@ class StepEnumerator:
                     "call .replay() on this error to re-run that branch",
                     rule=name, trace=trace, replay=self._replayer(context, horizon, rng.choices)) from exc
             law[out] = law.get(out, 0) + rng.weight
+            if stats is not None:
+                n = getattr(step, "accepted", 0)
+                if n:
+                    stats["marked"] = True
+                    stats["accepted"] = stats.get("accepted", 0) + n * rng.weight
         return law
 
     def _replayer(self, context: tuple, horizon: int | None, choices: tuple) -> Callable[[], Any]:

@@ -51,6 +51,16 @@ class Engine:
     def key(self, context: tuple) -> tuple:
         return state_key(context, self._orders)
 
+    def _closed(self, key: tuple, horizon: int | None, lengths: bool = False) -> dict | None:
+        """The rule's closed-form step law, or None when it has none for this proposer."""
+        if not self.use_closed_form:
+            return None
+        self.meter.check_time()
+        law = self.rule.closed_form(self.proposer.laws(self.env, key), horizon, lengths=lengths)
+        if law is not None:
+            self.meter.steps += 1
+        return law
+
     def step_law(self, context: tuple, horizon: int | None) -> dict:
         """Law of one step's emitted tokens from ``context``, each cut at ``horizon`` (None: uncut)."""
         key = self.key(context)
@@ -64,12 +74,10 @@ class Engine:
             for e, w in full.items():
                 e = e[:horizon]
                 law[e] = law.get(e, 0) + w
-        elif self.use_closed_form:
-            self.meter.check_time()
-            self.meter.steps += 1
-            law = self.rule.closed_form(self.proposer.laws(self.env, key), horizon)
         else:
-            law = self.steps.law(key, horizon)
+            law = self._closed(key, horizon)
+            if law is None:
+                law = self.steps.law(key, horizon)
         memo[(key, horizon)] = law
         return law
 
@@ -99,18 +107,30 @@ class Engine:
         self._out_memo[key] = (law, calls)
         return law, calls
 
-    def tokens_per_call(self, prompt: tuple) -> Any:
-        """Exact expected number of tokens the first step from ``prompt`` emits (uncut)."""
-        total: Any = 0
-        if self.use_closed_form:
-            self.meter.steps += 1
-            by_length = self.rule.closed_form(self.proposer.laws(self.env, self.key(tuple(prompt))), None, lengths=True)
-            for n, w in by_length.items():
-                total += n * w
-            return total
-        for e, w in self.step_law(tuple(prompt), None).items():
-            total += len(e) * w
-        return total
+    def efficiency(self, prompt: tuple) -> tuple[Any, Any, Any]:
+        """Exact expectations for the first (uncut) step from ``prompt``.
+
+        Returns (tokens emitted, drafts accepted or None when the rule marks no acceptance,
+        speculated nodes the target verifies).
+        """
+        key = self.key(tuple(prompt))
+        nodes = self.proposer.expected_nodes(self.env, key)
+        by_len = self._closed(key, None, lengths=True)
+        if by_len is not None:
+            tokens: Any = 0
+            accepted: Any = 0
+            for (n, a), w in by_len.items():
+                tokens += n * w
+                accepted += a * w
+            return tokens, accepted, nodes
+        stats: dict = {}
+        full = self.steps.law(key, None, stats)
+        self._step_memo[(key, None)] = full
+        tokens = 0
+        for e, w in full.items():
+            tokens += len(e) * w
+        marked = stats.get("marked") or self.rule.marks_accepted
+        return tokens, (stats.get("accepted", 0) if marked else None), nodes
 
     def close(self) -> None:
         clear_memo()

@@ -26,13 +26,16 @@ from .chain import (CHAIN_RULES, TINY, ensemble, greedy_match, greedy_match_samp
                     sample_and_match, speculative_sampling, stale_draft_probs, tiny_clamp_residual,
                     unverified_first_draft)
 from .record import CLAIMS, FAMILIES, Rule, as_rule, rule
+from .tree import (TREE_RULES, greedy_tree, mss, multi_sample_match, naive_tree_sampling, shared_coin_tree,
+                   typical_acceptance)
 
 __all__ = ["Rule", "rule", "as_rule", "catalog", "get", "names", "CLAIMS", "FAMILIES", "TINY",
            "speculative_sampling", "greedy_match", "greedy_match_sampled", "resample_from_target",
            "stale_draft_probs", "unverified_first_draft", "no_bonus", "tiny_clamp_residual", "sample_and_match",
-           "ensemble"]
+           "ensemble", "mss", "naive_tree_sampling", "greedy_tree", "multi_sample_match", "shared_coin_tree",
+           "typical_acceptance"]
 
-_FACTORIES = {"ensemble": ensemble}
+_FACTORIES = {"ensemble": ensemble, "shared_coin_tree": shared_coin_tree, "typical_acceptance": typical_acceptance}
 
 
 def catalog() -> list[Rule]:
@@ -41,7 +44,7 @@ def catalog() -> list[Rule]:
     >>> len(catalog()) >= 10
     True
     """
-    return list(CHAIN_RULES)
+    return list(CHAIN_RULES) + list(TREE_RULES)
 
 
 def names() -> list[str]:
@@ -69,6 +72,8 @@ def get(name: str) -> Rule:
     for r in catalog():
         if r.name == name:
             return r
+    if name in _FACTORIES:
+        return _FACTORIES[name]()
     m = re.fullmatch(r"(\w+)\((.*)\)", name)
     if m and m.group(1) in _FACTORIES:
         args = [a.strip() for a in m.group(2).split(",") if a.strip()]

@@ -29,10 +29,13 @@ LEVIATHAN = ("Leviathan, Kalman, Matias. Fast Inference from Transformers via Sp
 
 
 def _ratio(p: tuple, q: tuple, x: int) -> Any:
-    """``min(1, p(x)/q(x))``, with ``q(x) == 0`` read as an infinite ratio (accept)."""
+    """``min(1, p(x)/q(x))``; where ``q(x) == 0`` the ratio is infinite (accept) unless ``p(x) == 0`` too.
+
+    That is what float code computes: ``p/q`` is ``inf`` or ``nan``, and ``u < nan`` is false.
+    """
     qx = q[x]
     if not qx:
-        return 1
+        return 1 if p[x] else 0
     r = p[x] / qx
     return r if r < 1 else 1
 
@@ -43,7 +46,7 @@ def _speculative_sampling(step: Any, rng: Any) -> Iterator[int]:
         x = step.draft(j)
         p, q = step.target(j), step.claimed(j)
         if rng.bernoulli(_ratio(p, q, x)):
-            yield x
+            yield step.accept(j)
         else:
             yield rng.categorical(residual(p, q))
             return
@@ -72,7 +75,7 @@ speculative_sampling = Rule(
     _speculative_sampling, name="speculative_sampling", claim="lossless",
     description="accept x_j w.p. min(1, p_j(x_j)/q_j(x_j)); at the first rejection emit from "
                 "norm(max(0, p_j - q_j)); all accepted: bonus from p_gamma",
-    reference=LEVIATHAN, closed_form=_cf(_ss_accept, _ss_reject, _bonus_p))
+    reference=LEVIATHAN, marks_accepted=True, closed_form=_cf(_ss_accept, _ss_reject, _bonus_p))
 
 
 # -- greedy_match ------------------------------------------------------------------------------
@@ -80,7 +83,7 @@ def _greedy_match(step: Any, rng: Any) -> Iterator[int]:
     for j in range(step.gamma):
         x, best = step.draft(j), argmax(step.target(j))
         if x == best:
-            yield x
+            yield step.accept(j)
         else:
             yield best
             return
@@ -104,7 +107,7 @@ greedy_match = Rule(
     description="accept while x_j == argmax p_j; at the first mismatch emit argmax p_j; all accepted: "
                 "argmax p_gamma",
     reference="greedy speculative decoding at temperature 0 (Leviathan et al. 2023; transformers assisted generation)",
-    closed_form=_cf(_gm_accept, _gm_reject, _gm_bonus))
+    marks_accepted=True, closed_form=_cf(_gm_accept, _gm_reject, _gm_bonus))
 
 
 # -- greedy_match_sampled -------------------------------------------------------------------------
@@ -112,7 +115,7 @@ def _greedy_match_sampled(step: Any, rng: Any) -> Iterator[int]:
     for j in range(step.gamma):
         x, p = step.draft(j), step.target(j)
         if x == argmax(p):
-            yield x
+            yield step.accept(j)
         else:
             yield rng.categorical(p)
             return
@@ -129,7 +132,7 @@ greedy_match_sampled = Rule(
                 "bonus from p_gamma",
     reference="argmax acceptance used at temperature > 0: lablup/mlxcel#902 (an MLX engine); SGLang's EAGLE "
               "verify taking the argmax branch under sampling, sgl-project/sglang#39253",
-    closed_form=_cf(_gm_accept, _target_law, _bonus_p))
+    marks_accepted=True, closed_form=_cf(_gm_accept, _target_law, _bonus_p))
 
 
 # -- resample_from_target -----------------------------------------------------------------------
@@ -138,7 +141,7 @@ def _resample_from_target(step: Any, rng: Any) -> Iterator[int]:
         x = step.draft(j)
         p, q = step.target(j), step.claimed(j)
         if rng.bernoulli(_ratio(p, q, x)):
-            yield x
+            yield step.accept(j)
         else:
             yield rng.categorical(p)
             return
@@ -150,7 +153,7 @@ resample_from_target = Rule(
     description="speculative_sampling, but a rejection emits a sample of p_j instead of the residual",
     reference="resampling from the target instead of the residual: ShopeeLLM/Spec-RL#14 (kept on purpose there); "
               "the pattern the issue attributes to an early vLLM draft (no public thread found)",
-    closed_form=_cf(_ss_accept, _target_law, _bonus_p))
+    marks_accepted=True, closed_form=_cf(_ss_accept, _target_law, _bonus_p))
 
 
 # -- stale_draft_probs ----------------------------------------------------------------------------
@@ -159,7 +162,7 @@ def _stale_draft_probs(step: Any, rng: Any) -> Iterator[int]:
         x, p = step.draft(j), step.target(j)
         q = step.claimed(j - 1) if j >= 1 else step.claimed(0)   # the off-by-one
         if rng.bernoulli(_ratio(p, q, x)):
-            yield x
+            yield step.accept(j)
         else:
             yield rng.categorical(residual(p, q))
             return
@@ -183,17 +186,17 @@ stale_draft_probs = Rule(
     description="off-by-one: position j >= 1 uses the claimed law of position j-1 in the ratio and the "
                 "residual (invisible on context-free models)",
     reference="off-by-one indexing of draft probabilities (a classic refactor bug; no single public report)",
-    closed_form=_cf(_stale_accept, _stale_reject, _bonus_p))
+    marks_accepted=True, closed_form=_cf(_stale_accept, _stale_reject, _bonus_p))
 
 
 # -- unverified_first_draft ------------------------------------------------------------------------
 def _unverified_first_draft(step: Any, rng: Any) -> Iterator[int]:
-    yield step.draft(0)
+    yield step.accept(0)
     for j in range(1, step.gamma):
         x = step.draft(j)
         p, q = step.target(j), step.claimed(j)
         if rng.bernoulli(_ratio(p, q, x)):
-            yield x
+            yield step.accept(j)
         else:
             yield rng.categorical(residual(p, q))
             return
@@ -208,7 +211,7 @@ unverified_first_draft = Rule(
     _unverified_first_draft, name="unverified_first_draft", claim="biased",
     description="the first draft is always accepted; the rest are verified as in speculative_sampling",
     reference="a verification loop starting at the second draft position (illustrative misuse)",
-    closed_form=_cf(_ufd_accept, _ss_reject, _bonus_p))
+    marks_accepted=True, closed_form=_cf(_ufd_accept, _ss_reject, _bonus_p))
 
 
 # -- no_bonus ------------------------------------------------------------------------------------
@@ -217,7 +220,7 @@ def _no_bonus(step: Any, rng: Any) -> Iterator[int]:
         x = step.draft(j)
         p, q = step.target(j), step.claimed(j)
         if rng.bernoulli(_ratio(p, q, x)):
-            yield x
+            yield step.accept(j)
         else:
             yield rng.categorical(residual(p, q))
             return
@@ -230,7 +233,7 @@ def _no_bonus_law(laws: Any, prefix: tuple) -> None:
 no_bonus = Rule(
     _no_bonus, name="no_bonus", claim="lossless",
     description="speculative_sampling without the bonus token (lossless, fewer tokens per call)",
-    reference=LEVIATHAN, closed_form=_cf(_ss_accept, _ss_reject, _no_bonus_law))
+    reference=LEVIATHAN, marks_accepted=True, closed_form=_cf(_ss_accept, _ss_reject, _no_bonus_law))
 
 
 # -- tiny_clamp_residual ---------------------------------------------------------------------------
@@ -244,7 +247,7 @@ def _tiny_clamp_residual(step: Any, rng: Any) -> Iterator[int]:
         x = step.draft(j)
         p, q = step.target(j), step.claimed(j)
         if rng.bernoulli(_ratio(p, q, x)):
-            yield x
+            yield step.accept(j)
         else:
             yield rng.categorical(_tiny_residual(p, q, tiny))
             return
@@ -261,7 +264,7 @@ tiny_clamp_residual = Rule(
                 "biased by about 1e-38",
     reference="vLLM v0 vllm/model_executor/layers/rejection_sampler.py, _get_recovered_probs clamps "
               "target - draft at torch.finfo(float32).tiny (introduced in vllm-project/vllm#2336)",
-    closed_form=_cf(_ss_accept, _tiny_reject, _bonus_p))
+    marks_accepted=True, closed_form=_cf(_ss_accept, _tiny_reject, _bonus_p))
 
 
 # -- sample_and_match --------------------------------------------------------------------------------
@@ -270,7 +273,7 @@ def _sample_and_match(step: Any, rng: Any) -> Iterator[int]:
         x = step.draft(j)
         y = rng.categorical(step.target(j))
         if y == x:
-            yield x
+            yield step.accept(j)
         else:
             yield y
             return
@@ -292,7 +295,7 @@ sample_and_match = Rule(
                 "at the first mismatch it emits its own token; bonus from p_gamma",
     reference="target-sample matching: argued lossless in lablup/mlxcel#992 and ml-explore/mlx-lm#1709, called "
               "biased in ml-explore/mlx-swift-lm#459; for one chain the exact engine finds it lossless",
-    closed_form=_cf(_sm_accept, _sm_reject, _bonus_p))
+    marks_accepted=True, closed_form=_cf(_sm_accept, _sm_reject, _bonus_p))
 
 
 # -- ensemble(weight) ----------------------------------------------------------------------------------
@@ -322,7 +325,7 @@ def ensemble(weight: Any = Fraction(1, 2)) -> Rule:
             x = step.draft(j)
             p, q = step.target(j), step.claimed(j)
             if rng.bernoulli(_accept_prob(p, q, x, wf)):
-                yield x
+                yield step.accept(j)
             else:
                 yield rng.categorical(residual(p, q))
                 return
@@ -336,7 +339,7 @@ def ensemble(weight: Any = Fraction(1, 2)) -> Rule:
         description=f"relaxed acceptance min(1, 1 - w + w*p/q) with w = {w}, standard residual, bonus from p",
         reference="transformers _speculative_sampling with assistant_ensemble_weight "
                   "(huggingface/transformers#45865, PR #45979)",
-        closed_form=_cf(_accept, _ss_reject, _bonus_p), params={"weight": w})
+        marks_accepted=True, closed_form=_cf(_accept, _ss_reject, _bonus_p), params={"weight": w})
 
 
 CHAIN_RULES = [speculative_sampling, greedy_match, greedy_match_sampled, resample_from_target, stale_draft_probs,

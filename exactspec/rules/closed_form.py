@@ -30,8 +30,8 @@ def chain_step_law(laws: Any, horizon: int | None, accept: Accept, reject: Rejec
                    lengths: bool = False) -> dict:
     """The law of one chain step's emitted tokens (cut at ``horizon``) from per-position pieces.
 
-    With ``lengths=True`` it returns the law of the number of emitted tokens instead (the
-    emitted token after a rejection or at the bonus is never expanded).
+    With ``lengths=True`` it returns the law of (number of emitted tokens, number of accepted
+    drafts) instead; the token emitted after a rejection or at the bonus is never expanded.
 
     ``accept(laws, prefix, x)``: probability of accepting draft ``x`` after accepted ``prefix``;
     ``reject(laws, prefix, x)``: law of the token emitted when ``x`` is rejected (identical
@@ -48,10 +48,10 @@ def chain_step_law(laws: Any, horizon: int | None, accept: Accept, reject: Rejec
         if j == gamma:
             b = bonus(laws, prefix)
             if b is None:
-                k = j if lengths else prefix
+                k = (j, j) if lengths else prefix
                 out[k] = get(k, 0) + w
             elif lengths:
-                out[j + 1] = get(j + 1, 0) + w
+                out[(j + 1, j)] = get((j + 1, j), 0) + w
             else:
                 for y, py in enumerate(b):
                     if py:
@@ -67,7 +67,7 @@ def chain_step_law(laws: Any, horizon: int | None, accept: Accept, reject: Rejec
                 nxt = prefix + (x,)
                 wa = w * sx if a == 1 else w * sx * a
                 if j + 1 >= cap:
-                    k = j + 1 if lengths else nxt
+                    k = (j + 1, j + 1) if lengths else nxt
                     out[k] = get(k, 0) + wa
                 else:
                     stack.append((nxt, wa))
@@ -82,7 +82,7 @@ def chain_step_law(laws: Any, horizon: int | None, accept: Accept, reject: Rejec
         if lengths:
             if groups:
                 mass = sum(m for _, m in groups.values())
-                out[j + 1] = get(j + 1, 0) + w * mass
+                out[(j + 1, j)] = get((j + 1, j), 0) + w * mass
             continue
         for rl, m in groups.values():
             wm = w * m

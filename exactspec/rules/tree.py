@@ -1,0 +1,270 @@
+"""The tree-rule catalog: SpecInfer's verifiers and the misuses reported against tree verification.
+
+A tree rule walks the drafted tree from ``step.root``: ``step.proposals(n)`` / ``step.children(n)``
+draw the tree lazily, ``yield step.accept(c)`` emits an accepted child's token, and the rule
+ends after emitting one token that is not an accepted child (a correction or a bonus).
+
+>>> [r.name for r in TREE_RULES][:3]
+['mss', 'naive_tree_sampling', 'greedy_tree']
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any, Iterator
+
+from ..errors import ExactSpecError
+from ..laws import argmax, exceeds_typical_threshold, normalize, residual
+from .chain import _ratio
+from .record import Rule
+
+__all__ = ["mss", "naive_tree_sampling", "greedy_tree", "multi_sample_match", "shared_coin_tree",
+           "typical_acceptance", "TREE_RULES"]
+
+SPECINFER = ("Miao et al. SpecInfer: Accelerating Large Language Model Serving with Tree-based Speculative "
+             "Inference and Verification. ASPLOS 2024 (arXiv:2305.09781)")
+
+
+# -- mss ------------------------------------------------------------------------------------------------
+def _mss(step: Any, rng: Any) -> Iterator[int]:
+    node = step.root
+    while True:
+        r = step.target(node)
+        for child, q in step.proposals(node):
+            if rng.bernoulli(_ratio(r, q, step.token(child))):
+                yield step.accept(child)
+                node = child
+                break
+            r = residual(r, q)
+        else:  # every proposal rejected, or a leaf: emit from the residual (p itself at a leaf: the bonus)
+            yield rng.categorical(r)
+            return
+
+
+def _mss_closed_form(laws: Any, horizon: int | None, lengths: bool = False) -> dict | None:
+    """MSS's step law by recursion over accepted nodes; a subtree's law is memoised by its path.
+
+    Below an accepted child the tree is drawn afresh whatever its siblings were, so the law of
+    what is emitted from a node depends only on the node's path and the remaining horizon.
+    """
+    if not hasattr(laws, "next_child"):
+        return None  # merge trees: no closed form, the engine enumerates the rng form
+    env = laws.env
+    one = env.field.one
+    cap = laws.depth + 1 if horizon is None else horizon
+    memo: dict[tuple, dict] = {}
+
+    def node_law(path: tuple, h: int) -> dict:
+        key = (path, h)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        out: dict = {}
+        get = out.get
+        stack = [((), laws.target(path), one)]
+        while stack:
+            sib, r, w = stack.pop()
+            law = laws.next_child(path, sib)
+            if law is None:
+                for y, ry in enumerate(r):
+                    if ry:
+                        out[(y,)] = get((y,), 0) + w * ry
+                continue
+            for x, sx in enumerate(law):
+                if not sx:
+                    continue
+                q = laws.claimed(path, sib, x)
+                a = _ratio(r, q, x)
+                if a:
+                    wa = w * sx * a
+                    if h == 1:
+                        out[(x,)] = get((x,), 0) + wa
+                    else:
+                        for suffix, ps in node_law(path + (x,), h - 1).items():
+                            k = (x,) + suffix
+                            out[k] = get(k, 0) + wa * ps
+                if a != 1:
+                    stack.append((sib + (x,), residual(r, q), w * sx * (1 - a)))
+        memo[key] = out
+        return out
+
+    law = node_law((), cap)
+    if not lengths:
+        return law
+    by_len: dict = {}
+    for e, w in law.items():
+        k = (len(e), len(e) - 1)   # every MSS step emits exactly one token that is not an accepted node
+        by_len[k] = by_len.get(k, 0) + w
+    return by_len
+
+
+mss = Rule(
+    _mss, name="mss", family="tree", claim="lossless",
+    description="SpecInfer VerifyStochastic (multi-step speculative sampling): try a node's proposals in order, "
+                "accept x w.p. min(1, r(x)/q_j(x)), on rejection r = norm(max(0, r - q_j)); all rejected: emit from "
+                "r; an accepted leaf emits a bonus from p. Lossless when every claim is honest",
+    reference=SPECINFER + ", Algorithm 2 (VerifyStochastic)", marks_accepted=True, closed_form=_mss_closed_form)
+
+
+# -- naive_tree_sampling ------------------------------------------------------------------------------------
+def _naive_tree_sampling(step: Any, rng: Any) -> Iterator[int]:
+    node = step.root
+    while True:
+        y = rng.categorical(step.target(node))
+        for child in step.children(node):
+            if step.token(child) == y:
+                yield step.accept(child)
+                node = child
+                break
+        else:
+            yield y
+            return
+
+
+naive_tree_sampling = Rule(
+    _naive_tree_sampling, name="naive_tree_sampling", family="tree", claim="lossless",
+    description="sample y from p; move to the child y if there is one, otherwise emit y (a bonus at a leaf); "
+                "lossless for any children",
+    reference=SPECINFER + ", naive sampling baseline (section 4.3)", marks_accepted=True)
+
+
+# -- greedy_tree ---------------------------------------------------------------------------------------------
+def _greedy_tree(step: Any, rng: Any) -> Iterator[int]:
+    node = step.root
+    while True:
+        y = argmax(step.target(node))
+        for child in step.children(node):
+            if step.token(child) == y:
+                yield step.accept(child)
+                node = child
+                break
+        else:
+            yield y
+            return
+
+
+greedy_tree = Rule(
+    _greedy_tree, name="greedy_tree", family="tree", claim="lossless-greedy",
+    description="SpecInfer VerifyGreedy: follow the child equal to argmax p; emit argmax p where none matches",
+    reference=SPECINFER + ", VerifyGreedy", marks_accepted=True)
+
+
+# -- multi_sample_match ----------------------------------------------------------------------------------------
+def _multi_sample_match(step: Any, rng: Any) -> Iterator[int]:
+    node = step.root
+    while True:
+        kids, p = step.children(node), step.target(node)
+        n = len(kids)
+        if n == 0:
+            yield rng.categorical(p)
+            return
+        samples = [rng.categorical(p) for _ in range(n)]
+        for s in samples:
+            match = next((c for c in kids if step.token(c) == s), None)
+            if match is not None:
+                yield step.accept(match)
+                node = match
+                break
+        else:
+            yield samples[0]
+            return
+
+
+multi_sample_match = Rule(
+    _multi_sample_match, name="multi_sample_match", family="tree", claim="biased",
+    description="draw one target sample per child; move to the child matching the first sample that matches any "
+                "child; if none matches emit the first sample",
+    reference="accept-if-any-of-several-target-samples-matches: foundation-model-stack/fms-extras#12; the same "
+              "pattern in Medusa-style nucleus verification", marks_accepted=True)
+
+
+# -- shared_coin_tree ---------------------------------------------------------------------------------------------
+def shared_coin_tree(threshold_single: Any = 1, threshold_acc: Any = 1) -> Rule:
+    """SGLang's target-only tree verification with its relaxation thresholds (lossless at 1, 1).
+
+    >>> shared_coin_tree().claim, shared_coin_tree(1, "1/2").claim
+    ('lossless', 'biased')
+    """
+    try:
+        ts, ta = Fraction(threshold_single), Fraction(threshold_acc)
+    except (TypeError, ValueError, ZeroDivisionError):
+        raise ExactSpecError(f"shared_coin_tree thresholds must be rationals, got {threshold_single!r}, "
+                             f"{threshold_acc!r}") from None
+    if not (0 < ts <= 1 and 0 < ta <= 1):
+        raise ExactSpecError(f"shared_coin_tree thresholds must lie in (0, 1], got {ts}, {ta}")
+
+    def _shared_coin_tree(step: Any, rng: Any) -> Iterator[int]:
+        t_single, t_acc = step.number(ts), step.number(ta)
+        node = step.root
+        while True:
+            kids, p = step.children(node), step.target(node)
+            if len(kids) == 0:
+                yield rng.categorical(p)
+                return
+            u = rng.uniform()
+            acc = 0
+            for child in kids:
+                x = step.token(child)
+                acc += p[x]
+                if u <= acc / t_acc or p[x] >= t_single:
+                    yield step.accept(child)
+                    node = child
+                    break
+            else:
+                drafted = {step.token(c) for c in kids}
+                yield rng.categorical(normalize([0 if i in drafted else v for i, v in enumerate(p)]))
+                return
+
+    name = "shared_coin_tree" if (ts, ta) == (1, 1) else f"shared_coin_tree({ts}, {ta})"
+    return Rule(
+        _shared_coin_tree, name=name, family="tree", claim="lossless" if (ts, ta) == (1, 1) else "biased",
+        description=f"one uniform per node; children tried in order with target probabilities accumulated; accept "
+                    f"child i if u <= acc_i / {ta} or p(x_i) >= {ts}; if none, emit from p without the children "
+                    "(lossless at thresholds 1 for distinct children)",
+        reference="SGLang target-only tree verification with speculative_accept_threshold_single / _acc "
+                  "(sgl-project/sglang tree_speculative_sampling_target_only)",
+        params={"threshold_single": ts, "threshold_acc": ta}, marks_accepted=True)
+
+
+# -- typical_acceptance -------------------------------------------------------------------------------------------
+def typical_acceptance(posterior_threshold: Any = Fraction(9, 100), posterior_alpha: Any = Fraction(3, 10)) -> Rule:
+    """Medusa's typical acceptance: accept the first child with ``p(x) > min(eps, alpha * exp(-H(p)))``.
+
+    The comparison with the irrational ``exp(-H(p))`` is decided exactly (see
+    :func:`exactspec.laws.exceeds_typical_threshold`).
+
+    >>> typical_acceptance().name
+    'typical_acceptance(9/100, 3/10)'
+    """
+    try:
+        eps, alpha = Fraction(posterior_threshold), Fraction(posterior_alpha)
+    except (TypeError, ValueError, ZeroDivisionError):
+        raise ExactSpecError("typical_acceptance parameters must be rationals, e.g. '9/100'") from None
+    if eps < 0 or alpha < 0:
+        raise ExactSpecError("typical_acceptance parameters must be >= 0")
+
+    def _typical_acceptance(step: Any, rng: Any) -> Iterator[int]:
+        e, al = step.number(eps), step.number(alpha)
+        node = step.root
+        while True:
+            p = step.target(node)
+            for child in step.children(node):
+                px = p[step.token(child)]
+                if px > e or exceeds_typical_threshold(px, p, al):
+                    yield step.accept(child)
+                    node = child
+                    break
+            else:
+                yield rng.categorical(p)
+                return
+
+    return Rule(
+        _typical_acceptance, name=f"typical_acceptance({eps}, {alpha})", family="tree", claim="biased",
+        description=f"Medusa typical acceptance: accept the first child with p(x) > min({eps}, {alpha} * exp(-H(p))); "
+                    "if none, emit a sample of p; a bonus at a leaf",
+        reference="Cai et al. Medusa (arXiv:2401.10774), typical acceptance with posterior_threshold / "
+                  "posterior_alpha", params={"posterior_threshold": eps, "posterior_alpha": alpha},
+        marks_accepted=True)
+
+
+TREE_RULES = [mss, naive_tree_sampling, greedy_tree, multi_sample_match, shared_coin_tree(), typical_acceptance()]
