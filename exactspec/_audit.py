@@ -72,12 +72,16 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
                              f"{proposer.family}")
     if proposer.needs_draft() and draft is None:
         raise ExactSpecError(f"the {proposer.describe()} proposer needs a draft model: pass draft=")
-    for name, m in [("draft", draft), ("expected", expected)] + [
+    for name, m in [("draft model", draft), ("expected model", expected)] + [
             (f"merge draft model {i}", m) for i, m in enumerate(getattr(proposer, "models", []))]:
         if m is not None and not isinstance(m, Model):
-            raise ExactSpecError(f"{name} must be an exactspec model (es.models.*), got {m!r}")
+            raise ExactSpecError(f"{name.split()[0]} must be an exactspec model (es.models.*), got {m!r}")
         if m is not None and m.vocab != target.vocab:
-            raise ExactSpecError(f"{name} model has vocab {m.vocab} but the target has vocab {target.vocab}")
+            raise ExactSpecError(f"{name} has vocab {m.vocab} but the target has vocab {target.vocab}")
+    claims = getattr(proposer, "claims", None)
+    if claims and len(next(iter(claims.values()))) != target.vocab:
+        raise ExactSpecError(f"the fixed tree's claimed laws have {len(next(iter(claims.values())))} entries but the "
+                             f"target has vocab {target.vocab}")
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
         raise ExactSpecError(f"tokens must be an int >= 1, got {tokens!r}")
     if decoding is None:

@@ -8,6 +8,6 @@ tree(expansion=(2, 1), children='topk', claim='point_mass')
 """
 
 from .chain import ChainProposer, ChainStep, chain
-from .tree import MergeProposer, TreeProposer, TreeStep, merge, tree
+from .tree import FixedTreeProposer, MergeProposer, TreeProposer, TreeStep, fixed, merge, tree
 
-__all__ = ["chain", "tree", "merge", "ChainProposer", "ChainStep", "TreeProposer", "MergeProposer", "TreeStep"]
+__all__ = ["chain", "tree", "merge", "fixed", "FixedTreeProposer", "ChainProposer", "ChainStep", "TreeProposer", "MergeProposer", "TreeStep"]

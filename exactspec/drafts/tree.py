@@ -13,7 +13,7 @@ from typing import Any, Iterator, Sequence
 from ..errors import ExactSpecError
 from ..models import Model
 
-__all__ = ["TreeProposer", "MergeProposer", "TreeStep", "TreeLaws", "tree", "merge"]
+__all__ = ["TreeProposer", "MergeProposer", "FixedTreeProposer", "TreeStep", "TreeLaws", "tree", "merge", "fixed"]
 
 CHILDREN = ("iid", "without_replacement", "topk")
 CLAIMS = ("draft", "renormalized", "point_mass")
@@ -79,6 +79,7 @@ class TreeStep:
         self._done = [False]
         self._props: list[list[tuple[int, tuple]]] = [[]]
         self._through: list[list[int]] = [list(range(len(getattr(proposer, "models", ()))))]
+        self._fixed = [0]
         self.accepted = 0
 
     # -- structure ------------------------------------------------------------------------------
@@ -142,6 +143,7 @@ class TreeStep:
         self._done.append(False)
         self._props.append([])
         self._through.append([])
+        self._fixed.append(-1)
         self._kids[node].append(c)
         return c
 
@@ -165,6 +167,8 @@ class TreeStep:
             return False
         if self._prop.kind == "merge":
             return self._draw_merge(node)
+        if self._prop.kind == "fixed":
+            return self._draw_fixed(node)
         env, prop = self._env, self._prop
         kids = self._kids[node]
         k = prop.expansion[self._depth[node]]
@@ -191,6 +195,20 @@ class TreeStep:
         claim = (q if prop.claim == "draft" else env.point_mass(x) if prop.claim == "point_mass"
                  else env.without(q, earlier))
         c = self._new(node, x, claim)
+        self._props[node].append((c, claim))
+        return True
+
+    def _draw_fixed(self, node: int) -> bool:
+        tree = self._prop.tree
+        kids = self._kids[node]
+        below = tree.children(self._fixed[node])
+        if len(kids) >= len(below):
+            self._done[node] = True
+            return False
+        f = below[len(kids)]
+        claim = self._prop.field_claim(self._env, f)
+        c = self._new(node, tree.tokens[f], claim)
+        self._fixed[c] = f
         self._props[node].append((c, claim))
         return True
 
@@ -353,6 +371,79 @@ class MergeProposer:
         return f"merge({len(self.models)} draft models, gamma={self.gamma})"
 
     __repr__ = describe
+
+
+class FixedTreeProposer:
+    """Proposes the same given token tree at every step; see :func:`fixed`."""
+
+    family = "tree"
+    kind = "fixed"
+
+    def __init__(self, tree: Any, claims: dict[int, tuple]) -> None:
+        self.tree, self.claims = tree, claims
+        self.depth = max(tree.depths)
+
+    def needs_draft(self) -> bool:
+        return False
+
+    def orders(self) -> list:
+        return []
+
+    def field_claim(self, env: Any, node: int) -> tuple:
+        key = ("fixed claim", node)
+        law = env._numbers.get(key)
+        if law is None:
+            law = tuple(env.field.convert(x) for x in self.claims[node])
+            env._numbers[key] = law
+        return law
+
+    def step(self, env: Any, context: tuple, rng: Any) -> TreeStep:
+        return TreeStep(self, env, context, rng)
+
+    def max_tokens(self) -> int:
+        return self.depth + 1
+
+    def expected_nodes(self, env: Any, context: tuple) -> int:
+        return self.tree.n_speculated
+
+    def describe(self) -> str:
+        return f"fixed({self.tree.n_speculated}-node tree)"
+
+    __repr__ = describe
+
+
+def fixed(tree: Any, claims: Any) -> FixedTreeProposer:
+    """Propose one given token tree (an ``es.trees.TokenTree``) at every step, with given claimed laws.
+
+    ``claims`` maps every speculated node id to the law the verifier is told it came from (a
+    dict, or a list indexed by node id with anything at index 0). The tree's root token is not
+    used: the root is the context's last token. Use it to condition on particular drafts, e.g.
+    to compute a verifier's acceptance probability for one drafted tree.
+
+    >>> from exactspec.trees import TokenTree
+    >>> t = TokenTree.from_chains(0, [[1], [2]])
+    >>> fixed(t, {1: ("0", "1", "0"), 2: ("0", "0", "1")}).describe()
+    'fixed(2-node tree)'
+    """
+    from ..laws import to_law
+    from ..trees import TokenTree
+    if not isinstance(tree, TokenTree):
+        raise ExactSpecError(f"fixed: tree must be an es.trees.TokenTree, got {tree!r}")
+    if tree.n_speculated < 1:
+        raise ExactSpecError("fixed: the tree has no speculated node")
+    items = claims.items() if isinstance(claims, dict) else enumerate(claims)
+    given = {int(k): v for k, v in items if int(k) != 0 or isinstance(claims, dict)}
+    vocab = None
+    laws: dict[int, tuple] = {}
+    for node in range(1, len(tree)):
+        if node not in given:
+            raise ExactSpecError(f"fixed: no claimed law for node {node} (token {tree.tokens[node]})")
+        law = given[node]
+        vocab = vocab or len(law)
+        laws[node] = to_law(law, vocab, where=f"fixed tree, claimed law of node {node}")
+        if not 0 <= tree.tokens[node] < vocab:
+            raise ExactSpecError(f"fixed: node {node} has token {tree.tokens[node]}, outside 0..{vocab - 1}")
+    return FixedTreeProposer(tree, laws)
 
 
 def tree(expansion: Sequence[int] = (2, 2, 1), *, children: str = "iid", claim: str = "draft") -> TreeProposer:

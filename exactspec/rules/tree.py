@@ -158,15 +158,19 @@ def _multi_sample_match(step: Any, rng: Any) -> Iterator[int]:
         if n == 0:
             yield rng.categorical(p)
             return
-        samples = [rng.categorical(p) for _ in range(n)]
-        for s in samples:
+        # n independent target samples; the ones after the first match are never looked at,
+        # so they are drawn lazily (the same law, fewer branches)
+        first = None
+        for _ in range(n):
+            s = rng.categorical(p)
+            first = s if first is None else first
             match = next((c for c in kids if step.token(c) == s), None)
             if match is not None:
                 yield step.accept(match)
                 node = match
                 break
         else:
-            yield samples[0]
+            yield first
             return
 
 
