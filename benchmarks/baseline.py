@@ -157,3 +157,110 @@ def baseline_law(fn: Callable, target: Any, draft: Any, *, gamma: int, prompt: t
 
     stream(tuple(prompt), (), Fraction(1))
     return law
+
+
+class _TreeStep:
+    """A token tree whose node's children are all drawn (through the baseline rng) when first asked for."""
+
+    root = 0
+
+    def __init__(self, p: Any, q: Any, ctx: tuple, rng: _Rng, expansion: tuple, children: str, claim: str) -> None:
+        self._p, self._q, self._rng = p, q, rng
+        self._exp, self._kind, self._claim_kind = expansion, children, claim
+        self._tok, self._ctx, self._depth, self._claims = [ctx[-1] if ctx else -1], [ctx], [0], [None]
+        self._kids: dict[int, list[int]] = {}
+
+    def _draw(self, node: int) -> list[int]:
+        if node in self._kids:
+            return self._kids[node]
+        kids: list[int] = []
+        d = self._depth[node]
+        if d < len(self._exp):
+            q = self._q(self._ctx[node])
+            vocab = len(q)
+            earlier: list[int] = []
+            for _ in range(self._exp[d]):
+                if self._kind == "topk":
+                    left = [i for i in sorted(range(vocab), key=lambda i: (-q[i], i)) if q[i] > 0 and i not in earlier]
+                    if not left:
+                        break
+                    x = left[0]
+                else:
+                    law = list(q)
+                    if self._kind == "without_replacement":
+                        for e in earlier:
+                            law[e] = Fraction(0)
+                        if sum(law) == 0:
+                            break
+                        law = [v / sum(law) for v in law]
+                    x = self._rng.categorical(law)
+                if self._claim_kind == "draft":
+                    claim = tuple(q)
+                elif self._claim_kind == "point_mass":
+                    claim = tuple(Fraction(int(i == x)) for i in range(vocab))
+                else:
+                    rest = sum(v for i, v in enumerate(q) if i not in earlier)
+                    claim = tuple(Fraction(0) if i in earlier else v / rest for i, v in enumerate(q))
+                earlier.append(x)
+                self._tok.append(x)
+                self._ctx.append(self._ctx[node] + (x,))
+                self._depth.append(d + 1)
+                self._claims.append(claim)
+                kids.append(len(self._tok) - 1)
+        self._kids[node] = kids
+        return kids
+
+    def children(self, node: int) -> list[int]:
+        return self._draw(node)
+
+    def proposals(self, node: int):
+        return [(c, self._claims[c]) for c in self._draw(node)]
+
+    def token(self, node: int) -> int:
+        return self._tok[node]
+
+    def target(self, node: int) -> tuple:
+        return self._p(self._ctx[node])
+
+    def claimed(self, node: int) -> tuple:
+        return self._claims[node]
+
+    def accept(self, node: int) -> int:
+        return self._tok[node]
+
+    def number(self, x: Any) -> Fraction:
+        return Fraction(x)
+
+
+def baseline_tree_law(fn: Callable, target: Any, draft: Any, *, expansion: tuple, children: str, claim: str,
+                      prompt: tuple, tokens: int, seconds: float | None = None) -> dict:
+    """Law of the first ``tokens`` tokens of a tree rule, by recursion over every branch of the stream.
+
+    The whole stream (drafting each step's tree and verifying it, step after step) is one program
+    re-run once per branch of its draws: no memoisation, no horizon cut.
+    """
+    deadline = None if seconds is None else time.perf_counter() + seconds
+    law: dict = {}
+
+    def program(rng: _Rng) -> tuple:
+        ctx, emitted = tuple(prompt), ()
+        while len(emitted) < tokens:
+            step = _TreeStep(target, draft, ctx, rng, tuple(expansion), children, claim)
+            out = tuple(fn(step, rng))
+            ctx, emitted = ctx + out, emitted + out
+        return emitted[:tokens]
+
+    def explore(choices: list) -> None:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeoutError("baseline ran past its deadline")
+        rng = _Rng(choices)
+        try:
+            out = program(rng)
+        except _Branch as b:
+            for v, _ in b.options:
+                explore(choices + [v])
+            return
+        law[out] = law.get(out, 0) + rng.w
+
+    explore([])
+    return law

@@ -24,6 +24,12 @@ def test_readme_examples_run(capsys):
     # the user rule of "Writing your own rule" is lossless on the README's instance, by enumeration
     rep = es.audit(target=ns["target"], draft=ns["draft"], rule=ns["my_rule"], prompt=(0, 1), tokens=4)
     assert rep.tv == 0 and rep.paths > 0 and rep.claim == "lossless"
+    # the verdicts the "Token trees" section shows in comments
+    kw = dict(target=ns["target"], rule=es.rules.mss, prompt=(0, 1))
+    assert es.audit(draft=ns["draft"], proposer=ns["tree"], tokens=4, **kw).lossless
+    assert es.audit(draft=ns["draft"], proposer=ns["topk_soft"], tokens=4, **kw).verdict == "biased"
+    assert es.audit(proposer=ns["merged"], tokens=3, **kw).lossless
+    assert ns["report"].ok
 
 
 def test_readme_carries_the_two_setup_commands():

@@ -258,3 +258,18 @@ def test_tree_and_fixed_argument_errors():
         es.audit(target=U4, draft=U4, rule=es.rules.mss, proposer=es.drafts.chain(2))
     with pytest.raises(es.ExactSpecError, match="merge draft model 0 has vocab 2"):
         es.audit(target=U4, rule=es.rules.mss, proposer=es.drafts.merge([es.models.context_free((1, 0))], 1))
+
+
+@pytest.mark.parametrize("rule", [es.rules.mss, es.rules.naive_tree_sampling, es.rules.multi_sample_match,
+                                  es.rules.shared_coin_tree(1, F(1, 2)), es.rules.typical_acceptance(F(1, 2), 1)],
+                         ids=lambda r: r.name)
+@pytest.mark.parametrize("children,claim", [("iid", "draft"), ("without_replacement", "renormalized"),
+                                            ("topk", "point_mass")])
+def test_tree_engine_matches_independent_baseline(rule, children, claim):
+    from benchmarks.baseline import baseline_tree_law
+    target = es.models.random_table(vocab=3, order=1, seed=21, zero_prob=0.2)
+    draft = es.models.perturbed(target, seed=22)
+    r = es.audit(target=target, draft=draft, rule=rule, prompt=(2,), tokens=2,
+                 proposer=es.drafts.tree((2, 1), children=children, claim=claim))
+    assert r.output == baseline_tree_law(rule.fn, target, draft, expansion=(2, 1), children=children, claim=claim,
+                                         prompt=(2,), tokens=2)
