@@ -106,6 +106,9 @@ def _cmd_rules(args: Any) -> int:
         return 0
     for r in catalog():
         print(f"{r.name}  [{r.family}, claim: {r.claim}]\n    {r.description}\n    reference: {r.reference}")
+    print("\nconfigurations `exactspec check` audits (rule, proposer, the claim it must bear out):")
+    for case in check_cases():
+        print(f"  {case.rule.name:32} {case.proposer.describe():78} {case.claim}")
     return 0
 
 
