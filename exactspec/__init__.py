@@ -8,7 +8,7 @@
 (Fraction(4, 5), Fraction(1, 5))
 """
 
-from . import drafts, laws, models, rules, theory, trees
+from . import counterexamples, drafts, laws, models, rules, theory, trees
 from ._audit import audit
 from .enumerate import Budget
 from .errors import (BudgetExceeded, ExactSpecError, InexactArithmetic, InvalidDistribution, RuleError,
@@ -20,5 +20,5 @@ from .rules import Rule, rule
 __version__ = "0.1.0"
 
 __all__ = ["audit", "AuditReport", "Outcome", "Budget", "Rule", "rule", "models", "drafts", "rules", "laws",
-           "theory", "trees", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
+           "theory", "trees", "counterexamples", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
            "RuleError", "UnsupportedRandomness", "__version__"]

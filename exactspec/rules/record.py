@@ -28,7 +28,7 @@ class Rule:
 
     def __init__(self, fn: Callable, *, name: str | None = None, family: str = "chain", claim: str = "lossless",
                  description: str = "", reference: str = "", closed_form: Callable | None = None,
-                 params: dict[str, Any] | None = None, marks_accepted: bool = False) -> None:
+                 params: dict[str, Any] | None = None, marks_accepted: bool = False, proposer: Any = None) -> None:
         if not callable(fn):
             raise ExactSpecError(f"a rule must be callable as fn(step, rng), got {fn!r}")
         if claim not in CLAIMS:
@@ -45,6 +45,8 @@ class Rule:
         self.params = dict(params or {})
         #: the rule calls ``step.accept`` for every accepted draft, so 0 accepted means none was
         self.marks_accepted = marks_accepted
+        #: the proposer configuration the claim is stated for (None: any of the family's defaults)
+        self.proposer = proposer
 
     def __call__(self, step: Any, rng: Any) -> Any:
         return self.fn(step, rng)
@@ -57,7 +59,8 @@ class Rule:
     def without_closed_form(self) -> "Rule":
         """The same rule forced through the generic rng enumeration."""
         return Rule(self.fn, name=self.name, family=self.family, claim=self.claim, description=self.description,
-                    reference=self.reference, params=self.params, marks_accepted=self.marks_accepted)
+                    reference=self.reference, params=self.params, marks_accepted=self.marks_accepted,
+                    proposer=self.proposer)
 
     def __repr__(self) -> str:
         return f"<rule {self.name}: {self.family}, claim {self.claim}>"

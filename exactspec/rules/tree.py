@@ -16,6 +16,7 @@ from typing import Any, Iterator
 from ..errors import ExactSpecError
 from ..laws import argmax, exceeds_typical_threshold, normalize, residual
 from .chain import _ratio
+from ..drafts.tree import tree
 from .record import Rule
 
 __all__ = ["mss", "naive_tree_sampling", "greedy_tree", "multi_sample_match", "shared_coin_tree",
@@ -227,7 +228,8 @@ def shared_coin_tree(threshold_single: Any = 1, threshold_acc: Any = 1) -> Rule:
                     "(lossless at thresholds 1 for distinct children)",
         reference="SGLang target-only tree verification with speculative_accept_threshold_single / _acc "
                   "(sgl-project/sglang tree_speculative_sampling_target_only)",
-        params={"threshold_single": ts, "threshold_acc": ta}, marks_accepted=True)
+        params={"threshold_single": ts, "threshold_acc": ta}, marks_accepted=True,
+        proposer=tree((2, 1), children="topk", claim="point_mass"))
 
 
 # -- typical_acceptance -------------------------------------------------------------------------------------------

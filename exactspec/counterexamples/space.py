@@ -1,0 +1,284 @@
+"""Search spaces and search instances: the small worlds a counterexample is looked for in.
+
+A :class:`SearchInstance` is one fully explicit audit: vocabulary, model family with its laws
+(rationals), proposer shape, tokens, prompt and decoding. It builds its models, renders itself
+as Python source, round-trips through JSON, and has a complexity key that orders instances
+the way shrinking does: smallest vocab, then fewest drafts / smallest tree, then fewest tokens,
+then the simplest model family, then the smallest denominators.
+
+>>> from fractions import Fraction as F
+>>> inst = SearchInstance(vocab=2, family="context_free", target=((F(3, 5), F(2, 5)),),
+...                       draft=((F(1, 2), F(1, 2)),), shape=(1,), tokens=1)
+>>> inst.key()
+(2, 1, 1, 0, 5)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Any, Iterator, Sequence
+
+from .. import drafts, models
+from ..errors import ExactSpecError
+
+__all__ = ["SearchInstance", "Space", "default_space", "simplex_grid", "random_law", "FAMILIES"]
+
+#: model families, simplest first
+FAMILIES = ("context_free", "per_position", "table")
+
+Law = tuple[Fraction, ...]
+
+
+def simplex_grid(vocab: int, max_denominator: int) -> list[Law]:
+    """Every law over ``vocab`` tokens whose entries share a denominator <= ``max_denominator``.
+
+    Ordered by the largest reduced denominator, then lexicographically (simplest first).
+
+    >>> [tuple(str(x) for x in law) for law in simplex_grid(2, 2)]
+    [('0', '1'), ('1', '0'), ('1/2', '1/2')]
+    """
+    seen: set[Law] = set()
+    out: list[Law] = []
+    for d in range(1, max_denominator + 1):
+        for parts in _compositions(d, vocab):
+            law = tuple(Fraction(a, d) for a in parts)
+            if law not in seen:
+                seen.add(law)
+                out.append(law)
+    out.sort(key=lambda law: (_denominator(law), law))
+    return out
+
+
+def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
+    if parts == 1:
+        yield (total,)
+        return
+    for first in range(total + 1):
+        for rest in _compositions(total - first, parts - 1):
+            yield (first,) + rest
+
+
+def _denominator(law: Sequence[Fraction]) -> int:
+    d = 1
+    for x in law:
+        d = max(d, x.denominator)
+    return d
+
+
+def random_law(rng: random.Random, vocab: int, max_denominator: int) -> Law:
+    """A random law with common denominator <= ``max_denominator`` (some entries may be 0).
+
+    >>> law = random_law(random.Random(0), 3, 7)
+    >>> sum(law), len(law)
+    (Fraction(1, 1), 3)
+    """
+    d = rng.randint(1, max_denominator)
+    cuts = sorted(rng.randint(0, d) for _ in range(vocab - 1))
+    parts = [b - a for a, b in zip([0] + cuts, cuts + [d])]
+    return tuple(Fraction(a, d) for a in parts)
+
+
+@dataclass(frozen=True)
+class SearchInstance:
+    """One explicit audit instance (laws as rationals) that a search visits or returns."""
+
+    vocab: int
+    family: str
+    target: tuple[Law, ...]
+    draft: tuple[Law, ...]
+    shape: tuple[int, ...]          # (gamma,) for chains, the expansion for trees
+    tokens: int
+    prompt: tuple[int, ...] = ()
+    decoding: str = "sample"
+    proposer_kind: str = "chain"     # "chain" or "tree"
+    sampling: str = "sample"         # chain drafts: "sample" or "argmax"; trees: the children rule
+    claim: str = "draft"
+
+    # -- building --------------------------------------------------------------------------------
+    def _model(self, laws: tuple[Law, ...], name: str) -> models.Model:
+        if self.family == "context_free":
+            return models.context_free(laws[0], name=name)
+        if self.family == "per_position":
+            n0, last = len(self.prompt), len(laws) - 1
+            return models.from_function(vocab=self.vocab, order=None, name=name,
+                                        fn=lambda ctx: laws[min(len(ctx) - n0, last)])
+        return models.table(vocab=self.vocab, order=1, name=name,
+                            table={(t,): laws[t] for t in range(self.vocab)})
+
+    def proposer(self) -> Any:
+        if self.proposer_kind == "chain":
+            return drafts.chain(self.shape[0], sampling=self.sampling, claim=self.claim)
+        return drafts.tree(self.shape, children=self.sampling, claim=self.claim)
+
+    def audit_kwargs(self) -> dict:
+        """Keyword arguments for ``es.audit`` (everything but the rule)."""
+        return dict(target=self._model(self.target, "target"), draft=self._model(self.draft, "draft"),
+                    proposer=self.proposer(), prompt=self.prompt, tokens=self.tokens, decoding=self.decoding)
+
+    # -- ordering -------------------------------------------------------------------------------
+    def size(self) -> int:
+        """Drafts per step: gamma for a chain, the number of tree nodes for a tree."""
+        if self.proposer_kind == "chain":
+            return self.shape[0]
+        total, width = 0, 1
+        for k in self.shape:
+            width *= k
+            total += width
+        return total
+
+    def max_denominator(self) -> int:
+        return max(_denominator(law) for law in self.target + self.draft)
+
+    def key(self) -> tuple:
+        """The shrink order: vocab, drafts, tokens, family, then denominators."""
+        return (self.vocab, self.size(), self.tokens, FAMILIES.index(self.family), self.max_denominator())
+
+    # -- rendering --------------------------------------------------------------------------------
+    def describe(self) -> str:
+        prop = self.proposer().describe()
+        return (f"vocab {self.vocab}, {prop}, {self.tokens} token(s), {self.family.replace('_', '-')} models, "
+                f"prompt {self.prompt}, decoding {self.decoding}")
+
+    def model_source(self, laws: tuple[Law, ...], var: str) -> str:
+        """Python source that builds one of the two models with exactspec's public API."""
+        def law_src(law: Law) -> str:
+            return "(" + ", ".join(f"F({x.numerator}, {x.denominator})" for x in law) + ("," if len(law) == 1 else "") + ")"
+        if self.family == "context_free":
+            return f"{var} = es.models.context_free({law_src(laws[0])})"
+        if self.family == "per_position":
+            body = ", ".join(law_src(law) for law in laws)
+            return (f"{var.upper()}_LAWS = [{body}]  # position t after the prompt uses law min(t, last)\n"
+                    f"{var} = es.models.from_function(vocab={self.vocab}, order=None, fn=lambda ctx: "
+                    f"{var.upper()}_LAWS[min(len(ctx) - {len(self.prompt)}, {len(laws) - 1})])")
+        rows = ", ".join(f"({t},): {law_src(law)}" for t, law in enumerate(laws))
+        return f"{var} = es.models.table(vocab={self.vocab}, order=1, table={{{rows}}})"
+
+    def proposer_source(self) -> str:
+        if self.proposer_kind == "chain":
+            return f"es.drafts.chain({self.shape[0]}, sampling={self.sampling!r}, claim={self.claim!r})"
+        return f"es.drafts.tree({self.shape}, children={self.sampling!r}, claim={self.claim!r})"
+
+    def to_dict(self) -> dict:
+        def laws(ls: tuple[Law, ...]) -> list:
+            return [[str(x) for x in law] for law in ls]
+        return {"vocab": self.vocab, "family": self.family, "target": laws(self.target), "draft": laws(self.draft),
+                "shape": list(self.shape), "tokens": self.tokens, "prompt": list(self.prompt),
+                "decoding": self.decoding, "proposer_kind": self.proposer_kind, "sampling": self.sampling,
+                "claim": self.claim}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SearchInstance":
+        def laws(ls: list) -> tuple[Law, ...]:
+            return tuple(tuple(Fraction(x) for x in law) for law in ls)
+        return cls(vocab=d["vocab"], family=d["family"], target=laws(d["target"]), draft=laws(d["draft"]),
+                   shape=tuple(d["shape"]), tokens=d["tokens"], prompt=tuple(d["prompt"]), decoding=d["decoding"],
+                   proposer_kind=d["proposer_kind"], sampling=d["sampling"], claim=d["claim"])
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+
+@dataclass(frozen=True)
+class Space:
+    """Where to look: vocabularies, proposer shapes, tokens, model families, denominators.
+
+    ``exhaustive_denominator``: every context-free (p, q) pair on the simplex grid with
+    denominators up to this bound is audited (for each vocab/shape/tokens cell up to
+    ``exhaustive_limit`` pairs); per-position and table models, and larger denominators up to
+    ``max_denominator``, are sampled (``random_points`` per cell). ``hill_climb`` more steps
+    are spent climbing the exact TV from the best random points.
+
+    >>> Space().describe().startswith("vocab 2..3")
+    True
+    """
+
+    vocabs: tuple[int, ...] = (2, 3, 4)
+    shapes: tuple[tuple[int, ...], ...] = ((1,), (2,), (3,))
+    tokens: tuple[int, ...] = (1, 2, 3)
+    families: tuple[str, ...] = FAMILIES
+    exhaustive_denominator: int = 4
+    exhaustive_limit: int = 1500
+    max_denominator: int = 12
+    random_points: int = 40
+    hill_climb: int = 0
+    proposer_kind: str = "chain"
+    sampling: str = "sample"
+    claim: str = "draft"
+    decoding: str = "sample"
+    per_position_laws: int = 2
+
+    def __post_init__(self) -> None:
+        if not self.vocabs or min(self.vocabs) < 2:
+            raise ExactSpecError(f"Space: vocabs must be ints >= 2, got {self.vocabs}")
+        if not self.tokens or min(self.tokens) < 1:
+            raise ExactSpecError(f"Space: tokens must be ints >= 1, got {self.tokens}")
+        bad = [f for f in self.families if f not in FAMILIES]
+        if bad:
+            raise ExactSpecError(f"Space: unknown model family {bad[0]!r}; choose from {', '.join(FAMILIES)}")
+        if self.exhaustive_denominator < 1 or self.max_denominator < self.exhaustive_denominator:
+            raise ExactSpecError("Space: need 1 <= exhaustive_denominator <= max_denominator")
+
+    def cells(self) -> list[tuple[int, tuple[int, ...], int, str]]:
+        """(vocab, shape, tokens, family) in shrink order."""
+        def size(shape: tuple[int, ...]) -> int:
+            return shape[0] if self.proposer_kind == "chain" else sum(
+                _prod(shape[: i + 1]) for i in range(len(shape)))
+        cells = [(v, s, t, f) for v in self.vocabs for s in self.shapes for t in self.tokens for f in self.families]
+        return sorted(cells, key=lambda c: (c[0], size(c[1]), c[2], FAMILIES.index(c[3])))
+
+    def describe(self) -> str:
+        shapes = ", ".join(str(s[0]) if self.proposer_kind == "chain" else str(s) for s in self.shapes)
+        return (f"vocab {min(self.vocabs)}..{max(self.vocabs)}, "
+                f"{'gamma' if self.proposer_kind == 'chain' else 'expansion'} {{{shapes}}}, "
+                f"tokens {min(self.tokens)}..{max(self.tokens)}, families {', '.join(self.families)}; "
+                f"every context-free (p, q) with denominators <= {self.exhaustive_denominator} "
+                f"(at most {self.exhaustive_limit} pairs per cell), {self.random_points} random rational instances "
+                f"per cell with denominators <= {self.max_denominator}"
+                + (f", {self.hill_climb} hill-climbing steps" if self.hill_climb else ""))
+
+    def instance(self, vocab: int, shape: tuple[int, ...], tokens: int, family: str, target: tuple[Law, ...],
+                 draft: tuple[Law, ...]) -> SearchInstance:
+        return SearchInstance(vocab=vocab, family=family, target=target, draft=draft, shape=shape, tokens=tokens,
+                              prompt=(0,) if family == "table" else (), decoding=self.decoding,
+                              proposer_kind=self.proposer_kind, sampling=self.sampling, claim=self.claim)
+
+    def n_laws(self, vocab: int, family: str) -> int:
+        return 1 if family == "context_free" else self.per_position_laws if family == "per_position" else vocab
+
+    def with_(self, **kw: Any) -> "Space":
+        return replace(self, **kw)
+
+
+def _prod(xs: Sequence[int]) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def default_space(rule: Any, proposer: Any = None) -> Space:
+    """The space searched when none is given: chains or small trees, following the rule's family.
+
+    A given proposer fixes how drafts are made and scored (sampling/children and claim); its
+    gamma or expansion is varied over the space's shapes.
+
+    >>> import exactspec as es
+    >>> default_space(es.rules.mss).shapes[:4]
+    ((1,), (2,), (1, 1), (3,))
+    """
+    decoding = getattr(rule, "decoding", "sample")
+    proposer = proposer if proposer is not None else getattr(rule, "proposer", None)
+    if getattr(rule, "family", "chain") == "tree":
+        children = getattr(proposer, "children", "iid") if proposer is not None else "iid"
+        claim = getattr(proposer, "claim", "draft") if proposer is not None else "draft"
+        return Space(vocabs=(2, 3), shapes=((1,), (2,), (1, 1), (3,), (2, 1), (1, 1, 1), (2, 2)), tokens=(1, 2, 3),
+                     proposer_kind="tree", sampling=children, claim=claim, decoding=decoding,
+                     exhaustive_denominator=3, exhaustive_limit=400, random_points=16)
+    sampling = getattr(proposer, "sampling", "sample") if proposer is not None else "sample"
+    claim = getattr(proposer, "claim", "draft") if proposer is not None else "draft"
+    return Space(sampling=sampling, claim=claim, decoding=decoding)
+
+
