@@ -131,7 +131,9 @@ def search(rule: Any, *, proposer: Any = None, space: Space | None = None, seed:
     >>> import exactspec as es
     >>> ce = search(es.rules.greedy_match_sampled)
     >>> ce.explanation
-    'token 0 is emitted with probability 1 but the target gives 1/2 (exact TV 1/2)'
+    'token 0 is emitted with probability 3/4 but the target gives 1/2 (exact TV 1/4)'
+    >>> ce.instance.target, ce.instance.draft   # p = q = (1/2, 1/2): the tie goes to token 0, and so does the bias
+    (((Fraction(1, 2), Fraction(1, 2)),), ((Fraction(1, 2), Fraction(1, 2)),))
     """
     rule = as_rule(rule)
     space = space or default_space(rule, proposer)
@@ -272,8 +274,8 @@ def worst(rule: Any, space: Space | None = None, *, proposer: Any = None, seed: 
     >>> import exactspec as es
     >>> w = worst(es.rules.greedy_match_sampled, es.counterexamples.Space(vocabs=(2,), shapes=((1,),), tokens=(1,),
     ...           families=("context_free",), random_points=5), steps=10, restarts=1)
-    >>> w.tv == 1
-    True
+    >>> w.tv   # TV = q(a) * (1 - p(a)) with a = argmax p: largest at q(a) = 1, p(a) = 1/2
+    Fraction(1, 2)
     """
     rule = as_rule(rule)
     space = space or default_space(rule, proposer)

@@ -191,7 +191,7 @@ class Space:
     ``max_denominator``, are sampled (``random_points`` per cell). ``hill_climb`` more steps
     are spent climbing the exact TV from the best random points.
 
-    >>> Space().describe().startswith("vocab 2..3")
+    >>> Space().describe().startswith("vocab 2..4")
     True
     """
 
