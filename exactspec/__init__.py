@@ -10,6 +10,7 @@
 
 from . import counterexamples, drafts, laws, models, rules, theory, trees
 from ._audit import audit
+from .assertions import LossAssertionError, assert_lossless
 from .enumerate import Budget
 from .errors import (BudgetExceeded, ExactSpecError, InexactArithmetic, InvalidDistribution, RuleError,
                      UnsupportedRandomness)
@@ -19,6 +20,6 @@ from .rules import Rule, rule
 
 __version__ = "0.1.0"
 
-__all__ = ["audit", "AuditReport", "Outcome", "Budget", "Rule", "rule", "models", "drafts", "rules", "laws",
+__all__ = ["audit", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "models", "drafts", "rules", "laws",
            "theory", "trees", "counterexamples", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
            "RuleError", "UnsupportedRandomness", "__version__"]

@@ -75,7 +75,8 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     for name, m in [("draft model", draft), ("expected model", expected)] + [
             (f"merge draft model {i}", m) for i, m in enumerate(getattr(proposer, "models", []))]:
         if m is not None and not isinstance(m, Model):
-            raise ExactSpecError(f"{name.split()[0]} must be an exactspec model (es.models.*), got {m!r}")
+            label = name.removesuffix(" model") if not name.startswith("merge") else name
+            raise ExactSpecError(f"{label} must be an exactspec model (es.models.*), got {m!r}")
         if m is not None and m.vocab != target.vocab:
             raise ExactSpecError(f"{name} has vocab {m.vocab} but the target has vocab {target.vocab}")
     claims = getattr(proposer, "claims", None)

@@ -99,6 +99,48 @@ def _cmd_audit(args: Any) -> int:
     return 0 if rep.lossless else 1
 
 
+def _cmd_search(args: Any) -> int:
+    from .counterexamples import default_space, search
+    from .drafts import chain, tree
+    rule = get(args.rule)
+    if rule.family == "tree":
+        proposer = tree((1,), children=args.children or "iid", claim=args.claim or "draft") if (
+            args.children or args.claim) else None
+    else:
+        proposer = chain(1, sampling=args.sampling or "sample", claim=args.claim or "draft")
+    space = default_space(rule, proposer)
+    changes: dict[str, Any] = {}
+    if args.max_vocab is not None:
+        if args.max_vocab < 2:
+            raise ExactSpecError(f"--max-vocab must be >= 2, got {args.max_vocab}")
+        changes["vocabs"] = tuple(range(2, args.max_vocab + 1))
+    if args.max_gamma is not None:
+        if args.max_gamma < 1:
+            raise ExactSpecError(f"--max-gamma must be >= 1, got {args.max_gamma}")
+        changes["shapes"] = (tuple((g,) for g in range(1, args.max_gamma + 1)) if rule.family == "chain"
+                             else tuple(s for s in space.shapes if len(s) <= args.max_gamma))
+    if args.tokens is not None:
+        if args.tokens < 1:
+            raise ExactSpecError(f"--tokens must be >= 1, got {args.tokens}")
+        changes["tokens"] = tuple(range(1, args.tokens + 1))
+    if args.max_denominator is not None:
+        if args.max_denominator < 1:
+            raise ExactSpecError(f"--max-denominator must be >= 1, got {args.max_denominator}")
+        changes["max_denominator"] = args.max_denominator
+        changes["exhaustive_denominator"] = min(space.exhaustive_denominator, args.max_denominator)
+    space = space.with_(**changes)
+    found = search(rule, proposer=proposer, space=space, seed=args.seed, budget=args.time_limit)
+    if args.json:
+        print(found.to_json(indent=1) if found else json.dumps({"rule": rule.name, "found": False,
+                                                                "space": found.space, "audited": found.audited}))
+        return 1 if found else 0
+    print(found)
+    if found:
+        print("\nregression test (fails while the bias exists):\n")
+        print(found.to_pytest())
+    return 1 if found else 0
+
+
 def _cmd_rules(args: Any) -> int:
     if args.names:
         for r in catalog():
@@ -139,6 +181,18 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--decoding", choices=["sample", "greedy"], default=None,
                    help="default: greedy for lossless-greedy rules, else sample")
     common(a)
+    se = sub.add_parser("search", help="find the minimal counterexample of a rule (exit 1) or cover a space (exit 0)")
+    se.add_argument("--rule", required=True)
+    se.add_argument("--max-vocab", type=int, default=None)
+    se.add_argument("--max-gamma", type=int, default=None, help="chains: largest gamma; trees: deepest expansion")
+    se.add_argument("--max-denominator", type=int, default=None)
+    se.add_argument("--tokens", type=int, default=None, help="largest number of tokens")
+    se.add_argument("--seed", type=int, default=0)
+    se.add_argument("--sampling", choices=["sample", "argmax"], default=None, help="chain drafts")
+    se.add_argument("--children", choices=["iid", "without_replacement", "topk"], default=None, help="tree drafts")
+    se.add_argument("--claim", choices=["draft", "point_mass", "renormalized"], default=None)
+    se.add_argument("--time-limit", type=float, default=None, help="seconds before stopping (reports what was covered)")
+    se.add_argument("--json", action="store_true")
     r = sub.add_parser("rules", help="list the catalog with claims and references")
     r.add_argument("--names", action="store_true", help="names only")
     return p
@@ -151,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     try:
-        return {"check": _cmd_check, "audit": _cmd_audit, "rules": _cmd_rules}[args.cmd](args)
+        return {"check": _cmd_check, "audit": _cmd_audit, "rules": _cmd_rules, "search": _cmd_search}[args.cmd](args)
     except BudgetExceeded as exc:
         print(f"exactspec: {exc}", file=sys.stderr)
         return 3
@@ -165,4 +219,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def entry() -> None:
     """Console-script entry point."""
-    sys.exit(main())
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:  # e.g. `exactspec search ... | head`
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
+    sys.exit(code)
