@@ -20,6 +20,13 @@ from .rules import Rule, rule
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):  # `es.strategies` imports hypothesis's strategies only when asked for
+    if name == "strategies":
+        import importlib
+        return importlib.import_module(".strategies", __name__)
+    raise AttributeError(f"module 'exactspec' has no attribute {name!r}")
+
 __all__ = ["audit", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "models", "drafts", "rules", "laws",
-           "theory", "trees", "counterexamples", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
+           "theory", "trees", "counterexamples", "strategies", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
            "RuleError", "UnsupportedRandomness", "__version__"]

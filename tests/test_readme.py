@@ -30,6 +30,13 @@ def test_readme_examples_run(capsys):
     assert es.audit(draft=ns["draft"], proposer=ns["topk_soft"], tokens=4, **kw).verdict == "biased"
     assert es.audit(proposer=ns["merged"], tokens=3, **kw).lossless
     assert ns["report"].ok
+    # the counterexample section: what it prints, and its property test and fixture example run
+    assert "the sequence (0, 0) is emitted with probability 1/4 but the target gives 1/2 (exact TV 1/4)" in printed
+    assert "no counterexample for speculative_sampling: 21537 instances audited exactly" in printed
+    from hypothesis import find
+    inst = find(es.strategies.instances(), lambda i: i["tokens"] == 2 and len(i["prompt"]) == 1)
+    ns["test_my_rule_is_lossless"].hypothesis.inner_test(inst)
+    ns["test_my_rule"](es.assert_lossless)
 
 
 def test_readme_carries_the_two_setup_commands():
