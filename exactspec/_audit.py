@@ -47,7 +47,7 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     ``rule`` is a catalog rule, its name, or a function ``fn(step, rng)``; ``proposer`` defaults
     to ``es.drafts.chain(gamma=4)``. The expected law is the target's sampling law
     (``decoding="sample"``), its greedy sequence (``"greedy"``), or the law of ``expected`` (a
-    declared target model). ``decoding=None`` picks ``"greedy"`` for ``lossless-greedy`` rules
+    declared target model; rules claiming ``declared-target`` supply it themselves). ``decoding=None`` picks ``"greedy"`` for ``lossless-greedy`` rules
     and ``"sample"`` otherwise. ``closed_form=False`` forces the generic rng enumeration.
     ``backend`` picks the fraction field's rational type ("auto": gmpy2 when installed, else
     Fraction; "python": always Fraction); reports always hold Fractions, identical either way.
@@ -85,6 +85,8 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
                              f"target has vocab {target.vocab}")
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
         raise ExactSpecError(f"tokens must be an int >= 1, got {tokens!r}")
+    if expected is None and rule_obj.declared_target is not None:
+        expected = rule_obj.declared_target(target, draft)
     if decoding is None:
         decoding = rule_obj.decoding
     if decoding not in DECODINGS:

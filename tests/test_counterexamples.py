@@ -197,3 +197,22 @@ def test_plugin_is_registered_through_the_entry_point():
     from importlib.metadata import entry_points
     eps = [ep for ep in entry_points(group="pytest11") if ep.name == "exactspec"]
     assert eps and eps[0].value == "exactspec.pytest_plugin"
+
+
+def test_declared_target_rules_are_audited_and_searched_against_their_target():
+    # a verifier that ignores the target and emits the draft: lossless w.r.t. the draft's own law
+    @es.rule(claim="declared-target", declared_target=lambda target, draft: draft)
+    def emit_the_draft(step, rng):
+        yield step.accept(0)
+
+    p, q = es.models.context_free((F(3, 5), F(2, 5))), es.models.context_free((F(1, 4), F(3, 4)))
+    rep = es.audit(target=p, draft=q, proposer=es.drafts.chain(1), rule=emit_the_draft, tokens=2)
+    assert rep.tv == 0 and rep.claim_holds and rep.expected == {(0, 0): F(1, 16), (0, 1): F(3, 16),
+                                                                (1, 0): F(3, 16), (1, 1): F(9, 16)}
+    small = Space(vocabs=(2, 3), tokens=(1, 2), random_points=5)
+    assert not search(emit_the_draft, space=small, progress=False)
+    # declared against the target instead, the same rule is found out at once
+    against_p = es.rule(claim="lossless")(emit_the_draft.fn)
+    assert search(against_p, space=small, progress=False).instance.vocab == 2
+    with pytest.raises(es.ExactSpecError, match="needs declared_target"):
+        es.rule(claim="declared-target")(emit_the_draft.fn)

@@ -188,8 +188,8 @@ class Space:
     ``exhaustive_denominator``: every context-free (p, q) pair on the simplex grid with
     denominators up to this bound is audited (for each vocab/shape/tokens cell up to
     ``exhaustive_limit`` pairs); per-position and table models, and larger denominators up to
-    ``max_denominator``, are sampled (``random_points`` per cell). ``hill_climb`` more steps
-    are spent climbing the exact TV from the best random points.
+    ``max_denominator``, are sampled (``random_points`` per cell). Hill climbing on the exact TV
+    is :func:`exactspec.counterexamples.worst`'s job (a lossless rule has no TV to climb).
 
     >>> Space().describe().startswith("vocab 2..4")
     True
@@ -203,7 +203,6 @@ class Space:
     exhaustive_limit: int = 1500
     max_denominator: int = 12
     random_points: int = 40
-    hill_climb: int = 0
     proposer_kind: str = "chain"
     sampling: str = "sample"
     claim: str = "draft"
@@ -236,8 +235,7 @@ class Space:
                 f"tokens {min(self.tokens)}..{max(self.tokens)}, families {', '.join(self.families)}; "
                 f"every context-free (p, q) with denominators <= {self.exhaustive_denominator} "
                 f"(at most {self.exhaustive_limit} pairs per cell), {self.random_points} random rational instances "
-                f"per cell with denominators <= {self.max_denominator}"
-                + (f", {self.hill_climb} hill-climbing steps" if self.hill_climb else ""))
+                f"per cell with denominators <= {self.max_denominator}")
 
     def instance(self, vocab: int, shape: tuple[int, ...], tokens: int, family: str, target: tuple[Law, ...],
                  draft: tuple[Law, ...]) -> SearchInstance:

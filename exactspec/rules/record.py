@@ -28,7 +28,8 @@ class Rule:
 
     def __init__(self, fn: Callable, *, name: str | None = None, family: str = "chain", claim: str = "lossless",
                  description: str = "", reference: str = "", closed_form: Callable | None = None,
-                 params: dict[str, Any] | None = None, marks_accepted: bool = False, proposer: Any = None) -> None:
+                 params: dict[str, Any] | None = None, marks_accepted: bool = False, proposer: Any = None,
+                 declared_target: Callable | None = None) -> None:
         if not callable(fn):
             raise ExactSpecError(f"a rule must be callable as fn(step, rng), got {fn!r}")
         if claim not in CLAIMS:
@@ -47,6 +48,10 @@ class Rule:
         self.marks_accepted = marks_accepted
         #: the proposer configuration the claim is stated for (None: any of the family's defaults)
         self.proposer = proposer
+        #: for claim "declared-target": ``declared_target(target, draft) -> Model`` whose law the output must follow
+        self.declared_target = declared_target
+        if claim == "declared-target" and declared_target is None:
+            raise ExactSpecError("a rule claiming 'declared-target' needs declared_target=fn(target, draft) -> model")
 
     def __call__(self, step: Any, rng: Any) -> Any:
         return self.fn(step, rng)
@@ -60,7 +65,7 @@ class Rule:
         """The same rule forced through the generic rng enumeration."""
         return Rule(self.fn, name=self.name, family=self.family, claim=self.claim, description=self.description,
                     reference=self.reference, params=self.params, marks_accepted=self.marks_accepted,
-                    proposer=self.proposer)
+                    proposer=self.proposer, declared_target=self.declared_target)
 
     def __repr__(self) -> str:
         return f"<rule {self.name}: {self.family}, claim {self.claim}>"
@@ -83,8 +88,8 @@ def as_rule(obj: Any) -> Rule:
 
 
 def rule(*, claim: str = "lossless", family: str = "chain", name: str | None = None, description: str = "",
-         reference: str = "") -> Callable[[Callable], Rule]:
-    """Decorator declaring a user's rule and its claim.
+         reference: str = "", declared_target: Callable | None = None) -> Callable[[Callable], Rule]:
+    """Decorator declaring a user's rule and its claim (and, for ``declared-target``, the target law).
 
     >>> @rule(claim="biased")
     ... def first_draft_only(step, rng):
@@ -93,5 +98,6 @@ def rule(*, claim: str = "lossless", family: str = "chain", name: str | None = N
     'biased'
     """
     def wrap(fn: Callable) -> Rule:
-        return Rule(fn, name=name, family=family, claim=claim, description=description, reference=reference)
+        return Rule(fn, name=name, family=family, claim=claim, description=description, reference=reference,
+                    declared_target=declared_target)
     return wrap
