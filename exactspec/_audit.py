@@ -41,7 +41,8 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
           prompt: Sequence[int] = (), tokens: int = 1, decoding: str | None = None,
           field: str | Field = "fraction", precision: int | None = None, tolerance: Any = None,
           expected: Model | None = None, budget: Budget | None = None, closed_form: bool = True,
-          worst: int = 5, backend: str = "auto") -> AuditReport:
+          worst: int = 5, backend: str = "auto", rng_model: str = "continuous",
+          exact_floats: bool = False) -> AuditReport:
     """Compute the exact law of the first ``tokens`` tokens emitted after ``prompt`` and compare it.
 
     ``rule`` is a catalog rule, its name, or a function ``fn(step, rng)``; ``proposer`` defaults
@@ -51,6 +52,10 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     and ``"sample"`` otherwise. ``closed_form=False`` forces the generic rng enumeration.
     ``backend`` picks the fraction field's rational type ("auto": gmpy2 when installed, else
     Fraction; "python": always Fraction); reports always hold Fractions, identical either way.
+    ``rng_model`` says what ``rng.uniform()`` is: ``"continuous"`` ([0, 1)) or a real generator's
+    lattice (``"torch-float32"``, ``"float64"``, ``"curand"``), on which ties have positive
+    probability. ``exact_floats=True`` lets a rule compare uniforms with floats, each taken as the
+    rational it is (what auditing float implementations needs).
 
     >>> import exactspec as es
     >>> from fractions import Fraction as F
@@ -98,7 +103,9 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     fld = get_field(field, precision=precision, tolerance=tolerance, backend=backend)
     prompt_t = _prompt(prompt, target.vocab)
 
-    engine = Engine(rule_obj, proposer, target, draft, fld, budget=budget, closed_form=closed_form)
+    from .enumerate.rng import lattice_for
+    engine = Engine(rule_obj, proposer, target, draft, fld, budget=budget, closed_form=closed_form,
+                    lattice=lattice_for(rng_model), exact_floats=exact_floats)
     try:
         tpc, accepted, nodes = engine.efficiency(prompt_t)
         output, calls = engine.output(prompt_t, tokens)
@@ -119,6 +126,8 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
         nodes = ex(nodes) if not isinstance(nodes, int) else nodes
     instance = {"vocab": target.vocab, "proposer": proposer.describe(), "prompt": list(prompt_t), "tokens": tokens,
                 "decoding": decoding, "target": target.name, "draft": None if draft is None else draft.name}
+    if rng_model != "continuous":
+        instance["rng_model"] = rng_model
     if expected is not None:
         instance["expected"] = expected.name
     return AuditReport(rule=rule_obj.name, claim=rule_obj.claim, instance=instance, field=fld, output=output,

@@ -141,6 +141,27 @@ def _cmd_search(args: Any) -> int:
     return 1 if found else 0
 
 
+def _cmd_audit_sampler(args: Any) -> int:
+    import importlib
+    from .samplers import audit_sampler
+    mod_name, _, fn_name = args.target.partition(":")
+    if not mod_name or not fn_name:
+        raise ExactSpecError(f"sampler must be MODULE:FUNCTION, got {args.target!r}")
+    import os
+    if os.getcwd() not in sys.path:  # MODULE is looked up from the current directory too, as `python -m` does
+        sys.path.insert(0, os.getcwd())
+    try:
+        sampler = getattr(importlib.import_module(mod_name), fn_name)
+    except (ImportError, AttributeError) as exc:
+        raise ExactSpecError(f"cannot load {args.target}: {exc}") from None
+    inst = make_instance(vocab=args.vocab, order=args.order, gamma=args.gamma, tokens=args.tokens, seed=args.seed,
+                         sampling=args.sampling, claim=args.claim)
+    rep = audit_sampler(sampler, adapter=args.adapter, target=inst.target, draft=inst.draft, proposer=inst.proposer,
+                        prompt=inst.prompt, tokens=inst.tokens, rng_model=args.rng_model)
+    print(rep.to_json(indent=1) if args.json else rep.summary())
+    return 0 if rep.lossless else 1
+
+
 def _cmd_rules(args: Any) -> int:
     if args.names:
         for r in catalog():
@@ -193,6 +214,18 @@ def _parser() -> argparse.ArgumentParser:
     se.add_argument("--claim", choices=["draft", "point_mass", "renormalized"], default=None)
     se.add_argument("--time-limit", type=float, default=None, help="seconds before stopping (reports what was covered)")
     se.add_argument("--json", action="store_true")
+    sa = sub.add_parser("audit-sampler", help="audit a third-party sampler MODULE:FUNCTION exactly")
+    sa.add_argument("target", metavar="MODULE:FUNCTION")
+    sa.add_argument("--adapter", default="numpy")
+    sa.add_argument("--vocab", type=int, default=4)
+    sa.add_argument("--order", type=int, default=1)
+    sa.add_argument("--gamma", type=int, default=2)
+    sa.add_argument("--tokens", type=int, default=2)
+    sa.add_argument("--seed", type=int, default=0)
+    sa.add_argument("--sampling", choices=["sample", "argmax"], default="sample")
+    sa.add_argument("--claim", choices=["draft", "point_mass"], default="draft")
+    sa.add_argument("--rng-model", choices=["continuous", "torch-float32", "float64", "curand"], default="continuous")
+    sa.add_argument("--json", action="store_true")
     r = sub.add_parser("rules", help="list the catalog with claims and references")
     r.add_argument("--names", action="store_true", help="names only")
     return p
@@ -205,7 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     try:
-        return {"check": _cmd_check, "audit": _cmd_audit, "rules": _cmd_rules, "search": _cmd_search}[args.cmd](args)
+        return {"check": _cmd_check, "audit": _cmd_audit, "rules": _cmd_rules, "search": _cmd_search,
+                "audit-sampler": _cmd_audit_sampler}[args.cmd](args)
     except BudgetExceeded as exc:
         print(f"exactspec: {exc}", file=sys.stderr)
         return 3

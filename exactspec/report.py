@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import json
+from fractions import Fraction
 from dataclasses import dataclass, field as dc_field
 from typing import Any, NamedTuple
 
@@ -63,8 +64,10 @@ class AuditReport:
     # -- verdicts ---------------------------------------------------------------------------------
     @property
     def lossless(self) -> bool:
-        """TV == 0 exactly (exact field) or TV <= the stated tolerance (float / mpmath)."""
-        return self.tv == 0 if self.field.exact else self.tv <= self.tolerance
+        """TV <= the stated tolerance (0 in the exact field) and no support violation."""
+        if self.tolerance and self.support_violations:
+            return False
+        return self.tv <= self.tolerance
 
     @property
     def verdict(self) -> str:
@@ -170,7 +173,8 @@ class AuditReport:
             f"rule {self.rule} (claim: {self.claim}) — {self.verdict.upper()}"
             f"{'' if self.claim_holds else '  [CLAIM BROKEN]'}",
             f"  instance: {inst}",
-            f"  field: {self.field.describe()}",
+            (f"  field: fraction (exact rationals); lossless here means TV <= {self._short(self.tolerance)} "
+             "and no support violation" if self.field.exact and self.tolerance else f"  field: {self.field.describe()}"),
             f"  TV(output, expected) = {s(self.tv, note=True)}",
             f"  tokens per call = {s(self.tokens_per_call)}, "
             f"target calls for {self.instance.get('tokens')} tokens = {s(self.target_calls)}",
@@ -183,6 +187,10 @@ class AuditReport:
                          f"emits, e.g. {self.support_violations[0]}")
         for o in self.worst:
             lines.append(f"  {o.tokens}: output {s(o.output, 24, False)} vs expected {s(o.expected, 24, False)}")
+        if "rounding_tv" in self.extra:
+            lines.append(f"  rounding (a correct sampler through the same float pipeline and generator): TV "
+                         f"{self._short(Fraction(self.extra['rounding_tv']))}; this sampler vs that one: TV "
+                         f"{self._short(Fraction(self.extra['algorithmic_tv']))}")
         lines.append(f"  {self.paths} branches, {self.step_laws} step laws, {self.seconds:.3f} s")
         return "\n".join(lines)
 

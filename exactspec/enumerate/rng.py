@@ -17,10 +17,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import math
+from fractions import Fraction
+
 from ..errors import ExactSpecError, InvalidDistribution, UnsupportedRandomness
 from ..fields import Field, _caller
 
-__all__ = ["PathRng", "Uniform", "enumerate_program"]
+__all__ = ["PathRng", "Uniform", "enumerate_program", "Lattice", "LATTICES", "RNG_MODELS", "lattice_for"]
 
 
 class _Diverged(ExactSpecError):
@@ -38,10 +41,10 @@ class PathRng:
     """
 
     __slots__ = ("_prefix", "_n", "_pos", "_choices", "_kinds", "weight", "_field", "_stack", "_supports",
-                 "_one", "_zero", "_exact", "max_depth")
+                 "_one", "_zero", "_exact", "max_depth", "lattice", "exact_floats")
 
     def __init__(self, prefix: tuple, weight: Any, field: Field, stack: list, supports: dict,
-                 max_depth: int | None = None) -> None:
+                 max_depth: int | None = None, lattice: "Lattice | None" = None, exact_floats: bool = False) -> None:
         self._prefix = prefix
         self._n = len(prefix)
         self._pos = 0
@@ -55,6 +58,8 @@ class PathRng:
         self._zero = field.zero
         self._exact = field.exact
         self.max_depth = max_depth
+        self.lattice = lattice
+        self.exact_floats = exact_floats
 
     # -- bookkeeping -------------------------------------------------------------------------
     @property
@@ -157,6 +162,18 @@ class PathRng:
             return self._replayed("bernoulli", bool)
         return self._fork("bernoulli", [(True, prob), (False, 1 - prob)])
 
+    def number(self, x: Any, what: str) -> Any:
+        """``x`` as a number of the field; floats become their exact rational when ``exact_floats``."""
+        if self.exact_floats and self._exact and not isinstance(x, (int, Fraction)):
+            try:
+                fx = float(x)
+            except (TypeError, ValueError):
+                return self._field.check(x, what)
+            if fx != fx or fx in (float("inf"), float("-inf")):
+                raise InvalidDistribution(f"{what} is {fx} (from {_caller(3)})")
+            return self._field.convert(Fraction(fx))
+        return self._field.check(x, what)
+
     def uniform(self) -> "Uniform":
         """A lazy uniform on [0, 1): compare it with thresholds; each comparison forks exactly.
 
@@ -167,27 +184,95 @@ class PathRng:
         >>> (u < F(1, 3)), stack[0][1]
         (True, Fraction(2, 3))
         """
-        return Uniform(_Cell(self, self._zero, self._one), self._one, self._zero)
+        lat = self.lattice
+        if lat is None:
+            return Uniform(_Cell(self, self._zero, self._one), self._one, self._zero)
+        return Uniform(_Cell(self, lat.kmin, lat.kmax), self._one, self._zero)
 
     random = uniform
 
-    def _compare(self, cell: "_Cell", t: Any) -> bool:
-        """Decide ``u < t`` for the underlying uniform of ``cell`` (forking when undecided)."""
-        lo, hi = cell.lo, cell.hi
-        if t <= lo:
+    def _compare(self, cell: "_Cell", t: Any, strict: bool = True) -> bool:
+        """Decide ``u < t`` (``u <= t`` when not ``strict``) for the uniform of ``cell``, forking when undecided.
+
+        On a lattice ``u`` takes the values ``offset + k * step`` for integer ``k``, ties have
+        positive probability, and branch probabilities are counts of lattice points.
+        """
+        lat = self.lattice
+        if lat is None:
+            lo, hi = cell.lo, cell.hi
+            if t <= lo:
+                return False
+            if t >= hi:
+                return True
+            if self._pos < self._n:
+                below = self._replayed("uniform", bool)
+            else:
+                width = hi - lo
+                below = self._fork("uniform", [(True, (t - lo) / width), (False, (hi - t) / width)])
+            if below:
+                cell.hi = t
+            else:
+                cell.lo = t
+            return below
+        klo, khi = cell.lo, cell.hi
+        kt = (Fraction(t) - lat.offset) / lat.step
+        kcut = (math.ceil(kt) - 1) if strict else math.floor(kt)   # the largest k with value below t
+        kcut = min(max(kcut, klo - 1), khi)
+        n_below, total = kcut - klo + 1, khi - klo + 1
+        if n_below == 0:
             return False
-        if t >= hi:
+        if n_below == total:
             return True
         if self._pos < self._n:
             below = self._replayed("uniform", bool)
         else:
-            width = hi - lo
-            below = self._fork("uniform", [(True, (t - lo) / width), (False, (hi - t) / width)])
+            conv = self._field.convert
+            below = self._fork("uniform", [(True, conv(Fraction(n_below, total))),
+                                           (False, conv(Fraction(total - n_below, total)))])
         if below:
-            cell.hi = t
+            cell.hi = kcut
         else:
-            cell.lo = t
+            cell.lo = kcut + 1
         return below
+
+
+class Lattice:
+    """The values a real generator's uniform takes: ``offset + k * step`` for ``k`` in ``kmin..kmax``.
+
+    >>> LATTICES["torch-float32"].kmax == 2 ** 24 - 1
+    True
+    """
+
+    def __init__(self, name: str, offset: Fraction, step: Fraction, kmin: int, kmax: int, note: str) -> None:
+        self.name, self.offset, self.step, self.kmin, self.kmax, self.note = name, offset, step, kmin, kmax, note
+
+    def __repr__(self) -> str:
+        return f"<lattice {self.name}: {self.note}>"
+
+
+LATTICES = {
+    "torch-float32": Lattice("torch-float32", Fraction(0), Fraction(1, 2 ** 24), 0, 2 ** 24 - 1,
+                             "k * 2**-24 for k = 0 .. 2**24 - 1 (0 included), as torch.rand in float32"),
+    "float64": Lattice("float64", Fraction(0), Fraction(1, 2 ** 53), 0, 2 ** 53 - 1,
+                       "k * 2**-53 for k = 0 .. 2**53 - 1, as numpy's and torch's float64 uniforms"),
+    "curand": Lattice("curand", Fraction(0), Fraction(1, 2 ** 24), 1, 2 ** 24,
+                      "k * 2**-24 for k = 1 .. 2**24: (0, 1], as curand_uniform (0 excluded, 1 included)"),
+}
+RNG_MODELS = ("continuous",) + tuple(LATTICES)
+
+
+def lattice_for(rng_model: str) -> Lattice | None:
+    """The lattice of an rng model name (None for "continuous").
+
+    >>> lattice_for("continuous") is None, lattice_for("curand").kmin
+    (True, 1)
+    """
+    if rng_model == "continuous":
+        return None
+    try:
+        return LATTICES[rng_model]
+    except KeyError:
+        raise ExactSpecError(f"unknown rng_model {rng_model!r}: choose one of {', '.join(RNG_MODELS)}") from None
 
 
 class _Cell:
@@ -220,31 +305,31 @@ class Uniform:
         if isinstance(x, Uniform):
             raise UnsupportedRandomness(f"{op} between two uniforms (at {_where()}): only comparisons of a uniform "
                                         "with numbers and affine arithmetic by numbers can be enumerated")
-        return self._cell.rng._field.check(x, f"the number in uniform {op}")
+        return self._cell.rng.number(x, f"the number in uniform {op}")
 
-    def _less(self, t: Any, op: str) -> bool:
-        """``a*u + b < t``."""
+    def _cmp(self, t: Any, strict: bool, op: str) -> bool:
+        """``a*u + b < t`` (``<=`` when not ``strict``)."""
         t = self._num(t, op)
         a, b = self._a, self._b
         if a == 0:
-            return b < t
+            return b < t if strict else b <= t
         bound = (t - b) / a
         rng = self._cell.rng
         if a > 0:
-            return rng._compare(self._cell, bound)
-        return not rng._compare(self._cell, bound)  # continuous law: ties have probability 0
+            return rng._compare(self._cell, bound, strict)
+        return not rng._compare(self._cell, bound, not strict)
 
     def __lt__(self, t: Any) -> bool:
-        return self._less(t, "<")
+        return self._cmp(t, True, "<")
 
     def __le__(self, t: Any) -> bool:
-        return self._less(t, "<=")
+        return self._cmp(t, False, "<=")
 
     def __gt__(self, t: Any) -> bool:
-        return not self._less(t, ">")
+        return not self._cmp(t, False, ">")
 
     def __ge__(self, t: Any) -> bool:
-        return not self._less(t, ">=")
+        return not self._cmp(t, True, ">=")
 
     def __eq__(self, t: Any) -> bool:  # type: ignore[override]
         raise UnsupportedRandomness(f"== on a uniform (at {_where()}): equality of a continuous draw has probability 0")
@@ -312,14 +397,28 @@ class Uniform:
     def __floor__(self) -> Any:
         return self._unsupported("floor()")
 
+    # numpy applies ufuncs to object arrays by calling the method of the same name
+    def log(self) -> Any:
+        return self._unsupported("log")
+
+    def exp(self) -> Any:
+        return self._unsupported("exp")
+
+    def sqrt(self) -> Any:
+        return self._unsupported("sqrt")
+
+    def log1p(self) -> Any:
+        return self._unsupported("log1p")
+
     def __ceil__(self) -> Any:
         return self._unsupported("ceil()")
 
     def __repr__(self) -> str:
-        return f"<uniform in [{self._cell.lo}, {self._cell.hi}) * {self._a} + {self._b}>"
+        return f"<lazy uniform: known range {self._cell.lo}..{self._cell.hi}, times {self._a} plus {self._b}>"
 
 
-def enumerate_program(program: Callable[[PathRng], Any], field: Field) -> dict:
+def enumerate_program(program: Callable[[PathRng], Any], field: Field, *, rng_model: str = "continuous",
+                      exact_floats: bool = False) -> dict:
     """The exact law of ``program(rng)``'s return value over every branch of its draws.
 
     >>> from fractions import Fraction as F
@@ -330,12 +429,13 @@ def enumerate_program(program: Callable[[PathRng], Any], field: Field) -> dict:
     >>> sorted(enumerate_program(two_coins, get_field(backend="python")).items())
     [((False, False), Fraction(1, 4)), ((False, True), Fraction(1, 4)), ((True, True), Fraction(1, 2))]
     """
+    lattice = lattice_for(rng_model)
     law: dict = {}
     stack: list = [((), field.one)]
     supports: dict = {}
     while stack:
         prefix, w = stack.pop()
-        rng = PathRng(prefix, w, field, stack, supports)
+        rng = PathRng(prefix, w, field, stack, supports, lattice=lattice, exact_floats=exact_floats)
         out = program(rng)
         law[out] = law.get(out, field.zero) + rng.weight
     return law

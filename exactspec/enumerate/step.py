@@ -118,8 +118,10 @@ def run_rule(fn: Callable, step: Any, rng: Any, horizon: int | None, vocab: int,
 class StepEnumerator:
     """Enumerates a rule on a proposer's steps, memo-free: ``law(context, horizon)``."""
 
-    def __init__(self, rule: Any, proposer: Any, env: Any, meter: Meter | None = None) -> None:
+    def __init__(self, rule: Any, proposer: Any, env: Any, meter: Meter | None = None, *,
+                 lattice: Any = None, exact_floats: bool = False) -> None:
         from ..rules import as_rule
+        self.lattice, self.exact_floats = lattice, exact_floats
         self.rule = as_rule(rule)
         self.proposer = proposer
         self.env = env
@@ -142,7 +144,7 @@ class StepEnumerator:
         while stack:
             prefix, w = stack.pop()
             meter.tick()
-            rng = PathRng(prefix, w, field, stack, supports, depth)
+            rng = PathRng(prefix, w, field, stack, supports, depth, self.lattice, self.exact_floats)
             step = proposer.step(env, context, rng)
             try:
                 out = run_rule(fn, step, rng, horizon, vocab, name)
@@ -172,7 +174,7 @@ class StepEnumerator:
 
     def _replayer(self, context: tuple, horizon: int | None, choices: tuple) -> Callable[[], Any]:
         def replay() -> Any:
-            rng = PathRng(choices, self.env.field.one, self.env.field, [], {})
+            rng = PathRng(choices, self.env.field.one, self.env.field, [], {}, None, self.lattice, self.exact_floats)
             step = self.proposer.step(self.env, context, rng)
             return run_rule(self.rule.fn, step, rng, horizon, self.env.vocab, self.rule.name)
         return replay

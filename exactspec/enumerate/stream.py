@@ -32,14 +32,16 @@ class Engine:
     """Exact output law of a rule + proposer over a target (and draft) model, memoised by state."""
 
     def __init__(self, rule: Any, proposer: Any, target: Model, draft: Model | None, field: Field, *,
-                 budget: Budget | None = None, closed_form: bool = True) -> None:
+                 budget: Budget | None = None, closed_form: bool = True, lattice: Any = None,
+                 exact_floats: bool = False) -> None:
         from ..rules import as_rule
         self.rule = as_rule(rule)
         self.proposer = proposer
         self.field = field
         self.env = Env(target, draft, field)
         self.meter = Meter(budget or Budget())
-        self.steps = StepEnumerator(self.rule, proposer, self.env, self.meter)
+        self.steps = StepEnumerator(self.rule, proposer, self.env, self.meter, lattice=lattice,
+                                    exact_floats=exact_floats)
         self.use_closed_form = bool(closed_form and self.rule.closed_form is not None
                                     and hasattr(proposer, "laws") and proposer.family == self.rule.family)
         orders = [target.order] + ([draft.order] if draft is not None else []) + list(proposer.orders())

@@ -1,0 +1,13 @@
+"""Audit third-party samplers exactly: a numpy ``Generator`` stand-in, adapters, ``audit_sampler``.
+
+>>> import exactspec as es
+>>> es.samplers.get_adapter("numpy").family
+'chain'
+"""
+
+from .adapters import ADAPTERS, Adapter, NumpyChainAdapter, get_adapter, numpy_chain, reference_numpy_chain
+from .numpy_rng import EnumGenerator
+from .sampler_audit import ROUNDING_TOLERANCE, audit_sampler
+
+__all__ = ["audit_sampler", "Adapter", "NumpyChainAdapter", "numpy_chain", "reference_numpy_chain", "get_adapter",
+           "ADAPTERS", "EnumGenerator", "ROUNDING_TOLERANCE"]

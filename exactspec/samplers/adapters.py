@@ -1,0 +1,119 @@
+"""Adapters: turn one step into a third-party sampler's arguments, and its return value into tokens.
+
+An adapter is an object with ``family`` ("chain" or "tree"), ``name``, ``reference`` (a
+correct sampler with the same signature) and ``reference_rule`` (the catalog rule it implements:
+the two together measure what floating-point rounding alone costs) and
+``call(sampler, step, rng) -> list of emitted tokens``. Writing one takes a few lines::
+
+    class MyAdapter(es.samplers.Adapter):
+        name, family = "mine", "chain"
+
+        def call(self, sampler, step, rng):
+            drafts, q, p = self.chain_arrays(step)          # numpy: [gamma], [gamma, V], [gamma + 1, V]
+            out = sampler(p, q, drafts, generator=es.samplers.EnumGenerator(rng))
+            return self.tokens(out)                          # drop padding (negative ids)
+
+>>> numpy_chain.name, numpy_chain.family
+('numpy', 'chain')
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..laws import memoised
+from .numpy_rng import EnumGenerator
+
+__all__ = ["Adapter", "NumpyChainAdapter", "numpy_chain", "reference_numpy_chain", "get_adapter", "ADAPTERS"]
+
+
+def reference_numpy_chain(draft_ids: np.ndarray, draft_probs: np.ndarray, target_probs: np.ndarray,
+                          rng: Any) -> list[int]:
+    """A correct float64 rejection sampler (Leviathan et al. Algorithm 1), the reference for rounding.
+
+    >>> import numpy as np
+    >>> reference_numpy_chain(np.array([0]), np.array([[0.5, 0.5]]), np.array([[1.0, 0.0], [0.5, 0.5]]),
+    ...                       np.random.default_rng(0))[0]
+    0
+    """
+    out: list[int] = []
+    for j, x in enumerate(draft_ids):
+        p, q = target_probs[j], draft_probs[j]
+        if rng.random() < p[x] / q[x]:
+            out.append(int(x))
+            continue
+        residual = np.maximum(p - q, 0.0)
+        out.append(int(rng.choice(len(p), p=residual / residual.sum())))
+        return out
+    out.append(int(rng.choice(target_probs.shape[1], p=target_probs[-1])))
+    return out
+
+
+class Adapter:
+    """Base class of adapters (see the module docstring)."""
+
+    name = "adapter"
+    family = "chain"
+    reference: Callable | None = None
+    #: the catalog rule the reference sampler implements (its exact law, for the rounding figure)
+    reference_rule: Any = None
+
+    @staticmethod
+    def floats(law: tuple) -> np.ndarray:
+        """A law as float64 (memoised per law object), as a float implementation receives it."""
+        return memoised("float64", law, None, lambda: np.array([float(x) for x in law], dtype=np.float64))
+
+    def chain_arrays(self, step: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(drafted ids [gamma], claimed draft laws [gamma, V], target laws [gamma + 1, V]) in float64."""
+        drafts = np.array(step.drafts, dtype=np.int64)
+        q = np.stack([self.floats(step.claimed(j)) for j in range(step.gamma)])
+        p = np.stack([self.floats(step.target(j)) for j in range(step.gamma + 1)])
+        return drafts, q, p
+
+    @staticmethod
+    def tokens(out: Any) -> list[int]:
+        """Emitted token ids from a sampler's return value (negative ids are padding)."""
+        return [int(t) for t in np.asarray(out).ravel() if int(t) >= 0]
+
+    def call(self, sampler: Callable, step: Any, rng: Any) -> list[int]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class NumpyChainAdapter(Adapter):
+    """``sampler(draft_ids [gamma], draft_probs [gamma, V], target_probs [gamma + 1, V], rng)`` with a
+    numpy-``Generator``-like ``rng``; returns the emitted token ids (padding with negatives allowed)."""
+
+    name = "numpy"
+    family = "chain"
+    reference = staticmethod(reference_numpy_chain)
+
+    @property
+    def reference_rule(self) -> Any:
+        from ..rules import speculative_sampling
+        return speculative_sampling
+
+    def call(self, sampler: Callable, step: Any, rng: Any) -> list[int]:
+        drafts, q, p = self.chain_arrays(step)
+        return self.tokens(sampler(drafts, q, p, EnumGenerator(rng)))
+
+
+numpy_chain = NumpyChainAdapter()
+ADAPTERS = {"numpy": numpy_chain}
+
+
+def get_adapter(adapter: Any) -> Adapter:
+    """An adapter by name ("numpy") or the adapter itself.
+
+    >>> get_adapter("numpy") is numpy_chain
+    True
+    """
+    from ..errors import ExactSpecError
+    if isinstance(adapter, Adapter):
+        return adapter
+    try:
+        return ADAPTERS[adapter]
+    except (KeyError, TypeError):
+        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of {', '.join(ADAPTERS)} or pass an "
+                             "es.samplers.Adapter") from None

@@ -1,0 +1,99 @@
+"""Minimal numpy chain samplers reproducing reported bug patterns (own code), each with its fix.
+
+All take ``(draft_ids [gamma], draft_probs [gamma, V], target_probs [gamma + 1, V], rng)`` with a
+numpy ``Generator`` (the ``numpy`` adapter) and return the emitted token ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+F32_TINY = np.finfo(np.float32).tiny
+
+
+def _residual_draw(p: np.ndarray, q: np.ndarray, rng: Any) -> int:
+    residual = np.maximum(p - q, 0.0)
+    return int(rng.choice(len(p), p=residual / residual.sum()))
+
+
+def correct(draft_ids, draft_probs, target_probs, rng):
+    """The fixed sampler: one fresh uniform per position, strict ``u < p/q``, residual, bonus."""
+    out = []
+    for j, x in enumerate(draft_ids):
+        p, q = target_probs[j], draft_probs[j]
+        if rng.random() < p[x] / q[x]:
+            out.append(int(x))
+        else:
+            out.append(_residual_draw(p, q, rng))
+            return out
+    out.append(int(rng.choice(target_probs.shape[1], p=target_probs[-1])))
+    return out
+
+
+def shared_uniform(draft_ids, draft_probs, target_probs, rng):
+    """One uniform for every position (a tutorial re-seeds its generator inside the loop)."""
+    u = rng.random()
+    out = []
+    for j, x in enumerate(draft_ids):
+        p, q = target_probs[j], draft_probs[j]
+        if u < p[x] / q[x]:
+            out.append(int(x))
+        else:
+            out.append(_residual_draw(p, q, rng))
+            return out
+    out.append(int(rng.choice(target_probs.shape[1], p=target_probs[-1])))
+    return out
+
+
+def zero_uniform(draft_ids, draft_probs, target_probs, rng):
+    """The uniform hard-coded to 0: every draft the target gives positive probability is accepted."""
+    out = []
+    for j, x in enumerate(draft_ids):
+        p, q = target_probs[j], draft_probs[j]
+        if 0.0 < p[x] / q[x]:
+            out.append(int(x))
+        else:
+            out.append(_residual_draw(p, q, rng))
+            return out
+    out.append(int(rng.choice(target_probs.shape[1], p=target_probs[-1])))
+    return out
+
+
+def accept_at_zero(draft_ids, draft_probs, target_probs, rng):
+    """``u <= p/q``: a generator that can return 0 accepts drafts of probability 0 (sgl-project/sglang#35771)."""
+    out = []
+    for j, x in enumerate(draft_ids):
+        p, q = target_probs[j], draft_probs[j]
+        if rng.random() <= p[x] / q[x]:
+            out.append(int(x))
+        else:
+            out.append(_residual_draw(p, q, rng))
+            return out
+    out.append(int(rng.choice(target_probs.shape[1], p=target_probs[-1])))
+    return out
+
+
+def tiny_clamp(draft_ids, draft_probs, target_probs, rng):
+    """The residual clamped at float32's tiny instead of 0 (the vLLM v0 rejection sampler)."""
+    out = []
+    for j, x in enumerate(draft_ids):
+        p, q = target_probs[j], draft_probs[j]
+        if rng.random() < p[x] / q[x]:
+            out.append(int(x))
+        else:
+            residual = np.maximum(p - q, F32_TINY)
+            out.append(int(rng.choice(len(p), p=residual / residual.sum())))
+            return out
+    out.append(int(rng.choice(target_probs.shape[1], p=target_probs[-1])))
+    return out
+
+
+#: (sampler, its fix, where the pattern was reported)
+ZOO = [
+    (shared_uniform, correct, "one uniform reused at every position: a tutorial re-seeding inside its loop"),
+    (zero_uniform, correct, "the uniform hard-coded to 0"),
+    (accept_at_zero, correct, "u <= p/q with a generator that returns 0: sgl-project/sglang#35771 (fix: PR #35798)"),
+    (tiny_clamp, correct, "residual clamped at float32 tiny: vLLM v0 rejection_sampler.py (vllm-project/vllm#2336)"),
+]

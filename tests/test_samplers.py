@@ -1,0 +1,155 @@
+"""Third-party samplers: the numpy Generator stand-in, generator lattices, audit_sampler, the numpy bug zoo."""
+
+from fractions import Fraction as F
+
+import numpy as np
+import pytest
+
+import exactspec as es
+from examples.bugzoo import numpy_samplers as zoo
+from exactspec.enumerate.rng import enumerate_program
+from exactspec.fields import get_field
+from exactspec.instances import make_instance
+from exactspec.samplers import EnumGenerator
+
+FR = get_field(backend="python")
+
+
+def law_of(program, rng_model="continuous"):
+    return enumerate_program(lambda rng: program(EnumGenerator(rng)), FR, rng_model=rng_model, exact_floats=True)
+
+
+# -- the Generator stand-in ---------------------------------------------------------------------------
+
+def test_choice_follows_numpys_float64_cumulative_sum():
+    p = np.array([0.1, 0.2, 0.7])
+    cdf = np.cumsum(p)
+    cdf /= cdf[-1]
+    expected = {0: F(cdf[0]), 1: F(cdf[1]) - F(cdf[0]), 2: 1 - F(cdf[1])}
+    assert law_of(lambda g: int(g.choice(3, p=p))) == expected
+    # the float64 lattice k * 2**-53: counts of lattice points below each cumulative value
+    on_lattice = law_of(lambda g: int(g.choice(3, p=p)), "float64")
+    n0 = -(-F(cdf[0]) * 2 ** 53 // 1)      # ceil: the number of k with k * 2**-53 < cdf[0]
+    assert on_lattice[0] == F(int(n0), 2 ** 53)
+
+
+def test_random_uniform_integers_binomial():
+    assert law_of(lambda g: g.random() < 0.25) == {True: F(1, 4), False: F(3, 4)}
+    assert law_of(lambda g: g.uniform(2.0, 4.0) < 3.0) == {True: F(1, 2), False: F(1, 2)}
+    assert law_of(lambda g: int(g.integers(1, 4))) == {1: F(1, 3), 2: F(1, 3), 3: F(1, 3)}
+    assert law_of(lambda g: int(g.binomial(1, 0.5))) == {1: F(1, 2), 0: F(1, 2)}
+    arr = law_of(lambda g: tuple(bool(b) for b in (g.random(2) < np.array([0.5, 0.5]))))
+    assert arr == {(a, b): F(1, 4) for a in (True, False) for b in (True, False)}
+
+
+def test_unsupported_uses_name_the_operation():
+    with pytest.raises(es.UnsupportedRandomness, match="log"):
+        law_of(lambda g: np.log(g.random()) < -1)
+    with pytest.raises(es.UnsupportedRandomness, match="Generator.normal is not intercepted"):
+        law_of(lambda g: g.normal())
+    with pytest.raises(es.UnsupportedRandomness, match="replace=False"):
+        law_of(lambda g: g.choice(3, replace=False))
+
+
+# -- generator lattices --------------------------------------------------------------------------------
+
+def test_lattices_give_ties_their_probability():
+    # torch float32: k * 2**-24 with 0 included; curand: (0, 1]; continuous: ties have probability 0
+    assert law_of(lambda g: g.random() <= 0.0, "torch-float32")[True] == F(1, 2 ** 24)
+    assert law_of(lambda g: g.random() <= 0.0, "curand") == {False: 1}
+    assert law_of(lambda g: g.random() <= 0.0) == {False: 1}
+    assert law_of(lambda g: g.random() < 1.0, "curand")[False] == F(1, 2 ** 24)
+    # u < 1/3 on float32: k < 2**24 / 3, i.e. 5592406 lattice points
+    assert law_of(lambda g: g.random() < F(1, 3), "torch-float32")[True] == F(5592406, 2 ** 24)
+    with pytest.raises(es.ExactSpecError, match="unknown rng_model 'mt19937'"):
+        es.audit(target=es.models.context_free((1, 0)), draft=es.models.context_free((1, 0)),
+                 rule=es.rules.speculative_sampling, rng_model="mt19937")
+
+
+# -- audit_sampler and the zoo -----------------------------------------------------------------------
+
+P0 = es.models.context_free((0, F(1, 2), F(1, 2)))          # token 0 has target probability 0
+Q0 = es.models.context_free((F(1, 2), F(1, 4), F(1, 4)))
+ONE = dict(proposer=es.drafts.chain(1), tokens=1)
+
+
+def test_reference_and_fixed_samplers_are_lossless_up_to_rounding():
+    inst = make_instance(vocab=3, order=1, gamma=2, tokens=2)
+    for sampler in (es.samplers.reference_numpy_chain, zoo.correct):
+        r = es.audit_sampler(sampler, target=inst.target, draft=inst.draft, proposer=inst.proposer,
+                             prompt=inst.prompt, tokens=2)
+        assert r.verdict == "lossless" and r.extra["algorithmic_tv"] == "0"
+        assert 0 < r.tv < F(1, 10 ** 15)     # float64 rounding of the laws handed to the sampler
+        assert r.extra["sampler_calls"] == r.paths > 0
+
+
+def test_shared_uniform_is_biased():
+    inst = make_instance(vocab=3, order=1, gamma=2, tokens=2)
+    r = es.audit_sampler(zoo.shared_uniform, target=inst.target, draft=inst.draft, proposer=inst.proposer,
+                         prompt=inst.prompt, tokens=2)
+    assert r.verdict == "biased" and F(r.extra["algorithmic_tv"]) > F(1, 100)
+
+
+def test_zero_uniform_emits_the_draft_law_exactly():
+    # u = 0 accepts every draft with p(x) > 0; with a full-support target the output is q itself:
+    # TV = TV(p, q) = 1/10 for p = (3/5, 2/5), q = (1/2, 1/2)
+    p, q = es.models.context_free((F(3, 5), F(2, 5))), es.models.context_free((F(1, 2), F(1, 2)))
+    r = es.audit_sampler(zoo.zero_uniform, target=p, draft=q, **ONE)
+    assert r.output == {(0,): F(1, 2), (1,): F(1, 2)} and r.tv == F(1, 10) and r.verdict == "biased"
+
+
+def test_accept_at_zero_needs_a_generator_that_returns_zero():
+    # draft 0 (q = 1/2) has p(0) = 0: p/q = 0.0 and u <= 0 holds only for u == 0, which torch's float32
+    # generator returns with probability 2**-24: token 0 is emitted with probability 1/2 * 2**-24
+    r = es.audit_sampler(zoo.accept_at_zero, target=P0, draft=Q0, rng_model="torch-float32", **ONE)
+    assert r.output[(0,)] == F(1, 2 ** 25) and r.support_violations == [(0,)] and r.verdict == "biased"
+    assert "SUPPORT VIOLATION" in r.summary()
+    assert es.audit_sampler(zoo.accept_at_zero, target=P0, draft=Q0, **ONE).support_violations == []
+    fixed = es.audit_sampler(zoo.correct, target=P0, draft=Q0, rng_model="torch-float32", **ONE)
+    assert fixed.support_violations == [] and fixed.verdict == "lossless"
+
+
+def test_tiny_clamp_gives_mass_to_a_token_the_target_never_emits():
+    # draft 0 is always rejected; residual max(p - q, tiny) = (tiny, 1/4, 1/4) / sum in float64:
+    # numpy's choice gives token 0 the float cdf[0], exactly, under the continuous model
+    r = es.audit_sampler(zoo.tiny_clamp, target=P0, draft=Q0, **ONE)
+    p, q = np.array([0, 0.5, 0.5]), np.array([0.5, 0.25, 0.25])
+    res = np.maximum(p - q, zoo.F32_TINY)
+    cdf = np.cumsum(res / res.sum())
+    assert r.output[(0,)] == F(1, 2) * F(cdf[0] / cdf[-1]) and r.support_violations == [(0,)]
+    assert r.verdict == "biased" and 1e-39 < float(r.tv) < 1e-37
+
+
+def test_argmax_drafts_with_soft_claims_through_a_real_sampler():
+    # transformers#32867: argmax drafts scored with the soft q; exact-rule value (5/6, 1/6), TV 1/3,
+    # here through float64 arithmetic: within 1e-15 of it
+    p, q = es.models.context_free((F(1, 2), F(1, 2))), es.models.context_free((F(3, 5), F(2, 5)))
+    r = es.audit_sampler(es.samplers.reference_numpy_chain, target=p, draft=q, tokens=1,
+                         proposer=es.drafts.chain(1, sampling="argmax", claim="draft"))
+    assert abs(r.tv - F(1, 3)) < F(1, 10 ** 15) and r.verdict == "biased"
+
+
+def test_zoo_table_entries_have_fixes_and_references():
+    for bad, fix, ref in zoo.ZOO:
+        assert callable(bad) and fix is zoo.correct and ref
+
+
+def test_audit_sampler_argument_errors():
+    with pytest.raises(es.ExactSpecError, match="unknown adapter 'vllm-v9'"):
+        es.audit_sampler(zoo.correct, adapter="vllm-v9", target=P0, draft=Q0, **ONE)
+
+
+def test_cli_audit_sampler(capsys, monkeypatch):
+    from exactspec import cli
+    assert cli.main(["audit-sampler", "examples.bugzoo.numpy_samplers:shared_uniform", "--vocab", "3"]) == 1
+    out = capsys.readouterr().out
+    assert "BIASED" in out and "rounding (a correct sampler through the same float pipeline" in out
+    assert cli.main(["audit-sampler", "examples.bugzoo.numpy_samplers:correct", "--vocab", "3", "--rng-model",
+                     "torch-float32", "--json"]) == 0
+    import json
+    d = json.loads(capsys.readouterr().out)
+    assert d["lossless"] and d["extra"]["algorithmic_tv"] == "0" and d["instance"]["rng_model"] == "torch-float32"
+    assert cli.main(["audit-sampler", "no_such_module:f"]) == 2
+    assert cli.main(["audit-sampler", "examples.bugzoo.numpy_samplers"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot load no_such_module:f" in err and "must be MODULE:FUNCTION" in err
