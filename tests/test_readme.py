@@ -42,4 +42,6 @@ def test_readme_examples_run(capsys):
 def test_readme_carries_the_two_setup_commands():
     text = README.read_text()
     assert "python -m pip install '.[fast]' && exactspec check" in text
-    assert "python -m pip install -e '.[test,fast]' && python -m pytest" in text
+    assert "python -m pip install -e '.[test,fast,audit]' && python -m pytest" in text
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert "python -m pip install -q -e '.[test,fast,audit]'" in ci and "python -m pytest" in ci

@@ -56,6 +56,7 @@ class Adapter:
 
     name = "adapter"
     family = "chain"
+    needs_torch = False
     reference: Callable | None = None
     #: the catalog rule the reference sampler implements (its exact law, for the rounding figure)
     reference_rule: Any = None
@@ -112,8 +113,14 @@ def get_adapter(adapter: Any) -> Adapter:
     from ..errors import ExactSpecError
     if isinstance(adapter, Adapter):
         return adapter
+    if adapter == "transformers":
+        try:
+            from .torch_adapters import transformers_chain
+        except ImportError:
+            raise ExactSpecError("the transformers adapter needs torch: pip install torch==2.13.0") from None
+        return transformers_chain
     try:
         return ADAPTERS[adapter]
     except (KeyError, TypeError):
-        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of {', '.join(ADAPTERS)} or pass an "
+        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of numpy, transformers or pass an "
                              "es.samplers.Adapter") from None

@@ -55,11 +55,24 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model, d
     name = getattr(sampler, "__name__", "sampler")
     kw = dict(target=target, draft=draft, proposer=proposer, prompt=prompt, tokens=tokens, expected=expected,
               rng_model=rng_model, exact_floats=True, backend="python")
+    import contextlib
+    if getattr(adapter, "needs_torch", False):
+        from .torch_rng import intercept_torch
+        guard: Any = intercept_torch()
+    else:
+        guard = contextlib.nullcontext()
+    with guard:
+        return _audit_sampler(sampler, adapter, name, kw, tolerance, reference)
+
+
+def _audit_sampler(sampler: Callable, adapter: Any, name: str, kw: dict, tolerance: Any,
+                   reference: bool) -> AuditReport:
     report = audit(rule=_as_rule(sampler, adapter, name), **kw)
     report.tolerance = Fraction(tolerance)
     if reference and adapter.reference is not None and adapter.reference_rule is not None:
         ref = audit(rule=_as_rule(adapter.reference, adapter, "reference"), **kw)
         exact = audit(rule=adapter.reference_rule, **{k: v for k, v in kw.items() if k != "backend"})
+        report.extra["exact_rule"] = adapter.reference_rule.name
         rounding = total_variation(ref.output, exact.output)
         report.extra["rounding_tv"] = str(rounding)
         report.extra["algorithmic_tv"] = str(total_variation(report.output, ref.output))
@@ -67,6 +80,6 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model, d
         report.tolerance = max(report.tolerance, 2 * rounding)
     report.extra["sampler_calls"] = report.paths
     report.extra["adapter"] = adapter.name
-    report.extra["rng_model"] = rng_model
+    report.extra["rng_model"] = kw["rng_model"]
     report.extra["tolerance"] = str(report.tolerance)
     return report

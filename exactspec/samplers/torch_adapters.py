@@ -1,0 +1,79 @@
+"""Adapters for PyTorch samplers (need the ``torch`` extra): a transformers-style function.
+
+>>> transformers_chain.name, transformers_chain.family
+('transformers', 'chain')
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..laws import memoised
+from .adapters import Adapter
+from .torch_rng import bind
+
+__all__ = ["TransformersChainAdapter", "transformers_chain", "reference_transformers_style"]
+
+
+def reference_transformers_style(candidate_input_ids: Any, candidate_logits: Any, candidate_length: int,
+                                 new_logits: Any) -> tuple[Any, Any]:
+    """A correct Algorithm 1 with transformers' signature: one uniform per position, strict ``<``."""
+    import torch
+    drafts = candidate_input_ids[0, -candidate_length:]
+    q = candidate_logits.softmax(dim=-1)[0]
+    p = new_logits.softmax(dim=-1)[0]
+    out = []
+    for j in range(candidate_length):
+        x = int(drafts[j])
+        if torch.rand(1)[0] < p[j, x] / q[j, x]:
+            out.append(x)
+            continue
+        residual = torch.clamp(p[j] - q[j], min=0)
+        out.append(int(torch.multinomial(residual / residual.sum(), 1)[0]))
+        return torch.tensor([out]), torch.tensor(j)
+    out.append(int(torch.multinomial(p[candidate_length], 1)[0]))
+    return torch.tensor([out]), torch.tensor(candidate_length)
+
+
+class TransformersChainAdapter(Adapter):
+    """``sampler(candidate_input_ids [1, n + gamma], candidate_logits [1, gamma, V], gamma,
+    new_logits [1, gamma + 1, V], **kwargs) -> (valid_tokens [1, k], n_matches)``, the signature of
+    ``transformers.generation.utils._speculative_sampling``; laws are handed over as float32 logits
+    (``log p``, ``-inf`` where ``p = 0``)."""
+
+    name = "transformers"
+    family = "chain"
+    needs_torch = True
+    reference = staticmethod(reference_transformers_style)
+
+    def __init__(self, **sampler_kwargs: Any) -> None:
+        self.kwargs = sampler_kwargs
+
+    @property
+    def reference_rule(self) -> Any:
+        from ..rules import speculative_sampling
+        return speculative_sampling
+
+    @staticmethod
+    def logits(law: tuple) -> Any:
+        import torch
+        def compute() -> Any:
+            probs = torch.tensor([float(x) for x in law], dtype=torch.float32)
+            return torch.log(probs)
+        return memoised("float32 logits", law, None, compute)
+
+    def call(self, sampler: Callable, step: Any, rng: Any) -> list[int]:
+        import torch
+        drafts = step.drafts
+        cand_logits = torch.stack([self.logits(step.claimed(j)) for j in range(step.gamma)])[None]
+        new_logits = torch.stack([self.logits(step.target(j)) for j in range(step.gamma + 1)])[None]
+        ids = torch.tensor([list(drafts)], dtype=torch.long)
+        kwargs = self.kwargs if sampler is not self.reference else {}
+        with bind(rng):
+            valid, _ = sampler(ids, cand_logits, step.gamma, new_logits, **kwargs)
+        return self.tokens(np.asarray(valid))
+
+
+transformers_chain = TransformersChainAdapter()
