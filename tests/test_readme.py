@@ -37,6 +37,8 @@ def test_readme_examples_run(capsys):
     inst = find(es.strategies.instances(), lambda i: i["tokens"] == 2 and len(i["prompt"]) == 1)
     ns["test_my_rule_is_lossless"].hypothesis.inner_test(inst)
     ns["test_my_rule"](es.assert_lossless)
+    # the third-party section: transformers' sampler on the README's instance
+    assert ns["r"].verdict == "lossless" and ns["r"].extra["algorithmic_tv"] == "0"
 
 
 def test_readme_carries_the_two_setup_commands():
