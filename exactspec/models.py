@@ -21,7 +21,8 @@ from typing import Any, Callable, Mapping, Sequence
 from .errors import ExactSpecError, InvalidDistribution
 from .laws import to_law
 
-__all__ = ["Model", "table", "from_function", "context_free", "random_table", "perturbed", "sharpen", "mixture"]
+__all__ = ["Model", "table", "from_function", "context_free", "random_table", "perturbed", "sharpen", "mixture",
+           "rounded", "round_to_format"]
 
 Law = tuple[Fraction, ...]
 
@@ -297,3 +298,52 @@ def mixture(parts: Sequence[Model], weights: Sequence[Any]) -> Model:
         raise ExactSpecError(f"mixture has {len(parts)} parts but {len(weights)} weights")
     w = to_law(weights, len(parts), where="mixture weights")
     return _Mixture(parts, w)
+
+
+#: (significand bits including the implicit one, smallest normal exponent) of binary float formats
+FORMATS = {"bfloat16": (8, -126), "float16": (11, -14), "float32": (24, -126)}
+
+
+def round_to_format(x: Fraction, fmt: str) -> Fraction:
+    """``x`` rounded to the nearest ``fmt`` number (ties to even), as an exact rational.
+
+    >>> round_to_format(Fraction(1, 3), "bfloat16")
+    Fraction(171, 512)
+    """
+    bits, emin = FORMATS[fmt]
+    if x == 0:
+        return Fraction(0)
+    sign = -1 if x < 0 else 1
+    x = abs(x)
+    e = x.numerator.bit_length() - x.denominator.bit_length()
+    if Fraction(2) ** e > x:
+        e -= 1
+    e = max(e, emin)                                   # subnormals share the smallest exponent
+    scale = Fraction(2) ** (e - bits + 1)
+    return sign * round(x / scale) * scale             # round() on a Fraction: ties to even
+
+
+class _Rounded(Model):
+    def __init__(self, base: Model, fmt: str) -> None:
+        super().__init__(base.vocab, base.order, f"rounded({base.name}, {fmt!r})")
+        self.base, self.fmt = base, fmt
+
+    def _raw(self, key: tuple) -> Law:
+        w = [round_to_format(x, self.fmt) for x in self.base(key)]
+        s = sum(w)
+        return tuple(x / s for x in w)
+
+
+def rounded(base: Model, fmt: str = "bfloat16") -> Model:
+    """Each law rounded entrywise to a float format (bfloat16, float16, float32) and renormalised.
+
+    The law a draft really comes from when it is sampled from low-precision probabilities.
+
+    >>> rounded(context_free(("1/10", "9/10")), "bfloat16")(())   # 1/10 -> 205/2048, 9/10 -> 115/128
+    (Fraction(41, 409), Fraction(368, 409))
+    """
+    if not isinstance(base, Model):
+        raise ExactSpecError(f"rounded needs a Model, got {base!r}")
+    if fmt not in FORMATS:
+        raise ExactSpecError(f"unknown float format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    return _Rounded(base, fmt)

@@ -153,3 +153,32 @@ def test_cli_audit_sampler(capsys, monkeypatch):
     assert cli.main(["audit-sampler", "examples.bugzoo.numpy_samplers"]) == 2
     err = capsys.readouterr().err
     assert "cannot load no_such_module:f" in err and "must be MODULE:FUNCTION" in err
+
+
+# -- sampling law vs claimed law: bf16 drafting, temperature on one side ------------------------------------
+
+def test_bf16_drafts_scored_in_fp32_are_biased():
+    # deepseek-ai/DeepSpec#31: drafts sampled from bf16-rounded probabilities, accepted with fp32 ones.
+    # q = (1/10, 9/10) rounds to (205/2048, 115/128), renormalised (41/409, 368/409)
+    p, q = es.models.context_free((F(1, 2), F(1, 2))), es.models.context_free((F(1, 10), F(9, 10)))
+    bf16 = es.drafts.chain(1, sampled_from=es.models.rounded(q, "bfloat16"))
+    exact = es.audit(target=p, draft=q, proposer=bf16, rule=es.rules.speculative_sampling, tokens=1)
+    # x = 0 (41/409) is always accepted; x = 1 (368/409) w.p. (1/2)/(9/10) = 5/9; the residual is (1, 0):
+    # P(0) = 41/409 + 368/409 * 4/9 = 41/409 + 1472/3681 = 1841/3681
+    assert exact.output[(0,)] == F(1841, 3681) and exact.tv == F(1841, 3681) - F(1, 2)
+    r = es.audit_sampler(zoo.correct, target=p, draft=q, proposer=bf16, tokens=1)
+    assert r.verdict == "biased" and abs(r.tv - exact.tv) < F(1, 10 ** 15)
+    fixed = es.audit_sampler(zoo.correct, target=p, draft=q, proposer=es.drafts.chain(1), tokens=1)
+    assert fixed.verdict == "lossless"
+
+
+def test_temperature_applied_to_one_side_only_is_biased():
+    # vllm-project/vllm#9834: the target law and the drafts at temperature 1/2 (sharpen by 2), the verifier
+    # told the draft's temperature-1 law
+    inst = make_instance(vocab=3, order=1, gamma=2, tokens=2)
+    hot_p, hot_q = es.models.sharpen(inst.target, 2), es.models.sharpen(inst.draft, 2)
+    one_side = es.audit_sampler(zoo.correct, target=hot_p, draft=inst.draft, prompt=inst.prompt, tokens=2,
+                                proposer=es.drafts.chain(2, sampled_from=hot_q))
+    both = es.audit_sampler(zoo.correct, target=hot_p, draft=hot_q, prompt=inst.prompt, tokens=2,
+                            proposer=es.drafts.chain(2))
+    assert one_side.verdict == "biased" and both.verdict == "lossless"

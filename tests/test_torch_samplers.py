@@ -116,3 +116,48 @@ def test_reference_sampler_matches_the_exact_rule_up_to_float32():
     r = es.audit_sampler(reference_transformers_style, adapter="transformers", target=inst.target,
                          draft=inst.draft, proposer=inst.proposer, prompt=inst.prompt, tokens=2)
     assert r.extra["algorithmic_tv"] == "0" and F(r.extra["rounding_tv"]) == r.tv < F(1, 10 ** 6)
+
+
+# -- vLLM-style samplers and the torch zoo -------------------------------------------------------------
+
+from examples.bugzoo import torch_samplers as tzoo  # noqa: E402
+
+P0 = es.models.context_free((0, F(1, 2), F(1, 2)))          # token 0 has target probability 0
+Q0 = es.models.context_free((F(1, 2), F(1, 4), F(1, 4)))
+
+
+def test_exponential_race_is_a_draw_from_the_normalised_weights():
+    def race():
+        w = torch.tensor([[0.5, 0.25, 0.25]])
+        return int(w.div_(torch.empty_like(w).exponential_(1.0)).argmax(dim=1)[0])
+    assert law_of(race) == {0: F(1, 2), 1: F(1, 4), 2: F(1, 4)}
+    with pytest.raises(es.UnsupportedRandomness, match="only the race"):
+        law_of(lambda: bool((torch.empty(2).exponential_(1.0) < 1.0)[0]))
+
+
+def test_vllm_style_correct_sampler_is_lossless_up_to_rounding():
+    inst = make_instance(vocab=3, order=1, gamma=2, tokens=2)
+    r = es.audit_sampler(tzoo.correct, adapter="vllm", target=inst.target, draft=inst.draft, proposer=inst.proposer,
+                         prompt=inst.prompt, tokens=2)
+    assert r.verdict == "lossless" and r.extra["algorithmic_tv"] == "0" and 0 < r.tv < F(1, 10 ** 6)
+
+
+def test_vllm_style_tiny_clamp_emits_a_token_the_target_never_emits():
+    # draft 0 is always rejected; float32: clamp(p - q, tiny) = (t, 1/4, 1/4), its sum rounds to 1/2,
+    # so the race weights are (2t, 1/2, 1/2) exactly: token 0 with probability 1/2 * 2t / (2t + 1), t = 2**-126
+    r = es.audit_sampler(tzoo.tiny_clamp, adapter="vllm", target=P0, draft=Q0, proposer=es.drafts.chain(1), tokens=1)
+    t = F(1, 2 ** 126)
+    assert r.output[(0,)] == F(1, 2) * 2 * t / (2 * t + 1) and r.support_violations == [(0,)]
+    assert r.verdict == "biased"
+    # on a full-support target the same clamp is far below float32 rounding: not distinguishable from it
+    inst = make_instance(vocab=3, order=1, gamma=2, tokens=2)
+    full = es.audit_sampler(tzoo.tiny_clamp, adapter="vllm", target=inst.target, draft=inst.draft,
+                            proposer=inst.proposer, prompt=inst.prompt, tokens=2)
+    assert full.verdict == "lossless" and 0 < F(full.extra["algorithmic_tv"]) < F(1, 10 ** 30)
+
+
+def test_vllm_style_resampling_from_the_target_is_biased():
+    inst = make_instance(vocab=3, order=1, gamma=2, tokens=2)
+    r = es.audit_sampler(tzoo.resample_target, adapter="vllm", target=inst.target, draft=inst.draft,
+                         proposer=inst.proposer, prompt=inst.prompt, tokens=2)
+    assert r.verdict == "biased" and F(r.extra["algorithmic_tv"]) > F(1, 100)

@@ -26,7 +26,8 @@ class ChainStep:
     after its position is asked for, so a rule that rejects early never pays for later drafts.
     """
 
-    __slots__ = ("gamma", "vocab", "_env", "_rng", "_ctxs", "_drafts", "_claims", "_sample", "_point", "accepted")
+    __slots__ = ("gamma", "vocab", "_env", "_rng", "_ctxs", "_drafts", "_claims", "_sample", "_point", "accepted",
+                 "_source")
 
     family = "chain"
 
@@ -40,16 +41,19 @@ class ChainStep:
         self._claims: list[tuple] = []
         self._sample = proposer.sampling == "sample"
         self._point = proposer.claim == "point_mass"
+        self._source = proposer.sampled_from
         self.accepted = 0
 
     def _draw_until(self, j: int) -> None:
         if not 0 <= j < self.gamma:
             raise IndexError(f"draft position {j} is outside 0..{self.gamma - 1}")
         env = self._env
+        source = self._source
         while len(self._drafts) <= j:
             ctx = self._ctxs[-1]
             q = env.q(ctx)
-            x = self._rng.categorical(q) if self._sample else env.argmax(q)
+            s = q if source is None else env.view(source)(ctx)
+            x = self._rng.categorical(s) if self._sample else env.argmax(s)
             self._drafts.append(x)
             self._claims.append(env.point_mass(x) if self._point else q)
             self._ctxs.append(ctx + (x,))
@@ -94,10 +98,11 @@ class ChainStep:
 class ChainLaws:
     """The laws of one chain step by drafted prefix, for closed-form step laws (no rng)."""
 
-    __slots__ = ("gamma", "vocab", "env", "context", "_sample", "_point", "_p", "_q")
+    __slots__ = ("gamma", "vocab", "env", "context", "_sample", "_point", "_p", "_q", "proposer")
 
     def __init__(self, proposer: "ChainProposer", env: Any, context: tuple) -> None:
         self.gamma, self.vocab, self.env, self.context = proposer.gamma, env.vocab, env, context
+        self.proposer = proposer
         self._sample = proposer.sampling == "sample"
         self._point = proposer.claim == "point_mass"
         self._p: dict[tuple, tuple] = {}
@@ -111,7 +116,8 @@ class ChainLaws:
 
     def sampling(self, prefix: tuple) -> tuple:
         """The law the next draft is really drawn from, after ``prefix``."""
-        q = self._draft_law(prefix)
+        src = self.proposer.sampled_from
+        q = self._draft_law(prefix) if src is None else self.env.view(src)(self.context + prefix)
         return q if self._sample else self.env.point_mass(self.env.argmax(q))
 
     def claimed(self, prefix: tuple, x: int) -> tuple:
@@ -131,15 +137,21 @@ class ChainProposer:
 
     family = "chain"
 
-    def __init__(self, gamma: int, sampling: str, claim: str) -> None:
+    def __init__(self, gamma: int, sampling: str, claim: str, sampled_from: Any = None) -> None:
         self.gamma, self.sampling, self.claim = gamma, sampling, claim
+        self.sampled_from = sampled_from
 
     def needs_draft(self) -> bool:
         return True
 
     def orders(self) -> list:
         """Orders of the models this proposer reads beyond the audit's target and draft."""
-        return []
+        return [] if self.sampled_from is None else [self.sampled_from.order]
+
+    @property
+    def models(self) -> list:
+        """Models the proposer itself reads (checked for the audit's vocabulary)."""
+        return [] if self.sampled_from is None else [self.sampled_from]
 
     def step(self, env: Any, context: tuple, rng: Any) -> ChainStep:
         return ChainStep(self, env, context, rng)
@@ -155,19 +167,20 @@ class ChainProposer:
         return self.gamma
 
     def describe(self) -> str:
-        return f"chain(gamma={self.gamma}, sampling={self.sampling!r}, claim={self.claim!r})"
+        src = "" if self.sampled_from is None else f", sampled_from={self.sampled_from.name!r}"
+        return f"chain(gamma={self.gamma}, sampling={self.sampling!r}, claim={self.claim!r}{src})"
 
     __repr__ = describe
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ChainProposer) and (self.gamma, self.sampling, self.claim) == (
-            other.gamma, other.sampling, other.claim)
+            other.gamma, other.sampling, other.claim) and self.sampled_from is other.sampled_from
 
     def __hash__(self) -> int:
-        return hash((self.gamma, self.sampling, self.claim))
+        return hash((self.gamma, self.sampling, self.claim, id(self.sampled_from)))
 
 
-def chain(gamma: int = 4, *, sampling: str = "sample", claim: str = "draft") -> ChainProposer:
+def chain(gamma: int = 4, *, sampling: str = "sample", claim: str = "draft", sampled_from: Any = None) -> ChainProposer:
     """Draft a chain of ``gamma`` tokens, each from ``q(. | context + earlier drafts)``.
 
     ``sampling="sample"`` draws each draft from ``q``; ``"argmax"`` takes the argmax of ``q``
@@ -187,4 +200,7 @@ def chain(gamma: int = 4, *, sampling: str = "sample", claim: str = "draft") -> 
         raise ExactSpecError(f"chain: sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
     if claim not in CLAIMS:
         raise ExactSpecError(f"chain: claim must be one of {', '.join(CLAIMS)}, got {claim!r}")
-    return ChainProposer(gamma, sampling, claim)
+    from ..models import Model
+    if sampled_from is not None and not isinstance(sampled_from, Model):
+        raise ExactSpecError(f"chain: sampled_from must be an exactspec model, got {sampled_from!r}")
+    return ChainProposer(gamma, sampling, claim, sampled_from)

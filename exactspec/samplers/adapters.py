@@ -113,14 +113,14 @@ def get_adapter(adapter: Any) -> Adapter:
     from ..errors import ExactSpecError
     if isinstance(adapter, Adapter):
         return adapter
-    if adapter == "transformers":
+    if adapter in ("transformers", "vllm"):
         try:
-            from .torch_adapters import transformers_chain
+            from .torch_adapters import transformers_chain, vllm_chain
         except ImportError:
-            raise ExactSpecError("the transformers adapter needs torch: pip install torch==2.13.0") from None
-        return transformers_chain
+            raise ExactSpecError(f"the {adapter} adapter needs torch: pip install torch==2.13.0") from None
+        return transformers_chain if adapter == "transformers" else vllm_chain
     try:
         return ADAPTERS[adapter]
     except (KeyError, TypeError):
-        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of numpy, transformers or pass an "
+        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of numpy, transformers, vllm or pass an "
                              "es.samplers.Adapter") from None

@@ -1,4 +1,4 @@
-"""Adapters for PyTorch samplers (need the ``torch`` extra): a transformers-style function.
+"""Adapters for PyTorch samplers (need the ``audit`` extra): transformers-style and vLLM-style.
 
 >>> transformers_chain.name, transformers_chain.family
 ('transformers', 'chain')
@@ -14,7 +14,8 @@ from ..laws import memoised
 from .adapters import Adapter
 from .torch_rng import bind
 
-__all__ = ["TransformersChainAdapter", "transformers_chain", "reference_transformers_style"]
+__all__ = ["TransformersChainAdapter", "transformers_chain", "reference_transformers_style", "VllmChainAdapter",
+           "vllm_chain", "reference_vllm_style"]
 
 
 def reference_transformers_style(candidate_input_ids: Any, candidate_logits: Any, candidate_length: int,
@@ -77,3 +78,68 @@ class TransformersChainAdapter(Adapter):
 
 
 transformers_chain = TransformersChainAdapter()
+
+
+def reference_vllm_style(target_probs: Any, draft_probs: Any, draft_token_ids: Any, bonus_token_ids: Any) -> Any:
+    """A correct batched rejection sampler with a vLLM-style signature (own code).
+
+    ``target_probs`` and ``draft_probs`` are ``[B, k, V]``, ``draft_token_ids`` ``[B, k]``,
+    ``bonus_token_ids`` ``[B, 1]``; returns ``[B, k + 1]`` token ids, ``-1`` after the first
+    rejection's recovered token. The recovered token is an exponential race over the residual.
+    """
+    import torch
+    batch, k, _ = target_probs.shape
+    idx = draft_token_ids.unsqueeze(-1)
+    p_x = target_probs.gather(-1, idx).squeeze(-1)
+    q_x = draft_probs.gather(-1, idx).squeeze(-1)
+    accepted = torch.rand(batch, k) < p_x / q_x
+    residual = torch.clamp(target_probs - draft_probs, min=0)
+    residual = residual / residual.sum(-1, keepdim=True).clamp(min=torch.finfo(residual.dtype).tiny)
+    out = torch.full((batch, k + 1), -1, dtype=torch.long)
+    for b in range(batch):
+        row = accepted[b].tolist()
+        n = row.index(False) if False in row else k
+        out[b, :n] = draft_token_ids[b, :n]
+        if n == k:
+            out[b, k] = bonus_token_ids[b, 0]
+        else:
+            race = residual[b, n] / torch.empty_like(residual[b, n]).exponential_(1.0)
+            out[b, n] = race.argmax(dim=-1)
+    return out
+
+
+class VllmChainAdapter(Adapter):
+    """``sampler(target_probs [B, k, V], draft_probs [B, k, V], draft_token_ids [B, k], bonus_token_ids [B, 1])
+    -> [B, k + 1]`` token ids padded with ``-1``: a vLLM-style batched rejection sampler, called with
+    ``B = 1``; laws are float32 probabilities, and the bonus token is drawn from the target law at
+    the bonus position before the call, as the serving engine does."""
+
+    name = "vllm"
+    family = "chain"
+    needs_torch = True
+    reference = staticmethod(reference_vllm_style)
+
+    @property
+    def reference_rule(self) -> Any:
+        from ..rules import speculative_sampling
+        return speculative_sampling
+
+    @staticmethod
+    def probs(law: tuple) -> Any:
+        import torch
+        return memoised("float32 probs", law, None,
+                        lambda: torch.tensor([float(x) for x in law], dtype=torch.float32))
+
+    def call(self, sampler: Callable, step: Any, rng: Any) -> list[int]:
+        import torch
+        drafts = step.drafts
+        target = torch.stack([self.probs(step.target(j)) for j in range(step.gamma)])[None]
+        draft = torch.stack([self.probs(step.claimed(j)) for j in range(step.gamma)])[None]
+        bonus = rng.categorical(step.target(step.gamma))
+        with bind(rng):
+            out = sampler(target, draft, torch.tensor([list(drafts)], dtype=torch.long),
+                          torch.tensor([[bonus]], dtype=torch.long))
+        return self.tokens(np.asarray(out))
+
+
+vllm_chain = VllmChainAdapter()

@@ -1,7 +1,9 @@
 """PyTorch interception: inside :func:`intercept_torch`, torch's random draws fork the exact enumeration.
 
 ``torch.rand``, ``torch.rand_like``, ``Tensor.uniform_``, ``torch.bernoulli``, ``torch.multinomial``
-(function and method) and Python's ``random.random`` are replaced while a sampler runs, and
+(function and method), ``Tensor.exponential_`` (followed into the exponential race
+``argmax(w / E)``, a draw from ``w / sum(w)``) and Python's ``random.random`` are replaced while a
+sampler runs, and
 restored afterwards (also on error). Uniform tensors are lazy (:class:`LazyUniformTensor`):
 comparing them with real tensors or numbers, indexing, reshaping, and affine arithmetic keep
 the law exact, every tensor value being taken as the rational it is; anything else raises
@@ -39,7 +41,7 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the torch extra
     torch = None
 
-__all__ = ["intercept_torch", "bind", "LazyUniformTensor"]
+__all__ = ["intercept_torch", "bind", "LazyUniformTensor", "LazyExponentialTensor", "RaceTensor"]
 
 _CURRENT: contextvars.ContextVar = contextvars.ContextVar("exactspec_torch_rng", default=None)
 
@@ -178,8 +180,86 @@ if torch is not None:
         with torch._C.DisableTorchFunctionSubclass():
             shaped = func(torch.from_numpy(np.arange(a._u.size).reshape(a._u.shape)), *args[1:], **kwargs)
         return LazyUniformTensor(a._u.ravel()[shaped.numpy()], a.dtype)
+    class LazyExponentialTensor(torch.Tensor):
+        """Independent Exp(1) draws, followed only into the exponential race ``argmax(w / E)``."""
+
+        _shape_: tuple
+
+        @staticmethod
+        def __new__(cls, shape: tuple, dtype: Any = None) -> "LazyExponentialTensor":
+            t = torch.Tensor._make_subclass(cls, torch.ones(shape, dtype=dtype or torch.float32))
+            t._shape_ = shape
+            return t
+
+        def __repr__(self) -> str:  # noqa: D105
+            return f"LazyExponentialTensor(shape={self._shape_})"
+
+        @classmethod
+        def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", str(func))
+            if name in ("__truediv__", "div", "div_", "divide", "true_divide") and len(args) == 2 \
+                    and not isinstance(args[0], (LazyExponentialTensor, RaceTensor)) \
+                    and isinstance(args[1], LazyExponentialTensor):
+                return RaceTensor(args[0])
+            if name in ("__len__", "size", "dim", "numel", "__get__", "ndimension", "__format__"):
+                with torch._C.DisableTorchFunctionSubclass():
+                    return func(*args, **kwargs)
+            if name == "__repr__":
+                return LazyExponentialTensor.__repr__(args[0])
+            raise UnsupportedRandomness(
+                f"torch {name} on intercepted exponential draws (at {_caller(3)}): only the race argmax(w / E) "
+                "is followed")
+
+    class RaceTensor(torch.Tensor):
+        """``w / E`` with E independent Exp(1): its argmax along the last dimension is a draw from w / sum(w)."""
+
+        _w: Any
+
+        @staticmethod
+        def __new__(cls, weights: Any) -> "RaceTensor":
+            w = weights.detach().cpu().double()
+            t = torch.Tensor._make_subclass(cls, torch.zeros(tuple(w.shape), dtype=weights.dtype))
+            t._w = w
+            return t
+
+        def __repr__(self) -> str:  # noqa: D105
+            return f"RaceTensor(shape={tuple(self._w.shape)})"
+
+        @classmethod
+        def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", str(func))
+            if name == "argmax":
+                race = args[0]
+                dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+                if dim not in (-1, race._w.dim() - 1):
+                    raise UnsupportedRandomness(f"the exponential race's argmax over dim {dim} (at {_caller(3)}): "
+                                                "only the last dimension is followed")
+                return _race_argmax(race._w, kwargs.get("keepdim", False))
+            if name in ("__len__", "size", "dim", "numel", "__get__", "ndimension", "__format__"):
+                with torch._C.DisableTorchFunctionSubclass():
+                    return func(*args, **kwargs)
+            if name == "__repr__":
+                return RaceTensor.__repr__(args[0])
+            raise UnsupportedRandomness(f"torch {name} on an exponential race (at {_caller(3)}): only argmax is "
+                                        "followed")
+
+    def _race_argmax(w: Any, keepdim: bool) -> Any:
+        rows = w.numpy().reshape(-1, w.shape[-1])
+        rng = _rng()
+        out = np.zeros(rows.shape[0], dtype=np.int64)
+        for r, row in enumerate(rows):
+            weights = [_exact(x) for x in row]
+            total = sum(weights)
+            if total <= 0:
+                out[r] = 0       # every ratio is 0: torch's argmax returns the first index
+                continue
+            out[r] = rng.categorical(tuple(rng._field.convert(x / total) for x in weights))
+        res = torch.from_numpy(out).reshape(tuple(w.shape[:-1]))
+        return res.unsqueeze(-1) if keepdim else res
 else:  # pragma: no cover
-    LazyUniformTensor = None  # type: ignore[assignment,misc]
+    LazyUniformTensor = LazyExponentialTensor = RaceTensor = None  # type: ignore[assignment,misc]
 
 
 def _uniforms(shape: tuple) -> np.ndarray:
@@ -208,6 +288,13 @@ def _rand_like(t: Any, **kwargs: Any) -> Any:
 def _uniform_(self: Any, a: float = 0.0, b: float = 1.0, **kwargs: Any) -> Any:
     lazy = LazyUniformTensor(_uniforms(tuple(self.shape)), self.dtype)
     return lazy if (a, b) == (0.0, 1.0) else lazy * (b - a) + a
+
+
+def _exponential_(self: Any, lambd: float = 1.0, **kwargs: Any) -> Any:
+    if float(lambd) != 1.0:
+        raise UnsupportedRandomness(f"exponential_({lambd}) (at {_caller(2)}): only rate 1 (the race) is followed")
+    _rng()
+    return LazyExponentialTensor(tuple(self.shape), self.dtype)
 
 
 def _bernoulli(p: Any, *args: Any, **kwargs: Any) -> Any:
@@ -249,10 +336,13 @@ def intercept_torch() -> Iterator[None]:
     saved = [(torch, "rand", torch.rand), (torch, "rand_like", torch.rand_like),
              (torch.Tensor, "uniform_", torch.Tensor.uniform_), (torch, "bernoulli", torch.bernoulli),
              (torch, "multinomial", torch.multinomial), (torch.Tensor, "multinomial", torch.Tensor.multinomial),
-             (torch.Tensor, "bernoulli", torch.Tensor.bernoulli), (_pyrandom, "random", _pyrandom.random)]
+             (torch.Tensor, "bernoulli", torch.Tensor.bernoulli), (torch.Tensor, "exponential_",
+                                                                   torch.Tensor.exponential_),
+             (_pyrandom, "random", _pyrandom.random)]
     try:
         torch.rand, torch.rand_like = _rand, _rand_like
         torch.Tensor.uniform_ = _uniform_
+        torch.Tensor.exponential_ = _exponential_
         torch.bernoulli = torch.Tensor.bernoulli = _bernoulli
         torch.multinomial = torch.Tensor.multinomial = _multinomial
         _pyrandom.random = lambda: _rng().uniform()

@@ -1,0 +1,50 @@
+"""Minimal vLLM-style torch samplers reproducing reported bug patterns (own code), with the fix.
+
+Signature of the ``vllm`` adapter: ``(target_probs [B, k, V], draft_probs [B, k, V],
+draft_token_ids [B, k], bonus_token_ids [B, 1]) -> [B, k + 1]`` padded with -1.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from exactspec.samplers.torch_adapters import reference_vllm_style as correct
+
+
+def _run(target_probs, draft_probs, draft_token_ids, bonus_token_ids, recovered_law):
+    batch, k, _ = target_probs.shape
+    idx = draft_token_ids.unsqueeze(-1)
+    p_x = target_probs.gather(-1, idx).squeeze(-1)
+    q_x = draft_probs.gather(-1, idx).squeeze(-1)
+    accepted = torch.rand(batch, k) < p_x / q_x
+    out = torch.full((batch, k + 1), -1, dtype=torch.long)
+    for b in range(batch):
+        row = accepted[b].tolist()
+        n = row.index(False) if False in row else k
+        out[b, :n] = draft_token_ids[b, :n]
+        if n == k:
+            out[b, k] = bonus_token_ids[b, 0]
+        else:
+            law = recovered_law(target_probs[b, n], draft_probs[b, n])
+            out[b, n] = (law / torch.empty_like(law).exponential_(1.0)).argmax(dim=-1)
+    return out
+
+
+def tiny_clamp(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
+    """Recovered probabilities clamped at float32's tiny (vLLM v0's _get_recovered_probs)."""
+    def law(p, q):
+        f = torch.clamp(p - q, min=torch.finfo(torch.float32).tiny)
+        return f / f.sum()
+    return _run(target_probs, draft_probs, draft_token_ids, bonus_token_ids, law)
+
+
+def resample_target(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
+    """A rejection resamples from the target law instead of the residual."""
+    return _run(target_probs, draft_probs, draft_token_ids, bonus_token_ids, lambda p, q: p)
+
+
+ZOO = [
+    (tiny_clamp, correct, "recovered probabilities clamped at float32 tiny: vLLM v0 rejection_sampler.py "
+                          "(vllm-project/vllm#2336)"),
+    (resample_target, correct, "resampling from the target after a rejection: ShopeeLLM/Spec-RL#14"),
+]
