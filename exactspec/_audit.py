@@ -78,9 +78,10 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     if proposer.needs_draft() and draft is None:
         raise ExactSpecError(f"the {proposer.describe()} proposer needs a draft model: pass draft=")
     for name, m in [("draft model", draft), ("expected model", expected)] + [
-            (f"proposer model {i}", m) for i, m in enumerate(getattr(proposer, "models", []))]:
+            (f"merge draft model {i}" if getattr(proposer, "kind", "") == "merge" else "the proposer's sampled_from model",
+             m) for i, m in enumerate(getattr(proposer, "models", []))]:
         if m is not None and not isinstance(m, Model):
-            label = name.removesuffix(" model") if not name.startswith("proposer") else name
+            label = name.removesuffix(" model") if name in ("draft model", "expected model") else name
             raise ExactSpecError(f"{label} must be an exactspec model (es.models.*), got {m!r}")
         if m is not None and m.vocab != target.vocab:
             raise ExactSpecError(f"{name} has vocab {m.vocab} but the target has vocab {target.vocab}")
