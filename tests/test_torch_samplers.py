@@ -161,3 +161,36 @@ def test_vllm_style_resampling_from_the_target_is_biased():
     r = es.audit_sampler(tzoo.resample_target, adapter="vllm", target=inst.target, draft=inst.draft,
                          proposer=inst.proposer, prompt=inst.prompt, tokens=2)
     assert r.verdict == "biased" and F(r.extra["algorithmic_tv"]) > F(1, 100)
+
+
+# -- explicit uniform inputs (FlashInfer-style kernels), recovered by bisection ----------------------------
+
+from exactspec.samplers.explicit_uniforms import _breakpoints, reference_flashinfer_style  # noqa: E402
+
+
+def test_breakpoints_are_found_exactly_on_the_lattice():
+    cuts = {5, 17, 1000}
+    g = lambda ks: [sum(k >= c for c in cuts) for k in ks]  # noqa: E731  (a step function of k)
+    assert _breakpoints(g, 0, 2 ** 24 - 1) == cuts
+
+
+def test_flashinfer_style_kernel_law_by_bisection():
+    # one draft, one token: accept x iff u * q(x) < p(x); then the recovered token is the inverse CDF of the
+    # residual at the second uniform. The reference kernel is lossless up to the float32 lattice.
+    p, q = es.models.context_free((F(3, 5), F(2, 5))), es.models.context_free((F(1, 2), F(1, 2)))
+    r = es.audit_sampler(reference_flashinfer_style, adapter="flashinfer", target=p, draft=q,
+                         proposer=es.drafts.chain(1), tokens=1, rng_model="torch-float32")
+    assert r.verdict == "lossless" and r.extra["algorithmic_tv"] == "0" and "bisection" in r.extra["resolution"]
+    # x = 1 (q = 1/2) is accepted iff u < float32(0.4)/float32(0.5) on the lattice: count the lattice points
+    ratio = F(float(torch.tensor(0.4, dtype=torch.float32))) / F(float(torch.tensor(0.5, dtype=torch.float32)))
+    n_accept = -(-ratio * 2 ** 24 // 1)        # k * 2**-24 < ratio  <=>  k < ratio * 2**24
+    assert r.output[(1,)] == F(1, 2) * F(int(n_accept), 2 ** 24)
+
+
+def test_flashinfer_style_kernel_accepting_at_zero():
+    # u = 0 (probability 2**-24 on the float32 lattice) accepts draft 0 although p(0) = 0
+    P0 = es.models.context_free((0, F(1, 2), F(1, 2)))
+    Q0 = es.models.context_free((F(1, 2), F(1, 4), F(1, 4)))
+    r = es.audit_sampler(tzoo.flashinfer_accept_at_zero, adapter="flashinfer", target=P0, draft=Q0,
+                         proposer=es.drafts.chain(1), tokens=1, rng_model="torch-float32")
+    assert r.output[(0,)] == F(1, 2 ** 25) and r.support_violations == [(0,)] and r.verdict == "biased"

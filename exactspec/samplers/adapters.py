@@ -113,14 +113,15 @@ def get_adapter(adapter: Any) -> Adapter:
     from ..errors import ExactSpecError
     if isinstance(adapter, Adapter):
         return adapter
-    if adapter in ("transformers", "vllm"):
+    if adapter in ("transformers", "vllm", "flashinfer"):
         try:
+            from .explicit_uniforms import flashinfer_chain
             from .torch_adapters import transformers_chain, vllm_chain
         except ImportError:
             raise ExactSpecError(f"the {adapter} adapter needs torch: pip install torch==2.13.0") from None
-        return transformers_chain if adapter == "transformers" else vllm_chain
+        return {"transformers": transformers_chain, "vllm": vllm_chain, "flashinfer": flashinfer_chain}[adapter]
     try:
         return ADAPTERS[adapter]
     except (KeyError, TypeError):
-        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of numpy, transformers, vllm or pass an "
+        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of numpy, transformers, vllm, flashinfer or pass an "
                              "es.samplers.Adapter") from None

@@ -81,5 +81,7 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, kw: dict, toleran
     report.extra["sampler_calls"] = report.paths
     report.extra["adapter"] = adapter.name
     report.extra["rng_model"] = kw["rng_model"]
+    if hasattr(adapter, "resolution"):
+        report.extra["resolution"] = adapter.resolution(kw["rng_model"])
     report.extra["tolerance"] = str(report.tolerance)
     return report

@@ -48,3 +48,27 @@ ZOO = [
                           "(vllm-project/vllm#2336)"),
     (resample_target, correct, "resampling from the target after a rejection: ShopeeLLM/Spec-RL#14"),
 ]
+
+
+def flashinfer_accept_at_zero(draft_probs, draft_token_ids, uniform_samples, target_probs):
+    """A FlashInfer-style kernel accepting with ``u * q(x) <= p(x)``: u = 0 accepts drafts of probability 0."""
+    batch, k, _ = draft_probs.shape
+    out = torch.full((batch, k + 1), -1, dtype=torch.long)
+    for b in range(batch):
+        u = uniform_samples[b]
+        n = k
+        for j in range(k):
+            x = int(draft_token_ids[b, j])
+            if u[j] * draft_probs[b, j, x] <= target_probs[b, j, x]:
+                out[b, j] = x
+                continue
+            n = j
+            break
+        law = target_probs[b, n] if n == k else torch.clamp(target_probs[b, n] - draft_probs[b, n], min=0)
+        cdf = torch.cumsum(law, 0)
+        out[b, n] = min(int(torch.searchsorted(cdf, u[k] * cdf[-1], right=True)), law.shape[0] - 1)
+    return out
+
+
+ZOO.append((flashinfer_accept_at_zero, None, "u * q <= p in a kernel fed uniforms that include 0: "
+                                             "sgl-project/sglang#35771's pattern, through explicit uniforms"))
