@@ -154,9 +154,19 @@ def _cmd_audit_sampler(args: Any) -> int:
         sampler = getattr(importlib.import_module(mod_name), fn_name)
     except (ImportError, AttributeError) as exc:
         raise ExactSpecError(f"cannot load {args.target}: {exc}") from None
+    from .drafts import tree
+    from .samplers import get_adapter
+    adapter = get_adapter(args.adapter)
     inst = make_instance(vocab=args.vocab, order=args.order, gamma=args.gamma, tokens=args.tokens, seed=args.seed,
-                         sampling=args.sampling, claim=args.claim)
-    rep = audit_sampler(sampler, adapter=args.adapter, target=inst.target, draft=inst.draft, proposer=inst.proposer,
+                         sampling=args.sampling, claim="draft" if adapter.family == "tree" else args.claim)
+    proposer = inst.proposer
+    if adapter.family == "tree":
+        try:
+            expansion = tuple(int(k) for k in args.expansion.replace(",", " ").split())
+        except ValueError:
+            raise ExactSpecError(f"--expansion must be ints like '2 1', got {args.expansion!r}") from None
+        proposer = tree(expansion, children=args.children, claim=args.claim)
+    rep = audit_sampler(sampler, adapter=adapter, target=inst.target, draft=inst.draft, proposer=proposer,
                         prompt=inst.prompt, tokens=inst.tokens, rng_model=args.rng_model)
     print(rep.to_json(indent=1) if args.json else rep.summary())
     return 0 if rep.lossless else 1
@@ -223,7 +233,10 @@ def _parser() -> argparse.ArgumentParser:
     sa.add_argument("--tokens", type=int, default=2)
     sa.add_argument("--seed", type=int, default=0)
     sa.add_argument("--sampling", choices=["sample", "argmax"], default="sample")
-    sa.add_argument("--claim", choices=["draft", "point_mass"], default="draft")
+    sa.add_argument("--claim", choices=["draft", "point_mass", "renormalized"], default="draft")
+    sa.add_argument("--expansion", default="2 1", help="tree adapters: the expansion, e.g. '2 1'")
+    sa.add_argument("--children", choices=["iid", "without_replacement", "topk"], default="iid",
+                    help="tree adapters: how children are drafted")
     sa.add_argument("--rng-model", choices=["continuous", "torch-float32", "float64", "curand"], default="continuous")
     sa.add_argument("--json", action="store_true")
     r = sub.add_parser("rules", help="list the catalog with claims and references")

@@ -182,3 +182,41 @@ def test_temperature_applied_to_one_side_only_is_biased():
     both = es.audit_sampler(zoo.correct, target=hot_p, draft=hot_q, prompt=inst.prompt, tokens=2,
                             proposer=es.drafts.chain(2))
     assert one_side.verdict == "biased" and both.verdict == "lossless"
+
+
+# -- tree samplers through the numpy-tree adapter ----------------------------------------------------------
+
+def test_tree_sampler_with_topk_children_and_renormalised_soft_claims_is_biased():
+    # the verifier is a correct MSS; the claims are what is wrong. p = (1/2, 1/2), q = (3/5, 2/5), one top-1
+    # child: told q renormalised over the tokens not yet drafted = q itself, the soft law: (5/6, 1/6) as in
+    # the catalog (up to float64 rounding), while point-mass claims give p back
+    p, q = es.models.context_free((F(1, 2), F(1, 2))), es.models.context_free((F(3, 5), F(2, 5)))
+    soft = es.audit_sampler(zoo.mss_tree, adapter="numpy-tree", target=p, draft=q, tokens=1,
+                            proposer=es.drafts.tree((1,), children="topk", claim="renormalized"))
+    assert soft.verdict == "biased" and abs(soft.tv - F(1, 3)) < F(1, 10 ** 15)
+    honest = es.audit_sampler(zoo.mss_tree, adapter="numpy-tree", target=p, draft=q, tokens=1,
+                              proposer=es.drafts.tree((1,), children="topk", claim="point_mass"))
+    assert honest.verdict == "lossless" and honest.extra["algorithmic_tv"] == "0"
+
+
+def test_multi_sample_matching_tree_sampler_and_its_fix():
+    # q = (1, 0): two iid children, both token 0; p = (1/2, 1/2): two target samples, accept 0 if either is 0
+    # (3/4), else emit the first (token 1): (3/4, 1/4), TV 1/4 - exactly, since 1/2 is a float
+    p, q = es.models.context_free((F(1, 2), F(1, 2))), es.models.context_free((1, 0))
+    prop = es.drafts.tree((2,), children="iid")
+    bad = es.audit_sampler(zoo.multi_sample_match_tree, adapter="numpy-tree", target=p, draft=q, tokens=1,
+                           proposer=prop)
+    assert bad.output == {(0,): F(3, 4), (1,): F(1, 4)} and bad.tv == F(1, 4) and bad.verdict == "biased"
+    inst = make_instance(vocab=3, order=1, gamma=1, tokens=2)
+    fixed = es.audit_sampler(zoo.single_sample_tree, adapter="numpy-tree", target=inst.target, draft=inst.draft,
+                             proposer=es.drafts.tree((2, 1)), prompt=inst.prompt, tokens=2)
+    assert fixed.verdict == "lossless"
+
+
+def test_cli_audit_sampler_with_a_tree_adapter(capsys):
+    from exactspec import cli
+    assert cli.main(["audit-sampler", "examples.bugzoo.numpy_samplers:multi_sample_match_tree", "--adapter",
+                     "numpy-tree", "--vocab", "3", "--tokens", "1"]) == 1
+    assert "tree(expansion=(2, 1), children='iid'" in capsys.readouterr().out
+    assert cli.main(["audit-sampler", "examples.bugzoo.numpy_samplers:mss_tree", "--adapter", "numpy-tree",
+                     "--vocab", "3", "--tokens", "1", "--children", "topk", "--claim", "point_mass"]) == 0

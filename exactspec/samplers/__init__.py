@@ -5,9 +5,11 @@
 'chain'
 """
 
-from .adapters import ADAPTERS, Adapter, NumpyChainAdapter, get_adapter, numpy_chain, reference_numpy_chain
+from .adapters import (ADAPTERS, Adapter, NumpyChainAdapter, NumpyTreeAdapter, get_adapter, numpy_chain, numpy_tree,
+                       reference_numpy_chain, reference_numpy_tree)
 from .numpy_rng import EnumGenerator
 from .sampler_audit import ROUNDING_TOLERANCE, audit_sampler
 
 __all__ = ["audit_sampler", "Adapter", "NumpyChainAdapter", "numpy_chain", "reference_numpy_chain", "get_adapter",
+           "NumpyTreeAdapter", "numpy_tree", "reference_numpy_tree",
            "ADAPTERS", "EnumGenerator", "ROUNDING_TOLERANCE"]

@@ -26,7 +26,8 @@ import numpy as np
 from ..laws import memoised
 from .numpy_rng import EnumGenerator
 
-__all__ = ["Adapter", "NumpyChainAdapter", "numpy_chain", "reference_numpy_chain", "get_adapter", "ADAPTERS"]
+__all__ = ["Adapter", "NumpyChainAdapter", "numpy_chain", "reference_numpy_chain", "NumpyTreeAdapter", "numpy_tree",
+           "reference_numpy_tree", "get_adapter", "ADAPTERS"]
 
 
 def reference_numpy_chain(draft_ids: np.ndarray, draft_probs: np.ndarray, target_probs: np.ndarray,
@@ -123,5 +124,67 @@ def get_adapter(adapter: Any) -> Adapter:
     try:
         return ADAPTERS[adapter]
     except (KeyError, TypeError):
-        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of numpy, transformers, vllm, flashinfer or pass an "
+        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of numpy, numpy-tree, transformers, vllm, flashinfer or pass an "
                              "es.samplers.Adapter") from None
+
+
+def reference_numpy_tree(tokens: np.ndarray, parents: np.ndarray, claimed: np.ndarray, target: np.ndarray,
+                         rng: Any) -> list[int]:
+    """SpecInfer's multi-step speculative sampling over a whole drafted tree, in float64 (own code).
+
+    ``tokens [N]`` and ``parents [N]`` in depth-first order (node 0 is the root, parent -1);
+    ``claimed [N, V]`` the law each node was claimed to come from; ``target [N, V]`` the target
+    law after the path to each node. Returns the emitted tokens.
+    """
+    children: dict[int, list[int]] = {}
+    for n in range(1, len(tokens)):
+        children.setdefault(int(parents[n]), []).append(n)
+    node, out = 0, []
+    while True:
+        r = target[node].copy()
+        for c in children.get(node, []):
+            x, q = int(tokens[c]), claimed[c]
+            if q[x] > 0 and rng.random() < r[x] / q[x]:
+                out.append(x)
+                node = c
+                break
+            r = np.maximum(r - q, 0.0)
+            r = r / r.sum()
+        else:
+            out.append(int(rng.choice(len(r), p=r)))
+            return out
+
+
+class NumpyTreeAdapter(Adapter):
+    """``sampler(tokens [N], parents [N], claimed [N, V], target [N, V], rng)`` over the whole drafted tree
+    (depth-first order, node 0 the root), with a numpy-``Generator``-like ``rng``."""
+
+    name = "numpy-tree"
+    family = "tree"
+    reference = staticmethod(reference_numpy_tree)
+
+    @property
+    def reference_rule(self) -> Any:
+        from ..rules import mss
+        return mss
+
+    def call(self, sampler: Callable, step: Any, rng: Any) -> list[int]:
+        order: list[int] = []
+
+        def visit(n: int) -> None:           # draws the whole tree, depth first
+            order.append(n)
+            for c in step.children(n):
+                visit(c)
+        visit(step.root)
+        index = {n: i for i, n in enumerate(order)}
+        vocab = step.vocab
+        tokens = np.array([step.token(n) if n else -1 for n in order], dtype=np.int64)
+        parents = np.array([index[step.parent(n)] if n else -1 for n in order], dtype=np.int64)
+        zero = np.zeros(vocab)
+        claimed = np.stack([self.floats(step.claimed(n)) if n else zero for n in order])
+        target = np.stack([self.floats(step.target(n)) for n in order])
+        return self.tokens(sampler(tokens, parents, claimed, target, EnumGenerator(rng)))
+
+
+numpy_tree = NumpyTreeAdapter()
+ADAPTERS["numpy-tree"] = numpy_tree

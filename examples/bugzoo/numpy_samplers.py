@@ -97,3 +97,54 @@ ZOO = [
     (accept_at_zero, correct, "u <= p/q with a generator that returns 0: sgl-project/sglang#35771 (fix: PR #35798)"),
     (tiny_clamp, correct, "residual clamped at float32 tiny: vLLM v0 rejection_sampler.py (vllm-project/vllm#2336)"),
 ]
+
+
+# -- tree samplers (the ``numpy-tree`` adapter) --------------------------------------------------------
+
+def mss_tree(tokens, parents, claimed, target, rng):
+    """Multi-step speculative sampling over the drafted tree: correct when every claimed law is honest."""
+    from exactspec.samplers.adapters import reference_numpy_tree
+    return reference_numpy_tree(tokens, parents, claimed, target, rng)
+
+
+def multi_sample_match_tree(tokens, parents, claimed, target, rng):
+    """Several target samples per node, move to the child matching the first that matches any
+    (foundation-model-stack/fms-extras#12)."""
+    children: dict = {}
+    for n in range(1, len(tokens)):
+        children.setdefault(int(parents[n]), []).append(n)
+    node, out = 0, []
+    while True:
+        kids = children.get(node, [])
+        p = target[node]
+        samples = [int(rng.choice(len(p), p=p)) for _ in range(max(1, len(kids)))]
+        match = next(((s, c) for s in samples for c in kids if int(tokens[c]) == s), None)
+        if match is None:
+            out.append(samples[0])
+            return out
+        out.append(match[0])
+        node = match[1]
+
+
+def single_sample_tree(tokens, parents, claimed, target, rng):
+    """The fix: one target sample per node, move to the child that matches it (naive tree sampling)."""
+    children: dict = {}
+    for n in range(1, len(tokens)):
+        children.setdefault(int(parents[n]), []).append(n)
+    node, out = 0, []
+    while True:
+        p = target[node]
+        y = int(rng.choice(len(p), p=p))
+        out.append(y)
+        nxt = next((c for c in children.get(node, []) if int(tokens[c]) == y), None)
+        if nxt is None:
+            return out
+        node = nxt
+
+
+TREE_ZOO = [
+    (mss_tree, "top-k children scored with renormalised soft draft probabilities (proposer claim 'renormalized')"
+               "; the fix tells the verifier point masses"),
+    (multi_sample_match_tree, "several target samples matched against the candidates: "
+                              "foundation-model-stack/fms-extras#12; the fix is single_sample_tree"),
+]
