@@ -32,6 +32,24 @@ def main() -> None:
                          prompt=inst.prompt, tokens=inst.tokens, reference=False)
     print(f"sampler alone, no reference: {time.perf_counter() - t0:.2f} s, {r.extra['sampler_calls']} sampler calls")
 
+    try:
+        from transformers.generation.utils import _speculative_sampling
+    except ImportError:
+        print("\n(transformers not installed: pip install '.[audit]')")
+        return
+    print("\n== transformers' _speculative_sampling: vocab 4, order 1, gamma 3, 3 tokens (target: at most 10 s) ==")
+    inst = make_instance(vocab=4, order=1, gamma=3, tokens=3)
+    t0 = time.perf_counter()
+    r = es.audit_sampler(_speculative_sampling, adapter="transformers", target=inst.target, draft=inst.draft,
+                         proposer=inst.proposer, prompt=inst.prompt, tokens=inst.tokens)
+    dt = time.perf_counter() - t0
+    print(f"{dt:.2f} s (3 audits), {r.extra['sampler_calls']} sampler calls, verdict {r.verdict}, TV {float(r.tv):.3g}, "
+          f"algorithmic TV {r.extra['algorithmic_tv']}")
+    t0 = time.perf_counter()
+    r = es.audit_sampler(_speculative_sampling, adapter="transformers", target=inst.target, draft=inst.draft,
+                         proposer=inst.proposer, prompt=inst.prompt, tokens=inst.tokens, reference=False)
+    print(f"sampler alone, no reference: {time.perf_counter() - t0:.2f} s, {r.extra['sampler_calls']} sampler calls")
+
 
 if __name__ == "__main__":
     main()

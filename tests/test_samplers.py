@@ -220,3 +220,29 @@ def test_cli_audit_sampler_with_a_tree_adapter(capsys):
     assert "tree(expansion=(2, 1), children='iid'" in capsys.readouterr().out
     assert cli.main(["audit-sampler", "examples.bugzoo.numpy_samplers:mss_tree", "--adapter", "numpy-tree",
                      "--vocab", "3", "--tokens", "1", "--children", "topk", "--claim", "point_mass"]) == 0
+
+
+def test_the_documented_way_to_write_an_adapter_works():
+    # exactly the pattern in exactspec/samplers/adapters.py's docstring, for a sampler with another signature
+    class MyAdapter(es.samplers.Adapter):
+        name, family = "mine", "chain"
+        reference = staticmethod(lambda p, q, drafts, generator: zoo.correct(drafts, q, p, generator))
+
+        @property
+        def reference_rule(self):
+            return es.rules.speculative_sampling
+
+        def call(self, sampler, step, rng):
+            drafts, q, p = self.chain_arrays(step)
+            out = sampler(p, q, drafts, generator=es.samplers.EnumGenerator(rng))
+            return self.tokens(out)
+
+    def my_sampler(p, q, drafts, generator):          # target first, keyword generator
+        return zoo.shared_uniform(drafts, q, p, generator)
+
+    inst = make_instance(vocab=3, order=1, gamma=2, tokens=2)
+    r = es.audit_sampler(my_sampler, adapter=MyAdapter(), target=inst.target, draft=inst.draft,
+                         proposer=inst.proposer, prompt=inst.prompt, tokens=2)
+    direct = es.audit_sampler(zoo.shared_uniform, target=inst.target, draft=inst.draft, proposer=inst.proposer,
+                              prompt=inst.prompt, tokens=2)
+    assert r.output == direct.output and r.verdict == "biased" and r.extra["adapter"] == "mine"
