@@ -8,10 +8,11 @@
 (Fraction(4, 5), Fraction(1, 5))
 """
 
-from . import counterexamples, drafts, laws, models, rules, samplers, theory, trees
+from . import counterexamples, drafts, laws, models, rules, samplers, statistical, theory, trees
 from ._audit import audit
 from .assertions import LossAssertionError, assert_lossless
 from .samplers import audit_sampler
+from .statistical import audit_statistically
 from .enumerate import Budget
 from .errors import (BudgetExceeded, ExactSpecError, InexactArithmetic, InvalidDistribution, RuleError,
                      UnsupportedRandomness)
@@ -28,6 +29,6 @@ def __getattr__(name: str):  # `es.strategies` imports hypothesis's strategies o
         return importlib.import_module(".strategies", __name__)
     raise AttributeError(f"module 'exactspec' has no attribute {name!r}")
 
-__all__ = ["audit", "audit_sampler", "samplers", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "models", "drafts", "rules", "laws",
+__all__ = ["audit", "audit_sampler", "audit_statistically", "statistical", "samplers", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "models", "drafts", "rules", "laws",
            "theory", "trees", "counterexamples", "strategies", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
            "RuleError", "UnsupportedRandomness", "__version__"]
