@@ -8,5 +8,6 @@ True
 """
 
 from .chain_laws import TENSOR_CHAIN_RULES, TensorStepLaw, best_device, chain_step_laws
+from .tree_laws import tree_step_laws
 
-__all__ = ["chain_step_laws", "TensorStepLaw", "TENSOR_CHAIN_RULES", "best_device"]
+__all__ = ["chain_step_laws", "tree_step_laws", "TensorStepLaw", "TENSOR_CHAIN_RULES", "best_device"]
