@@ -60,3 +60,21 @@ def test_bad_arguments():
         es.audit_statistically(zoo.correct, confidence=1.5, **KW)
     with pytest.raises(es.ExactSpecError, match="samples must be a positive int"):
         es.audit_statistically(zoo.correct, samples=0, **KW)
+
+
+def test_a_time_budget_stops_sampling():
+    rep = es.audit_statistically(zoo.correct, samples=10 ** 9, seconds=0.3, **KW)
+    assert 0 < rep.samples < 10 ** 9 and sum(rep.counts.values()) == rep.samples and rep.seconds < 5
+
+
+def test_batched_sampling_of_a_vllm_style_sampler():
+    pytest.importorskip("torch")
+    from examples.bugzoo import torch_samplers as tzoo
+    kw = dict(target=INST.target, draft=INST.draft, proposer=INST.proposer, prompt=INST.prompt, tokens=1)
+    good = es.audit_statistically(tzoo.correct, adapter="vllm", samples=3000, batch=500, device="cpu", seed=2, **kw)
+    bad = es.audit_statistically(tzoo.resample_target, adapter="vllm", samples=3000, batch=500, device="cpu",
+                                 seed=2, **kw)
+    assert good.samples == 3000 and good.verdict == "no bias detected"
+    assert bad.verdict == "biased"
+    with pytest.raises(es.ExactSpecError, match="batch > 1 needs the vllm adapter"):
+        es.audit_statistically(zoo.correct, batch=10, **kw)

@@ -8,6 +8,7 @@ True
 """
 
 from .chain_laws import TENSOR_CHAIN_RULES, TensorStepLaw, best_device, chain_step_laws
+from .rowwise import BatchedAudit, audit_batched_sampler
 from .tree_laws import tree_step_laws
 
-__all__ = ["chain_step_laws", "tree_step_laws", "TensorStepLaw", "TENSOR_CHAIN_RULES", "best_device"]
+__all__ = ["chain_step_laws", "tree_step_laws", "audit_batched_sampler", "BatchedAudit", "TensorStepLaw", "TENSOR_CHAIN_RULES", "best_device"]
