@@ -178,3 +178,21 @@ def test_batched_audit_falls_back_to_statistics_when_assumptions_fail():
     a = audit_batched_sampler(log_uniform, target=p, draft=q, fallback_samples=300, device="cpu")
     assert not a.exact and "not met" in a.assumptions and a.statistical.samples == 300
     assert "statistical audit instead" in str(a)
+
+
+def test_batched_audit_records_multinomial_draws_as_laws():
+    def multinomial_sampler(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
+        batch = target_probs.shape[0]
+        p_x = target_probs.gather(-1, draft_token_ids.unsqueeze(-1)).squeeze(-1)
+        q_x = draft_probs.gather(-1, draft_token_ids.unsqueeze(-1)).squeeze(-1)
+        accepted = torch.rand(batch, 1) < p_x / q_x
+        out = torch.full((batch, 2), -1, dtype=torch.long)
+        residual = torch.clamp(target_probs[:, 0] - draft_probs[:, 0], min=0)
+        recovered = torch.multinomial(residual / residual.sum(-1, keepdim=True).clamp(min=1e-30), 1)[:, 0]
+        out[:, 0] = torch.where(accepted[:, 0], draft_token_ids[:, 0], recovered)
+        out[:, 1] = torch.where(accepted[:, 0], bonus_token_ids[:, 0], torch.full_like(recovered, -1))
+        return out
+
+    p, q = _peaked(300, 1, seed=4)
+    a = audit_batched_sampler(multinomial_sampler, target=p, draft=q, device="cpu")
+    assert a.exact and a.tv < 1e-6

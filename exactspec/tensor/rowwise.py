@@ -140,8 +140,17 @@ def _intercept() -> Iterator[None]:
         shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)) else size
         return RowUniform(tuple(int(s) for s in shape))
 
-    def multinomial(*a: Any, **k: Any) -> Any:
-        raise UnsupportedRandomness("row-wise audit: multinomial is not followed here (use the exponential race)")
+    def multinomial(probs: Any, num_samples: int = 1, replacement: bool = False, **k: Any) -> Any:
+        if int(num_samples) != 1:
+            raise UnsupportedRandomness("row-wise audit: multinomial with num_samples > 1 is not followed")
+        st = _state()
+        w = probs.detach().to(torch.float64)
+        ids = []
+        for row in w.reshape(-1, w.shape[-1]):
+            sentinel = st.vocab + len(st.laws)
+            st.laws[sentinel] = row / row.sum().clamp(min=1e-300)      # recorded as a law, not forked
+            ids.append(sentinel)
+        return torch.tensor(ids, dtype=torch.long).reshape(tuple(w.shape[:-1]) + (1,))
 
     try:
         torch.rand = rand
