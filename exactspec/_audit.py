@@ -46,7 +46,8 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     """Compute the exact law of the first ``tokens`` tokens emitted after ``prompt`` and compare it.
 
     ``rule`` is a catalog rule, its name, or a function ``fn(step, rng)``; ``proposer`` defaults
-    to ``es.drafts.chain(gamma=4)``. The expected law is the target's sampling law
+    to ``es.drafts.chain(gamma=4)`` for chain rules and ``es.drafts.tree((2, 2, 1))`` for tree rules
+    (or the proposer a rule's claim is stated for). The expected law is the target's sampling law
     (``decoding="sample"``), its greedy sequence (``"greedy"``), or the law of ``expected`` (a
     declared target model; rules claiming ``declared-target`` supply it themselves). ``decoding=None`` picks ``"greedy"`` for ``lossless-greedy`` rules
     and ``"sample"`` otherwise. ``closed_form=False`` forces the generic rng enumeration.
@@ -69,7 +70,9 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     if not isinstance(target, Model):
         raise ExactSpecError(f"target must be an exactspec model (es.models.*), got {target!r}")
     rule_obj: Rule = as_rule(rule)
-    proposer = chain(4) if proposer is None else proposer
+    if proposer is None:   # the proposer the rule's claim is about, else the family's default
+        from .drafts import tree
+        proposer = rule_obj.proposer or (chain(4) if rule_obj.family == "chain" else tree((2, 2, 1)))
     if not hasattr(proposer, "step") or not hasattr(proposer, "family"):
         raise ExactSpecError(f"proposer must be an exactspec proposer (es.drafts.*), got {proposer!r}")
     if proposer.family != rule_obj.family:

@@ -91,8 +91,16 @@ def _cmd_audit(args: Any) -> int:
         except ValueError:
             raise ExactSpecError(f"--prompt must be token ids like '0 1', got {args.prompt!r}") from None
     inst = make_instance(vocab=args.vocab, order=args.order, gamma=args.gamma, tokens=args.tokens, seed=args.seed,
-                         sampling=args.sampling, claim=args.claim, prompt=prompt)
-    rep = audit(target=inst.target, draft=inst.draft, proposer=inst.proposer, rule=rule, prompt=inst.prompt,
+                         sampling=args.sampling, claim="draft" if rule.family == "tree" else args.claim, prompt=prompt)
+    proposer = inst.proposer
+    if rule.family == "tree":
+        from .drafts import tree
+        try:
+            expansion = tuple(int(k) for k in args.expansion.replace(",", " ").split())
+        except ValueError:
+            raise ExactSpecError(f"--expansion must be ints like '2 1', got {args.expansion!r}") from None
+        proposer = tree(expansion, children=args.children, claim=args.claim)
+    rep = audit(target=inst.target, draft=inst.draft, proposer=proposer, rule=rule, prompt=inst.prompt,
                 tokens=inst.tokens, decoding=args.decoding, field=args.field, precision=args.precision,
                 budget=_budget(args))
     print(rep.to_json(indent=1) if args.json else rep.summary())
@@ -208,7 +216,10 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--prompt", default=None, help="token ids, e.g. '0 1' (default: 0..order-1)")
     a.add_argument("--sampling", choices=["sample", "argmax"], default="sample")
-    a.add_argument("--claim", choices=["draft", "point_mass"], default="draft")
+    a.add_argument("--claim", choices=["draft", "point_mass", "renormalized"], default="draft")
+    a.add_argument("--expansion", default="2 1", help="tree rules: the expansion, e.g. '2 2 1'")
+    a.add_argument("--children", choices=["iid", "without_replacement", "topk"], default="iid",
+                   help="tree rules: how children are drafted")
     a.add_argument("--decoding", choices=["sample", "greedy"], default=None,
                    help="default: greedy for lossless-greedy rules, else sample")
     common(a)

@@ -386,3 +386,13 @@ def test_version(capsys):
     code, out, _ = run(capsys, "--version")
     assert code == 0
     assert out.strip() == f"exactspec {es.__version__}"
+
+
+def test_audit_tree_rules_from_the_cli(capsys):
+    code, out, _ = run(capsys, "audit", "--rule", "mss", "--vocab", "3", "--tokens", "2")
+    assert code == 0 and "tree(expansion=(2, 1), children='iid', claim='draft')" in out and "LOSSLESS" in out
+    code, out, _ = run(capsys, "audit", "--rule", "mss", "--vocab", "3", "--tokens", "2", "--children", "topk",
+                       "--claim", "draft")
+    assert code == 1 and "BIASED" in out
+    code, _, err = run(capsys, "audit", "--rule", "speculative_sampling", "--claim", "renormalized")
+    assert code == 2 and "claim must be one of draft, point_mass, got 'renormalized'" in err
