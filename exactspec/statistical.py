@@ -175,7 +175,9 @@ def audit_statistically(sampler: Callable, *, adapter: Any = "numpy", target: Mo
     """Sample ``sampler`` (through an adapter, with real randomness) and test its law statistically.
 
     The expected law is computed exactly (the target's, or ``expected``'s); only the sampler's side
-    is sampled. Torch samplers draw from torch's own generator (seeded with ``seed``). With
+    is sampled. Torch samplers draw from torch's own global generator, which is seeded with ``seed``
+    (``torch.manual_seed``: the one global state this touches); numpy samplers get a generator of
+    their own. With
     ``seconds``, sampling stops when that time is up (or at ``samples``, whichever comes first).
     ``batch > 1`` (the ``vllm`` adapter, ``tokens=1``) calls the sampler on ``batch`` rows at once,
     with its tensors on ``device`` (default: the GPU when torch sees one).
@@ -191,7 +193,6 @@ def audit_statistically(sampler: Callable, *, adapter: Any = "numpy", target: Mo
     field = get_field("float")
     env = Env(target, draft, field)
     rng = _SamplingRng(seed)
-    np.random.seed(seed % 2 ** 32)
     if getattr(adapter, "needs_torch", False):
         import torch
         torch.manual_seed(seed)
