@@ -46,6 +46,25 @@ def _num(report: Any, x: Any) -> str:
     return "n/a" if x is None else f"{float(x):.4f}"
 
 
+def _ints(text: str, flag: str, what: str) -> tuple[int, ...]:
+    """Parse '0 1' or '0,1' into ints, or a one-line error naming the flag."""
+    try:
+        return tuple(int(t) for t in text.replace(",", " ").split())
+    except ValueError:
+        raise ExactSpecError(f"{flag} must be {what}, got {text!r}") from None
+
+
+def _instance(args: Any, family: str, prompt: tuple | None) -> tuple[Any, Any]:
+    """The seeded instance of ``audit``/``audit-sampler`` and its proposer (a tree for tree rules/adapters)."""
+    inst = make_instance(vocab=args.vocab, order=args.order, gamma=args.gamma, tokens=args.tokens, seed=args.seed,
+                         sampling=args.sampling, claim="draft" if family == "tree" else args.claim, prompt=prompt)
+    if family != "tree":
+        return inst, inst.proposer
+    from .drafts import tree
+    expansion = _ints(args.expansion, "--expansion", "ints like '2 1'")
+    return inst, tree(expansion, children=args.children, claim=args.claim)
+
+
 def _cmd_check(args: Any) -> int:
     inst = default_instance()
     rows, reports, ok = [], [], True
@@ -84,22 +103,8 @@ def _cmd_check(args: Any) -> int:
 
 def _cmd_audit(args: Any) -> int:
     rule = get(args.rule)
-    prompt = None
-    if args.prompt is not None:
-        try:
-            prompt = tuple(int(t) for t in args.prompt.replace(",", " ").split())
-        except ValueError:
-            raise ExactSpecError(f"--prompt must be token ids like '0 1', got {args.prompt!r}") from None
-    inst = make_instance(vocab=args.vocab, order=args.order, gamma=args.gamma, tokens=args.tokens, seed=args.seed,
-                         sampling=args.sampling, claim="draft" if rule.family == "tree" else args.claim, prompt=prompt)
-    proposer = inst.proposer
-    if rule.family == "tree":
-        from .drafts import tree
-        try:
-            expansion = tuple(int(k) for k in args.expansion.replace(",", " ").split())
-        except ValueError:
-            raise ExactSpecError(f"--expansion must be ints like '2 1', got {args.expansion!r}") from None
-        proposer = tree(expansion, children=args.children, claim=args.claim)
+    prompt = None if args.prompt is None else _ints(args.prompt, "--prompt", "token ids like '0 1'")
+    inst, proposer = _instance(args, rule.family, prompt)
     rep = audit(target=inst.target, draft=inst.draft, proposer=proposer, rule=rule, prompt=inst.prompt,
                 tokens=inst.tokens, decoding=args.decoding, field=args.field, precision=args.precision,
                 budget=_budget(args))
@@ -162,18 +167,9 @@ def _cmd_audit_sampler(args: Any) -> int:
         sampler = getattr(importlib.import_module(mod_name), fn_name)
     except (ImportError, AttributeError) as exc:
         raise ExactSpecError(f"cannot load {args.target}: {exc}") from None
-    from .drafts import tree
     from .samplers import get_adapter
     adapter = get_adapter(args.adapter)
-    inst = make_instance(vocab=args.vocab, order=args.order, gamma=args.gamma, tokens=args.tokens, seed=args.seed,
-                         sampling=args.sampling, claim="draft" if adapter.family == "tree" else args.claim)
-    proposer = inst.proposer
-    if adapter.family == "tree":
-        try:
-            expansion = tuple(int(k) for k in args.expansion.replace(",", " ").split())
-        except ValueError:
-            raise ExactSpecError(f"--expansion must be ints like '2 1', got {args.expansion!r}") from None
-        proposer = tree(expansion, children=args.children, claim=args.claim)
+    inst, proposer = _instance(args, adapter.family, None)
     rep = audit_sampler(sampler, adapter=adapter, target=inst.target, draft=inst.draft, proposer=proposer,
                         prompt=inst.prompt, tokens=inst.tokens, rng_model=args.rng_model)
     print(rep.to_json(indent=1) if args.json else rep.summary())

@@ -60,7 +60,12 @@ class Adapter:
     needs_torch = False
     reference: Callable | None = None
     #: the catalog rule the reference sampler implements (its exact law, for the rounding figure)
-    reference_rule: Any = None
+    reference_rule_name = "speculative_sampling"
+
+    @property
+    def reference_rule(self) -> Any:
+        from ..rules import get
+        return get(self.reference_rule_name) if self.reference_rule_name else None
 
     @staticmethod
     def floats(law: tuple) -> np.ndarray:
@@ -90,11 +95,6 @@ class NumpyChainAdapter(Adapter):
     name = "numpy"
     family = "chain"
     reference = staticmethod(reference_numpy_chain)
-
-    @property
-    def reference_rule(self) -> Any:
-        from ..rules import speculative_sampling
-        return speculative_sampling
 
     def call(self, sampler: Callable, step: Any, rng: Any) -> list[int]:
         drafts, q, p = self.chain_arrays(step)
@@ -162,11 +162,7 @@ class NumpyTreeAdapter(Adapter):
     name = "numpy-tree"
     family = "tree"
     reference = staticmethod(reference_numpy_tree)
-
-    @property
-    def reference_rule(self) -> Any:
-        from ..rules import mss
-        return mss
+    reference_rule_name = "mss"
 
     def call(self, sampler: Callable, step: Any, rng: Any) -> list[int]:
         order: list[int] = []

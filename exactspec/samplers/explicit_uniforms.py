@@ -66,11 +66,6 @@ class FlashinferChainAdapter(Adapter):
     needs_torch = True
     reference = staticmethod(reference_flashinfer_style)
 
-    @property
-    def reference_rule(self) -> Any:
-        from ..rules import speculative_sampling
-        return speculative_sampling
-
     def resolution(self, rng_model: str) -> str:
         lat = LATTICES.get(rng_model, LATTICES["torch-float32"])
         return (f"uniform inputs on the lattice {lat.note}; breakpoints located exactly on it by bisection "

@@ -52,11 +52,6 @@ class TransformersChainAdapter(Adapter):
     def __init__(self, **sampler_kwargs: Any) -> None:
         self.kwargs = sampler_kwargs
 
-    @property
-    def reference_rule(self) -> Any:
-        from ..rules import speculative_sampling
-        return speculative_sampling
-
     @staticmethod
     def logits(law: tuple) -> Any:
         import torch
@@ -118,11 +113,6 @@ class VllmChainAdapter(Adapter):
     family = "chain"
     needs_torch = True
     reference = staticmethod(reference_vllm_style)
-
-    @property
-    def reference_rule(self) -> Any:
-        from ..rules import speculative_sampling
-        return speculative_sampling
 
     @staticmethod
     def probs(law: tuple) -> Any:
