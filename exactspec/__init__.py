@@ -14,7 +14,7 @@ from .assertions import LossAssertionError, assert_lossless
 from .samplers import audit_sampler
 from .statistical import audit_statistically
 from .enumerate import Budget
-from .errors import (BudgetExceeded, ExactSpecError, InexactArithmetic, InvalidDistribution, RuleError,
+from .errors import (BudgetExceeded, ExactSpecError, InexactArithmetic, InvalidDistribution, ModelError, RuleError,
                      UnsupportedRandomness)
 from .fields import get_field
 from .report import AuditReport, Outcome
@@ -31,4 +31,4 @@ def __getattr__(name: str):  # `es.strategies` imports hypothesis's strategies o
 
 __all__ = ["audit", "audit_sampler", "audit_statistically", "statistical", "samplers", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "models", "drafts", "rules", "laws",
            "theory", "trees", "counterexamples", "strategies", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
-           "RuleError", "UnsupportedRandomness", "__version__"]
+           "RuleError", "ModelError", "UnsupportedRandomness", "__version__"]

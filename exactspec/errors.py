@@ -46,6 +46,19 @@ class InexactArithmetic(ExactSpecError, TypeError):
     """
 
 
+class ModelError(ExactSpecError):
+    """A model's function raised, or returned something that is not a law; names the model and the context.
+
+    >>> import exactspec as es
+    >>> m = es.models.from_function(vocab=2, fn=lambda ctx: 1 / 0, order=0)
+    >>> try:
+    ...     m(())
+    ... except es.ModelError as e:
+    ...     print(type(e).__name__)
+    ModelError
+    """
+
+
 class BudgetExceeded(ExactSpecError):
     """The enumeration ran past a budget (paths, depth or time); ``covered`` says how far it got.
 
