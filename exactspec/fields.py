@@ -22,6 +22,7 @@ from typing import Any
 
 import mpmath
 
+from ._numbers import MAX_TEXT, finite_float, parse_rational
 from .errors import ExactSpecError, InexactArithmetic
 
 __all__ = ["Field", "FractionField", "MpmathField", "FloatField", "get_field"]
@@ -74,9 +75,9 @@ class Field:
         """Render a number for JSON and text (exact rationals as ``"p/q"``)."""
         return str(x)
 
-    def parse(self, s: str) -> Any:
-        """Inverse of :meth:`to_str`."""
-        return self.convert(Fraction(s))
+    def parse(self, s: str, where: str = "number") -> Any:
+        """Inverse of :meth:`to_str` (bounded: a hostile string raises an error naming ``where``)."""
+        return self.convert(parse_rational(s, where))
 
     def describe(self) -> str:
         """One line saying what the field is and its tolerance."""
@@ -147,8 +148,15 @@ class FractionField(Field):
         x = self.export(x)
         return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
 
-    def parse(self, s: str) -> Fraction:
-        return Fraction(s)
+    def parse(self, s: str, where: str = "number") -> Fraction:
+        """An exact rational from ``"p/q"``, an integer or a decimal with a small exponent.
+
+        >>> FractionField(backend="python").parse("1e-999999999", "tv")
+        Traceback (most recent call last):
+        ...
+        exactspec.errors.ExactSpecError: tv: '1e-999999999' has an exponent beyond 1000 in absolute value; write a rational like '3/5' or a decimal with a small exponent
+        """
+        return parse_rational(s, where)
 
     def describe(self) -> str:
         return "fraction (exact rationals; lossless means TV == 0 exactly)"
@@ -177,10 +185,24 @@ class MpmathField(Field):
         self.one = self.ctx.mpf(1)
         if tolerance is None:
             self._tol = self.ctx.mpf(2) ** (16 - precision)
-        elif isinstance(tolerance, numbers.Rational) and not isinstance(tolerance, int):
-            self._tol = self.ctx.mpf(int(tolerance.numerator)) / int(tolerance.denominator)
         else:
-            self._tol = self.ctx.mpf(tolerance)
+            self._tol = self._tolerance(tolerance)
+
+    def _tolerance(self, tolerance: Any) -> Any:
+        where = "mpmath field tolerance"
+        if isinstance(tolerance, bool):
+            raise ExactSpecError(f"{where}: {tolerance!r} is a bool, not a number")
+        if isinstance(tolerance, str):
+            tolerance = parse_rational(tolerance, where)
+        if isinstance(tolerance, numbers.Rational):
+            tol = self.ctx.mpf(int(tolerance.numerator)) / int(tolerance.denominator)
+        elif isinstance(tolerance, numbers.Real) or hasattr(tolerance, "_mpf_"):
+            tol = self.ctx.mpf(tolerance)
+        else:
+            raise ExactSpecError(f"{where}: {tolerance!r} of type {type(tolerance).__name__} is not a number")
+        if not self.ctx.isfinite(tol) or tol < 0:
+            raise ExactSpecError(f"{where}: {tolerance!r} must be a finite number >= 0")
+        return tol
 
     def convert(self, x: Fraction) -> Any:
         return self.ctx.mpf(x.numerator) / x.denominator
@@ -202,8 +224,25 @@ class MpmathField(Field):
         # enough decimal digits to read the same binary number back
         return self.ctx.nstr(self.ctx.mpf(x), int(self.precision * 0.30103) + 3, strip_zeros=False)
 
-    def parse(self, s: str) -> Any:
-        return self.ctx.mpf(s)
+    def parse(self, s: str, where: str = "number") -> Any:
+        """A finite mpmath number from its decimal text (as :meth:`to_str` writes it) or ``"p/q"``.
+
+        >>> MpmathField(precision=64).parse("nan", "tv")
+        Traceback (most recent call last):
+        ...
+        exactspec.errors.ExactSpecError: tv: 'nan' is not a finite number
+        """
+        if not isinstance(s, str):
+            return self.convert(parse_rational(s, where))
+        if len(s) > MAX_TEXT:
+            raise ExactSpecError(f"{where}: a number string of {len(s)} characters is too long (at most {MAX_TEXT})")
+        try:
+            x = self.ctx.mpf(s)
+        except (ValueError, TypeError, ArithmeticError):
+            raise ExactSpecError(f"{where}: {s[:40]!r} is not a number") from None
+        if not self.ctx.isfinite(x):
+            raise ExactSpecError(f"{where}: {s[:40]!r} is not a finite number")
+        return x
 
     def describe(self) -> str:
         return f"mpmath ({self.precision}-bit; lossless means TV <= {self.ctx.nstr(self._tol, 6)})"
@@ -222,7 +261,10 @@ class FloatField(Field):
     one = 1.0
 
     def __init__(self, tolerance: float = 1e-12) -> None:
-        self._tol = float(tolerance)
+        tol = finite_float(tolerance, "float field tolerance")
+        if tol < 0:
+            raise ExactSpecError(f"float field tolerance: {tolerance!r} must be >= 0")
+        self._tol = tol
 
     def convert(self, x: Fraction) -> float:
         return x.numerator / x.denominator
@@ -242,8 +284,22 @@ class FloatField(Field):
     def to_str(self, x: Any) -> str:
         return repr(float(x))
 
-    def parse(self, s: str) -> float:
-        return float(s)
+    def parse(self, s: str, where: str = "number") -> float:
+        """A finite float from its ``repr`` (as :meth:`to_str` writes it), an integer or ``"p/q"``.
+
+        >>> FloatField().parse("0.25"), FloatField().parse("1/4")
+        (0.25, 0.25)
+        """
+        if isinstance(s, str) and len(s) <= 64:
+            try:
+                v = float(s)
+            except ValueError:
+                pass
+            else:
+                if v != v or v in (float("inf"), float("-inf")):
+                    raise ExactSpecError(f"{where}: {s!r} is not a finite number")
+                return v
+        return finite_float(parse_rational(s, where), where)
 
     def describe(self) -> str:
         return f"float (float64; lossless means TV <= {self._tol:g})"
@@ -265,8 +321,8 @@ def get_field(field: str | Field = "fraction", *, precision: int | None = None,
     if isinstance(field, Field):
         return field
     if field == "fraction":
-        if tolerance not in (None, 0):
-            raise ExactSpecError("the fraction field is exact: its tolerance is 0")
+        if tolerance is not None and (isinstance(tolerance, bool) or tolerance != 0):
+            raise ExactSpecError(f"the fraction field is exact: its tolerance is 0 (got tolerance={tolerance!r})")
         return FractionField(backend)
     if field == "mpmath":
         return MpmathField(precision=113 if precision is None else precision, tolerance=tolerance)

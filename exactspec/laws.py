@@ -13,12 +13,15 @@ written with them never needs to know the field.
 from __future__ import annotations
 
 import decimal
+import itertools
 import math
 import numbers
+from collections.abc import Sized
 from fractions import Fraction
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from .errors import InexactArithmetic, InvalidDistribution
+from ._numbers import MAX_DIGITS, MAX_EXPONENT, parse_rational
+from .errors import ExactSpecError, InexactArithmetic, InvalidDistribution
 
 __all__ = ["to_law", "normalize", "residual", "positive_part", "argmax", "point_mass",
            "total_variation", "acceptance", "memoised"]
@@ -59,15 +62,63 @@ def _entry(x: Any, i: int, where: str, exact_floats: bool) -> Fraction:
     if isinstance(x, numbers.Rational):
         return Fraction(int(x.numerator), int(x.denominator))
     if isinstance(x, decimal.Decimal):
-        if not x.is_finite():
-            raise InvalidDistribution(f"{where}: entry {i} is {x!r}")
-        return Fraction(x)
+        return _decimal(x, f"{where}: entry {i}", InvalidDistribution)
     if isinstance(x, str):
+        label = f"{where}: entry {i}"
         try:
-            return Fraction(x.strip())
-        except (ValueError, ZeroDivisionError):
-            raise InvalidDistribution(f"{where}: entry {i} is the string {x!r}, not a rational like '3/5'") from None
+            return parse_rational(x, label)   # bounded: Fraction("1e-999999999") would hang
+        except ExactSpecError as exc:
+            shown = repr(x) if len(x) <= 40 else repr(x[:37] + "...")
+            raise InvalidDistribution(f"{label} is the string {shown}, not a rational like '3/5' "
+                                      f"({str(exc).removeprefix(label + ': ')})") from None
     raise InvalidDistribution(f"{where}: entry {i} is {x!r} of type {t.__name__}, not a number")
+
+
+def _decimal(x: decimal.Decimal, where: str, error: type[ExactSpecError]) -> Fraction:
+    """A finite Decimal with a bounded exponent as a Fraction (``Fraction(Decimal("1e-999999999"))`` hangs)."""
+    if not x.is_finite():
+        raise error(f"{where} is {x!r}")
+    sign, digits, exp = x.as_tuple()
+    if len(digits) > MAX_DIGITS or abs(exp) > MAX_EXPONENT:
+        raise error(f"{where} is {str(x)[:40]!r}, beyond {MAX_DIGITS} digits or an exponent of {MAX_EXPONENT} "
+                    "in absolute value")
+    return Fraction(x)
+
+
+def to_rational(x: Any, where: str, *, floats: bool = True) -> Fraction:
+    """A user's number (int, Fraction, bounded string or Decimal, finite float) as an exact Fraction.
+
+    Strings go through the bounded :func:`exactspec._numbers.parse_rational`; a float is the
+    rational it is exactly (refused when ``floats`` is false); NaN, infinities and bools are
+    refused with an :class:`~exactspec.errors.ExactSpecError` naming ``where``.
+
+    >>> to_rational("1/3", "weight"), to_rational(0.5, "weight")
+    (Fraction(1, 3), Fraction(1, 2))
+    >>> to_rational("1e-999999999", "ensemble weight")
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.ExactSpecError: ensemble weight: '1e-999999999' has an exponent beyond 1000 in absolute value; write a rational like '3/5' or a decimal with a small exponent
+    """
+    if isinstance(x, bool):
+        raise ExactSpecError(f"{where}: {x!r} is a bool, not a number")
+    if type(x) is Fraction:
+        return x
+    if isinstance(x, str):
+        return parse_rational(x, where)
+    if isinstance(x, numbers.Integral):
+        return Fraction(int(x))
+    if isinstance(x, numbers.Rational):
+        return Fraction(int(x.numerator), int(x.denominator))
+    if isinstance(x, decimal.Decimal):
+        return _decimal(x, where, ExactSpecError)
+    if isinstance(x, float) or (hasattr(x, "dtype") and getattr(x.dtype, "kind", "") == "f"):
+        fx = float(x)
+        if not math.isfinite(fx):
+            raise ExactSpecError(f"{where}: {fx!r} is not a finite number")
+        if not floats:
+            raise ExactSpecError(f"{where}: the float {fx!r} is not accepted here; write a rational like '3/5'")
+        return Fraction(fx)
+    raise ExactSpecError(f"{where}: {x!r} of type {type(x).__name__} is not a number")
 
 
 def to_law(values: Any, vocab: int, *, where: str = "law", exact_floats: bool = False) -> tuple[Fraction, ...]:
@@ -87,11 +138,16 @@ def to_law(values: Any, vocab: int, *, where: str = "law", exact_floats: bool = 
     if isinstance(values, Mapping):
         raise InvalidDistribution(f"{where}: expected a sequence of {vocab} probabilities, got a mapping")
     try:
-        seq = list(values)
+        it = iter(values)
     except TypeError:
         raise InvalidDistribution(f"{where}: expected a sequence of {vocab} probabilities, got {values!r}") from None
+    # never list() an unbounded iterable: an endless generator must fail here, not fill the memory
+    seq = list(itertools.islice(it, vocab + 1))
+    if len(seq) > vocab and not isinstance(values, Sized):
+        raise InvalidDistribution(f"{where}: returned more than vocab = {vocab} entries (an endless iterator?)")
     if len(seq) != vocab:
-        raise InvalidDistribution(f"{where}: law has {len(seq)} entries, expected vocab = {vocab}")
+        n = len(values) if isinstance(values, Sized) else len(seq)
+        raise InvalidDistribution(f"{where}: law has {n} entries, expected vocab = {vocab}")
     law = tuple(_entry(x, i, where, exact_floats) for i, x in enumerate(seq))
     for i, x in enumerate(law):
         if x < 0:

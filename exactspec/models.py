@@ -18,8 +18,8 @@ import random
 from fractions import Fraction
 from typing import Any, Callable, Mapping, Sequence
 
-from .errors import ExactSpecError, InvalidDistribution
-from .laws import to_law
+from .errors import ExactSpecError, InvalidDistribution, ModelError
+from .laws import to_law, to_rational
 
 __all__ = ["Model", "table", "from_function", "context_free", "random_table", "perturbed", "sharpen", "mixture",
            "rounded", "round_to_format"]
@@ -75,7 +75,13 @@ class Model:
         law = self._cache.get(key)
         if law is None:
             where = f"{self.name} model, context {key}"
-            law = to_law(self._raw(key), self.vocab, where=where, exact_floats=self.exact_floats)
+            try:
+                # to_law iterates what the model returned: a generator runs user code there too
+                law = to_law(self._raw(key), self.vocab, where=where, exact_floats=self.exact_floats)
+            except ExactSpecError:
+                raise                 # already names the model (InvalidDistribution, InexactArithmetic, ...)
+            except (Exception, SystemExit) as exc:  # sys.exit() in a model is a failure of user code too
+                raise ModelError(f"{where}: the model raised {type(exc).__name__}: {exc}") from exc
             self._cache[key] = law
         return law
 
@@ -235,9 +241,9 @@ def perturbed(base: Model, *, seed: Any = 1, strength: Any = Fraction(1, 2), max
     if isinstance(max_weight, bool) or not isinstance(max_weight, int) or max_weight < 1:
         raise ExactSpecError(f"max_weight must be a positive int, got {max_weight!r}")
     try:
-        s = None if isinstance(strength, (float, bool)) else Fraction(strength)
-    except (TypeError, ValueError, ZeroDivisionError):
-        s = None
+        s = None if isinstance(strength, float) else to_rational(strength, "perturbed strength")
+    except ExactSpecError as exc:
+        raise ExactSpecError(f"strength must be a rational in [0, 1]: {exc}") from None
     if s is None or not 0 <= s <= 1:
         raise ExactSpecError(f"strength must be a rational in [0, 1], got {strength!r}")
     return _Perturbed(base, seed, s, max_weight)

@@ -13,11 +13,17 @@ Fraction(19, 10)
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sized
 from fractions import Fraction
 from typing import Any, Sequence
 
-from .errors import ExactSpecError
-from .laws import acceptance
+from ._numbers import finite_float, parse_rational
+from .errors import ExactSpecError, InvalidDistribution
+from .laws import acceptance, to_law
+
+#: how far from 1 a law of floats may sum (per entry) and still be accepted as a law
+FLOAT_SUM_TOLERANCE = 1e-9
 
 __all__ = ["acceptance_rate", "expected_tokens", "speedup", "arithmetic_factor", "optimal_gamma"]
 
@@ -25,13 +31,16 @@ __all__ = ["acceptance_rate", "expected_tokens", "speedup", "arithmetic_factor",
 def _num(x: Any, name: str, lo: Any = 0, hi: Any = None) -> Any:
     if isinstance(x, str):
         try:
-            x = Fraction(x)
-        except (ValueError, ZeroDivisionError):
-            raise ExactSpecError(f"{name} = {x!r} is not a number") from None
+            x = parse_rational(x, name)
+        except ExactSpecError as exc:
+            shown = repr(x) if len(x) <= 40 else repr(x[:37] + "...")
+            raise ExactSpecError(f"{name} = {shown} is not a number ({str(exc).removeprefix(name + ': ')})") from None
     if isinstance(x, bool) or not isinstance(x, (int, float, Fraction)):
         raise ExactSpecError(f"{name} must be a number, got {x!r}")
     if x != x:
         raise ExactSpecError(f"{name} is NaN")
+    if isinstance(x, float) and not math.isfinite(x):
+        raise ExactSpecError(f"{name} = {x} is not a finite number")
     if x < lo or (hi is not None and x > hi):
         raise ExactSpecError(f"{name} = {x} must lie in [{lo}, {'inf' if hi is None else hi}]")
     return x
@@ -43,13 +52,53 @@ def _gamma(g: Any) -> int:
     return g
 
 
+def _is_float(x: Any) -> bool:
+    return isinstance(x, float) or (hasattr(x, "dtype") and getattr(x.dtype, "kind", "") == "f")
+
+
+def _law(values: Any, name: str, vocab: int | None = None) -> tuple:
+    """Validate a law like :func:`exactspec.laws.to_law`; a law with floats is checked up to rounding."""
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sized):
+        raise InvalidDistribution(f"{name}: expected a sequence of probabilities, got {values!r:.60}")
+    n = len(values)
+    if vocab is not None and n != vocab:
+        raise InvalidDistribution(f"{name}: law has {n} entries, but the other law has {vocab}")
+    if n == 0:
+        raise InvalidDistribution(f"{name}: the law is empty")
+    seq = list(values)
+    if not any(_is_float(x) for x in seq):
+        return to_law(seq, n, where=name)
+    law = []
+    for i, x in enumerate(seq):
+        try:
+            v = finite_float(x, f"{name}: entry {i}")
+        except ExactSpecError as exc:
+            raise InvalidDistribution(str(exc)) from None
+        if v < 0:
+            raise InvalidDistribution(f"{name}: entry {i} is negative ({v!r})")
+        law.append(v)
+    total = math.fsum(law)
+    if abs(total - 1) > FLOAT_SUM_TOLERANCE * n:
+        raise InvalidDistribution(f"{name}: law of floats sums to {total!r}, not 1 (up to {FLOAT_SUM_TOLERANCE:g} "
+                                  "per entry)")
+    return tuple(law)
+
+
 def acceptance_rate(p: Sequence[Any], q: Sequence[Any]) -> Any:
     """``a = sum(min(p, q)) = 1 - TV(p, q)``: the chance one draft is accepted.
 
+    Both laws are validated like every law exactspec reads (same length, no negative entry,
+    summing to exactly 1; a law with floats sums to 1 up to rounding).
+
     >>> acceptance_rate((Fraction(3, 5), Fraction(2, 5)), (Fraction(1, 2), Fraction(1, 2)))
     Fraction(9, 10)
+    >>> acceptance_rate(("1/2", "1/2"), ("1/2", "1/4"))
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.InvalidDistribution: q: law (1/2, 1/4) sums to 3/4, not exactly 1
     """
-    return acceptance(p, q)
+    p_law = _law(p, "p")
+    return acceptance(p_law, _law(q, "q", len(p_law)))
 
 
 def expected_tokens(a: Any, gamma: int) -> Any:

@@ -9,12 +9,10 @@
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import Any, Sequence
 
-from ..errors import ExactSpecError
 from ..fields import Field
-from ..laws import argmax
+from ..laws import argmax, to_rational
 from ..models import Model
 
 __all__ = ["ModelView", "Env"]
@@ -94,13 +92,10 @@ class Env:
         return a
 
     def number(self, x: Any) -> Any:
-        """A rational constant (int, Fraction or "p/q" string) as a number of this audit's field."""
+        """A rational constant (int, Fraction, finite float, bounded "p/q" string) as a number of this field."""
         hit = self._numbers.get(x)
         if hit is None:
-            try:
-                hit = self.field.convert(Fraction(x))
-            except (TypeError, ValueError) as exc:
-                raise ExactSpecError(f"{x!r} is not a rational constant") from exc
+            hit = self.field.convert(to_rational(x, "rule constant"))
             self._numbers[x] = hit
         return hit
 

@@ -19,8 +19,8 @@ Fraction(1, 4)
 from __future__ import annotations
 
 import re
-from fractions import Fraction
 
+from .._numbers import parse_rational
 from ..errors import ExactSpecError
 from .chain import (CHAIN_RULES, TINY, ensemble, greedy_match, greedy_match_sampled, no_bonus, resample_from_target,
                     sample_and_match, speculative_sampling, stale_draft_probs, tiny_clamp_residual,
@@ -78,7 +78,12 @@ def get(name: str) -> Rule:
     if m and m.group(1) in _FACTORIES:
         args = [a.strip() for a in m.group(2).split(",") if a.strip()]
         try:
-            return _FACTORIES[m.group(1)](*[Fraction(a) for a in args])
+            # bounded parsing: Fraction("1e-999999999") would expand a billion digits
+            values = [parse_rational(a, f"argument {i + 1}") for i, a in enumerate(args)]
+        except ExactSpecError as exc:
+            raise ExactSpecError(f"bad arguments for rule {m.group(1)}: {exc}") from None
+        try:
+            return _FACTORIES[m.group(1)](*values)
         except (ValueError, ZeroDivisionError, TypeError) as exc:
             raise ExactSpecError(f"bad arguments for rule {m.group(1)}: {m.group(2)!r} ({exc})") from None
     if name in _FACTORIES:

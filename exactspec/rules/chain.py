@@ -306,11 +306,9 @@ def ensemble(weight: Any = Fraction(1, 2)) -> Rule:
     'ensemble(1/3)'
     """
     from ..errors import ExactSpecError
-    try:
-        w = Fraction(weight) if not isinstance(weight, float) else None
-    except (TypeError, ValueError):
-        w = None
-    if w is None or not 0 <= w <= 1:
+    from ..laws import to_rational
+    w = to_rational(weight, "ensemble weight must be a rational in [0, 1]", floats=False)
+    if not 0 <= w <= 1:
         raise ExactSpecError(f"ensemble weight must be a rational in [0, 1], got {weight!r}")
 
     def _accept_prob(p: tuple, q: tuple, x: int, wf: Any) -> Any:

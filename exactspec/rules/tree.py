@@ -14,7 +14,7 @@ from fractions import Fraction
 from typing import Any, Iterator
 
 from ..errors import ExactSpecError
-from ..laws import argmax, exceeds_typical_threshold, normalize, residual
+from ..laws import argmax, exceeds_typical_threshold, normalize, residual, to_rational
 from .chain import _ratio
 from ..drafts.tree import tree
 from .record import Rule
@@ -190,11 +190,8 @@ def shared_coin_tree(threshold_single: Any = 1, threshold_acc: Any = 1) -> Rule:
     >>> shared_coin_tree().claim, shared_coin_tree(1, "1/2").claim
     ('lossless', 'biased')
     """
-    try:
-        ts, ta = Fraction(threshold_single), Fraction(threshold_acc)
-    except (TypeError, ValueError, ZeroDivisionError):
-        raise ExactSpecError(f"shared_coin_tree thresholds must be rationals, got {threshold_single!r}, "
-                             f"{threshold_acc!r}") from None
+    ts = to_rational(threshold_single, "shared_coin_tree threshold_single must be a rational")
+    ta = to_rational(threshold_acc, "shared_coin_tree threshold_acc must be a rational")
     if not (0 < ts <= 1 and 0 < ta <= 1):
         raise ExactSpecError(f"shared_coin_tree thresholds must lie in (0, 1], got {ts}, {ta}")
 
@@ -242,10 +239,8 @@ def typical_acceptance(posterior_threshold: Any = Fraction(9, 100), posterior_al
     >>> typical_acceptance().name
     'typical_acceptance(9/100, 3/10)'
     """
-    try:
-        eps, alpha = Fraction(posterior_threshold), Fraction(posterior_alpha)
-    except (TypeError, ValueError, ZeroDivisionError):
-        raise ExactSpecError("typical_acceptance parameters must be rationals, e.g. '9/100'") from None
+    eps = to_rational(posterior_threshold, "typical_acceptance posterior_threshold must be a rational like '9/100'")
+    alpha = to_rational(posterior_alpha, "typical_acceptance posterior_alpha must be a rational like '3/10'")
     if eps < 0 or alpha < 0:
         raise ExactSpecError("typical_acceptance parameters must be >= 0")
 
