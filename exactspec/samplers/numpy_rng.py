@@ -14,6 +14,13 @@ one uniform searched into it), so the law is that of the implementation as it co
 ...                         get_field(backend="python"), exact_floats=True)
 >>> law == {0: F(1, 4), 1: F(3, 4)}
 True
+
+During an audit, numpy's legacy global functions (``np.random.random``, ``rand``, ``uniform``,
+``randint``, ``choice``, ``binomial(1, p)``, ``permutation``, ``shuffle``) are intercepted the same
+way (:class:`EnumLegacy`, see :mod:`exactspec.samplers.interception`); ``np.random.default_rng()``
+and ``np.random.RandomState()`` made inside the sampler without a seed are enumerating
+generators too; a seed, ``np.random.seed`` and every other distribution raise
+UnsupportedRandomness.
 """
 
 from __future__ import annotations
@@ -24,8 +31,9 @@ import numpy as np
 
 from ..errors import UnsupportedRandomness
 from ..fields import _caller
+from .interception import current_rng, fisher_yates, unsupported
 
-__all__ = ["EnumGenerator"]
+__all__ = ["EnumGenerator", "EnumLegacy", "legacy_specs"]
 
 
 def _shape(size: Any) -> tuple[int, ...] | None:
@@ -35,7 +43,8 @@ def _shape(size: Any) -> tuple[int, ...] | None:
 
 
 class EnumGenerator:
-    """The numpy ``Generator`` methods samplers use: ``random``, ``uniform``, ``integers``, ``choice``, ``binomial``."""
+    """The numpy ``Generator`` methods samplers use: ``random``, ``uniform``, ``integers``, ``choice``, ``binomial``,
+    ``permutation`` and ``shuffle``."""
 
     def __init__(self, rng: Any) -> None:
         self._rng = rng
@@ -100,8 +109,144 @@ class EnumGenerator:
             raise UnsupportedRandomness(f"Generator.binomial(n={n}) at {_caller(2)}: only n = 1 is intercepted")
         return self._fill(size, lambda: int(self._rng.uniform() < p))
 
+    def permutation(self, x: Any, axis: int = 0) -> Any:
+        """A uniformly permuted copy of ``x`` (or of ``arange(x)`` for an int), exactly (Fisher-Yates)."""
+        arr = np.arange(int(x)) if np.ndim(x) == 0 else np.array(x, copy=True)
+        self.shuffle(arr, axis)
+        return arr
+
+    def shuffle(self, x: Any, axis: int = 0) -> None:
+        """Shuffle ``x`` in place along its first axis, a uniform permutation drawn exactly."""
+        if axis != 0:
+            raise UnsupportedRandomness(f"shuffle(axis={axis}) at {_caller(2)}: only axis 0 is intercepted")
+        perm = fisher_yates(self._rng, len(x), "shuffle")
+        if isinstance(x, np.ndarray):
+            x[...] = x[perm]
+        else:
+            x[:] = [x[k] for k in perm]
+
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
         raise UnsupportedRandomness(f"numpy Generator.{name} is not intercepted (at {_caller(2)}); the enumerator "
-                                    "follows random, uniform, integers, choice and binomial(1, p)")
+                                    "follows random, uniform, integers, choice, binomial(1, p), permutation and "
+                                    "shuffle")
+
+
+class EnumLegacy:
+    """numpy's legacy global functions (``np.random.random``, ``rand``, ``choice``, ...) under the enumeration.
+
+    ``random``/``random_sample``/``ranf``/``sample``/``rand`` and ``uniform`` are lazy uniforms,
+    ``randint`` and ``choice`` follow numpy's algorithms exactly (as :class:`EnumGenerator`),
+    ``binomial`` with ``n = 1``, ``permutation`` and ``shuffle`` too; every other function
+    raises UnsupportedRandomness naming it.
+
+    >>> from fractions import Fraction as F
+    >>> from exactspec.enumerate.rng import enumerate_program
+    >>> from exactspec.fields import get_field
+    >>> law = enumerate_program(lambda rng: bool(EnumLegacy(rng).rand() < 0.5), get_field(backend="python"),
+    ...                         exact_floats=True)
+    >>> law == {True: F(1, 2), False: F(1, 2)}
+    True
+    """
+
+    def __init__(self, rng: Any, owner: str = "numpy.random") -> None:
+        self._g = EnumGenerator(rng)
+        self._owner = owner
+
+    def random_sample(self, size: Any = None) -> Any:
+        """Lazy uniforms on [0, 1) (a scalar, or an object array of them)."""
+        return self._g.random(size)
+
+    random = ranf = sample = random_sample
+
+    def rand(self, *shape: int) -> Any:
+        """``rand(d0, d1, ...)``: lazy uniforms of that shape (a scalar without arguments)."""
+        return self._g.random(shape if shape else None)
+
+    def uniform(self, low: Any = 0.0, high: Any = 1.0, size: Any = None) -> Any:
+        """Lazy uniforms on [low, high)."""
+        return self._g.uniform(low, high, size)
+
+    def randint(self, low: int, high: int | None = None, size: Any = None, dtype: Any = int) -> Any:
+        """Uniform integers in [low, high) (or [0, low)), exactly."""
+        return self._g.integers(low, high, size)
+
+    def choice(self, a: Any, size: Any = None, replace: bool = True, p: Any = None) -> Any:
+        """numpy's legacy ``choice`` (same algorithm as the Generator's with ``p``)."""
+        return self._g.choice(a, size, replace, p)
+
+    def binomial(self, n: int, p: Any, size: Any = None) -> Any:
+        """``n = 1`` only (a coin): ``u < p``."""
+        return self._g.binomial(n, p, size)
+
+    def permutation(self, x: Any) -> Any:
+        """A uniformly permuted copy (or ``arange(x)`` permuted), exactly."""
+        return self._g.permutation(x)
+
+    def shuffle(self, x: Any) -> None:
+        """Shuffle in place along the first axis, exactly."""
+        self._g.shuffle(x)
+
+    def seed(self, *args: Any, **kwargs: Any) -> None:
+        """Seeding inside an audited sampler: UnsupportedRandomness (the numbers would repeat)."""
+        raise unsupported(f"{self._owner}.seed", "seeding inside the sampler makes its draws repeat from call to call, "
+                          "so they are not random; exactspec will not audit them as random draws")
+
+    set_state = seed
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise unsupported(f"{self._owner}.{name}", "the audit enumerates random, random_sample, ranf, sample, rand, "
+                          "uniform, randint, choice, binomial(1, p), permutation and shuffle of numpy's legacy "
+                          "generator; other draws cannot be enumerated exactly")
+
+
+def _legacy_impl(name: str) -> Any:
+    def impl(*args: Any, **kwargs: Any) -> Any:
+        return getattr(EnumLegacy(current_rng()), name)(*args, **kwargs)
+    impl.__name__ = name
+    return impl
+
+
+_SEEDED = ("a generator seeded inside the sampler draws the same numbers at every call, so its draws are not random "
+           "(the re-seeding bug); exactspec will not audit them as random draws: make it without a seed, or draw from "
+           "the rng the adapter passes")
+
+
+def _default_rng(seed: Any = None) -> Any:
+    if seed is None:
+        return EnumGenerator(current_rng())
+    if isinstance(seed, EnumGenerator):
+        return seed                      # default_rng(rng) hands a Generator back unchanged, as numpy does
+    if isinstance(seed, (np.random.Generator, np.random.BitGenerator)):
+        raise unsupported("numpy.random.default_rng(<a generator>)", "a generator made before the audit cannot be "
+                          "intercepted: draw from the rng the adapter passes")
+    raise unsupported(f"numpy.random.default_rng({seed!r})", _SEEDED)
+
+
+def _random_state(seed: Any = None) -> Any:
+    if seed is None:
+        return EnumLegacy(current_rng(), "RandomState()")
+    raise unsupported(f"numpy.random.RandomState({seed!r})", _SEEDED)
+
+
+def _generator(*args: Any, **kwargs: Any) -> Any:
+    raise unsupported("numpy.random.Generator(...)", "a Generator built on an explicit bit generator cannot be "
+                      "intercepted; make it with np.random.default_rng() (no seed) or draw from the rng the adapter "
+                      "passes")
+
+
+def legacy_specs() -> list[tuple]:
+    """What :func:`~exactspec.samplers.interception.intercepting` patches in ``numpy.random``."""
+    legacy = np.random.mtrand._rand
+    names = [n for n in dir(np.random) if getattr(getattr(np.random, n, None), "__self__", None) is legacy
+             and n != "get_state"]
+    names += [n for n in ("ranf", "sample", "seed") if n not in names]
+    specs: list[tuple] = [(np.random, n, _legacy_impl(n), "numpy") for n in names]
+    specs += [(np.random, "default_rng", _default_rng, None), (np.random, "RandomState", _random_state, "class"),
+              (np.random, "Generator", _generator, "class")]
+    return specs
 
 

@@ -15,11 +15,13 @@ from fractions import Fraction
 from typing import Any, Callable, Sequence
 
 from .._audit import audit
+from ..errors import RuleError
 from ..laws import total_variation
 from ..models import Model
 from ..report import AuditReport
 from ..rules import Rule
 from .adapters import get_adapter
+from .interception import current_session, intercepting, private_generators, watch
 
 __all__ = ["audit_sampler", "ROUNDING_TOLERANCE"]
 
@@ -29,8 +31,17 @@ ROUNDING_TOLERANCE = Fraction(1, 2 ** 40)
 
 
 def _as_rule(sampler: Callable, adapter: Any, name: str) -> Rule:
+    """The sampler as a rule: each call is a watched branch (escaped randomness raises); ``sys.exit`` is a RuleError."""
+    private = private_generators(sampler)
+    session = current_session()
+
     def run(step: Any, rng: Any) -> list[int]:
-        return adapter.call(sampler, step, rng)
+        with watch(rng, name, private, session):
+            try:
+                return adapter.call(sampler, step, rng)
+            except SystemExit as exc:
+                raise RuleError(f"sampler {name} called sys.exit({exc.code!r}) (raised SystemExit) while audited; a "
+                                "sampler must return the tokens it emits, not end the process", rule=name) from exc
     return Rule(run, name=name, family=adapter.family, claim="lossless",
                 description=f"{name} through the {adapter.name} adapter")
 
@@ -50,18 +61,22 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model, d
     when the TV to the target is at most ``max(tolerance, 2 * rounding_tv)`` (``tolerance``
     2**-40 by default; 0 with ``reference=False`` demands exactness); a support violation (an
     outcome the target never emits) always makes it ``biased``.
+
+    Every randomness source the sampler can reach is intercepted while it runs, for every
+    adapter (:mod:`exactspec.samplers.interception`): the adapter's ``rng``, Python's ``random``
+    and numpy's legacy global functions, and torch's (when torch is imported). A draw the audit
+    cannot enumerate, or one that escapes the interception (a reference taken before the audit,
+    a generator the sampler holds), raises UnsupportedRandomness; ``sys.exit`` in the sampler
+    raises RuleError; neither ever yields a verdict. Audits in several threads at once are safe:
+    each thread's draws go to its own audit, and threads with no audit get the real functions.
     """
     adapter = get_adapter(adapter)
     name = getattr(sampler, "__name__", "sampler")
     kw = dict(target=target, draft=draft, proposer=proposer, prompt=prompt, tokens=tokens, expected=expected,
               rng_model=rng_model, exact_floats=True, backend="python")
-    import contextlib
     if getattr(adapter, "needs_torch", False):
-        from .torch_rng import intercept_torch
-        guard: Any = intercept_torch()
-    else:
-        guard = contextlib.nullcontext()
-    with guard:
+        from . import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
+    with intercepting():
         return _audit_sampler(sampler, adapter, name, kw, tolerance, reference)
 
 

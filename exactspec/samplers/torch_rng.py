@@ -1,10 +1,22 @@
 """PyTorch interception: inside :func:`intercept_torch`, torch's random draws fork the exact enumeration.
 
-``torch.rand``, ``torch.rand_like``, ``Tensor.uniform_``, ``torch.bernoulli``, ``torch.multinomial``
-(function and method), ``Tensor.exponential_`` (followed into the exponential race
-``argmax(w / E)``, a draw from ``w / sum(w)``) and Python's ``random.random`` are replaced while a
-sampler runs, and
-restored afterwards (also on error). Uniform tensors are lazy (:class:`LazyUniformTensor`):
+``torch.rand``, ``torch.rand_like``, ``Tensor.uniform_``, ``torch.bernoulli`` (and
+``Tensor.bernoulli``, ``Tensor.bernoulli_``), ``torch.multinomial`` (function and method),
+``Tensor.exponential_`` (followed into the exponential race ``argmax(w / E)``, a draw from
+``w / sum(w)``), ``torch.randint``, ``torch.randint_like`` and ``torch.randperm`` (ideal uniform
+integers and permutations), and Python's and numpy's global random functions are replaced while a
+sampler runs, through the thread-safe layer of :mod:`exactspec.samplers.interception` (draws in
+threads that run no audit branch reach the real functions), and restored afterwards (also on
+error). ``torch.randn``, ``normal``, ``poisson``, ``Tensor.normal_``, ``random_``, ``geometric_``,
+``cauchy_``, ``log_normal_``, seeding (``torch.manual_seed``, ``seed``, ``set_rng_state``) and making
+a ``torch.Generator`` inside the sampler raise UnsupportedRandomness; a draw from torch's default
+generator that escapes these functions is caught by comparing its state around each sampler call.
+
+A ``generator=`` argument of an intercepted function is honoured as a source of fresh draws (the
+draw is enumerated like any other); the audit advances that generator by one real draw each
+time and raises UnsupportedRandomness if it comes back to a state it had before in the audit,
+which is what re-seeding it inside the sampler does (its draws would then repeat from call to
+call). Uniform tensors are lazy (:class:`LazyUniformTensor`):
 comparing them with real tensors or numbers, indexing, reshaping, and affine arithmetic keep
 the law exact, every tensor value being taken as the rational it is; anything else raises
 UnsupportedRandomness naming the torch operation. ``multinomial`` draws from the exact law of
@@ -26,15 +38,15 @@ True
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import random as _pyrandom
 from fractions import Fraction
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from ..errors import ExactSpecError, UnsupportedRandomness
 from ..fields import _caller
+from .interception import (below, bind, current_rng, current_session, fisher_yates, generator_state, intercepting,
+                           unsupported)
 
 try:
     import torch
@@ -43,25 +55,10 @@ except ImportError:  # pragma: no cover - exercised only without the torch extra
 
 __all__ = ["intercept_torch", "bind", "LazyUniformTensor", "LazyExponentialTensor", "RaceTensor"]
 
-_CURRENT: contextvars.ContextVar = contextvars.ContextVar("exactspec_torch_rng", default=None)
-
-
-def _rng() -> Any:
-    rng = _CURRENT.get()
-    if rng is None:
-        raise ExactSpecError("a torch random draw outside an exactspec audit (intercept_torch is active but no "
-                             "branch is bound)")
-    return rng
-
-
-@contextlib.contextmanager
-def bind(rng: Any) -> Iterator[None]:
-    """Route intercepted draws to ``rng`` (one branch of the enumeration) inside the block."""
-    token = _CURRENT.set(rng)
-    try:
-        yield
-    finally:
-        _CURRENT.reset(token)
+_rng = current_rng
+if torch is not None:
+    #: the real in-place uniform, to advance a user's generator (the patched name may be a dispatcher)
+    _REAL_UNIFORM_ = torch._C.TensorBase.uniform_
 
 
 def _exact(x: Any) -> Fraction:
@@ -277,15 +274,37 @@ def _size(args: tuple, kwargs: dict) -> tuple:
     return tuple(int(s) for s in size)
 
 
+def _fresh(kwargs: dict) -> None:
+    """A ``generator=`` draw: advance that generator as a real draw would; refuse one that came back to a past state."""
+    gen = kwargs.get("generator")
+    if gen is None or gen is torch.random.default_generator:
+        return
+    session = current_session()
+    state = generator_state(gen)
+    if session is not None:
+        if (id(gen), state) in session.generator_states:
+            raise unsupported("a draw with generator=", "that torch.Generator came back to a state it had earlier in "
+                              "this audit: it is re-seeded inside the sampler, so its draws repeat from call to call "
+                              "and are not random; exactspec will not audit them as random draws")
+        session.generator_states.add((id(gen), state))
+    _REAL_UNIFORM_(torch.empty(1, device=gen.device), generator=gen)
+    if session is not None:
+        session.own_moves.setdefault(id(gen), {})[state] = generator_state(gen)
+
+
 def _rand(*args: Any, **kwargs: Any) -> Any:
+    _fresh(kwargs)
     return LazyUniformTensor(_uniforms(_size(args, kwargs)), kwargs.get("dtype"))
 
 
 def _rand_like(t: Any, **kwargs: Any) -> Any:
+    _fresh(kwargs)
     return LazyUniformTensor(_uniforms(tuple(t.shape)), kwargs.get("dtype") or t.dtype)
 
 
 def _uniform_(self: Any, a: float = 0.0, b: float = 1.0, **kwargs: Any) -> Any:
+    a, b = kwargs.pop("from", a), kwargs.pop("to", b)
+    _fresh(kwargs)
     lazy = LazyUniformTensor(_uniforms(tuple(self.shape)), self.dtype)
     return lazy if (a, b) == (0.0, 1.0) else lazy * (b - a) + a
 
@@ -294,19 +313,34 @@ def _exponential_(self: Any, lambd: float = 1.0, **kwargs: Any) -> Any:
     if float(lambd) != 1.0:
         raise UnsupportedRandomness(f"exponential_({lambd}) (at {_caller(2)}): only rate 1 (the race) is followed")
     _rng()
+    _fresh(kwargs)
     return LazyExponentialTensor(tuple(self.shape), self.dtype)
 
 
-def _bernoulli(p: Any, *args: Any, **kwargs: Any) -> Any:
-    probs = p.detach().cpu().double().numpy()
+def _coins(probs: np.ndarray) -> np.ndarray:
     rng = _rng()
     out = np.zeros(probs.shape)
     for idx in np.ndindex(*probs.shape):
         out[idx] = 1.0 if rng.uniform() < _exact(probs[idx]) else 0.0
-    return torch.from_numpy(out).to(p.dtype)
+    return out
+
+
+def _bernoulli(p: Any, *args: Any, **kwargs: Any) -> Any:
+    _fresh(kwargs)
+    return torch.from_numpy(_coins(p.detach().cpu().double().numpy())).to(p.dtype)
+
+
+def _bernoulli_(self: Any, p: Any = 0.5, **kwargs: Any) -> Any:
+    _fresh(kwargs)
+    probs = p.detach().cpu().double().numpy() if isinstance(p, torch.Tensor) else np.array(float(p))
+    coins = torch.from_numpy(_coins(np.broadcast_to(probs, tuple(self.shape)))).to(self.dtype)
+    with torch.no_grad():
+        self.copy_(coins)
+    return self
 
 
 def _multinomial(probs: Any, num_samples: int, replacement: bool = False, **kwargs: Any) -> Any:
+    _fresh(kwargs)
     w = probs.detach().cpu().double().numpy()
     rows = w.reshape(-1, w.shape[-1])
     rng = _rng()
@@ -328,25 +362,90 @@ def _multinomial(probs: Any, num_samples: int, replacement: bool = False, **kwar
     return res.reshape(w.shape[:-1] + (num_samples,)) if w.ndim > 1 else res.reshape(num_samples)
 
 
-@contextlib.contextmanager
-def intercept_torch() -> Iterator[None]:
-    """Replace torch's (and Python's) random draws by enumerating ones inside the block; restore after."""
+def _int_tensor(low: int, high: int, shape: tuple, dtype: Any, what: str) -> Any:
+    if high <= low:
+        raise RuntimeError(f"{what}: expects 'from' to be less than 'to', but got from={low} >= to={high}")
+    rng = _rng()
+    out = np.empty(shape, dtype=np.int64)
+    for idx in np.ndindex(*shape):
+        out[idx] = low + below(rng, high - low, what)
+    return torch.from_numpy(out).to(dtype or torch.int64)
+
+
+def _randint(*args: Any, **kwargs: Any) -> Any:
+    """``randint(high, size)`` / ``randint(low, high, size)``: ideal uniform integers, exactly."""
+    _fresh(kwargs)
+    rest = list(args)
+    size = kwargs["size"] if "size" in kwargs else rest.pop()
+    high = kwargs["high"] if "high" in kwargs else rest.pop()
+    low = kwargs.get("low", rest.pop() if rest else 0)
+    return _int_tensor(int(low), int(high), tuple(int(s) for s in size), kwargs.get("dtype"), "torch.randint")
+
+
+def _randint_like(t: Any, *args: Any, **kwargs: Any) -> Any:
+    _fresh(kwargs)
+    rest = list(args)
+    high = kwargs["high"] if "high" in kwargs else rest.pop()
+    low = kwargs.get("low", rest.pop() if rest else 0)
+    return _int_tensor(int(low), int(high), tuple(t.shape), kwargs.get("dtype") or t.dtype, "torch.randint_like")
+
+
+def _randperm(n: int, **kwargs: Any) -> Any:
+    """A uniform permutation of ``0 .. n - 1`` (Fisher-Yates, each swap an exact draw)."""
+    _fresh(kwargs)
+    return torch.tensor(fisher_yates(_rng(), int(n), "torch.randperm"), dtype=kwargs.get("dtype") or torch.int64)
+
+
+def _refuse(what: str, why: str) -> Any:
+    def impl(*args: Any, **kwargs: Any) -> Any:
+        raise unsupported(what, why)
+    impl.__name__ = what.rsplit(".", 1)[-1]
+    return impl
+
+
+_NOT_UNIFORM = ("the enumerator follows uniforms through comparisons and affine arithmetic, categorical draws and the "
+                "exponential race; this draw cannot be enumerated exactly")
+_SEEDING = ("seeding inside the sampler makes its draws repeat from call to call, so they are not random; exactspec "
+            "will not audit them as random draws")
+
+
+def torch_specs() -> list[tuple]:
+    """What :func:`~exactspec.samplers.interception.intercepting` patches in torch (when torch is imported)."""
+    T = torch.Tensor
+    specs: list[tuple] = [
+        (torch, "rand", _rand, "torch"), (torch, "rand_like", _rand_like, "torch"), (T, "uniform_", _uniform_, "torch"),
+        (T, "exponential_", _exponential_, "torch"), (torch, "bernoulli", _bernoulli, "torch"),
+        (T, "bernoulli", _bernoulli, "torch"), (T, "bernoulli_", _bernoulli_, "torch"),
+        (torch, "multinomial", _multinomial, "torch"), (T, "multinomial", _multinomial, "torch"),
+        (torch, "randint", _randint, "torch"), (torch, "randint_like", _randint_like, "torch"),
+        (torch, "randperm", _randperm, "torch")]
+    for name in ("randn", "randn_like", "normal", "poisson", "binomial", "_standard_gamma", "_sample_dirichlet"):
+        specs.append((torch, name, _refuse(f"torch.{name}", _NOT_UNIFORM), "torch"))
+    for name in ("normal_", "random_", "geometric_", "cauchy_", "log_normal_"):
+        specs.append((T, name, _refuse(f"Tensor.{name}", _NOT_UNIFORM), "torch"))
+    for owner, prefix in ((torch, "torch"), (torch.random, "torch.random")):
+        for name in ("manual_seed", "seed", "set_rng_state"):
+            specs.append((owner, name, _refuse(f"{prefix}.{name}", _SEEDING), "torch"))
+    specs.append((torch, "Generator", _refuse(
+        "torch.Generator(...)", "a generator made inside the sampler is usually seeded there, so its draws would "
+        "repeat from call to call; make it once outside the sampler (draws through it with generator= are "
+        "intercepted), or draw without generator="), "class"))
+    return specs
+
+
+def intercept_torch() -> contextlib.AbstractContextManager:
+    """Replace torch's (and Python's and numpy's) random draws by enumerating ones inside the block; restore after.
+
+    The same thread-safe layer as every sampler audit (:func:`~exactspec.samplers.interception.intercepting`):
+    draws are enumerated only in a thread that has bound a branch (:func:`bind`).
+
+    >>> original = torch.rand
+    >>> with intercept_torch():
+    ...     torch.rand is original
+    False
+    >>> torch.rand is original
+    True
+    """
     if torch is None:
         raise ExactSpecError("intercepting torch needs torch installed: pip install torch==2.13.0")
-    saved = [(torch, "rand", torch.rand), (torch, "rand_like", torch.rand_like),
-             (torch.Tensor, "uniform_", torch.Tensor.uniform_), (torch, "bernoulli", torch.bernoulli),
-             (torch, "multinomial", torch.multinomial), (torch.Tensor, "multinomial", torch.Tensor.multinomial),
-             (torch.Tensor, "bernoulli", torch.Tensor.bernoulli), (torch.Tensor, "exponential_",
-                                                                   torch.Tensor.exponential_),
-             (_pyrandom, "random", _pyrandom.random)]
-    try:
-        torch.rand, torch.rand_like = _rand, _rand_like
-        torch.Tensor.uniform_ = _uniform_
-        torch.Tensor.exponential_ = _exponential_
-        torch.bernoulli = torch.Tensor.bernoulli = _bernoulli
-        torch.multinomial = torch.Tensor.multinomial = _multinomial
-        _pyrandom.random = lambda: _rng().uniform()
-        yield
-    finally:
-        for owner, name, value in saved:
-            setattr(owner, name, value)
+    return intercepting()
