@@ -114,8 +114,10 @@ def test_counterexample_json_round_trip_and_html():
 
 
 def test_budget_stops_early_and_says_so():
+    # issue 9: a search stopped before covering its space is not "no counterexample"
     found = search(es.rules.speculative_sampling, max_instances=40, progress=False)
-    assert not found and found.audited == 40 and "stopped early" in found.space
+    assert isinstance(found, es.counterexamples.IncompleteSearch) and found.audited == 40
+    assert found.reason == "max_instances 40 reached" and found.exit_code == 3 and not found.complete
 
 
 def test_progress_callback_is_called():
@@ -163,8 +165,8 @@ def test_assert_lossless_returns_the_report_or_explains():
     p, q = es.models.context_free((F(3, 5), F(2, 5))), es.models.context_free((F(1, 2), F(1, 2)))
     rep = es.assert_lossless(es.rules.speculative_sampling, target=p, draft=q, proposer=es.drafts.chain(1))
     assert rep.tv == 0
-    with pytest.raises(es.LossAssertionError) as info:
-        es.assert_lossless(es.rules.greedy_match_sampled, target=p, draft=q, proposer=es.drafts.chain(1))
+    with pytest.raises(es.LossAssertionError) as info:   # one token: the hand-derived TV 1/5
+        es.assert_lossless(es.rules.greedy_match_sampled, target=p, draft=q, proposer=es.drafts.chain(1), tokens=1)
     err = info.value
     assert str(err).startswith("greedy_match_sampled is not lossless: exact TV 1/5")
     assert err.report.tv == F(1, 5) and err.counterexample.tv == F(1, 4)

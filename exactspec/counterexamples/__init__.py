@@ -6,9 +6,10 @@
 (2, True)
 """
 
-from .counterexample import Counterexample, EmptySearch
+from .counterexample import Counterexample, EmptySearch, IncompleteSearch
 from .searching import evaluate, search, shrink, worst
 from .space import FAMILIES, SearchInstance, Space, default_space, random_law, simplex_grid
 
-__all__ = ["search", "worst", "shrink", "evaluate", "Counterexample", "EmptySearch", "SearchInstance", "Space",
+__all__ = ["search", "worst", "shrink", "evaluate", "Counterexample", "EmptySearch", "IncompleteSearch",
+           "SearchInstance", "Space",
            "default_space", "simplex_grid", "random_law", "FAMILIES"]

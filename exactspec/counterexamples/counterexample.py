@@ -1,24 +1,119 @@
-"""The :class:`Counterexample` a search returns, and :class:`EmptySearch`, the record of one that found none.
+"""What a search returns: a :class:`Counterexample`, an :class:`EmptySearch` or an :class:`IncompleteSearch`.
+
+=====================  =========  ============  ===========  ===============================
+result                 ``found``  ``complete``  ``bool()``   ``exit_code`` (CLI)
+=====================  =========  ============  ===========  ===============================
+``Counterexample``     True       True [#]_     True         1 (bias found)
+``EmptySearch``        False      True          False        0 (no bias in the stated space)
+``IncompleteSearch``   False      False         raises       3 (space not covered)
+=====================  =========  ============  ===========  ===============================
+
+.. [#] a counterexample from :func:`~exactspec.counterexamples.worst` that stopped early has
+   ``complete=False`` (the bias is certain; that it is the worst found is not).
 
 >>> import exactspec as es
 >>> ce = es.counterexamples.search(es.rules.greedy_match_sampled)
 >>> ce.instance.vocab, ce.instance.shape, ce.instance.tokens
 (2, (1,), 1)
+>>> ce.found, ce.complete, ce.exit_code
+(True, True, 1)
 """
 
 from __future__ import annotations
 
 import html
 import json
+import keyword
+import math
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from .._jsonread import load_json
+from .._numbers import parse_rational
 from ..errors import ExactSpecError
 from ..report import Outcome
-from .space import SearchInstance
+from ..rules.record import CLAIMS as RULE_CLAIMS
+from .space import SearchInstance, _choice, _fail, _int, _kind
 
-__all__ = ["Counterexample", "EmptySearch"]
+__all__ = ["Counterexample", "EmptySearch", "IncompleteSearch"]
+
+#: a rule name read from JSON: printable, at most 200 characters, no quotes or backslashes (newlines are not printable)
+_RULE_NAME_MAX = 200
+#: ``rule_ref`` is rendered as an import line: a dotted path of Python identifiers, nothing else
+_RULE_REF = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*", re.ASCII)
+_FACTORY_CALL = re.compile(r"(\w+)\((.*)\)", re.ASCII)
+
+
+def _rule_name(x: Any, where: str = "rule", strict: bool = True) -> str:
+    """A rule name: a string, rendered only through ``str.__repr__``.
+
+    ``strict`` (names read from JSON): 1 to 200 printable characters without quotes or
+    backslashes, and the arguments of a parameterised name like ``ensemble(1/3)`` are bounded
+    rationals (``es.rules.get`` would expand ``1e-999999999``).
+    """
+    if not isinstance(x, str):
+        raise _fail(where, f"expected a rule name (a string), got {_kind(x)}")
+    if not strict:
+        return str.__str__(x)
+    if not x.strip() or len(x) > _RULE_NAME_MAX or not x.isprintable() or any(c in x for c in "'\"\\"):
+        shown = repr(x) if len(x) <= 40 else repr(x[:37] + "...")
+        raise _fail(where, f"{shown} is not a rule name (1 to {_RULE_NAME_MAX} printable characters, no quotes, "
+                           "backslashes or newlines)")
+    m = _FACTORY_CALL.fullmatch(x.strip())
+    if m:  # a parameterised rule: its arguments are rationals, parsed with bounds
+        for a in m.group(2).split(","):
+            if a.strip():
+                parse_rational(a, f"{where} argument")
+    return str.__str__(x)
+
+
+def _rule_ref(x: Any, where: str = "rule_ref") -> str:
+    """``""`` or a dotted path of Python identifiers (``pkg.module.fn``), the only thing rendered as an import."""
+    if not isinstance(x, str):
+        raise _fail(where, f"expected a dotted Python path (a string), got {_kind(x)}")
+    if x and (len(x) > 300 or not _RULE_REF.fullmatch(x) or any(keyword.iskeyword(p) for p in x.split("."))):
+        shown = repr(x) if len(x) <= 40 else repr(x[:37] + "...")
+        raise _fail(where, f"{shown} is not a dotted path of Python identifiers like 'mypkg.rules.my_rule'")
+    return str.__str__(x)
+
+
+def _law_dict(rows: Any, where: str, vocab: int, tokens: int) -> dict[tuple[int, ...], Fraction]:
+    """``[[tokens, "p/q"], ...]`` as a law over token sequences (ids < vocab, length tokens, sums to 1)."""
+    if not isinstance(rows, (list, tuple)) or not rows:
+        raise _fail(where, f"expected a non-empty list of [tokens, probability] pairs, got {_kind(rows)}")
+    out: dict[tuple[int, ...], Fraction] = {}
+    for i, row in enumerate(rows):
+        w = f"{where}[{i}]"
+        if not isinstance(row, (list, tuple)) or len(row) != 2:
+            raise _fail(w, f"expected a [tokens, probability] pair, got {_kind(row)}")
+        seq, prob = row
+        if not isinstance(seq, (list, tuple)):
+            raise _fail(f"{w}[0]", f"expected a list of token ids, got {_kind(seq)}")
+        key = tuple(_int(t, f"{w}[0][{j}]", lo=0, hi=vocab - 1) for j, t in enumerate(seq))
+        if len(key) != tokens:
+            raise _fail(f"{w}[0]", f"has {len(key)} tokens, expected instance.tokens = {tokens}")
+        if key in out:
+            raise _fail(f"{w}[0]", f"the sequence {key} appears twice")
+        if isinstance(prob, float):
+            raise _fail(f"{w}[1]", f"the float {prob!r} is not exact; write rationals as strings like '3/5'")
+        v = parse_rational(prob, f"{w}[1]")
+        if v < 0:
+            raise _fail(f"{w}[1]", f"negative probability {v}")
+        out[key] = v
+    if sum(out.values()) != 1:
+        raise _fail(where, f"sums to {sum(out.values())}, not exactly 1")
+    return out
+
+
+def _tv_of(output: dict, expected: dict) -> Fraction:
+    return sum((abs(output.get(k, Fraction(0)) - expected.get(k, Fraction(0))) for k in set(output) | set(expected)),
+               Fraction(0)) / 2
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _s(x: Any) -> str:
@@ -33,7 +128,17 @@ def _short(x: Any) -> str:
 
 @dataclass
 class Counterexample:
-    """A minimal instance on which a rule's output law differs from the expected law, exactly."""
+    """A minimal instance on which a rule's output law differs from the expected law, exactly.
+
+    ``found`` is True and ``exit_code`` 1. ``complete`` is False only for a
+    :func:`~exactspec.counterexamples.worst` result that stopped before its plan was done
+    (``stopped`` says why): the bias is certain, that it is the largest is not.
+
+    >>> import exactspec as es
+    >>> ce = es.counterexamples.search(es.rules.resample_from_target)
+    >>> bool(ce), ce.found, ce.complete, ce.exit_code
+    (True, True, True, 1)
+    """
 
     rule: str
     claim: str
@@ -47,6 +152,18 @@ class Counterexample:
     shrink_steps: int = 0
     rule_ref: str = ""
     extra: dict = field(default_factory=dict)
+    complete: bool = True
+    stopped: str = ""
+
+    @property
+    def found(self) -> bool:
+        """Always True: a counterexample was found (compare :attr:`EmptySearch.found`)."""
+        return True
+
+    @property
+    def exit_code(self) -> int:
+        """The CLI's exit status for this result: 1, a bias was found."""
+        return 1
 
     # -- what differs -----------------------------------------------------------------------------
     def _rows(self) -> list[Outcome]:
@@ -87,6 +204,9 @@ class Counterexample:
                 lines.append(f"  {o.tokens}: output {_short(o.output)} vs expected {_short(o.expected)}")
         if self.space:
             lines.append(f"  found after {self.audited} audits in {self.seconds:.2f} s over: {self.space}")
+        if not self.complete:
+            lines.append(f"  the search stopped early ({self.stopped or 'reason not recorded'}): this is the largest "
+                         "TV found so far, not necessarily the largest in the space")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -97,26 +217,59 @@ class Counterexample:
                 f"<b>{e(_short(self.tv))}</b><br>{e(self.instance.describe())}<br><i>{e(self.explanation)}</i>"
                 f"<table><tr><th>tokens</th><th>output</th><th>expected</th><th>difference</th></tr>{rows}</table></div>")
 
+    def check(self) -> "Counterexample":
+        """Validate every field that :meth:`to_pytest` renders (types, allow-lists, consistency); return self.
+
+        >>> import exactspec as es
+        >>> ce = es.counterexamples.search(es.rules.resample_from_target)
+        >>> ce.check() is ce
+        True
+        """
+        _rule_name(self.rule, "rule", strict=False)  # any str: rendered through str.__repr__ only
+        _choice(self.claim, "claim", RULE_CLAIMS)
+        _rule_ref(self.rule_ref, "rule_ref")
+        if not isinstance(self.instance, SearchInstance):
+            raise _fail("instance", f"expected a SearchInstance, got {_kind(self.instance)}")
+        inst = self.instance.check("instance")
+        for name in ("output", "expected"):
+            law = getattr(self, name)
+            if not isinstance(law, dict) or not all(
+                    isinstance(k, tuple) and isinstance(v, Fraction) for k, v in law.items()):
+                raise _fail(name, "expected a dict from tuples of token ids to Fractions")
+            _law_dict([[list(k), v] for k, v in law.items()], name, inst.vocab, inst.tokens)
+        if not isinstance(self.tv, Fraction) or self.tv <= 0 or self.tv != _tv_of(self.output, self.expected):
+            raise _fail("tv", f"{self.tv!r} is not the (positive) exact TV between output and expected")
+        return self
+
     def to_pytest(self) -> str:
-        """A self-contained regression test (public API only) that fails while the bias exists."""
+        """A self-contained regression test (public API only) that fails while the bias exists.
+
+        Every field is validated first (:meth:`check`): the source holds only ``repr()`` of ints,
+        tuples of ints, Fractions (as ``F(p, q)``), allow-listed strings and the rule name, and
+        an ``import`` of ``rule_ref`` only when it is a dotted path of identifiers.
+        """
+        self.check()
         inst = self.instance
-        ref = self.rule_ref or f"es.rules.get({self.rule!r})"
-        fname = "".join(c if c.isalnum() else "_" for c in self.rule).strip("_").lower()
+        name, rule_ref = _rule_name(self.rule, strict=False), _rule_ref(self.rule_ref)
+        ref = rule_ref or f"es.rules.get({str.__repr__(name)})"
+        fname = "".join(c if c.isascii() and c.isalnum() else "_" for c in name).strip("_").lower() or "rule"
+        prompt, tokens = tuple(int(t) for t in inst.prompt), int(inst.tokens)
+        decoding = _choice(inst.decoding, "instance.decoding", ("sample", "greedy"))
         return "\n".join([
             "from fractions import Fraction as F",
             "",
             "import exactspec as es",
-            *([f"import {self.rule_ref.rsplit('.', 1)[0]}"] if self.rule_ref and "." in self.rule_ref else []),
+            *([f"import {rule_ref.rsplit('.', 1)[0]}"] if "." in rule_ref else []),
             "",
             "",
             f"def test_{fname}_keeps_the_target_law():",
-            f"    # minimal counterexample from exactspec.counterexamples.search: {inst.describe()}",
-            f"    # {self.explanation}",
+            f"    # minimal counterexample from exactspec.counterexamples.search: {_one_line(inst.describe())}",
+            f"    # {_one_line(self.explanation)}",
             "    " + inst.model_source(inst.target, "target").replace("\n", "\n    "),
             "    " + inst.model_source(inst.draft, "draft").replace("\n", "\n    "),
             f"    report = es.audit(target=target, draft=draft, proposer={inst.proposer_source()},",
-            f"                      rule={ref}, prompt={inst.prompt!r}, tokens={inst.tokens},",
-            f"                      decoding={inst.decoding!r})",
+            f"                      rule={ref}, prompt={prompt!r}, tokens={tokens!r},",
+            f"                      decoding={decoding!r})",
             "    assert report.tv == 0, report.summary()",
             "",
         ])
@@ -126,7 +279,8 @@ class Counterexample:
                 "output": [[list(k), _s(v)] for k, v in sorted(self.output.items())],
                 "expected": [[list(k), _s(v)] for k, v in sorted(self.expected.items())],
                 "tv": _s(self.tv), "space": self.space, "audited": self.audited, "seconds": round(self.seconds, 4),
-                "shrink_steps": self.shrink_steps, "rule_ref": self.rule_ref, "explanation": self.explanation}
+                "shrink_steps": self.shrink_steps, "rule_ref": self.rule_ref, "explanation": self.explanation,
+                "found": True, "complete": self.complete, "stopped": self.stopped}
 
     def to_json(self, **kw: Any) -> str:
         """JSON with exact numbers as ``"p/q"`` strings; :meth:`from_json` reads it back."""
@@ -134,22 +288,63 @@ class Counterexample:
 
     @classmethod
     def from_json(cls, text: str) -> "Counterexample":
-        """Rebuild a counterexample written by :meth:`to_json`.
+        """Rebuild a counterexample written by :meth:`to_json`; any other input is a typed error naming the field.
+
+        The input is untrusted: every field's type is checked (token ids and counts are ints, laws
+        are exact rationals summing to 1 with ``vocab`` entries, names are allow-listed or match a
+        safe pattern, ``tv`` equals the TV of ``output`` and ``expected``), so :meth:`to_pytest`
+        of the result renders nothing but validated values.
 
         >>> import exactspec as es
         >>> ce = es.counterexamples.search(es.rules.resample_from_target)
         >>> Counterexample.from_json(ce.to_json()) == ce
         True
+        >>> Counterexample.from_json("[]")
+        Traceback (most recent call last):
+        ...
+        exactspec.errors.ExactSpecError: not a counterexample JSON: expected an object, got a list
         """
         try:
-            d = json.loads(text)
-            return cls(rule=d["rule"], claim=d["claim"], instance=SearchInstance.from_dict(d["instance"]),
-                       output={tuple(k): Fraction(v) for k, v in d["output"]},
-                       expected={tuple(k): Fraction(v) for k, v in d["expected"]}, tv=Fraction(d["tv"]),
-                       space=d.get("space", ""), audited=d.get("audited", 0), seconds=d.get("seconds", 0.0),
-                       shrink_steps=d.get("shrink_steps", 0), rule_ref=d.get("rule_ref", ""))
-        except (KeyError, TypeError, ValueError) as exc:
+            return cls._from_json(text)
+        except ExactSpecError as exc:
             raise ExactSpecError(f"not a counterexample JSON: {exc}") from None
+
+    @classmethod
+    def _from_json(cls, text: Any) -> "Counterexample":
+        d = load_json(text, "input")  # str only; invalid JSON, NaN and deep nesting are typed errors
+        if not isinstance(d, dict):
+            raise ExactSpecError(f"expected an object, got {_kind(d)}")
+        missing = [k for k in ("rule", "claim", "instance", "output", "expected", "tv") if k not in d]
+        if missing:
+            raise ExactSpecError(f"missing field(s) {', '.join(missing)}")
+        inst = SearchInstance.from_dict(d["instance"], "instance")
+        output = _law_dict(d["output"], "output", inst.vocab, inst.tokens)
+        expected = _law_dict(d["expected"], "expected", inst.vocab, inst.tokens)
+        tv = parse_rational(d["tv"], "tv")
+        if tv <= 0 or tv != _tv_of(output, expected):
+            raise _fail("tv", f"{_s(tv)} is not the (positive) exact TV between output and expected")
+        space = d.get("space", "")
+        if not isinstance(space, str):
+            raise _fail("space", f"expected a string, got {_kind(space)}")
+        seconds = d.get("seconds", 0.0)
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+                or seconds < 0:
+            raise _fail("seconds", f"expected a finite number >= 0, got {_kind(seconds)}")
+        complete = d.get("complete", True)
+        if not isinstance(complete, bool):
+            raise _fail("complete", f"expected a bool, got {_kind(complete)}")
+        if d.get("found", True) is not True:
+            raise _fail("found", "a counterexample JSON has found = true")
+        stopped = d.get("stopped", "")
+        for key in ("explanation", "stopped"):
+            if not isinstance(d.get(key, ""), str):
+                raise _fail(key, f"expected a string, got {_kind(d[key])}")
+        ce = cls(rule=_rule_name(d["rule"], "rule"), claim=_choice(d["claim"], "claim", RULE_CLAIMS), instance=inst,
+                 output=output, expected=expected, tv=tv, space=space,
+                 audited=_int(d.get("audited", 0), "audited", lo=0), seconds=float(seconds),
+                 shrink_steps=_int(d.get("shrink_steps", 0), "shrink_steps", lo=0),
+                 rule_ref=_rule_ref(d.get("rule_ref", ""), "rule_ref"), complete=complete, stopped=stopped)
+        return ce.check()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Counterexample) and (self.rule, self.instance, self.output, self.expected, self.tv) == (
@@ -158,10 +353,18 @@ class Counterexample:
 
 @dataclass
 class EmptySearch:
-    """What a search that found no counterexample covered. Falsy, so ``if not search(...)`` reads well.
+    """A search that covered its whole space and found no counterexample. Falsy, so ``if not search(...)`` reads well.
 
-    >>> bool(EmptySearch(rule="r", space="vocab 2..2", audited=3, seconds=0.1))
-    False
+    ``found`` is False, ``complete`` True, ``exit_code`` 0. "No counterexample" is a statement
+    about ``space`` only, and the text says so. A search that stopped early, or skipped
+    instances where the rule raised, returns an :class:`IncompleteSearch` instead, so an
+    ``EmptySearch`` always has ``errors == 0`` (kept as a field for old callers).
+
+    >>> e = EmptySearch(rule="r", space="vocab 2..2", audited=3, seconds=0.1)
+    >>> bool(e), e.found, e.complete, e.exit_code
+    (False, False, True, 0)
+    >>> str(e)
+    'no counterexample for r: 3 instances audited exactly in 0.10 s, every one lossless (a statement about this space only), over: vocab 2..2'
     """
 
     rule: str
@@ -172,10 +375,99 @@ class EmptySearch:
     best_tv: Fraction = Fraction(0)
     best: SearchInstance | None = None
 
+    def __post_init__(self) -> None:
+        if self.errors:
+            raise ExactSpecError(f"EmptySearch with errors={self.errors}: a search that skipped instances where the "
+                                 "rule raised is an IncompleteSearch")
+
+    found = False
+    complete = True
+    exit_code = 0
+
     def __bool__(self) -> bool:
         return False
 
     def __str__(self) -> str:
-        extra = f"; {self.errors} instances where the rule raised were skipped" if self.errors else ""
-        return (f"no counterexample for {self.rule}: {self.audited} instances audited exactly in {self.seconds:.2f} s, "
-                f"every one lossless, over: {self.space}{extra}")
+        return (f"no counterexample for {self.rule}: {self.audited} instances audited exactly in "
+                f"{self.seconds:.2f} s, every one lossless (a statement about this space only), over: {self.space}")
+
+    def to_dict(self) -> dict:
+        return {"rule": self.rule, "found": False, "complete": True, "space": self.space, "audited": self.audited,
+                "seconds": round(self.seconds, 4)}
+
+    def to_json(self, **kw: Any) -> str:
+        """The JSON the CLI prints for a search that came back empty."""
+        return json.dumps(self.to_dict(), **kw)
+
+
+@dataclass
+class IncompleteSearch:
+    """A search that stopped before covering its space (or could not audit all of it) and found no counterexample.
+
+    It is neither a counterexample nor an empty search: ``found`` is False, ``complete`` is
+    False, ``exit_code`` is 3, and ``bool()`` **raises** :class:`~exactspec.ExactSpecError`, so
+    ``if not search(...):`` cannot silently read an unfinished search as "no counterexample".
+    Test ``result.found`` / ``result.complete`` or ``isinstance(result, IncompleteSearch)``.
+
+    ``reason`` says why (``"time limit 0.01 s reached"``, ``"max_instances 10 reached"``,
+    ``"the rule raised on 3 of 120 instances"``, ``"the audit budget was exceeded on 1 of 40
+    instances"``, several joined by ``"; "``). ``cells_covered`` of ``cells_total`` cells were
+    fully covered, in ``covered`` (words); ``stopped_in`` is the cell being searched when the
+    search stopped (``""`` when every cell was visited). ``errors`` instances raised, the first
+    few in ``error_samples`` as ``(instance, message)``; ``over_budget`` instances ran past the
+    audit budget. Their TV is unknown.
+
+    >>> r = IncompleteSearch(rule="r", space="vocab 2..2", reason="max_instances 10 reached", audited=10,
+    ...                      seconds=0.1, cells_covered=1, cells_total=3, stopped_in="vocab 2, gamma 2, 1 token(s)")
+    >>> r.found, r.complete, r.exit_code
+    (False, False, 3)
+    >>> bool(r)
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.ExactSpecError: an IncompleteSearch is neither a counterexample nor an empty search (max_instances 10 reached): test result.found and result.complete, or isinstance(result, IncompleteSearch)
+    """
+
+    rule: str
+    space: str
+    reason: str
+    audited: int
+    seconds: float
+    cells_covered: int = 0
+    cells_total: int = 0
+    covered: tuple[str, ...] = ()
+    stopped_in: str = ""
+    errors: int = 0
+    error_samples: tuple[tuple[str, str], ...] = ()
+    over_budget: int = 0
+
+    found = False
+    complete = False
+    exit_code = 3
+
+    def __bool__(self) -> bool:
+        raise ExactSpecError(f"an IncompleteSearch is neither a counterexample nor an empty search ({self.reason}): "
+                             "test result.found and result.complete, or isinstance(result, IncompleteSearch)")
+
+    def __str__(self) -> str:
+        where = (f"stopped in cell {self.stopped_in}; " if self.stopped_in else "")
+        lines = [f"INCOMPLETE search for {self.rule}: {self.reason}.",
+                 f"  No counterexample among the {self.audited} instances audited in {self.seconds:.2f} s, but this is "
+                 "not a pass: the space was not covered",
+                 f"  {where}{self.cells_covered} of {self.cells_total} cells fully covered; space: {self.space}"]
+        if self.errors:
+            lines.append(f"  the rule raised on {self.errors} instance(s) (their TV is unknown), e.g.:")
+            lines += [f"    {desc}: {msg}" for desc, msg in self.error_samples]
+        if self.over_budget:
+            lines.append(f"  {self.over_budget} instance(s) ran past the audit budget (their TV is unknown)")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"rule": self.rule, "found": False, "complete": False, "reason": self.reason, "space": self.space,
+                "audited": self.audited, "seconds": round(self.seconds, 4), "cells_covered": self.cells_covered,
+                "cells_total": self.cells_total, "covered": list(self.covered), "stopped_in": self.stopped_in,
+                "errors": self.errors,
+                "error_samples": [list(e) for e in self.error_samples], "over_budget": self.over_budget}
+
+    def to_json(self, **kw: Any) -> str:
+        """The JSON the CLI prints for an incomplete search."""
+        return json.dumps(self.to_dict(), **kw)

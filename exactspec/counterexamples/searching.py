@@ -3,13 +3,22 @@
 >>> import exactspec as es
 >>> found = es.counterexamples.search(es.rules.speculative_sampling, space=es.counterexamples.Space(
 ...     vocabs=(2,), shapes=((1,),), tokens=(1,), families=("context_free",), random_points=2))
->>> bool(found), found.audited
-(False, 51)
+>>> bool(found), found.audited, found.complete
+(False, 51, True)
+
+A search that stops before covering its space returns an :class:`IncompleteSearch` (whose
+``bool()`` raises), never a falsy "no counterexample":
+
+>>> cut = es.counterexamples.search(es.rules.speculative_sampling, max_instances=3)
+>>> cut.complete, cut.exit_code, cut.reason
+(False, 3, 'max_instances 3 reached')
 """
 
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
 import os
 import random
 import sys
@@ -19,34 +28,99 @@ from fractions import Fraction
 from typing import Any, Callable, Iterator
 
 from .._audit import audit
-from ..errors import ExactSpecError
+from ..enumerate import Budget
+from ..errors import BudgetExceeded, ExactSpecError, RuleError
 from ..rules import Rule, as_rule
-from .counterexample import Counterexample, EmptySearch
+from .counterexample import Counterexample, EmptySearch, IncompleteSearch
+from .counterexample import _rule_ref as _valid_rule_ref
 from .space import SearchInstance, Space, _denominator, default_space, random_law, simplex_grid
 
 __all__ = ["search", "worst", "shrink", "evaluate"]
 
+#: how many (instance, message) pairs of instances where the rule raised a result keeps
+ERROR_SAMPLES = 5
+
+
+def _seconds(x: Any, name: str) -> float | None:
+    """A time limit: None or ``inf`` (no limit), else a finite number of seconds > 0."""
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise ExactSpecError(f"{name} must be a number of seconds > 0 (or None for no limit), got {x!r}")
+    try:
+        v = float(x)
+    except OverflowError:  # a huge Fraction or int: no practical limit
+        v = math.inf
+    if math.isnan(v):
+        raise ExactSpecError(f"{name} must be a number of seconds > 0 (or None for no limit), got nan")
+    if v <= 0:
+        raise ExactSpecError(f"{name} must be > 0 seconds (None for no limit), got {x!r}")
+    return None if math.isinf(v) else v
+
+
+def _count(x: Any, name: str, lo: int, none_ok: bool = True) -> int | None:
+    if x is None and none_ok:
+        return None
+    if isinstance(x, bool) or not isinstance(x, int) or x < lo:
+        raise ExactSpecError(f"{name} must be an int >= {lo}{' or None' if none_ok else ''}, got {x!r}")
+    return x
+
 
 class _Clock:
+    """Counts audits, watches the limits, and records the instances whose TV could not be computed."""
+
     def __init__(self, seconds: float | None, instances: int | None, progress: Callable | None) -> None:
         self.start = time.perf_counter()
+        self.seconds = seconds
         self.deadline = None if seconds is None else self.start + seconds
         self.max_instances = instances
         self.audited = 0
         self.errors = 0
+        self.error_samples: list[tuple[str, str]] = []
+        self.first_error: ExactSpecError | None = None
+        self.over_budget = 0
+        self.stop_reason = ""     # set once a limit stopped the search
         self.progress = progress
 
     def spent(self) -> bool:
-        if self.max_instances is not None and self.audited >= self.max_instances:
+        if self.stop_reason:
             return True
-        return self.deadline is not None and time.perf_counter() > self.deadline
+        if self.max_instances is not None and self.audited >= self.max_instances:
+            self.stop_reason = f"max_instances {self.max_instances} reached"
+        elif self.deadline is not None and time.perf_counter() > self.deadline:
+            self.stop_reason = f"time limit {self.seconds:g} s reached"
+        return bool(self.stop_reason)
+
+    def audit_budget(self) -> Budget | None:
+        """The per-audit budget that keeps one audit inside the search's time limit."""
+        if self.deadline is None:
+            return None
+        return Budget(seconds=max(self.deadline - time.perf_counter(), 1e-9))
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
+    def reasons(self) -> list[str]:
+        out = [self.stop_reason] if self.stop_reason else []
+        if self.errors:
+            out.append(f"the rule raised on {self.errors} of {self.audited} instances")
+        if self.over_budget:
+            out.append(f"the audit budget was exceeded on {self.over_budget} of {self.audited} instances")
+        return out
+
+
+def _audit_one(rule: Rule, inst: SearchInstance, budget: Budget | None = None) -> Any:
+    """The report, or the ExactSpecError the audit raised (a BudgetExceeded included)."""
+    try:
+        return audit(rule=rule, worst=0, budget=budget, **inst.audit_kwargs())
+    except ExactSpecError as exc:
+        return exc
+
 
 def evaluate(rule: Rule, inst: SearchInstance) -> Any:
     """The exact audit report of ``rule`` on ``inst``, or None when the rule raised there.
+
+    A :class:`~exactspec.BudgetExceeded` propagates: it is not the rule's fault, but not an answer either.
 
     >>> import exactspec as es
     >>> from fractions import Fraction as F
@@ -55,23 +129,67 @@ def evaluate(rule: Rule, inst: SearchInstance) -> Any:
     >>> evaluate(es.rules.greedy_match_sampled, inst).tv
     Fraction(1, 5)
     """
-    try:
-        return audit(rule=rule, worst=0, **inst.audit_kwargs())
-    except ExactSpecError as exc:
-        if exc.exit_code == 3:  # budget: not the rule's fault, but not an answer either
-            raise
+    rep = _audit_one(rule, inst)
+    if isinstance(rep, ExactSpecError):
+        if rep.exit_code == 3:
+            raise rep
         return None
+    return rep
 
 
-def _tv(rule: Rule, inst: SearchInstance, clock: _Clock) -> Fraction:
+def _describe(inst: SearchInstance) -> str:
+    laws = "; ".join(f"{name} " + " ".join("(" + ", ".join(str(x) for x in law) + ")" for law in group)
+                     for name, group in (("target", inst.target), ("draft", inst.draft)))
+    return f"{inst.describe()}; {laws}"
+
+
+def _tv(rule: Rule, inst: SearchInstance, clock: _Clock, timed: bool = False) -> Fraction | None:
+    """The exact TV on ``inst``, or None when it is unknown (the rule raised, or the audit ran past a budget).
+
+    ``timed``: give the audit what is left of the search's time limit; an audit cut by it is not
+    counted as audited, and the clock's ``stop_reason`` says the time limit was reached.
+    """
     clock.audited += 1
     if clock.progress is not None and not clock.audited % 50:
         clock.progress(clock.audited, clock.elapsed())
-    rep = evaluate(rule, inst)
-    if rep is None:
+    rep = _audit_one(rule, inst, clock.audit_budget() if timed else None)
+    if not isinstance(rep, ExactSpecError):
+        return rep.tv
+    if isinstance(rep, BudgetExceeded) and timed and rep.what == "seconds" and clock.deadline is not None \
+            and time.perf_counter() >= clock.deadline:
+        clock.audited -= 1
+        clock.stop_reason = clock.stop_reason or f"time limit {clock.seconds:g} s reached"
+    elif rep.exit_code == 3:
+        clock.over_budget += 1
+    else:
         clock.errors += 1
-        return Fraction(0)
-    return rep.tv
+        clock.first_error = clock.first_error or rep
+        if len(clock.error_samples) < ERROR_SAMPLES:
+            clock.error_samples.append((_describe(inst), f"{type(rep).__name__}: {rep}"))
+    return None
+
+
+def _raise_if_all_raised(rule: Rule, clock: _Clock) -> None:
+    """A rule that raised on every instance audited is broken, not unexamined: a RuleError (exit 2)."""
+    if not clock.errors or clock.errors != clock.audited:
+        return
+    first = clock.first_error
+    desc, msg = clock.error_samples[0]
+    err = RuleError(f"{rule.name} raised on every one of the {clock.errors} instances the search audited; "
+                    f"the first: {desc}: {msg}", rule=rule.name, trace=getattr(first, "trace", None),
+                    replay=getattr(first, "_replay", None))
+    raise err from first
+
+
+def _incomplete(rule: Rule, space: Space, clock: _Clock, cells: list, covered: list[str],
+                stopped_in: tuple | None) -> IncompleteSearch:
+    _raise_if_all_raised(rule, clock)
+    return IncompleteSearch(rule=rule.name, space=space.describe(), reason="; ".join(clock.reasons()),
+                            audited=clock.audited, seconds=clock.elapsed(), cells_covered=len(covered),
+                            cells_total=len(cells), covered=tuple(covered),
+                            stopped_in="" if stopped_in is None else space.describe_cell(stopped_in),
+                            errors=clock.errors, error_samples=tuple(clock.error_samples),
+                            over_budget=clock.over_budget)
 
 
 def _cell_instances(space: Space, cell: tuple, rng: random.Random) -> Iterator[SearchInstance]:
@@ -104,29 +222,49 @@ def _rule_ref(rule: Rule) -> str:
     if any(r is rule or r.name == rule.name for r in catalog()):
         return ""
     mod, qual = getattr(rule.fn, "__module__", ""), getattr(rule.fn, "__qualname__", "")
-    if mod and mod != "__main__" and "<" not in qual:
-        return f"{mod}.{qual}"
+    if isinstance(mod, str) and isinstance(qual, str) and mod and mod != "__main__" and "<" not in qual:
+        ref = f"{mod}.{qual}"
+        try:  # rendered as an import line: only a dotted path of identifiers qualifies
+            return _valid_rule_ref(ref)
+        except ExactSpecError:
+            return ""
     return ""
 
 
-def _counterexample(rule: Rule, inst: SearchInstance, space: Space, clock: _Clock, steps: int) -> Counterexample:
+def _counterexample(rule: Rule, inst: SearchInstance, space: Space, clock: _Clock, steps: int,
+                    stopped: str = "") -> Counterexample:
     rep = evaluate(rule, inst)
     return Counterexample(rule=rule.name, claim=rule.claim, instance=inst, output=dict(rep.output),
                           expected=dict(rep.expected), tv=rep.tv, space=space.describe(), audited=clock.audited,
-                          seconds=clock.elapsed(), shrink_steps=steps, rule_ref=_rule_ref(rule))
+                          seconds=clock.elapsed(), shrink_steps=steps, rule_ref=_rule_ref(rule),
+                          complete=not stopped, stopped=stopped)
 
 
 def search(rule: Any, *, proposer: Any = None, space: Space | None = None, seed: int = 0,
            budget: float | None = None, max_instances: int | None = None,
-           progress: Callable[[int, float], None] | bool | None = None) -> Counterexample | EmptySearch:
+           progress: Callable[[int, float], None] | bool | None = None
+           ) -> Counterexample | EmptySearch | IncompleteSearch:
     """Look for the smallest instance on which ``rule``'s output law differs from the expected law.
 
     Cells of the space are visited in shrink order (vocab, drafts, tokens, family); in each,
     every context-free pair on the small-denominator grid is audited, then random rational
     instances. The first biased instance is shrunk (see :func:`shrink`) and returned as a
-    :class:`Counterexample`; otherwise an :class:`EmptySearch` (falsy) records what was covered.
-    Rules claiming ``lossless-greedy`` are compared with the greedy sequence. Deterministic for
-    a given ``seed``; ``budget`` (seconds) and ``max_instances`` bound the work.
+    :class:`Counterexample`. Rules claiming ``lossless-greedy`` are compared with the greedy
+    sequence. Deterministic for a given ``seed``.
+
+    Without a counterexample, the result says how much of the space was covered:
+
+    - :class:`EmptySearch` (falsy, exit code 0): every instance of the space was audited
+      and is lossless;
+    - :class:`IncompleteSearch` (``bool()`` raises, exit code 3): the search stopped at
+      ``budget`` seconds or ``max_instances`` audits, or the TV of some instances is unknown
+      because the rule raised there or their audit ran past its budget (a budget is not the
+      rule's fault: the instance is recorded as uncovered and the search goes on);
+    - a rule that raised on *every* instance audited raises :class:`~exactspec.RuleError`.
+
+    ``budget``: seconds > 0, ``None`` or ``float("inf")`` for no limit (an audit in progress
+    is cut at the limit). ``max_instances``: an int >= 1 or ``None``. Anything else (0, a
+    negative number, NaN, a bool, a string) is an :class:`~exactspec.ExactSpecError`.
 
     >>> import exactspec as es
     >>> ce = search(es.rules.greedy_match_sampled)
@@ -134,22 +272,35 @@ def search(rule: Any, *, proposer: Any = None, space: Space | None = None, seed:
     'token 0 is emitted with probability 3/4 but the target gives 1/2 (exact TV 1/4)'
     >>> ce.instance.target, ce.instance.draft   # p = q = (1/2, 1/2): the tie goes to token 0, and so does the bias
     (((Fraction(1, 2), Fraction(1, 2)),), ((Fraction(1, 2), Fraction(1, 2)),))
+    >>> search(es.rules.greedy_match_sampled, budget=0)
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.ExactSpecError: search: budget must be > 0 seconds (None for no limit), got 0
     """
     rule = as_rule(rule)
+    seconds = _seconds(budget, "search: budget")
+    max_instances = _count(max_instances, "search: max_instances", 1)
     space = space or default_space(rule, proposer)
     rng = random.Random(f"search|{seed}")
-    clock = _Clock(budget, max_instances, _default_progress() if progress is None or progress is True
+    clock = _Clock(seconds, max_instances, _default_progress() if progress is None or progress is True
                    else (progress or None))
+    cells = space.cells()
+    covered: list[str] = []
     try:
-        for cell in space.cells():
+        for cell in cells:
             for inst in _cell_instances(space, cell, rng):
                 if clock.spent():
-                    return EmptySearch(rule.name, space.describe() + " (stopped early: budget spent)", clock.audited,
-                                       clock.elapsed(), clock.errors)
-                if _tv(rule, inst, clock) > 0:
+                    return _incomplete(rule, space, clock, cells, covered, cell)
+                tv = _tv(rule, inst, clock, timed=True)
+                if tv is not None and tv > 0:
                     small, steps = shrink(rule, inst, space=space, _clock=clock)
                     return _counterexample(rule, small, space, clock, steps)
-        return EmptySearch(rule.name, space.describe(), clock.audited, clock.elapsed(), clock.errors)
+            if clock.stop_reason:  # the cell's last audit was cut by the time limit
+                return _incomplete(rule, space, clock, cells, covered, cell)
+            covered.append(space.describe_cell(cell))
+        if clock.errors or clock.over_budget:
+            return _incomplete(rule, space, clock, cells, covered, None)
+        return EmptySearch(rule.name, space.describe(), clock.audited, clock.elapsed())
     finally:
         if clock.progress is not None and clock.audited >= 50:
             sys.stderr.write("\n")
@@ -228,7 +379,10 @@ def shrink(rule: Any, inst: SearchInstance, *, space: Space | None = None,
     steps = 0
 
     def biased(cand: SearchInstance | None) -> bool:
-        return cand is not None and cand.key() < inst.key() and _tv(rule, cand, clock) > 0
+        if cand is None or not cand.key() < inst.key():
+            return False
+        tv = _tv(rule, cand, clock)
+        return tv is not None and tv > 0
 
     improved = True
     while improved:
@@ -268,42 +422,67 @@ def _neighbours(inst: SearchInstance, rng: random.Random, denominator: int) -> S
 
 
 def worst(rule: Any, space: Space | None = None, *, proposer: Any = None, seed: int = 0,
-          budget: float | None = 10.0, restarts: int = 4, steps: int = 60) -> Counterexample | EmptySearch:
+          budget: float | None = 10.0, restarts: int = 4, steps: int = 60
+          ) -> Counterexample | EmptySearch | IncompleteSearch:
     """The largest exact TV found in ``space``: random rational instances, then hill climbing on the TV.
+
+    The plan: sample every cell (at most 200 grid pairs per cell, then the random points),
+    then climb from the ``restarts`` best instances for ``steps`` moves each. A plan cut short
+    by ``budget`` (seconds; ``None`` or ``inf``: no limit), or with instances whose TV is
+    unknown (the rule raised, or an audit ran past its budget), is incomplete:
+
+    - a bias was found: a :class:`Counterexample` with ``complete=False`` and ``stopped``
+      giving the reason (the largest TV *found so far*; its text says so);
+    - none was found: an :class:`IncompleteSearch` (exit code 3), never an :class:`EmptySearch`;
+    - the rule raised on every instance: :class:`~exactspec.RuleError`.
 
     >>> import exactspec as es
     >>> w = worst(es.rules.greedy_match_sampled, es.counterexamples.Space(vocabs=(2,), shapes=((1,),), tokens=(1,),
     ...           families=("context_free",), random_points=5), steps=10, restarts=1)
-    >>> w.tv   # TV = q(a) * (1 - p(a)) with a = argmax p: largest at q(a) = 1, p(a) = 1/2
-    Fraction(1, 2)
+    >>> w.tv, w.complete   # TV = q(a) * (1 - p(a)) with a = argmax p: largest at q(a) = 1, p(a) = 1/2
+    (Fraction(1, 2), True)
     """
     rule = as_rule(rule)
+    seconds = _seconds(budget, "worst: budget")
+    restarts = _count(restarts, "worst: restarts", 0, none_ok=False)
+    steps = _count(steps, "worst: steps", 0, none_ok=False)
     space = space or default_space(rule, proposer)
     rng = random.Random(f"worst|{seed}")
-    clock = _Clock(budget, None, None)
+    clock = _Clock(seconds, None, None)
     scored: list[tuple[Fraction, int, SearchInstance]] = []
-    for cell in space.cells():
-        for inst in _cell_instances(space.with_(exhaustive_limit=min(space.exhaustive_limit, 200)), cell, rng):
+    cells = space.cells()
+    covered: list[str] = []
+    stopped_in: tuple | None = None
+    sampled = space.with_(exhaustive_limit=min(space.exhaustive_limit, 200))
+    for cell in cells:
+        for inst in _cell_instances(sampled, cell, rng):
             if clock.spent():
                 break
-            scored.append((_tv(rule, inst, clock), len(scored), inst))
-    if not scored:
-        return EmptySearch(rule.name, space.describe(), clock.audited, clock.elapsed(), clock.errors)
-    scored.sort(key=lambda s: (-s[0], s[1]))
-    best_tv, _, best = scored[0]
+            tv = _tv(rule, inst, clock, timed=True)
+            if tv is not None:
+                scored.append((tv, len(scored), inst))
+        if clock.stop_reason:
+            stopped_in = cell
+            break
+        covered.append(space.describe_cell(cell))
+    best_tv, best = Fraction(0), None
+    if scored:
+        scored.sort(key=lambda s: (-s[0], s[1]))
+        best_tv, _, best = scored[0]
     for start_tv, _, start in scored[:restarts]:
         cur_tv, cur = start_tv, start
         for _ in range(steps):
             if clock.spent():
                 break
             cand = _neighbours(cur, rng, max(space.max_denominator, cur.max_denominator()))
-            tv = _tv(rule, cand, clock)
-            if tv > cur_tv:
+            tv = _tv(rule, cand, clock, timed=True)
+            if tv is not None and tv > cur_tv:
                 cur_tv, cur = tv, cand
         if cur_tv > best_tv:
             best_tv, best = cur_tv, cur
-    if best_tv == 0:
-        return EmptySearch(rule.name, space.describe(), clock.audited, clock.elapsed(), clock.errors)
-    return _counterexample(rule, best, space, clock, 0)
-
-
+    reasons = clock.reasons()
+    if best_tv > 0:
+        return _counterexample(rule, best, space, clock, 0, stopped="; ".join(reasons))
+    if reasons:
+        return _incomplete(rule, space, clock, cells, covered, stopped_in)
+    return EmptySearch(rule.name, space.describe(), clock.audited, clock.elapsed())

@@ -22,14 +22,87 @@ from fractions import Fraction
 from typing import Any, Iterator, Sequence
 
 from .. import drafts, models
+from .._numbers import parse_rational
+from ..drafts.chain import CLAIMS as CHAIN_CLAIMS, SAMPLINGS as CHAIN_SAMPLINGS
+from ..drafts.tree import CHILDREN as TREE_CHILDREN, CLAIMS as TREE_CLAIMS
 from ..errors import ExactSpecError
 
 __all__ = ["SearchInstance", "Space", "default_space", "simplex_grid", "random_law", "FAMILIES"]
 
 #: model families, simplest first
 FAMILIES = ("context_free", "per_position", "table")
+DECODINGS = ("sample", "greedy")
+PROPOSER_KINDS = ("chain", "tree")
+#: most draft nodes per step a search instance may have (a search never comes near it)
+MAX_DRAFTS = 10_000
 
 Law = tuple[Fraction, ...]
+
+
+# -- validation of values read from JSON (or built by hand) ------------------------------------------
+
+def _fail(where: str, problem: str) -> ExactSpecError:
+    return ExactSpecError(f"{where}: {problem}")
+
+
+def _kind(x: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a bool", type(None): "null",
+            float: "a float", int: "an int"}.get(type(x), type(x).__name__)
+
+
+def _int(x: Any, where: str, lo: int | None = None, hi: int | None = None) -> int:
+    """``x`` if it is an int (not a bool) in ``[lo, hi]``, else a typed error naming ``where``."""
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise _fail(where, f"expected an int, got {_kind(x)}")
+    if lo is not None and x < lo:
+        raise _fail(where, f"must be >= {lo}, got {x}")
+    if hi is not None and x > hi:
+        raise _fail(where, f"must be <= {hi}, got {x}")
+    return int(x)
+
+
+def _ints(xs: Any, where: str, lo: int | None = None, hi: int | None = None) -> tuple[int, ...]:
+    if not isinstance(xs, (list, tuple)):
+        raise _fail(where, f"expected a list of ints, got {_kind(xs)}")
+    return tuple(_int(x, f"{where}[{i}]", lo, hi) for i, x in enumerate(xs))
+
+
+def _choice(x: Any, where: str, allowed: Sequence[str]) -> str:
+    """The allow-list's own string equal to ``x`` (never ``x`` itself), or a typed error."""
+    if not isinstance(x, str):
+        raise _fail(where, f"expected one of {', '.join(allowed)}, got {_kind(x)}")
+    for a in allowed:
+        if x == a:
+            return a
+    shown = repr(x) if len(x) <= 40 else repr(x[:37] + "...")
+    raise _fail(where, f"must be one of {', '.join(allowed)}, got {shown}")
+
+
+def _law(xs: Any, where: str, vocab: int) -> tuple[Fraction, ...]:
+    if not isinstance(xs, (list, tuple)):
+        raise _fail(where, f"expected a list of {vocab} rationals, got {_kind(xs)}")
+    if len(xs) != vocab:
+        raise _fail(where, f"has {len(xs)} entries, expected vocab = {vocab}")
+    law = []
+    for j, x in enumerate(xs):
+        if isinstance(x, float):
+            raise _fail(f"{where}[{j}]", f"the float {x!r} is not exact; write rationals as strings like '3/5'")
+        v = parse_rational(x, f"{where}[{j}]")
+        if v < 0:
+            raise _fail(f"{where}[{j}]", f"negative probability {v}")
+        law.append(v)
+    if sum(law) != 1:
+        raise _fail(where, f"sums to {sum(law)}, not exactly 1")
+    return tuple(law)
+
+
+def _laws(ls: Any, where: str, vocab: int, family: str) -> tuple[tuple[Fraction, ...], ...]:
+    if not isinstance(ls, (list, tuple)):
+        raise _fail(where, f"expected a list of laws, got {_kind(ls)}")
+    need = {"context_free": "exactly 1", "table": f"exactly vocab = {vocab}"}.get(family, "at least 1")
+    if (family == "context_free" and len(ls) != 1) or (family == "table" and len(ls) != vocab) or not ls:
+        raise _fail(where, f"{family} models need {need} law(s), got {len(ls)}")
+    return tuple(_law(law, f"{where}[{i}]", vocab) for i, law in enumerate(ls))
 
 
 def simplex_grid(vocab: int, max_denominator: int) -> list[Law]:
@@ -143,23 +216,41 @@ class SearchInstance:
                 f"prompt {self.prompt}, decoding {self.decoding}")
 
     def model_source(self, laws: tuple[Law, ...], var: str) -> str:
-        """Python source that builds one of the two models with exactspec's public API."""
+        """Python source that builds one of the two models with exactspec's public API.
+
+        Only ``repr()`` of validated ints is rendered (see :meth:`check`); ``var`` must be an identifier.
+        """
+        if var not in ("target", "draft"):
+            raise ExactSpecError(f"model_source: var must be 'target' or 'draft', got {var!r}")
+        self.check()
+        group = self.target if var == "target" else self.draft
+        if laws is not group:
+            _laws(laws, f"model_source({var})", self.vocab, self.family)
+
         def law_src(law: Law) -> str:
-            return "(" + ", ".join(f"F({x.numerator}, {x.denominator})" for x in law) + ("," if len(law) == 1 else "") + ")"
+            return "(" + ", ".join(f"F({int(x.numerator)!r}, {int(x.denominator)!r})" for x in law) + (
+                "," if len(law) == 1 else "") + ")"
+        vocab, n0 = int(self.vocab), len(self.prompt)
         if self.family == "context_free":
             return f"{var} = es.models.context_free({law_src(laws[0])})"
         if self.family == "per_position":
             body = ", ".join(law_src(law) for law in laws)
             return (f"{var.upper()}_LAWS = [{body}]  # position t after the prompt uses law min(t, last)\n"
-                    f"{var} = es.models.from_function(vocab={self.vocab}, order=None, fn=lambda ctx: "
-                    f"{var.upper()}_LAWS[min(len(ctx) - {len(self.prompt)}, {len(laws) - 1})])")
-        rows = ", ".join(f"({t},): {law_src(law)}" for t, law in enumerate(laws))
-        return f"{var} = es.models.table(vocab={self.vocab}, order=1, table={{{rows}}})"
+                    f"{var} = es.models.from_function(vocab={vocab!r}, order=None, fn=lambda ctx: "
+                    f"{var.upper()}_LAWS[min(len(ctx) - {n0!r}, {len(laws) - 1!r})])")
+        rows = ", ".join(f"({t!r},): {law_src(law)}" for t, law in enumerate(laws))
+        return f"{var} = es.models.table(vocab={vocab!r}, order=1, table={{{rows}}})"
 
     def proposer_source(self) -> str:
-        if self.proposer_kind == "chain":
-            return f"es.drafts.chain({self.shape[0]}, sampling={self.sampling!r}, claim={self.claim!r})"
-        return f"es.drafts.tree({self.shape}, children={self.sampling!r}, claim={self.claim!r})"
+        """Python source that builds the proposer (validated ints and allow-listed strings only)."""
+        self.check()
+        kind = self.proposer_kind
+        sampling = _choice(self.sampling, "instance.sampling", CHAIN_SAMPLINGS if kind == "chain" else TREE_CHILDREN)
+        claim = _choice(self.claim, "instance.claim", CHAIN_CLAIMS if kind == "chain" else TREE_CLAIMS)
+        shape = tuple(int(k) for k in self.shape)
+        if kind == "chain":
+            return f"es.drafts.chain({shape[0]!r}, sampling={sampling!r}, claim={claim!r})"
+        return f"es.drafts.tree({shape!r}, children={sampling!r}, claim={claim!r})"
 
     def to_dict(self) -> dict:
         def laws(ls: tuple[Law, ...]) -> list:
@@ -169,13 +260,90 @@ class SearchInstance:
                 "decoding": self.decoding, "proposer_kind": self.proposer_kind, "sampling": self.sampling,
                 "claim": self.claim}
 
+    #: fields of :meth:`to_dict` that :meth:`from_dict` may leave out, with their defaults
+    _OPTIONAL = {"prompt": [], "decoding": "sample", "proposer_kind": "chain", "sampling": "sample", "claim": "draft"}
+
     @classmethod
-    def from_dict(cls, d: dict) -> "SearchInstance":
-        def laws(ls: list) -> tuple[Law, ...]:
-            return tuple(tuple(Fraction(x) for x in law) for law in ls)
-        return cls(vocab=d["vocab"], family=d["family"], target=laws(d["target"]), draft=laws(d["draft"]),
-                   shape=tuple(d["shape"]), tokens=d["tokens"], prompt=tuple(d["prompt"]), decoding=d["decoding"],
-                   proposer_kind=d["proposer_kind"], sampling=d["sampling"], claim=d["claim"])
+    def from_dict(cls, d: Any, where: str = "instance") -> "SearchInstance":
+        """Rebuild an instance written by :meth:`to_dict`, validating every field (a typed error names it).
+
+        >>> inst = SearchInstance.from_dict({"vocab": 2, "family": "context_free", "target": [["1/2", "1/2"]],
+        ...                                  "draft": [["1", "0"]], "shape": [1], "tokens": 1})
+        >>> inst.draft
+        ((Fraction(1, 1), Fraction(0, 1)),)
+        >>> SearchInstance.from_dict({"vocab": 2, "family": "context_free", "target": [["1/2", "1/2"]],
+        ...                           "draft": [["1", "0"]], "shape": "1); import os; (", "tokens": 1})
+        Traceback (most recent call last):
+        ...
+        exactspec.errors.ExactSpecError: instance.shape: expected a list of ints, got a string
+        """
+        if not isinstance(d, dict):
+            raise _fail(where, f"expected an object, got {_kind(d)}")
+        known = ("vocab", "family", "target", "draft", "shape", "tokens", *cls._OPTIONAL)
+        missing = [k for k in known if k not in d and k not in cls._OPTIONAL]
+        if missing:
+            raise _fail(where, f"missing field(s) {', '.join(missing)}")
+        unknown = [k for k in d if k not in known]
+        if unknown:
+            raise _fail(where, f"unknown field {str(unknown[0])[:40]!r}")
+        g = {**cls._OPTIONAL, **d}
+        vocab = _int(g["vocab"], f"{where}.vocab", lo=2)
+        family = _choice(g["family"], f"{where}.family", FAMILIES)
+        kind = _choice(g["proposer_kind"], f"{where}.proposer_kind", PROPOSER_KINDS)
+        inst = cls(vocab=vocab, family=family,
+                   target=_laws(g["target"], f"{where}.target", vocab, family),
+                   draft=_laws(g["draft"], f"{where}.draft", vocab, family),
+                   shape=_ints(g["shape"], f"{where}.shape", lo=1), tokens=_int(g["tokens"], f"{where}.tokens", lo=1),
+                   prompt=_ints(g["prompt"], f"{where}.prompt", lo=0, hi=vocab - 1),
+                   decoding=_choice(g["decoding"], f"{where}.decoding", DECODINGS), proposer_kind=kind,
+                   sampling=_choice(g["sampling"], f"{where}.sampling",
+                                    CHAIN_SAMPLINGS if kind == "chain" else TREE_CHILDREN),
+                   claim=_choice(g["claim"], f"{where}.claim", CHAIN_CLAIMS if kind == "chain" else TREE_CLAIMS))
+        inst.check(where)
+        return inst
+
+    def check(self, where: str = "instance") -> "SearchInstance":
+        """Validate every field's type and value (ints, exact laws, allow-listed strings); return self.
+
+        Run by :meth:`from_dict` and before rendering source (:meth:`model_source`,
+        :meth:`proposer_source`), so rendered code holds only validated ints, Fractions and
+        allow-listed strings.
+
+        >>> from fractions import Fraction as F
+        >>> SearchInstance(vocab=2, family="context_free", target=((F(1, 2), F(1, 2)),), draft=((F(1), F(0)),),
+        ...                shape=(1,), tokens=1, sampling="sample; import os").check()
+        Traceback (most recent call last):
+        ...
+        exactspec.errors.ExactSpecError: instance.sampling: must be one of sample, argmax, got 'sample; import os'
+        """
+        vocab = _int(self.vocab, f"{where}.vocab", lo=2)
+        family = _choice(self.family, f"{where}.family", FAMILIES)
+        kind = _choice(self.proposer_kind, f"{where}.proposer_kind", PROPOSER_KINDS)
+        _choice(self.decoding, f"{where}.decoding", DECODINGS)
+        _choice(self.sampling, f"{where}.sampling", CHAIN_SAMPLINGS if kind == "chain" else TREE_CHILDREN)
+        _choice(self.claim, f"{where}.claim", CHAIN_CLAIMS if kind == "chain" else TREE_CLAIMS)
+        for name in ("target", "draft"):
+            group = getattr(self, name)
+            if not isinstance(group, tuple) or not all(
+                    isinstance(law, tuple) and all(isinstance(x, Fraction) for x in law) for law in group):
+                raise _fail(f"{where}.{name}", "expected a tuple of laws, each a tuple of Fractions")
+            _laws(group, f"{where}.{name}", vocab, family)
+        if not isinstance(self.shape, tuple) or not self.shape:
+            raise _fail(f"{where}.shape", f"expected a non-empty tuple of ints, got {_kind(self.shape)}")
+        if len(self.shape) > 64:
+            raise _fail(f"{where}.shape", f"{len(self.shape)} levels; at most 64")
+        _ints(self.shape, f"{where}.shape", lo=1, hi=MAX_DRAFTS)
+        if kind == "chain" and len(self.shape) != 1:
+            raise _fail(f"{where}.shape", f"a chain's shape is (gamma,), got {len(self.shape)} entries")
+        if self.size() > MAX_DRAFTS:
+            raise _fail(f"{where}.shape", f"{self.size()} draft nodes per step; at most {MAX_DRAFTS}")
+        _int(self.tokens, f"{where}.tokens", lo=1)
+        if not isinstance(self.prompt, tuple):
+            raise _fail(f"{where}.prompt", f"expected a tuple of token ids, got {_kind(self.prompt)}")
+        _ints(self.prompt, f"{where}.prompt", lo=0, hi=vocab - 1)
+        if family == "table" and not self.prompt:
+            raise _fail(f"{where}.prompt", "order-1 table models need a prompt of at least one token")
+        return self
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -242,6 +410,16 @@ class Space:
         return SearchInstance(vocab=vocab, family=family, target=target, draft=draft, shape=shape, tokens=tokens,
                               prompt=(0,) if family == "table" else (), decoding=self.decoding,
                               proposer_kind=self.proposer_kind, sampling=self.sampling, claim=self.claim)
+
+    def describe_cell(self, cell: tuple[int, tuple[int, ...], int, str]) -> str:
+        """One cell of :meth:`cells` in words.
+
+        >>> Space().describe_cell((2, (3,), 1, "per_position"))
+        'vocab 2, gamma 3, 1 token(s), per-position models'
+        """
+        vocab, shape, tokens, family = cell
+        shown = f"gamma {shape[0]}" if self.proposer_kind == "chain" else f"expansion {shape}"
+        return f"vocab {vocab}, {shown}, {tokens} token(s), {family.replace('_', '-')} models"
 
     def n_laws(self, vocab: int, family: str) -> int:
         return 1 if family == "context_free" else self.per_position_laws if family == "per_position" else vocab
