@@ -10,7 +10,8 @@
 
 from . import counterexamples, drafts, laws, models, rules, samplers, statistical, theory, trees
 from ._audit import audit
-from .assertions import LossAssertionError, assert_lossless
+from .assertions import HorizonWarning, LossAssertionError, assert_lossless
+from .counterexamples import Counterexample, EmptySearch, IncompleteSearch
 from .samplers import audit_sampler
 from .statistical import audit_statistically
 from .enumerate import Budget
@@ -29,6 +30,6 @@ def __getattr__(name: str):  # `es.strategies` imports hypothesis's strategies o
         return importlib.import_module(".strategies", __name__)
     raise AttributeError(f"module 'exactspec' has no attribute {name!r}")
 
-__all__ = ["audit", "audit_sampler", "audit_statistically", "statistical", "samplers", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "models", "drafts", "rules", "laws",
+__all__ = ["audit", "audit_sampler", "HorizonWarning", "Counterexample", "EmptySearch", "IncompleteSearch", "audit_statistically", "statistical", "samplers", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "models", "drafts", "rules", "laws",
            "theory", "trees", "counterexamples", "strategies", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
            "RuleError", "ModelError", "UnsupportedRandomness", "__version__"]

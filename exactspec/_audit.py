@@ -15,7 +15,7 @@ from .models import Model
 from .report import AuditReport
 from .rules import Rule, as_rule
 
-__all__ = ["audit"]
+__all__ = ["audit", "default_tokens", "horizon_scope"]
 
 DECODINGS = ("sample", "greedy")
 
@@ -37,13 +37,81 @@ def _prompt(prompt: Any, vocab: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _positions(proposer: Any) -> int | None:
+    """Tokens one step can emit at most (chain: gamma + 1; tree: depth + 1), or None when unknown."""
+    m = getattr(proposer, "max_tokens", None)
+    if m is None:
+        return None
+    try:
+        n = m()
+    except Exception:  # a user's proposer with a broken max_tokens: no horizon default, say so in the scope
+        return None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
+
+
+def default_tokens(proposer: Any) -> int:
+    """The default horizon: every position of the first step and of a second step is observed.
+
+    A step emits 1 .. ``max_tokens`` tokens (a chain's ``gamma`` drafts and its bonus), so
+    ``max_tokens + 1`` tokens see every position of the first step on some branch and every
+    position of the second step after a first-position rejection (bugs that carry state from
+    one step to the next, such as a stale draft law, show only there).
+
+    >>> import exactspec as es
+    >>> default_tokens(es.drafts.chain(4)), default_tokens(es.drafts.tree((2, 1)))
+    (6, 4)
+    """
+    n = _positions(proposer)
+    return 2 if n is None else n + 1
+
+
+def horizon_scope(proposer: Any, tokens: int) -> dict:
+    """What a horizon of ``tokens`` observes of a step: positions per step and the unobserved ones.
+
+    Positions are 0-based (a chain's position ``gamma`` is the bonus token). The first step's
+    position ``j`` is observed on some branch iff ``j < tokens``; the second step starts after at
+    least one token, so its position ``j`` is observed iff ``j < tokens - 1``.
+
+    >>> s = horizon_scope(__import__("exactspec").drafts.chain(2), 2)
+    >>> s["unobserved"], s["complete"]
+    ({'first_step': [2], 'second_step': [1, 2]}, False)
+    """
+    n = _positions(proposer)
+    if n is None:
+        return {"tokens": tokens, "positions_per_step": None, "complete": False,
+                "unobserved": None, "note": "the proposer does not say how many tokens a step emits "
+                                            "(no max_tokens()): which positions were observed is unknown"}
+    first = [j for j in range(n) if j >= tokens]
+    second = [j for j in range(n) if j >= tokens - 1]
+    scope: dict = {"tokens": tokens, "positions_per_step": n, "complete": not first and not second,
+                   "unobserved": {"first_step": first, "second_step": second}}
+    if first or second:
+        scope["note"] = (_unobserved_text(n, first, second) + f"; use tokens >= {n + 1} to observe every position "
+                         "of a first and a second step")
+    return scope
+
+
+def _unobserved_text(n: int, first: list, second: list) -> str:
+    def names(js: list) -> str:
+        return f"position {js[0]}" if len(js) == 1 else f"positions {js[0]}..{js[-1]}"
+    parts = [f"{names(first)} of the first step"] if first else []
+    if second:
+        parts.append(f"{names(second)} of a second step")
+    return (f"the horizon never observes {' nor '.join(parts)} (positions 0..{n - 1}; position {n - 1} is a step's "
+            "last token, a chain's bonus token)")
+
+
 def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any = None,
-          prompt: Sequence[int] = (), tokens: int = 1, decoding: str | None = None,
+          prompt: Sequence[int] = (), tokens: int | None = None, decoding: str | None = None,
           field: str | Field = "fraction", precision: int | None = None, tolerance: Any = None,
           expected: Model | None = None, budget: Budget | None = None, closed_form: bool = True,
           worst: int = 5, backend: str = "auto", rng_model: str = "continuous",
           exact_floats: bool = False) -> AuditReport:
     """Compute the exact law of the first ``tokens`` tokens emitted after ``prompt`` and compare it.
+
+    ``tokens`` defaults to :func:`default_tokens` (the proposer's ``max_tokens() + 1``: every
+    position of a first and a second step is observed). A smaller horizon is allowed, but the
+    report's ``scope`` lists the positions it never observes and its summary warns about them.
 
     ``rule`` is a catalog rule, its name, or a function ``fn(step, rng)``; ``proposer`` defaults
     to ``es.drafts.chain(gamma=4)`` for chain rules and ``es.drafts.tree((2, 2, 1))`` for tree rules
@@ -92,6 +160,8 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     if claims and len(next(iter(claims.values()))) != target.vocab:
         raise ExactSpecError(f"the fixed tree's claimed laws have {len(next(iter(claims.values())))} entries but the "
                              f"target has vocab {target.vocab}")
+    if tokens is None:
+        tokens = default_tokens(proposer)
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
         raise ExactSpecError(f"tokens must be an int >= 1, got {tokens!r}")
     if expected is None and rule_obj.declared_target is not None:
@@ -134,10 +204,11 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
         instance["rng_model"] = rng_model
     if expected is not None:
         instance["expected"] = expected.name
+    scope = horizon_scope(proposer, tokens) | {"of": "this instance"}
     return AuditReport(rule=rule_obj.name, claim=rule_obj.claim, instance=instance, field=fld, output=output,
                        expected=exp, tv=tv, tolerance=fld.tolerance(), tokens_per_call=tpc, target_calls=calls,
                        seconds=time.perf_counter() - t0, paths=engine.meter.paths, step_laws=engine.meter.steps,
                        reference=rule_obj.reference, worst_count=worst, accepted_per_call=accepted,
-                       nodes_per_call=nodes)
+                       nodes_per_call=nodes, scope=scope)
 
 

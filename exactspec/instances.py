@@ -1,11 +1,11 @@
 """The embedded default instance of ``exactspec check`` and builders for CLI instances.
 
 Vocabulary 5, order-2 seeded rational tables (seed 0), a perturbed draft (seed 1), prompt
-``(0, 1)``, gamma 4, 4 tokens.
+``(0, 1)``, gamma 4, 6 tokens (every position of a first and a second step observed).
 
 >>> inst = default_instance()
 >>> inst.target.vocab, inst.proposer.gamma, inst.prompt, inst.tokens
-(5, 4, (0, 1), 4)
+(5, 4, (0, 1), 6)
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def make_instance(*, vocab: int = 5, order: int = 2, gamma: int = 4, tokens: int
 
 def default_instance() -> Instance:
     """The instance ``exactspec check`` audits every catalog rule on."""
-    return make_instance(vocab=5, order=2, gamma=4, tokens=4, seed=0)
+    return make_instance(vocab=5, order=2, gamma=4, tokens=6, seed=0)
 
 
 class CheckCase(NamedTuple):
@@ -64,9 +64,10 @@ class CheckCase(NamedTuple):
     tokens: int
 
 
-#: expansion and horizon of the tree configurations in ``exactspec check``
+#: expansion and horizon of the tree configurations in ``exactspec check`` (depth + 2 tokens: every
+#: position of a first and a second step observed)
 CHECK_TREE_EXPANSION = (2, 1)
-CHECK_TREE_TOKENS = 3
+CHECK_TREE_TOKENS = len(CHECK_TREE_EXPANSION) + 2
 
 
 def check_cases(instance: Instance | None = None) -> list[CheckCase]:

@@ -60,6 +60,9 @@ class AuditReport:
     extra: dict = dc_field(default_factory=dict)
     accepted_per_call: Any = None
     nodes_per_call: Any = None
+    #: what the verdict covers: ``of`` (this instance), ``tokens``, ``positions_per_step`` and the
+    #: ``unobserved`` positions of a first and a second step (see ``exactspec._audit.horizon_scope``)
+    scope: dict = dc_field(default_factory=dict)
 
     # -- verdicts ---------------------------------------------------------------------------------
     @property
@@ -71,7 +74,87 @@ class AuditReport:
 
     @property
     def verdict(self) -> str:
+        """``"lossless"`` or ``"biased"``; :attr:`verdict_text` says how exactly and about what."""
         return "lossless" if self.lossless else "biased"
+
+    @property
+    def exact(self) -> bool:
+        """Whether the laws were computed in exact arithmetic (the fraction field).
+
+        A ``lossless`` verdict in an inexact field (float, mpmath) only bounds the TV by the
+        field's tolerance: it is not a proof, and the CLI exits 3 on it, not 0.
+        """
+        return bool(self.field.exact)
+
+    @property
+    def proven(self) -> bool:
+        """True when the verdict is ``lossless`` with TV == 0 computed exactly (no tolerance involved)."""
+        return self.exact and self.lossless and self.tv == 0
+
+    @property
+    def exit_code(self) -> int:
+        """The CLI's exit code for this verdict: 0 lossless (exactly, or up to a stated rounding baseline
+        in exact arithmetic), 1 biased, 3 lossless only within an inexact field's tolerance.
+
+        >>> import exactspec as es
+        >>> r = es.audit(target=es.models.context_free(("1/2", "1/2")), draft=es.models.context_free(("1/3", "2/3")),
+        ...              proposer=es.drafts.chain(1), rule="speculative_sampling", field="float")
+        >>> r.verdict, r.exit_code
+        ('lossless', 3)
+        """
+        if not self.lossless:
+            return 1
+        return 0 if self.exact else 3
+
+    def _tokens_text(self) -> str:
+        n = self.scope.get("tokens", self.instance.get("tokens"))
+        return f"the first {n} token{'s' if n != 1 else ''}" if n is not None else "the tokens audited"
+
+    @property
+    def verdict_text(self) -> str:
+        """One line: the verdict, what it is about (this instance, the horizon) and how exact it is.
+
+        >>> import exactspec as es
+        >>> r = es.audit(target=es.models.context_free(("1/2", "1/2")), draft=es.models.context_free(("1/3", "2/3")),
+        ...              proposer=es.drafts.chain(1), rule="speculative_sampling")
+        >>> r.verdict_text
+        'lossless on this instance over the first 3 tokens: TV == 0 exactly'
+        """
+        of = self.scope.get("of", "this instance")
+        where = f"on {of} over {self._tokens_text()}"
+        tv, tol = self._short(self.tv, approx=False), self._short(self.tolerance, approx=False)
+        if not self.lossless:
+            why = " (a support violation: an outcome the expected law never emits)" if (
+                self.tolerance and self.support_violations and self.tv <= self.tolerance) else ""
+            return f"biased {where}: TV {tv}{'' if why else f' > {tol}' if self.tolerance else ''}{why}" + (
+                "" if self.exact else f" ({self.field.name} field)")
+        if not self.exact:
+            return (f"lossless within {tol} {where} ({self.field.name} field: TV {tv} <= {tol}); not an exact proof, "
+                    "rerun with field 'fraction' for one")
+        if self.tv == 0:
+            return f"lossless {where}: TV == 0 exactly"
+        if "rounding_tv" in self.extra:
+            return (f"lossless up to float rounding {where}: exact TV {tv} <= {tol} (twice what rounding costs a "
+                    "correct float sampler on the same pipeline); not TV == 0")
+        return f"lossless within the stated tolerance {tol} {where}: exact TV {tv}; not TV == 0"
+
+    def _claim_tag(self) -> str:
+        if self.claim_holds:
+            return ""
+        if self.lossless and not self.exact:
+            return f"  [CLAIM UNDECIDED: the {self.field.name} field cannot resolve a TV below its tolerance]"
+        return "  [CLAIM BROKEN]"
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the verdict does not cover (unobserved step positions) or how it is weaker than a proof."""
+        out = []
+        note = self.scope.get("note")
+        if note and not self.scope.get("complete", True):
+            out.append(f"horizon: {note}")
+        if self.lossless and not self.exact:
+            out.append(f"inexact field: {self.field.describe()}; a bias below the tolerance would not show")
+        return out
 
     @property
     def claim_holds(self) -> bool:
@@ -115,6 +198,8 @@ class AuditReport:
             "precision": getattr(self.field, "precision", None),
             "tv": s(self.tv), "tv_float": float(self.tv), "tolerance": s(self.tolerance),
             "lossless": self.lossless, "verdict": self.verdict, "claim_holds": self.claim_holds,
+            "exact": self.exact, "proven": self.proven, "verdict_text": self.verdict_text, "scope": self.scope,
+            "warnings": self.warnings,
             "tokens_per_call": s(self.tokens_per_call), "target_calls": s(self.target_calls),
             "accepted_per_call": None if self.accepted_per_call is None else s(self.accepted_per_call),
             "nodes_per_call": None if self.nodes_per_call is None else s(self.nodes_per_call),
@@ -135,23 +220,86 @@ class AuditReport:
     def from_json(cls, text: str) -> "AuditReport":
         """Rebuild a report from :meth:`to_json` output (laws and numbers exactly as written).
 
+        The text is read strictly: anything that is not such a report (not a string, invalid or
+        too deeply nested JSON, a missing or mistyped field, a law with outcomes of different
+        lengths or tokens outside the vocabulary, a negative probability, a number string like
+        ``"1e-999999999"``, a ``tv`` that disagrees with the exact laws) raises an
+        :class:`~exactspec.errors.ExactSpecError` naming the field. Unknown keys are ignored.
+
         >>> import exactspec as es
         >>> r = es.audit(target=es.models.context_free(("1/2", "1/2")), draft=es.models.context_free(("1/3", "2/3")),
         ...              proposer=es.drafts.chain(1), rule="speculative_sampling", tokens=1)
         >>> AuditReport.from_json(r.to_json()).output == r.output
         True
+        >>> AuditReport.from_json("[]")
+        Traceback (most recent call last):
+        ...
+        exactspec.errors.ExactSpecError: AuditReport JSON: expected an object, got an array
         """
-        d = json.loads(text)
-        f = get_field(d["field"], precision=d.get("precision"),
-                      tolerance=None if d["field"] == "fraction" else float(d["tolerance"]))
-        p = f.parse
-        return cls(rule=d["rule"], claim=d["claim"], instance=d["instance"], field=f,
-                   output={tuple(k): p(v) for k, v in d["output"]}, expected={tuple(k): p(v) for k, v in d["expected"]},
-                   tv=p(d["tv"]), tolerance=p(d["tolerance"]), tokens_per_call=p(d["tokens_per_call"]),
-                   target_calls=p(d["target_calls"]), seconds=d.get("seconds", 0.0), paths=d.get("paths", 0),
-                   step_laws=d.get("step_laws", 0), reference=d.get("reference", ""), extra=d.get("extra", {}),
-                   accepted_per_call=None if d.get("accepted_per_call") is None else p(d["accepted_per_call"]),
-                   nodes_per_call=None if d.get("nodes_per_call") is None else p(d["nodes_per_call"]))
+        import dataclasses
+        import math
+
+        from . import _jsonread as jr
+        from .errors import ExactSpecError, InvalidDistribution
+        from .laws import total_variation
+
+        what = "AuditReport JSON"
+        d = jr.obj(jr.load_json(text, what), what)
+
+        def label(key: str) -> str:
+            return f"{what}: field {key!r}"
+
+        rule, claim = jr.field(d, "rule", str, what), jr.field(d, "claim", str, what)
+        reference = jr.opt_field(d, "reference", str, what, "")
+        instance = jr.field(d, "instance", dict, what)
+        vocab = jr.opt_field(instance, "vocab", int, f"{what}: instance")
+        if vocab is not None and vocab < 1:
+            raise ExactSpecError(f"{what}: instance vocab must be >= 1, got {vocab}")
+        name = jr.field(d, "field", str, what)
+        precision = jr.opt_field(d, "precision", int, what)
+        if name == "mpmath" and precision is not None and not 16 <= precision <= 65536:
+            raise ExactSpecError(f"{label('precision')} must lie in 16..65536 bits, got {precision}")
+        try:
+            f = get_field(name, precision=precision)
+            tolerance = jr.number(jr.required(d, "tolerance", what), label("tolerance"), f.parse)
+            if tolerance < 0:
+                raise ExactSpecError(f"{label('tolerance')} is negative")
+            if not f.exact:  # the field states its own tolerance: rebuild it with the one written
+                f = get_field(name, precision=precision, tolerance=tolerance)
+        except ExactSpecError as exc:
+            raise type(exc)(str(exc) if str(exc).startswith(what) else f"{what}: {exc}") from None
+
+        def num(key: str, *, optional: bool = False) -> Any:
+            if optional and d.get(key) is None:
+                return None
+            x = jr.number(jr.required(d, key, what), label(key), f.parse)
+            if x < 0:
+                raise ExactSpecError(f"{label(key)} is negative ({d[key][:40]})")
+            return x
+
+        output = jr.law_pairs(jr.field(d, "output", list, what), label("output"), f.parse, vocab=vocab, exact=f.exact)
+        length = len(next(iter(output))) if output else None
+        expected = jr.law_pairs(jr.field(d, "expected", list, what), label("expected"), f.parse, vocab=vocab,
+                                length=length, exact=f.exact)
+        tv = num("tv")
+        if f.exact and tv != total_variation(output, expected):
+            raise InvalidDistribution(f"{label('tv')} = {d['tv'][:40]} disagrees with the laws written, whose TV is "
+                                      f"{f.to_str(total_variation(output, expected))[:40]}")
+        seconds = jr.opt_field(d, "seconds", (int, float), what, 0.0)
+        if not (isinstance(seconds, float) or abs(seconds) < 2 ** 53) or not math.isfinite(seconds) or seconds < 0:
+            raise ExactSpecError(f"{label('seconds')} must be a finite number >= 0, got {seconds}")
+        counts = {k: jr.opt_field(d, k, int, what, 0) for k in ("paths", "step_laws")}
+        for k, v in counts.items():
+            if v < 0:
+                raise ExactSpecError(f"{label(k)} is negative ({v})")
+        kwargs: dict[str, Any] = {}
+        if isinstance(d.get("scope"), dict) and "scope" in {x.name for x in dataclasses.fields(cls)}:
+            kwargs["scope"] = d["scope"]
+        return cls(rule=rule, claim=claim, instance=instance, field=f, output=output, expected=expected, tv=tv,
+                   tolerance=tolerance, tokens_per_call=num("tokens_per_call"), target_calls=num("target_calls"),
+                   seconds=float(seconds), reference=reference, extra=jr.opt_field(d, "extra", dict, what, {}),
+                   accepted_per_call=num("accepted_per_call", optional=True),
+                   nodes_per_call=num("nodes_per_call", optional=True), **counts, **kwargs)
 
     def _short(self, x: Any, limit: int = 32, approx: bool = True, note: bool = False) -> str:
         """Exact when short (with its value to 6 digits if ``approx``), else the value to 6 digits."""
@@ -169,9 +317,14 @@ class AuditReport:
         """
         s, a = self._short, self._approx
         inst = ", ".join(f"{k}={v}" for k, v in self.instance.items())
+        head = self.verdict.upper() if self.exact or not self.lossless else \
+            f"LOSSLESS WITHIN {self._short(self.tolerance, approx=False)} (not an exact proof)"
+        if self.exact and self.lossless and self.tv != 0:
+            head = "LOSSLESS UP TO ROUNDING" if "rounding_tv" in self.extra else "LOSSLESS WITHIN TOLERANCE"
         lines = [
-            f"rule {self.rule} (claim: {self.claim}) — {self.verdict.upper()}"
-            f"{'' if self.claim_holds else '  [CLAIM BROKEN]'}",
+            f"rule {self.rule} (claim: {self.claim}) — {head}{self._claim_tag()}",
+            f"  verdict: {self.verdict_text}",
+            *(f"  WARNING: {w}" for w in self.warnings),
             f"  instance: {inst}",
             (f"  field: fraction (exact rationals); lossless here means TV <= {self._short(self.tolerance)} "
              "and no support violation" if self.field.exact and self.tolerance else f"  field: {self.field.describe()}"),

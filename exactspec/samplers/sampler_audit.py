@@ -11,12 +11,14 @@
 
 from __future__ import annotations
 
+import time
 from fractions import Fraction
 from typing import Any, Callable, Sequence
 
-from .._audit import audit
-from ..errors import RuleError
-from ..laws import total_variation
+from .._audit import audit, default_tokens
+from ..enumerate import Budget
+from ..errors import BudgetExceeded, ExactSpecError, RuleError
+from ..laws import to_rational, total_variation
 from ..models import Model
 from ..report import AuditReport
 from ..rules import Rule
@@ -47,9 +49,9 @@ def _as_rule(sampler: Callable, adapter: Any, name: str) -> Rule:
 
 
 def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model, draft: Model | None = None,
-                  proposer: Any = None, prompt: Sequence[int] = (), tokens: int = 1, rng_model: str = "continuous",
-                  expected: Model | None = None, reference: bool = True,
-                  tolerance: Any = ROUNDING_TOLERANCE) -> AuditReport:
+                  proposer: Any = None, prompt: Sequence[int] = (), tokens: int | None = None,
+                  rng_model: str = "continuous", expected: Model | None = None, reference: bool = True,
+                  tolerance: Any = ROUNDING_TOLERANCE, budget: Budget | None = None) -> AuditReport:
     """Audit a real sampler exactly: every draw it makes forks the enumeration, floats are exact rationals.
 
     The report's law is the exact law of the implementation as it computes in its own floating
@@ -62,6 +64,11 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model, d
     2**-40 by default; 0 with ``reference=False`` demands exactness); a support violation (an
     outcome the target never emits) always makes it ``biased``.
 
+    ``tokens`` defaults, as in :func:`exactspec.audit`, to the proposer's ``max_tokens() + 1``
+    (every position of a first and a second step observed). ``budget`` (an :class:`exactspec.Budget`)
+    bounds the whole audit: its ``seconds`` are shared by the sampler's, the reference's and the
+    exact rule's enumerations.
+
     Every randomness source the sampler can reach is intercepted while it runs, for every
     adapter (:mod:`exactspec.samplers.interception`): the adapter's ``rng``, Python's ``random``
     and numpy's legacy global functions, and torch's (when torch is imported). A draw the audit
@@ -72,21 +79,47 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model, d
     """
     adapter = get_adapter(adapter)
     name = getattr(sampler, "__name__", "sampler")
+    tol = to_rational(tolerance, "audit_sampler tolerance")
+    if tol < 0:
+        raise ExactSpecError(f"audit_sampler tolerance must be >= 0, got {tolerance!r}")
+    if proposer is None:
+        from ..drafts import chain, tree
+        proposer = chain(4) if adapter.family == "chain" else tree((2, 2, 1))
+    if tokens is None:
+        tokens = default_tokens(proposer)
     kw = dict(target=target, draft=draft, proposer=proposer, prompt=prompt, tokens=tokens, expected=expected,
-              rng_model=rng_model, exact_floats=True, backend="python")
+              rng_model=rng_model, exact_floats=True, backend="python", budget=_Shared(budget))
     if getattr(adapter, "needs_torch", False):
         from . import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
     with intercepting():
-        return _audit_sampler(sampler, adapter, name, kw, tolerance, reference)
+        return _audit_sampler(sampler, adapter, name, kw, tol, reference)
+
+
+class _Shared:
+    """One budget for the three audits of a sampler audit: each gets the seconds the others left."""
+
+    def __init__(self, budget: Budget | None) -> None:
+        self.budget, self.start = budget or Budget(), time.perf_counter()
+
+    def next(self) -> Budget:
+        b = self.budget
+        if b.seconds is None:
+            return b
+        left = b.seconds - (time.perf_counter() - self.start)
+        if left <= 0:
+            raise BudgetExceeded("seconds", b.seconds, covered={"done": "the sampler's own audit"})
+        return Budget(paths=b.paths, depth=b.depth, seconds=left)
 
 
 def _audit_sampler(sampler: Callable, adapter: Any, name: str, kw: dict, tolerance: Any,
                    reference: bool) -> AuditReport:
-    report = audit(rule=_as_rule(sampler, adapter, name), **kw)
-    report.tolerance = Fraction(tolerance)
+    shared = kw.pop("budget")
+    report = audit(rule=_as_rule(sampler, adapter, name), budget=shared.next(), **kw)
+    report.tolerance = tolerance
     if reference and adapter.reference is not None and adapter.reference_rule is not None:
-        ref = audit(rule=_as_rule(adapter.reference, adapter, "reference"), **kw)
-        exact = audit(rule=adapter.reference_rule, **{k: v for k, v in kw.items() if k != "backend"})
+        ref = audit(rule=_as_rule(adapter.reference, adapter, "reference"), budget=shared.next(), **kw)
+        exact = audit(rule=adapter.reference_rule, budget=shared.next(),
+                      **{k: v for k, v in kw.items() if k != "backend"})
         report.extra["exact_rule"] = adapter.reference_rule.name
         rounding = total_variation(ref.output, exact.output)
         report.extra["rounding_tv"] = str(rounding)
