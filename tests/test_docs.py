@@ -1,0 +1,112 @@
+"""The documentation site: every name it references exists, and ``mkdocs build --strict`` passes.
+
+The fast tests need no mkdocs: every ``::: exactspec.X`` block of ``docs/`` and every
+``es.X`` / ``exactspec.X`` the pages mention resolves by import, and the docstring converter
+(``docs/griffe_docstrings.py``) does what the API pages rely on. The full strict build runs when
+mkdocs is installed (``pip install -e '.[docs]'``) and is skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+REFERENCE = re.compile(r"^\s*:::\s+(\S+)\s*$", re.M)
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"_exactspec_docs_{name}", DOCS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+hooks = _load("hooks")   # imports mkdocs only inside the hook functions
+
+
+def pages() -> list[pathlib.Path]:
+    return sorted(DOCS.rglob("*.md"))
+
+
+def references() -> list[tuple[str, str]]:
+    return [(str(p.relative_to(DOCS)), m.group(1)) for p in pages() for m in REFERENCE.finditer(p.read_text())]
+
+
+def test_the_docs_exist():
+    names = {str(p.relative_to(DOCS)) for p in pages()}
+    for page in ("index.md", "getting-started.md", "concepts.md", "catalog.md", "writing-rules.md", "trees.md",
+                 "counterexamples-ci.md", "samplers.md", "large-vocabularies.md", "proofs-scale-out.md",
+                 "errors.md", "cli.md", "reference/index.md"):
+        assert page in names
+    assert len(references()) >= 20
+
+
+@pytest.mark.parametrize("page,target", references())
+def test_every_reference_block_resolves(page, target):
+    """``::: exactspec.X`` in docs/ names something importable (a rename fails here, and in the build)."""
+    assert target.startswith("exactspec"), f"{page}: ::: {target} is outside the package"
+    try:
+        hooks.resolve(target)
+    except hooks.Unverifiable as exc:  # e.g. exactspec.tensor without torch: the build itself needs no torch
+        pytest.skip(str(exc))
+    except LookupError as exc:
+        pytest.fail(f"{page}: ::: {target} does not resolve: {exc}")
+
+
+def test_every_name_the_pages_mention_exists():
+    problems = [p for page in pages() for p in hooks.check_names(page.read_text(), str(page.relative_to(DOCS)))]
+    assert not problems, "\n".join(problems)
+
+
+def test_name_check_catches_a_renamed_function():
+    assert hooks.check_names("call `es.audit(...)` and `es.drafts.chain(2)`", "x.md") == []
+    assert hooks.check_names("call `es.audit_everything(...)`", "x.md") != []
+    assert hooks.check_names("::: exactspec.not_checked_here", "x.md") == []   # mkdocstrings checks those
+    assert hooks.resolve("exactspec.drafts.chain.chain") is hooks.resolve("es.drafts.chain")
+    with pytest.raises(LookupError):
+        hooks.resolve("es.drafts.chain.nope")
+
+
+def test_generated_pages_come_from_the_code():
+    import exactspec as es
+
+    catalog = hooks.catalog_markdown()
+    for r in es.rules.catalog():
+        assert f"`{r.name}`" in catalog
+    errors = hooks.errors_markdown()   # runs every snippet: each must raise exactly its type
+    for cls in hooks.public_error_types():
+        assert f"## {cls.__name__}" in errors
+    assert set(hooks.ERROR_EXAMPLES) >= {c.__name__ for c in hooks.public_error_types()}
+    assert "### exactspec audit-sampler" in hooks.cli_help_markdown()
+
+
+def test_docstring_converter():
+    pytest.importorskip("griffe", reason="the griffe extension needs griffe (the docs extra)")
+    convert = _load("griffe_docstrings").convert
+    text = "Sum.\n\n>>> 1 + 1\n2\n\nSee :func:`~a.b.f` and :class:`X`. Write::\n\n    x = 1\n\nDone."
+    assert convert(text) == ("Sum.\n\n```pycon\n>>> 1 + 1\n2\n```\n\nSee `f` and `X`. Write:\n\n```python\nx = 1\n"
+                             "```\n\nDone.")
+    table = "=====  ====\n``a``  b\n=====  ====\n1      2\n=====  ===="
+    assert convert(table).splitlines()[0] == "```text" and "a      b" in convert(table)
+    assert "```python" in convert(".. code-block:: python\n\n    y = 2\n")
+
+
+@pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("mkdocs", "material", "mkdocstrings_handlers")),
+                    reason="mkdocs, mkdocs-material or mkdocstrings-python not installed: "
+                           "pip install -e '.[docs]' to build the site")
+def test_strict_build(tmp_path):
+    """``mkdocs build --strict``: any warning (a broken link, an unresolvable reference) fails it."""
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "site" / "catalog" / "index.html").read_text().count("speculative_sampling") >= 2
+    assert "raises" in (tmp_path / "site" / "errors" / "index.html").read_text()
