@@ -180,17 +180,20 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     from .enumerate.rng import lattice_for
     engine = Engine(rule_obj, proposer, target, draft, fld, budget=budget, closed_form=closed_form,
                     lattice=lattice_for(rng_model), exact_floats=exact_floats)
-    try:
-        tpc, accepted, nodes = engine.efficiency(prompt_t)
-        output, calls = engine.output(prompt_t, tokens)
-    finally:
-        engine.close()
-    if decoding == "greedy":
-        exp = {greedy_sequence(target, prompt_t, tokens): fld.one}
-    else:
-        ref = expected if expected is not None else target
-        exp = target_law(ref, prompt_t, tokens, fld, [ref.order])
-    tv = total_variation(output, exp)
+    # the budget holds for everything below: the watchdog stops code that checks no clock, and a
+    # MemoryError / RecursionError is a budget too (exit 3), never a verdict
+    with engine.guard():
+        try:
+            tpc, accepted, nodes = engine.efficiency(prompt_t)
+            output, calls = engine.output(prompt_t, tokens)
+        finally:
+            engine.close()
+        if decoding == "greedy":
+            exp = {greedy_sequence(target, prompt_t, tokens): fld.one}
+        else:
+            ref = expected if expected is not None else target
+            exp = target_law(ref, prompt_t, tokens, fld, [ref.order], meter=engine.meter)
+        tv = total_variation(output, exp)
     ex = fld.export
     if ex(fld.one) is not fld.one:  # hand users Fractions whatever rational type computed them
         output = {k: ex(v) for k, v in output.items()}

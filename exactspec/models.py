@@ -78,8 +78,8 @@ class Model:
             try:
                 # to_law iterates what the model returned: a generator runs user code there too
                 law = to_law(self._raw(key), self.vocab, where=where, exact_floats=self.exact_floats)
-            except ExactSpecError:
-                raise                 # already names the model (InvalidDistribution, InexactArithmetic, ...)
+            except (ExactSpecError, MemoryError, RecursionError):
+                raise                 # already names the model, or a budget the audit's guard reports (exit 3)
             except (Exception, SystemExit) as exc:  # sys.exit() in a model is a failure of user code too
                 raise ModelError(f"{where}: the model raised {type(exc).__name__}: {exc}") from exc
             self._cache[key] = law

@@ -15,6 +15,8 @@ __all__ = ["ChainProposer", "ChainStep", "ChainLaws", "chain"]
 
 SAMPLINGS = ("sample", "argmax")
 CLAIMS = ("draft", "point_mass")
+#: a chain step keeps the context of this many first positions; later ones are rebuilt when asked for
+KEEP_CONTEXTS = 256
 
 
 class ChainStep:
@@ -27,7 +29,7 @@ class ChainStep:
     """
 
     __slots__ = ("gamma", "vocab", "_env", "_rng", "_ctxs", "_drafts", "_claims", "_sample", "_point", "accepted",
-                 "_source")
+                 "_source", "_last")
 
     family = "chain"
 
@@ -36,7 +38,8 @@ class ChainStep:
         self.vocab = env.vocab
         self._env = env
         self._rng = rng
-        self._ctxs = [context]
+        self._ctxs = [context]   # the context at each of the first KEEP_CONTEXTS positions (later: rebuilt)
+        self._last = context     # the context after every draft drawn so far
         self._drafts: list[int] = []
         self._claims: list[tuple] = []
         self._sample = proposer.sampling == "sample"
@@ -50,13 +53,15 @@ class ChainStep:
         env = self._env
         source = self._source
         while len(self._drafts) <= j:
-            ctx = self._ctxs[-1]
+            ctx = self._last
             q = env.q(ctx)
             s = q if source is None else env.view(source)(ctx)
             x = self._rng.categorical(s) if self._sample else env.argmax(s)
             self._drafts.append(x)
             self._claims.append(env.point_mass(x) if self._point else q)
-            self._ctxs.append(ctx + (x,))
+            self._last = ctx = ctx + (x,)
+            if len(self._ctxs) < KEEP_CONTEXTS:   # keeping every context of a long chain costs gamma**2 memory
+                self._ctxs.append(ctx)
 
     def draft(self, j: int) -> int:
         """The j-th drafted token (0-based), drawn on first use."""
@@ -81,7 +86,10 @@ class ChainStep:
             self._draw_until(j - 1)
         if not 0 <= j <= self.gamma:
             raise IndexError(f"target position {j} is outside 0..{self.gamma}")
-        return self._env.p(self._ctxs[j])
+        ctxs = self._ctxs
+        if j < len(ctxs):
+            return self._env.p(ctxs[j])
+        return self._env.p(self._last if j == len(self._drafts) else ctxs[0] + tuple(self._drafts[:j]))
 
     @property
     def drafts(self) -> tuple[int, ...]:

@@ -298,11 +298,11 @@ class TreeProposer:
         memo: dict = {}
         zero, one = env.field.zero, env.field.one
 
-        def size(path: tuple) -> Any:
-            if len(path) >= self.depth:
-                return zero
-            if path in memo:
-                return memo[path]
+        def known(path: tuple) -> Any:
+            return zero if len(path) >= self.depth else memo.get(path)
+
+        def size(path: tuple) -> Iterator[tuple]:
+            """Expected nodes below ``path``; yields each child path and is sent that child's size."""
             total = zero
             stack = [((), one)]
             while stack:
@@ -312,12 +312,30 @@ class TreeProposer:
                     continue
                 for x, px in enumerate(law):
                     if px:
-                        total += w * px * (1 + size(path + (x,)))
+                        sub = yield path + (x,)
+                        total += w * px * (1 + sub)
                         stack.append((sib + (x,), w * px))
-            memo[path] = total
             return total
 
-        return size(())
+        # run the frames from an explicit stack, not by recursion: the tree's depth is the user's to choose
+        top = known(())
+        if top is not None:
+            return top
+        frames = [((), size(()))]
+        sent: Any = None
+        while True:
+            path, frame = frames[-1]
+            try:
+                child = frame.send(sent)
+            except StopIteration as stop:
+                memo[path] = sent = stop.value
+                frames.pop()
+                if not frames:
+                    return sent
+                continue
+            sent = known(child)
+            if sent is None:
+                frames.append((child, size(child)))
 
     def describe(self) -> str:
         return f"tree(expansion={self.expansion}, children={self.children!r}, claim={self.claim!r})"

@@ -41,14 +41,21 @@ class PathRng:
     """
 
     __slots__ = ("_prefix", "_n", "_pos", "_choices", "_kinds", "weight", "_field", "_stack", "_supports",
-                 "_one", "_zero", "_exact", "max_depth", "lattice", "exact_floats")
+                 "_one", "_zero", "_exact", "max_depth", "lattice", "exact_floats", "_head")
 
     def __init__(self, prefix: tuple, weight: Any, field: Field, stack: list, supports: dict,
                  max_depth: int | None = None, lattice: "Lattice | None" = None, exact_floats: bool = False) -> None:
+        # ``prefix``: the choices to replay, as a tuple of choices or as a pushed node (see _fork)
+        if prefix and type(prefix[0]) is tuple:
+            self._head = prefix
+            prefix = _unwind(prefix)
+            self._choices: list = prefix   # shared: replay reads below len(prefix), forks append after it
+        else:
+            self._head = _link(prefix)
+            self._choices = list(prefix)
         self._prefix = prefix
         self._n = len(prefix)
         self._pos = 0
-        self._choices: list = list(prefix)
         self._kinds: list[str] = []
         self.weight = weight
         self._field = field
@@ -72,7 +79,12 @@ class PathRng:
         return tuple(self._choices[: self._pos])
 
     def _fork(self, kind: str, options: list) -> Any:
-        """Take ``options[0]``; push the others. ``options`` holds (value, probability), all > 0."""
+        """Take ``options[0]``; push the others. ``options`` holds (value, probability), all > 0.
+
+        A pushed prefix is a node ``(parent node, choice)`` (the root is ``()``) shared with the
+        current branch, so a branch of ``d`` draws pushes in O(d) memory, not O(d**2); the node
+        is unwound into a list of choices once, when its branch is replayed.
+        """
         pos = self._pos
         self._pos = pos + 1
         self._kinds.append(kind)
@@ -80,11 +92,12 @@ class PathRng:
             from ..errors import BudgetExceeded
             raise BudgetExceeded("depth", self.max_depth, covered={"draws on this branch": pos})
         w = self.weight
-        head = self._choices[:pos]
+        head = self._head
         push = self._stack.append
         for value, prob in options[1:]:
-            push((tuple(head) + (value,), w * prob))
+            push(((head, value), w * prob))
         value, prob = options[0]
+        self._head = (head, value)
         self._choices.append(value)
         if prob != 1:
             self.weight = w * prob
@@ -273,6 +286,29 @@ def lattice_for(rng_model: str) -> Lattice | None:
         return LATTICES[rng_model]
     except KeyError:
         raise ExactSpecError(f"unknown rng_model {rng_model!r}: choose one of {', '.join(RNG_MODELS)}") from None
+
+
+def _link(choices: Any) -> tuple:
+    """The node chain of a sequence of choices (``()`` for none): each node is ``(parent, choice)``."""
+    node: tuple = ()
+    for c in choices:
+        node = (node, c)
+    return node
+
+
+def _unwind(node: tuple) -> list:
+    """The choices along a node chain, first to last (a loop: chains are as long as branches).
+
+    >>> _unwind(_link((1, True, 0)))
+    [1, True, 0]
+    """
+    out = []
+    append = out.append
+    while node:
+        node, c = node
+        append(c)
+    out.reverse()
+    return out
 
 
 class _Cell:

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from ..errors import BudgetExceeded, ExactSpecError, RuleError
 from .rng import PathRng, _Diverged
+from .watchdog import guard
 
 __all__ = ["Budget", "StepEnumerator", "run_rule"]
 
@@ -25,21 +26,26 @@ __all__ = ["Budget", "StepEnumerator", "run_rule"]
 class Budget:
     """Limits on one audit: total branches (``paths``), draws per branch (``depth``), ``seconds``.
 
+    ``depth`` also bounds the tokens one step may emit (a chain's ``gamma + 1``): a longer step is
+    refused up front. ``outcomes`` bounds the outcomes the memoised laws of the stream (and of the
+    expected law) hold together, which is what their memory grows with: the law of ``tokens``
+    tokens can have ``vocab ** tokens`` of them.
+
     >>> Budget(paths=1000).paths
     1000
     """
 
     def __init__(self, *, paths: int | None = 5_000_000, depth: int | None = 10_000,
-                 seconds: float | None = None) -> None:
-        for name, v in (("paths", paths), ("depth", depth)):
+                 seconds: float | None = None, outcomes: int | None = 5_000_000) -> None:
+        for name, v in (("paths", paths), ("depth", depth), ("outcomes", outcomes)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ExactSpecError(f"Budget: {name} must be a positive int or None, got {v!r}")
         if seconds is not None and not (isinstance(seconds, (int, float)) and seconds > 0):
             raise ExactSpecError(f"Budget: seconds must be a positive number or None, got {seconds!r}")
-        self.paths, self.depth, self.seconds = paths, depth, seconds
+        self.paths, self.depth, self.seconds, self.outcomes = paths, depth, seconds, outcomes
 
     def __repr__(self) -> str:
-        return f"Budget(paths={self.paths}, depth={self.depth}, seconds={self.seconds})"
+        return f"Budget(paths={self.paths}, depth={self.depth}, seconds={self.seconds}, outcomes={self.outcomes})"
 
 
 class Meter:
@@ -49,6 +55,7 @@ class Meter:
         self.budget = budget
         self.paths = 0
         self.steps = 0
+        self.outcomes = 0
         self.start = time.perf_counter()
         self.deadline = None if budget.seconds is None else self.start + budget.seconds
 
@@ -65,10 +72,37 @@ class Meter:
         if self.deadline is not None and not self.paths & 255:
             self.check_time()
 
+    def hold(self, n: int) -> None:
+        """Count ``n`` more outcomes held in memoised laws, or raise BudgetExceeded past the budget."""
+        self.outcomes += n
+        limit = self.budget.outcomes
+        if limit is not None and self.outcomes > limit:
+            raise BudgetExceeded("outcomes", limit, covered=dict(self.covered(), outcomes=self.outcomes))
+
     def check_time(self) -> None:
         """Raise BudgetExceeded if the time budget is spent."""
         if self.deadline is not None and time.perf_counter() > self.deadline:
             raise BudgetExceeded("seconds", self.budget.seconds, covered=self.covered())
+
+    def guard(self) -> guard:
+        """The budget guard of this audit: wrap everything it computes in ``with meter.guard():``.
+
+        It stops the block when the time budget (counted from the meter's start) is spent,
+        wherever it is (a rule's busy loop, a closed form, the expected law), and turns
+        ``MemoryError`` and ``RecursionError`` into BudgetExceeded; each error carries ``covered()``.
+        Without a time budget no thread is started.
+
+        >>> meter = Meter(Budget(seconds=0.05))
+        >>> try:
+        ...     with meter.guard():
+        ...         while True:
+        ...             pass
+        ... except BudgetExceeded as e:
+        ...     print(e.what, e.limit, sorted(e.covered)[:2])
+        seconds 0.05 ['paths', 'seconds']
+        """
+        left = None if self.deadline is None else max(0.0, self.deadline - time.perf_counter())
+        return guard(left, covered=self.covered, limit=self.budget.seconds)
 
 
 def _token(tok: Any, vocab: int, name: str) -> int:
@@ -84,24 +118,45 @@ def _token(tok: Any, vocab: int, name: str) -> int:
     return t
 
 
-def run_rule(fn: Callable, step: Any, rng: Any, horizon: int | None, vocab: int, name: str) -> tuple:
+def _too_many(name: str, cap: int) -> RuleError:
+    return RuleError(f"rule {name} emitted more than {cap} tokens in one step (at most {cap - 1} accepted "
+                     "drafts plus one correction or bonus)")
+
+
+def run_rule(fn: Callable, step: Any, rng: Any, horizon: int | None, vocab: int, name: str,
+             cap: int | None = None) -> tuple:
     """Run a rule once and return the tokens it emits, cut at ``horizon``.
 
     A generator rule is stopped as soon as ``horizon`` tokens are out, so nothing after the
-    horizon is drawn; a rule returning a sequence is cut after it returns.
+    horizon is drawn; a rule returning a sequence is cut after it returns. A step emitting more
+    than ``cap`` tokens (the proposer's ``max_tokens()``) is a RuleError, raised as soon as the
+    token past ``cap`` is out, so an endless generator stops at once even uncut.
+
+    >>> def endless(step, rng):
+    ...     while True:
+    ...         yield 0
+    >>> run_rule(endless, None, None, 3, 2, "endless", cap=5)
+    (0, 0, 0)
+    >>> run_rule(endless, None, None, None, 2, "endless", cap=5)
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.RuleError: rule endless emitted more than 5 tokens in one step (at most 4 accepted drafts plus one correction or bonus)
     """
     res = fn(step, rng)
     out: list[int] = []
+    stop = horizon if cap is None else cap + 1 if horizon is None else min(horizon, cap + 1)
     if isinstance(res, GeneratorType):
-        if horizon is None:
+        if stop is None:
             for tok in res:
                 out.append(_token(tok, vocab, name))
         else:
             for tok in res:
                 out.append(_token(tok, vocab, name))
-                if len(out) >= horizon:
+                if len(out) >= stop:
                     res.close()
                     break
+        if cap is not None and len(out) > cap:
+            raise _too_many(name, cap)
     else:
         if res is None:
             raise RuleError(f"rule {name} returned None: return (or yield) the emitted tokens")
@@ -109,6 +164,8 @@ def run_rule(fn: Callable, step: Any, rng: Any, horizon: int | None, vocab: int,
             seq = list(res)
         except TypeError:
             raise RuleError(f"rule {name} returned {res!r}: return (or yield) the emitted tokens") from None
+        if cap is not None and len(seq) > cap:
+            raise _too_many(name, cap)
         out = [_token(t, vocab, name) for t in (seq if horizon is None else seq[:horizon])]
     if not out:
         raise RuleError(f"rule {name} emitted no token: every step must emit at least one")
@@ -127,6 +184,8 @@ class StepEnumerator:
         self.env = env
         self.meter = meter or Meter(Budget())
         self._supports: dict = {}
+        max_tokens = getattr(proposer, "max_tokens", None)
+        self.cap: int | None = max_tokens() if callable(max_tokens) else None
 
     def law(self, context: tuple, horizon: int | None, stats: dict | None = None) -> dict:
         """Exact law of the emitted tokens (each tuple cut at ``horizon``) of one step from ``context``.
@@ -135,7 +194,7 @@ class StepEnumerator:
         drafts the rule marked accepted (``step.accept``), and ``stats["marked"]``, whether any was.
         """
         env, field = self.env, self.env.field
-        rule, fn, name, vocab = self.rule, self.rule.fn, self.rule.name, env.vocab
+        rule, fn, name, vocab, cap = self.rule, self.rule.fn, self.rule.name, env.vocab, self.cap
         proposer, meter, supports = self.proposer, self.meter, self._supports
         depth = meter.budget.depth
         law: dict = {}
@@ -147,7 +206,7 @@ class StepEnumerator:
             rng = PathRng(prefix, w, field, stack, supports, depth, self.lattice, self.exact_floats)
             step = proposer.step(env, context, rng)
             try:
-                out = run_rule(fn, step, rng, horizon, vocab, name)
+                out = run_rule(fn, step, rng, horizon, vocab, name, cap)
             except RuleError as exc:
                 if not exc.trace:
                     exc.trace = rng.trace
@@ -156,8 +215,8 @@ class StepEnumerator:
                 raise
             except _Diverged as exc:
                 raise RuleError(f"rule {name}: {exc}", rule=name, trace=rng.trace) from exc
-            except ExactSpecError:
-                raise
+            except (ExactSpecError, MemoryError, RecursionError):
+                raise   # resources run out are budget errors (see watchdog.guard), not the rule's fault
             except Exception as exc:
                 trace = rng.trace
                 raise RuleError(
@@ -176,5 +235,5 @@ class StepEnumerator:
         def replay() -> Any:
             rng = PathRng(choices, self.env.field.one, self.env.field, [], {}, None, self.lattice, self.exact_floats)
             step = self.proposer.step(self.env, context, rng)
-            return run_rule(self.rule.fn, step, rng, horizon, self.env.vocab, self.rule.name)
+            return run_rule(self.rule.fn, step, rng, horizon, self.env.vocab, self.rule.name, self.cap)
         return replay

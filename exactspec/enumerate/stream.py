@@ -24,6 +24,7 @@ from ..laws import clear_memo
 from ..models import Model
 from .env import Env, state_key
 from .step import Budget, Meter, StepEnumerator
+from .watchdog import guard as BudgetGuard
 
 __all__ = ["Engine", "target_law", "greedy_sequence"]
 
@@ -77,37 +78,111 @@ class Engine:
                 e = e[:horizon]
                 law[e] = law.get(e, 0) + w
         else:
+            self._check_length(horizon)
             law = self._closed(key, horizon)
             if law is None:
                 law = self.steps.law(key, horizon)
         memo[(key, horizon)] = law
         return law
 
+    def _check_length(self, horizon: int | None) -> None:
+        """Refuse a step that may draft more positions than the depth budget allows draws.
+
+        A chain of ``gamma`` sampled drafts that are all accepted is one branch of ``gamma`` draws
+        or more, and its closed form walks prefixes as long: with ``gamma`` past the depth budget
+        neither can finish, so say so at once instead of filling memory.
+        """
+        depth, cap = self.meter.budget.depth, self.steps.cap
+        if depth is None or cap is None:
+            return
+        longest = cap if horizon is None else min(cap, horizon)
+        if longest - 1 > depth:
+            from ..errors import BudgetExceeded
+            raise BudgetExceeded("depth", depth, covered=dict(self.meter.covered(), **{
+                "tokens one step may emit": longest}))
+
+    def guard(self) -> BudgetGuard:
+        """The budget guard of this engine's audit (see :meth:`Meter.guard`): wrap every computation in it.
+
+        >>> import exactspec as es
+        >>> from exactspec.fields import get_field
+        >>> p = es.models.context_free(("1/2", "1/2"))
+        >>> eng = Engine(es.rules.speculative_sampling, es.drafts.chain(2), p, p, get_field(),
+        ...              budget=Budget(seconds=10))
+        >>> with eng.guard():
+        ...     law, calls = eng.output((), 3)
+        ...     expected = target_law(p, (), 3, eng.field)
+        >>> law == expected
+        True
+        """
+        return self.meter.guard()
+
     def output(self, prompt: tuple, tokens: int) -> tuple[dict, Any]:
         """(law of the first ``tokens`` emitted tokens, expected number of steps to emit them)."""
         return self._output(tuple(prompt), tokens)
 
     def _output(self, context: tuple, r: int) -> tuple[dict, Any]:
-        key = (self.key(context), r)
-        hit = self._out_memo.get(key)
+        """The law from ``context`` by remaining tokens ``r``, memoised by ``(state, r)``.
+
+        A loop over an explicit stack, not recursion: one frame per step on the current path, so
+        thousands of tokens need no deeper Python stack. Frames add in the order recursion would.
+        """
+        memo = self._out_memo
+        root = (self.key(context), r)
+        hit = memo.get(root)
         if hit is not None:
             return hit
+        meter = self.meter
+        held, most = meter.outcomes, meter.budget.outcomes or float("inf")   # outcomes held, counted here
+        # a frame: [memo key, context, r, step-law items, law, calls, (e, pe) waiting for its sub-law]
+        stack = [self._frame(root, context, r)]
+        done: Any = None
+        while stack:
+            f = stack[-1]
+            key, ctx, r, items, law, calls, waiting = f
+            get = law.get
+            if waiting is not None:   # the frame above finished: fold its law in
+                e, pe = waiting
+                sub, sub_calls = done
+                held += len(sub)
+                if held > most:
+                    meter.hold(held - meter.outcomes)
+                calls += pe * sub_calls
+                for rest, pr in sub.items():
+                    k = e + rest
+                    law[k] = get(k, 0) + pe * pr
+            for e, pe in items:
+                n = len(e)
+                if n >= r:
+                    held += 1
+                    law[e] = get(e, 0) + pe
+                    continue
+                nxt = ctx + e
+                sub_key = (self.key(nxt), r - n)
+                hit = memo.get(sub_key)
+                if hit is None:
+                    f[5], f[6] = calls, (e, pe)
+                    stack.append(self._frame(sub_key, nxt, r - n))
+                    break
+                sub, sub_calls = hit
+                held += len(sub)
+                if held > most:
+                    meter.hold(held - meter.outcomes)
+                calls += pe * sub_calls
+                for rest, pr in sub.items():
+                    k = e + rest
+                    law[k] = get(k, 0) + pe * pr
+            else:
+                stack.pop()
+                done = memo[key] = (law, calls)
+                if held > most:
+                    meter.hold(held - meter.outcomes)
+        meter.outcomes = held
+        return done
+
+    def _frame(self, key: tuple, context: tuple, r: int) -> list:
         self.meter.check_time()
-        law: dict = {}
-        get = law.get
-        calls: Any = 1
-        for e, pe in self.step_law(context, r).items():
-            n = len(e)
-            if n >= r:
-                law[e] = get(e, 0) + pe
-                continue
-            sub, sub_calls = self._output(context + e, r - n)
-            calls += pe * sub_calls
-            for rest, pr in sub.items():
-                k = e + rest
-                law[k] = get(k, 0) + pe * pr
-        self._out_memo[key] = (law, calls)
-        return law, calls
+        return [key, context, r, iter(self.step_law(context, r).items()), {}, 1, None]
 
     def efficiency(self, prompt: tuple) -> tuple[Any, Any, Any]:
         """Exact expectations for the first (uncut) step from ``prompt``.
@@ -116,6 +191,7 @@ class Engine:
         speculated nodes the target verifies).
         """
         key = self.key(tuple(prompt))
+        self._check_length(None)
         nodes = self.proposer.expected_nodes(self.env, key)
         by_len = self._closed(key, None, lengths=True)
         if by_len is not None:
@@ -138,8 +214,11 @@ class Engine:
         clear_memo()
 
 
-def target_law(target: Model, prompt: tuple, tokens: int, field: Field, orders: list | None = None) -> dict:
+def target_law(target: Model, prompt: tuple, tokens: int, field: Field, orders: list | None = None, *,
+               meter: Meter | None = None) -> dict:
     """The target's own autoregressive law of the first ``tokens`` tokens after ``prompt``.
+
+    With ``meter`` (an engine's), the outcomes it holds count against that audit's budget.
 
     >>> import exactspec as es
     >>> from exactspec.fields import get_field
@@ -147,28 +226,50 @@ def target_law(target: Model, prompt: tuple, tokens: int, field: Field, orders: 
     [Fraction(1, 16), Fraction(3, 16), Fraction(3, 16), Fraction(9, 16)]
     """
     from .env import ModelView
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise ExactSpecError(f"tokens must be an int >= 1, got {tokens!r}")
     view = ModelView(target, field)
     orders = orders or [target.order]
     memo: dict[tuple, dict] = {}
-
-    def rec(context: tuple, r: int) -> dict:
-        key = (state_key(context, orders), r)
-        hit = memo.get(key)
-        if hit is not None:
-            return hit
-        law: dict = {}
-        for t, pt in enumerate(view(context)):
+    root = (state_key(tuple(prompt), orders), tokens)
+    # a loop over an explicit stack (one frame per token), folding in the order recursion would;
+    # a frame: [memo key, context, r, (token, prob) items, law, (t, pt) waiting for its sub-law]
+    stack = [[root, tuple(prompt), tokens, iter(enumerate(view(tuple(prompt)))), {}, None]]
+    done: dict = {}
+    hold = meter.hold if meter is not None else _ignore
+    while stack:
+        f = stack[-1]
+        key, context, r, items, law, waiting = f
+        if waiting is not None:
+            t, pt = waiting
+            hold(len(done))
+            for rest, pr in done.items():
+                law[(t,) + rest] = pt * pr
+        for t, pt in items:
             if not pt:
                 continue
             if r == 1:
+                hold(1)
                 law[(t,)] = pt
-            else:
-                for rest, pr in rec(context + (t,), r - 1).items():
-                    law[(t,) + rest] = pt * pr
-        memo[key] = law
-        return law
+                continue
+            nxt = context + (t,)
+            sub_key = (state_key(nxt, orders), r - 1)
+            hit = memo.get(sub_key)
+            if hit is None:
+                f[5] = (t, pt)
+                stack.append([sub_key, nxt, r - 1, iter(enumerate(view(nxt))), {}, None])
+                break
+            hold(len(hit))
+            for rest, pr in hit.items():
+                law[(t,) + rest] = pt * pr
+        else:
+            stack.pop()
+            done = memo[key] = law
+    return done
 
-    return rec(tuple(prompt), tokens)
+
+def _ignore(n: int) -> None:
+    """Counts nothing (target_law without a meter)."""
 
 
 def greedy_sequence(target: Model, prompt: tuple, tokens: int) -> tuple[int, ...]:

@@ -41,9 +41,13 @@ def chain_step_law(laws: Any, horizon: int | None, accept: Accept, reject: Rejec
     cap = gamma + 1 if horizon is None else horizon
     out: dict = {}
     get = out.get
-    stack: list = [((), laws.env.field.one)]
+    # an entry is (accepted prefix, next accepted draft or None, weight): siblings share their
+    # parent's prefix tuple, built into the child's only when popped (memory: one tuple per level)
+    stack: list = [((), None, laws.env.field.one)]
     while stack:
-        prefix, w = stack.pop()
+        prefix, x, w = stack.pop()
+        if x is not None:
+            prefix = prefix + (x,)
         j = len(prefix)
         if j == gamma:
             b = bonus(laws, prefix)
@@ -64,13 +68,12 @@ def chain_step_law(laws: Any, horizon: int | None, accept: Accept, reject: Rejec
                 continue
             a = accept(laws, prefix, x)
             if a:
-                nxt = prefix + (x,)
                 wa = w * sx if a == 1 else w * sx * a
                 if j + 1 >= cap:
-                    k = (j + 1, j + 1) if lengths else nxt
+                    k = (j + 1, j + 1) if lengths else prefix + (x,)
                     out[k] = get(k, 0) + wa
                 else:
-                    stack.append((nxt, wa))
+                    stack.append((prefix, x, wa))
             if a != 1:
                 rl = reject(laws, prefix, x)
                 g = groups.get(id(rl))

@@ -108,7 +108,7 @@ class _Shared:
         left = b.seconds - (time.perf_counter() - self.start)
         if left <= 0:
             raise BudgetExceeded("seconds", b.seconds, covered={"done": "the sampler's own audit"})
-        return Budget(paths=b.paths, depth=b.depth, seconds=left)
+        return Budget(paths=b.paths, depth=b.depth, seconds=left, outcomes=b.outcomes)
 
 
 def _audit_sampler(sampler: Callable, adapter: Any, name: str, kw: dict, tolerance: Any,
