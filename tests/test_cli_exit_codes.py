@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from fractions import Fraction
 
 import pytest
 
@@ -125,7 +126,7 @@ def test_memory_and_recursion_errors_are_an_incomplete_check(capsys, monkeypatch
 # -- time limits --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("cmd", [["audit", "--rule", "speculative_sampling"], ["search", "--rule", "no_bonus"],
-                                 ["check"], ["audit-sampler", "examples.bugzoo.numpy_samplers:correct"]])
+                                 ["check"], ["audit-sampler", "exactspec.bugzoo.numpy_samplers:correct"]])
 @pytest.mark.parametrize("limit", ["-1", "0", "nan", "inf", "abc", "1e-999999999"])
 def test_invalid_time_limits_exit_2(capsys, cmd, limit):
     code, out, err = run(capsys, *cmd, f"--time-limit={limit}")
@@ -143,7 +144,7 @@ def test_help_states_the_default_time_limit(capsys, sub):
 
 
 def test_audit_sampler_time_limit_exits_3(capsys):
-    code, out, err = run(capsys, "audit-sampler", "examples.bugzoo.numpy_samplers:correct", "--vocab", "5",
+    code, out, err = run(capsys, "audit-sampler", "exactspec.bugzoo.numpy_samplers:correct", "--vocab", "5",
                          "--gamma", "4", "--time-limit", "0.05")
     assert code == 3, (out, err)
     one_line(err)
@@ -159,7 +160,7 @@ def test_audit_sampler_time_limit_exits_3(capsys):
     (["audit", "--rule", "speculative_sampling", "--children", "topk"], "--children does not apply"),
     (["search", "--rule", "mss", "--sampling", "argmax"], "--sampling does not apply to rule mss"),
     (["search", "--rule", "speculative_sampling", "--children", "iid"], "--children does not apply"),
-    (["audit-sampler", "examples.bugzoo.numpy_samplers:correct", "--expansion", "2"], "--expansion does not apply"),
+    (["audit-sampler", "exactspec.bugzoo.numpy_samplers:correct", "--expansion", "2"], "--expansion does not apply"),
 ])
 def test_options_that_do_not_apply_are_errors(capsys, argv, fragment):
     code, out, err = run(capsys, *argv)
@@ -231,6 +232,16 @@ def test_a_rule_that_calls_sys_exit_is_exit_2(capsys, user_dir):
     assert code == 2 and out == ""
     one_line(err)
     assert "sys.exit(0)" in err
+
+
+def test_a_rule_that_calls_sys_exit_is_a_rule_error_in_python():
+    def leave(step, rng):
+        if rng.bernoulli(Fraction(1, 2)):   # one branch of two exits
+            sys.exit(3)
+        yield step.draft(0)
+    p = es.models.context_free(("1/2", "1/2"))
+    with pytest.raises(es.RuleError, match=r"called sys.exit\(3\)"):
+        es.audit(target=p, draft=p, proposer=es.drafts.chain(1), rule=leave)
 
 
 def test_a_sampler_that_calls_sys_exit_is_exit_2(capsys, user_dir):

@@ -223,6 +223,11 @@ class StepEnumerator:
                     f"rule {name} raised {type(exc).__name__}: {exc} (context {context}, draws {trace}); "
                     "call .replay() on this error to re-run that branch",
                     rule=name, trace=trace, replay=self._replayer(context, horizon, rng.choices)) from exc
+            except SystemExit as exc:   # user code ending the process is a failure (exit 2), never a verdict
+                trace = rng.trace
+                raise RuleError(f"rule {name} called sys.exit({exc.code!r}) (context {context}, draws {trace})",
+                                rule=name, trace=trace,
+                                replay=self._replayer(context, horizon, rng.choices)) from None
             law[out] = law.get(out, 0) + rng.weight
             if stats is not None:
                 n = getattr(step, "accepted", 0)
