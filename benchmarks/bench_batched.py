@@ -2,7 +2,7 @@
 
 Run:  python -m benchmarks.bench_batched
 
-A vLLM-style batched rejection sampler (own code, examples/bugzoo/torch_samplers.py), audited
+A vLLM-style batched rejection sampler (own code, exactspec/bugzoo/torch_samplers.py), audited
 row-wise: one sampler call per (position, chunk of candidate drafts, branch pattern). The exact
 rule's tensor laws are printed next to it as the reference.
 """
@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from examples.bugzoo import torch_samplers as zoo
+from exactspec.bugzoo import torch_samplers as zoo
 from exactspec.tensor import audit_batched_sampler, chain_step_laws
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 import exactspec as es
-from examples.bugzoo import numpy_samplers as zoo
+from exactspec.bugzoo import numpy_samplers as zoo
 from exactspec.instances import make_instance
 
 

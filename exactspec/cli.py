@@ -17,6 +17,11 @@ Exit codes, the same for every command:
 differs from the expected law, whatever the rule claims; the summary says when a claim is broken).
 A closed pipe (``exactspec search ... | head -1``) does not change the exit code.
 
+``--json --no-timings`` (``check``, ``audit``, ``search``, ``audit-sampler``) leaves out every
+wall-clock field, so two runs print byte-identical JSON (for diffing in CI). ``check`` prints a
+table that fits 120 columns; ``check --wide`` adds the full proposer descriptions and the
+efficiency and time columns. ``python -m exactspec`` is the same command.
+
 >>> main(["rules", "--names"])  # doctest: +ELLIPSIS
 speculative_sampling
 ...
@@ -26,10 +31,12 @@ speculative_sampling
 from __future__ import annotations
 
 import argparse
+import decimal
 import json
 import os
 import re
 import sys
+import textwrap
 import time
 from typing import Any, Callable, Sequence
 
@@ -41,10 +48,17 @@ from .errors import BudgetExceeded, ExactSpecError
 from .instances import check_cases, default_instance, make_instance
 from .rules import Rule, as_rule, catalog, get
 
-__all__ = ["main", "DEFAULT_TIME_LIMIT"]
+__all__ = ["main", "entry", "DEFAULT_TIME_LIMIT", "TABLE_WIDTH", "TIMING_KEYS", "adapter_names", "drop_timings",
+           "rules_json"]
 
 #: wall-clock seconds a command may run unless ``--time-limit`` says otherwise (then exit 3)
 DEFAULT_TIME_LIMIT = 600.0
+
+#: the widest line ``exactspec check`` prints without ``--wide``
+TABLE_WIDTH = 120
+
+#: JSON keys that hold wall-clock measurements, left out by ``--no-timings`` (at any depth)
+TIMING_KEYS = frozenset({"seconds", "elapsed", "wall_time"})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -110,15 +124,112 @@ class _Clock:
         return Budget(seconds=left)
 
 
-def _tv_text(report: Any) -> str:
-    if report.tv == 0:
-        return "0 (exact)" if report.exact else "0"
-    s = report.field.to_str(report.tv)
-    return s if len(s) <= 20 else f"~{float(report.tv):.4g}"
+def _sig4(x: Any) -> str:
+    """``x`` (a rational, float or mpmath number) as a decimal with 4 significant digits.
+
+    The one format of the TV column of ``exactspec check``; exact values are in ``--json``.
+    Rationals are rounded exactly, so a value below float range is not printed as 0.
+
+    >>> from fractions import Fraction
+    >>> _sig4(0), _sig4(Fraction(146767916, 175720125)), _sig4(Fraction(1, 3)), _sig4(Fraction(1, 10 ** 400))
+    ('0', '0.8352', '0.3333', '1e-400')
+    >>> _sig4(6.7791e-38), _sig4(1)
+    ('6.779e-38', '1')
+    """
+    if x == 0:
+        return "0"
+    with decimal.localcontext() as ctx:
+        ctx.prec, ctx.Emin, ctx.Emax = 4, decimal.MIN_EMIN, decimal.MAX_EMAX
+        num, den = getattr(x, "numerator", None), getattr(x, "denominator", None)
+        if num is not None and den is not None and not callable(num):  # Fraction, gmpy2 mpq, int
+            d = decimal.Decimal(int(num)) / decimal.Decimal(int(den))
+        else:  # float, mpmath mpf: their decimal string, rounded to 4 digits
+            try:
+                d = +decimal.Decimal(str(x))
+            except decimal.InvalidOperation:
+                return str(x)
+    if not d.is_finite():
+        return str(d).lower()
+    if decimal.Decimal("1e-300") < abs(d) < decimal.Decimal("1e300"):
+        return f"{float(d):.4g}"
+    return format(d.normalize(), ".4g").replace("E", "e")
 
 
 def _num(report: Any, x: Any) -> str:
     return "n/a" if x is None else f"{float(x):.4f}"
+
+
+def _short_proposer(proposer: Any) -> str:
+    """A compact description of a proposer for the ``check`` table (``--wide`` shows ``describe()``).
+
+    >>> from exactspec import drafts
+    >>> _short_proposer(drafts.chain(4)), _short_proposer(drafts.tree((2, 1), children="topk", claim="point_mass"))
+    ('chain g=4 sample/draft', 'tree (2,1) topk/point_mass')
+    >>> _short_proposer(drafts.tree((2, 1), children="without_replacement", claim="renormalized"))
+    'tree (2,1) wor/renormalized'
+    """
+    if hasattr(proposer, "expansion") and hasattr(proposer, "children"):
+        children = {"without_replacement": "wor"}.get(proposer.children, proposer.children)
+        return f"tree ({','.join(map(str, proposer.expansion))}) {children}/{proposer.claim}"
+    if hasattr(proposer, "gamma") and hasattr(proposer, "sampling"):
+        src = getattr(proposer, "sampled_from", None)
+        return f"chain g={proposer.gamma} {proposer.sampling}/{proposer.claim}" + (
+            "" if src is None else f" from {getattr(src, 'name', src)}")
+    if isinstance(getattr(proposer, "models", None), (list, tuple)) and hasattr(proposer, "gamma"):
+        return f"merge {len(proposer.models)}x g={proposer.gamma}"
+    return str(proposer.describe())
+
+
+def _wrap(text: str, width: int = TABLE_WIDTH) -> list[str]:
+    """Prose lines of at most ``width`` characters (words are never split)."""
+    return textwrap.wrap(text, width=width, break_long_words=False, break_on_hyphens=False) or [""]
+
+
+def drop_timings(data: Any) -> Any:
+    """``data`` (JSON-ready dicts and lists) without wall-clock fields, at any depth: what ``--no-timings`` prints.
+
+    Keys in :data:`TIMING_KEYS` and keys ending in ``_seconds`` are left out, so two runs of the
+    same command print byte-identical JSON.
+
+    >>> drop_timings({"tv": "1/3", "seconds": 0.25, "rules": [{"seconds": 1.5, "paths": 7}]})
+    {'tv': '1/3', 'rules': [{'paths': 7}]}
+    """
+    if isinstance(data, dict):
+        return {k: drop_timings(v) for k, v in data.items()
+                if not (isinstance(k, str) and (k in TIMING_KEYS or k.endswith("_seconds")))}
+    if isinstance(data, list):
+        return [drop_timings(v) for v in data]
+    return data
+
+
+def _dump(data: dict, args: Any) -> str:
+    """The JSON a command prints (``--no-timings``: without wall-clock fields)."""
+    return json.dumps(drop_timings(data) if getattr(args, "no_timings", False) else data, indent=1)
+
+
+def _no_timings_needs_json(args: Any) -> None:
+    if getattr(args, "no_timings", False) and not args.json:
+        raise ExactSpecError("--no-timings applies to --json output (add --json)")
+
+
+def adapter_names() -> tuple[str, ...]:
+    """The names ``exactspec audit-sampler --adapter`` accepts, as :func:`exactspec.samplers.get_adapter` knows them.
+
+    >>> adapter_names()
+    ('numpy', 'numpy-tree', 'transformers', 'vllm', 'flashinfer')
+    """
+    from .samplers import adapters
+    names = getattr(adapters, "ADAPTER_NAMES", None)
+    if names:
+        return tuple(names)
+    found = list(adapters.ADAPTERS)
+    try:  # get_adapter's error message lists every name, the torch adapters included
+        adapters.get_adapter("\0")
+    except ExactSpecError as exc:
+        m = re.search(r"choose one of (.+?) or pass", str(exc))
+        if m:
+            found += [n.strip() for n in m.group(1).split(",") if n.strip() not in found]
+    return tuple(found)
 
 
 def _ints(text: str, flag: str, what: str) -> tuple[int, ...]:
@@ -223,7 +334,7 @@ def _horizon(args: Any, proposer: Any) -> int:
 
 def _report_out(args: Any, rep: Any) -> int:
     if args.json:
-        _print(rep.to_json(indent=1))
+        _print(_dump(rep.to_dict(), args))
         for w in rep.warnings:
             _warn(w)
     else:
@@ -232,9 +343,13 @@ def _report_out(args: Any, rep: Any) -> int:
 
 
 def _cmd_check(args: Any) -> int:
+    _no_timings_needs_json(args)
+    if args.wide and args.json:
+        raise ExactSpecError("--wide applies to the table, not to --json output (which has every field)")
     inst = default_instance()
     clock = _Clock(args.time_limit)
-    rows, reports = [], []
+    rows: list[dict[str, str]] = []
+    reports = []
     for i, case in enumerate(check_cases(inst)):
         t0 = time.perf_counter()
         rep = audit(target=inst.target, draft=None if case.proposer.family == "tree" and not
@@ -244,45 +359,77 @@ def _cmd_check(args: Any) -> int:
         rep.claim = case.claim
         dt = time.perf_counter() - t0
         reports.append(rep)
-        verdict = rep.verdict if rep.exact or not rep.lossless else \
-            f"lossless (within {rep.field.to_str(rep.tolerance)})"
-        if rep.lossless and not rep.exact:   # an inexact field only bounds the TV: neither held nor broken
+        inexact_lossless = rep.lossless and not rep.exact  # an inexact field only bounds the TV
+        if inexact_lossless:
             holds = "undecided" if rep.claim == "biased" else "within tol"
         else:
             holds = "yes" if rep.claim_holds else "NO"
-        rows.append((case.rule.name, case.proposer.describe(), str(case.tokens), case.claim, _tv_text(rep),
-                     verdict, holds, _num(rep, rep.tokens_per_call),
-                     _num(rep, rep.accepted_per_call), _num(rep, rep.nodes_per_call), f"{dt:.3f}s"))
-    broken = [f"{r[0]} with {r[1]}" for r in rows if r[6] == "NO"]
-    inexact = [r for r in rows if r[6] in ("undecided", "within tol")]
+        rows.append({"rule": case.rule.name, "proposer": case.proposer.describe(),
+                     "short": _short_proposer(case.proposer), "tokens": str(case.tokens), "claim": case.claim,
+                     "tv": _sig4(rep.tv), "holds": holds,
+                     "verdict": f"lossless (within {_sig4(rep.tolerance)})" if inexact_lossless else rep.verdict,
+                     "verdict_short": "<= tol" if inexact_lossless else rep.verdict,
+                     "tokens/call": _num(rep, rep.tokens_per_call), "accepted/call": _num(rep, rep.accepted_per_call),
+                     "nodes/call": _num(rep, rep.nodes_per_call), "time": f"{dt:.3f}s"})
+    broken = [f"{r['rule']} with {r['proposer']}" for r in rows if r["holds"] == "NO"]
+    inexact = [r for r in rows if r["holds"] in ("undecided", "within tol")]
     ok = not broken
     code = 1 if broken else (3 if inexact else 0)
     if args.json:
-        _print(json.dumps({"instance": {k: v for k, v in reports[0].instance.items() if k not in ("proposer", "tokens")},
-                           "field": args.field, "ok": ok, "exact": not inexact, "exit_code": code,
-                           "rules": [r.to_dict() | {"output": None, "expected": None} for r in reports]}, indent=1))
+        _print(_dump({"instance": {k: v for k, v in reports[0].instance.items() if k not in ("proposer", "tokens")},
+                      "field": args.field, "ok": ok, "exact": not inexact, "exit_code": code,
+                      "rules": [r.to_dict() | {"output": None, "expected": None} for r in reports]}, args))
         return code
-    head = ("rule", "proposer", "tokens", "claim", "exact TV" if reports[0].exact else "TV", "verdict", "holds",
-            "tokens/call", "accepted/call", "nodes/call", "time")
-    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    if args.wide:
+        cols = [("rule", "rule"), ("proposer", "proposer"), ("tokens", "tokens"), ("claim", "claim"), ("TV", "tv"),
+                ("verdict", "verdict"), ("holds", "holds"), ("tokens/call", "tokens/call"),
+                ("accepted/call", "accepted/call"), ("nodes/call", "nodes/call"), ("time", "time")]
+    else:
+        cols = [("rule", "rule"), ("proposer", "short"), ("tokens", "tokens"), ("claim", "claim"), ("TV", "tv"),
+                ("verdict", "verdict_short"), ("holds", "holds")]
+    table = [[h for h, _ in cols]] + [[r[k] for _, k in cols] for r in rows]
+    widths = [max(len(t[i]) for t in table) for i in range(len(cols))]
+    if not args.wide:  # a proposer text that would still push a line past the width is cut short
+        over = sum(widths) + 2 * (len(widths) - 1) - TABLE_WIDTH
+        if over > 0:
+            widths[1] = max(len("proposer"), widths[1] - over)
+            for t in table[1:]:
+                if len(t[1]) > widths[1]:
+                    t[1] = t[1][:widths[1] - 1] + "~"
     line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
-    _print(f"exactspec check — vocab {inst.target.vocab}, order {inst.target.order} seeded tables (seed 0), "
-           f"perturbed draft (seed 1), prompt {inst.prompt}; field {reports[0].field.describe()}")
-    _print(line(head))
-    _print(line(tuple("-" * w for w in widths)))
-    for r in rows:
+    width = None if args.wide else TABLE_WIDTH
+    prose = (lambda text: [text]) if width is None else _wrap  # noqa: E731
+    for ln in prose(f"exactspec check — vocab {inst.target.vocab}, order {inst.target.order} seeded tables (seed 0), "
+                    f"perturbed draft (seed 1), prompt {inst.prompt}"):
+        _print(ln)
+    for ln in prose(f"field: {reports[0].field.describe()}"):
+        _print(ln)
+    _print(line(table[0]))
+    _print(line(["-" * w for w in widths]))
+    for r in table[1:]:
         _print(line(r))
-    held = sum(r[6] == "yes" for r in rows)
-    _print(f"\n{held}/{len(rows)} claims hold on this instance, every position of a first and "
-           "a second step observed" + (f"; broken: {', '.join(broken)}" if broken else ""))
+    _print()
+    held = sum(r["holds"] == "yes" for r in rows)
+    for ln in prose(f"{held}/{len(rows)} claims hold on this instance, every position of a first and a second step "
+                    "observed" + (f"; broken: {', '.join(broken)}" if broken else "")):
+        _print(ln)
     if inexact and ok:
-        _print(f"not an exact proof: {len(inexact)} claim(s) could only be bounded by the {args.field} field's "
-               "tolerance (TV within it: lossless claims hold within tol, biased claims undecided; exit 3); run "
-               "without --field for the exact check")
+        tol = _sig4(reports[0].tolerance)
+        for ln in prose(f"not an exact proof: {len(inexact)} claim(s) read lossless (within {tol}), the {args.field} "
+                        "field's tolerance: lossless claims hold within tol, biased claims are undecided (exit 3); "
+                        "run without --field for the exact check"):
+            _print(ln)
+    if not args.wide:
+        for ln in _wrap("TV: total variation from the expected law, 4 significant digits (exact values: --json). "
+                        "Proposers: chain g=GAMMA SAMPLING/CLAIM, tree (EXPANSION) CHILDREN/CLAIM "
+                        "(wor: without_replacement), merge Nx g=GAMMA (N draft models). --wide: full proposer "
+                        "descriptions, tokens/call, accepted/call, nodes/call and time."):
+            _print(ln)
     return code
 
 
 def _cmd_audit(args: Any) -> int:
+    _no_timings_needs_json(args)
     rule = _rule(args.rule)
     _family_options(args, rule.family, f"rule {rule.name}")
     prompt = None if args.prompt is None else _ints(args.prompt, "--prompt", "token ids like '0 1'")
@@ -293,15 +440,18 @@ def _cmd_audit(args: Any) -> int:
     return _report_out(args, rep)
 
 
-def _search_result_json(found: Any, rule: Any) -> str:
+def _search_result_json(found: Any, rule: Any, args: Any) -> str:
+    if hasattr(found, "to_dict"):
+        return _dump(found.to_dict(), args)
     if hasattr(found, "to_json"):
-        return found.to_json(indent=1)
-    return json.dumps({"rule": rule.name, "found": False, "space": found.space, "audited": found.audited}, indent=1)
+        return _dump(json.loads(found.to_json()), args)
+    return _dump({"rule": rule.name, "found": False, "space": found.space, "audited": found.audited}, args)
 
 
 def _cmd_search(args: Any) -> int:
     from .counterexamples import default_space, search
     from .drafts import chain, tree
+    _no_timings_needs_json(args)
     rule = _rule(args.rule)
     if rule.family == "tree":
         if args.sampling is not None:
@@ -338,7 +488,7 @@ def _cmd_search(args: Any) -> int:
     if code is None:
         code = 1 if found.__class__.__name__ == "Counterexample" else 0
     if args.json:
-        _print(_search_result_json(found, rule))
+        _print(_search_result_json(found, rule, args))
         return code
     _print(str(found))
     if code == 1:
@@ -349,6 +499,7 @@ def _cmd_search(args: Any) -> int:
 
 def _cmd_audit_sampler(args: Any) -> int:
     from .samplers import audit_sampler, get_adapter
+    _no_timings_needs_json(args)
     adapter = get_adapter(args.adapter)
     _family_options(args, adapter.family, f"the {adapter.name} adapter")
     needs_torch = getattr(adapter, "needs_torch", False)
@@ -360,7 +511,28 @@ def _cmd_audit_sampler(args: Any) -> int:
     return _report_out(args, rep)
 
 
+def rules_json() -> dict[str, list[dict[str, Any]]]:
+    """What ``exactspec rules --json`` prints: the catalog and the configurations ``exactspec check`` audits.
+
+    ``rules``: one record per catalog rule (``name``, ``family``, ``claim``, ``description``,
+    ``reference``, ``params`` with values as strings); ``check``: ``rule``, ``proposer`` (its
+    description), ``claim`` (the claim it must bear out) and ``tokens`` (the horizon).
+
+    >>> d = rules_json()
+    >>> d["rules"][0]["name"], d["rules"][0]["claim"], d["check"][0]["tokens"]
+    ('speculative_sampling', 'lossless', 6)
+    """
+    return {"rules": [{"name": r.name, "family": r.family, "claim": r.claim, "description": r.description,
+                       "reference": r.reference, "params": {str(k): str(v) for k, v in r.params.items()}}
+                      for r in catalog()],
+            "check": [{"rule": c.rule.name, "proposer": c.proposer.describe(), "claim": c.claim, "tokens": c.tokens}
+                      for c in check_cases()]}
+
+
 def _cmd_rules(args: Any) -> int:
+    if args.json:
+        _print(json.dumps([r.name for r in catalog()] if args.names else rules_json(), indent=1))
+        return 0
     if args.names:
         for r in catalog():
             _print(r.name)
@@ -373,16 +545,56 @@ def _cmd_rules(args: Any) -> int:
     return 0
 
 
+def _search_defaults() -> dict[str, Any]:
+    """The bounds of the space ``exactspec search`` covers when no option narrows it, for chain and tree rules."""
+    from .counterexamples import default_space
+    from .rules import mss
+    chain_space, tree_space = default_space(get("speculative_sampling")), default_space(mss)
+    return {"vocab": (max(chain_space.vocabs), max(tree_space.vocabs)),
+            "gamma": (max(s[0] for s in chain_space.shapes), max(len(s) for s in tree_space.shapes)),
+            "tokens": (max(chain_space.tokens), max(tree_space.tokens)),
+            "denominator": (chain_space.max_denominator, tree_space.max_denominator),
+            "exhaustive": (chain_space.exhaustive_denominator, tree_space.exhaustive_denominator)}
+
+
+def _lattice_text(lattice: Any) -> str:
+    """A generator lattice in a few words: ``[0, 1) in steps of 2**-24`` (``[0, 1)`` for the continuous model).
+
+    >>> from exactspec.enumerate.rng import LATTICES
+    >>> _lattice_text(None), _lattice_text(LATTICES["curand"])
+    ('[0, 1)', '(0, 1] in steps of 2**-24')
+    """
+    if lattice is None:
+        return "[0, 1)"
+    step = lattice.step
+    lo, hi = lattice.offset + lattice.kmin * step, lattice.offset + lattice.kmax * step
+    left = "[0" if lo == 0 else "(0"
+    right = "1]" if hi == 1 else "1)"
+    if step.numerator == 1 and step.denominator & (step.denominator - 1) == 0:
+        step_text = f"2**-{step.denominator.bit_length() - 1}"
+    else:
+        step_text = str(step)
+    return f"{left}, {right} in steps of {step_text}"
+
+
 def _parser() -> argparse.ArgumentParser:
+    from .drafts.chain import SAMPLINGS
+    from .drafts.tree import CHILDREN
+    from .enumerate.rng import LATTICES, RNG_MODELS
+    claims = ["draft", "point_mass", "renormalized"]
     p = _Parser(prog="exactspec", description="Prove or refute, exactly, that speculative-decoding rules keep "
                                                "the target's law. Exit codes: 0 holds / lossless (exactly), "
                                                "1 bias found or claim broken, 2 bad input or user code failed, "
                                                "3 incomplete check (budget spent, search stopped early, inexact "
                                                "field), 130 interrupted.")
-    p.add_argument("--version", action="version", version=f"exactspec {__version__}")
+    p.add_argument("--version", action="version", version=f"exactspec {__version__}",
+                   help="print the version and exit")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     limit = (f"wall-clock seconds for the whole command (default {DEFAULT_TIME_LIMIT:g}); past it the command "
              "stops and exits 3, saying what it covered")
+    json_help = "print JSON instead of text (default: text; exact numbers as strings like '3/5')"
+    no_timings = ("with --json: leave out every wall-clock field (\"seconds\"), so two runs print byte-identical "
+                  "JSON (default: timings included)")
 
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--field", choices=["fraction", "mpmath", "float"], default="fraction",
@@ -390,61 +602,94 @@ def _parser() -> argparse.ArgumentParser:
                              "tolerance, and a lossless verdict there exits 3)")
         sp.add_argument("--precision", type=int, default=None, help="mpmath precision in bits (default 113)")
         sp.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT, help=limit)
-        sp.add_argument("--json", action="store_true", help="print JSON (exact numbers as strings like '3/5')")
+        sp.add_argument("--json", action="store_true", help=json_help)
+        sp.add_argument("--no-timings", action="store_true", help=no_timings)
 
     def instance_options(sp: argparse.ArgumentParser, vocab: int, order: int, what: str) -> None:
         sp.add_argument("--vocab", type=int, default=vocab, help=f"vocabulary size (default {vocab})")
         sp.add_argument("--order", type=int, default=order,
                         help=f"context length the seeded target tables read (default {order})")
-        sp.add_argument("--gamma", type=int, default=None, help=f"drafted tokens per step, chain {what} (default 4)")
+        sp.add_argument("--gamma", type=int, default=None, help=f"chain {what}: drafted tokens per step (default 4)")
         sp.add_argument("--tokens", type=int, default=None,
                         help="horizon: tokens whose law is audited (default: a step's largest output + 1, i.e. "
                              "gamma + 2 for chains and depth + 2 for trees, so every position of a first and a "
                              "second step is observed; a smaller horizon is reported as a warning)")
         sp.add_argument("--seed", type=int, default=0, help="seed of the target tables; the draft uses seed + 1 "
                                                             "(default 0)")
-        sp.add_argument("--sampling", choices=["sample", "argmax"], default=None,
-                        help=f"chain {what}: how drafts are drawn (default sample)")
-        sp.add_argument("--claim", choices=["draft", "point_mass", "renormalized"], default="draft",
-                        help="the law the verifier is told each draft came from (default draft)")
-        sp.add_argument("--expansion", default=None, help=f"tree {what}: the expansion (default '2 1')")
-        sp.add_argument("--children", choices=["iid", "without_replacement", "topk"], default=None,
-                        help=f"tree {what}: how children are drafted (default iid)")
+        sp.add_argument("--sampling", choices=list(SAMPLINGS), default=None,
+                        help=f"chain {what}: how drafts are drawn, one of {', '.join(SAMPLINGS)} (default sample)")
+        sp.add_argument("--claim", choices=claims, default="draft",
+                        help=f"the law the verifier is told each draft came from, one of {', '.join(claims)} "
+                             "(default draft; renormalized for trees only)")
+        sp.add_argument("--expansion", default=None,
+                        help=f"tree {what}: children per depth, e.g. '2 1' or '3,2' (default '2 1')")
+        sp.add_argument("--children", choices=list(CHILDREN), default=None,
+                        help=f"tree {what}: how children are drafted, one of {', '.join(CHILDREN)} (default iid)")
 
-    c = sub.add_parser("check", help="audit every catalog rule on the default instance (the main job)")
+    c = sub.add_parser("check", help="audit every catalog rule on the default instance (the main job)",
+                       description="Audit every configuration of `exactspec rules` on the default instance and "
+                                   "exit on the rules' claims (0: every claim holds exactly).")
     common(c)
+    c.add_argument("--wide", action="store_true",
+                   help=f"table with every column and the full proposer descriptions (default: a table that fits "
+                        f"{TABLE_WIDTH} columns, without tokens/call, accepted/call, nodes/call and time)")
     a = sub.add_parser("audit", help="audit one rule on one seeded instance")
     a.add_argument("--rule", required=True, help="catalog name (e.g. speculative_sampling, 'ensemble(1/3)') or "
-                                                 "your own rule as MODULE:FUNCTION")
+                                                 "your own rule as MODULE:FUNCTION (required: no default)")
     instance_options(a, 5, 2, "rules")
     a.add_argument("--prompt", default=None, help="token ids, e.g. '0 1' (default: 0..order-1)")
     a.add_argument("--decoding", choices=["sample", "greedy"], default=None,
-                   help="default: greedy for lossless-greedy rules, else sample")
+                   help="the expected law: the target's sampling law or its greedy sequence (default: greedy for "
+                        "lossless-greedy rules, else sample)")
     common(a)
+    d = _search_defaults()
     se = sub.add_parser("search", help="find the minimal counterexample of a rule (exit 1) or cover a space (exit 0)")
-    se.add_argument("--rule", required=True, help="catalog name or MODULE:FUNCTION")
-    se.add_argument("--max-vocab", type=int, default=None)
-    se.add_argument("--max-gamma", type=int, default=None, help="chains: largest gamma; trees: deepest expansion")
-    se.add_argument("--max-denominator", type=int, default=None)
-    se.add_argument("--tokens", type=int, default=None, help="largest number of tokens")
-    se.add_argument("--seed", type=int, default=0)
-    se.add_argument("--sampling", choices=["sample", "argmax"], default=None, help="chain drafts")
-    se.add_argument("--children", choices=["iid", "without_replacement", "topk"], default=None, help="tree drafts")
-    se.add_argument("--claim", choices=["draft", "point_mass", "renormalized"], default=None)
+    se.add_argument("--rule", required=True, help="catalog name or MODULE:FUNCTION (required: no default)")
+    se.add_argument("--max-vocab", type=int, default=None,
+                    help="largest vocabulary searched, from 2 up (default {} for chain rules, {} for tree "
+                         "rules)".format(*d["vocab"]))
+    se.add_argument("--max-gamma", type=int, default=None,
+                    help="chain rules: largest gamma (default {}); tree rules: deepest expansion "
+                         "(default {})".format(*d["gamma"]))
+    se.add_argument("--max-denominator", type=int, default=None,
+                    help="largest denominator of the probabilities tried (default {}); grids up to denominator {} "
+                         "(chains) / {} (trees) are covered exhaustively".format(d["denominator"][0],
+                                                                                 *d["exhaustive"]))
+    se.add_argument("--tokens", type=int, default=None,
+                    help="largest horizon in tokens, from 1 up (default {} for chain rules, {} for tree "
+                         "rules)".format(*d["tokens"]))
+    se.add_argument("--seed", type=int, default=0, help="seed of the randomly sampled part of the space (default 0)")
+    se.add_argument("--sampling", choices=list(SAMPLINGS), default=None,
+                    help=f"chain rules: how drafts are drawn, one of {', '.join(SAMPLINGS)} (default sample)")
+    se.add_argument("--children", choices=list(CHILDREN), default=None,
+                    help=f"tree rules: how children are drafted, one of {', '.join(CHILDREN)} (default iid)")
+    se.add_argument("--claim", choices=claims, default=None,
+                    help=f"the law the verifier is told each draft came from, one of {', '.join(claims)} "
+                         "(default draft)")
     se.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT,
                     help=limit + "; a search stopped early is incomplete, never 'no counterexample'")
-    se.add_argument("--json", action="store_true")
+    se.add_argument("--json", action="store_true", help=json_help)
+    se.add_argument("--no-timings", action="store_true", help=no_timings)
     sa = sub.add_parser("audit-sampler", help="audit a third-party sampler MODULE:FUNCTION exactly")
-    sa.add_argument("target", metavar="MODULE:FUNCTION")
-    sa.add_argument("--adapter", default="numpy",
-                    help="how the sampler is called: numpy, numpy-tree, transformers, vllm, flashinfer (default numpy)")
+    sa.add_argument("target", metavar="MODULE:FUNCTION",
+                    help="the sampler, e.g. exactspec.bugzoo.numpy_samplers:shared_uniform (MODULE is imported with "
+                         "the current directory on sys.path)")
+    names = adapter_names()
+    sa.add_argument("--adapter", choices=list(names), default="numpy", metavar="ADAPTER",
+                    help=f"how the sampler is called, one of {', '.join(names)} (default numpy; the torch adapters "
+                         "need torch)")
     instance_options(sa, 4, 1, "adapters")
-    sa.add_argument("--rng-model", choices=["continuous", "torch-float32", "float64", "curand"], default="continuous",
-                    help="what a uniform draw is (default continuous)")
+    models = ", ".join(f"{n} ({_lattice_text(LATTICES.get(n))})" for n in RNG_MODELS)
+    sa.add_argument("--rng-model", choices=list(RNG_MODELS), default="continuous", metavar="RNG_MODEL",
+                    help=f"what a uniform draw is, one of {models} (default continuous)")
     sa.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT, help=limit)
-    sa.add_argument("--json", action="store_true")
+    sa.add_argument("--json", action="store_true", help=json_help)
+    sa.add_argument("--no-timings", action="store_true", help=no_timings)
     r = sub.add_parser("rules", help="list the catalog with claims and references")
-    r.add_argument("--names", action="store_true", help="names only")
+    r.add_argument("--names", action="store_true", help="rule names only, one a line (default: the full records)")
+    r.add_argument("--json", action="store_true",
+                   help="the catalog and the configurations `exactspec check` audits as JSON (default: text; with "
+                        "--names: a JSON list of names)")
     return p
 
 

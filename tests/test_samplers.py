@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import exactspec as es
-from examples.bugzoo import numpy_samplers as zoo
+from exactspec.bugzoo import numpy_samplers as zoo
 from exactspec.enumerate.rng import enumerate_program
 from exactspec.fields import get_field
 from exactspec.instances import make_instance
@@ -141,16 +141,16 @@ def test_audit_sampler_argument_errors():
 
 def test_cli_audit_sampler(capsys, monkeypatch):
     from exactspec import cli
-    assert cli.main(["audit-sampler", "examples.bugzoo.numpy_samplers:shared_uniform", "--vocab", "3"]) == 1
+    assert cli.main(["audit-sampler", "exactspec.bugzoo.numpy_samplers:shared_uniform", "--vocab", "3"]) == 1
     out = capsys.readouterr().out
     assert "BIASED" in out and "rounding (a correct sampler through the same float pipeline" in out
-    assert cli.main(["audit-sampler", "examples.bugzoo.numpy_samplers:correct", "--vocab", "3", "--rng-model",
+    assert cli.main(["audit-sampler", "exactspec.bugzoo.numpy_samplers:correct", "--vocab", "3", "--rng-model",
                      "torch-float32", "--json"]) == 0
     import json
     d = json.loads(capsys.readouterr().out)
     assert d["lossless"] and d["extra"]["algorithmic_tv"] == "0" and d["instance"]["rng_model"] == "torch-float32"
     assert cli.main(["audit-sampler", "no_such_module:f"]) == 2
-    assert cli.main(["audit-sampler", "examples.bugzoo.numpy_samplers"]) == 2
+    assert cli.main(["audit-sampler", "exactspec.bugzoo.numpy_samplers"]) == 2
     err = capsys.readouterr().err
     assert "cannot load no_such_module:f" in err and "must be MODULE:FUNCTION" in err
 
@@ -215,10 +215,10 @@ def test_multi_sample_matching_tree_sampler_and_its_fix():
 
 def test_cli_audit_sampler_with_a_tree_adapter(capsys):
     from exactspec import cli
-    assert cli.main(["audit-sampler", "examples.bugzoo.numpy_samplers:multi_sample_match_tree", "--adapter",
+    assert cli.main(["audit-sampler", "exactspec.bugzoo.numpy_samplers:multi_sample_match_tree", "--adapter",
                      "numpy-tree", "--vocab", "3", "--tokens", "1"]) == 1
     assert "tree(expansion=(2, 1), children='iid'" in capsys.readouterr().out
-    assert cli.main(["audit-sampler", "examples.bugzoo.numpy_samplers:mss_tree", "--adapter", "numpy-tree",
+    assert cli.main(["audit-sampler", "exactspec.bugzoo.numpy_samplers:mss_tree", "--adapter", "numpy-tree",
                      "--vocab", "3", "--tokens", "1", "--children", "topk", "--claim", "point_mass"]) == 0
 
 

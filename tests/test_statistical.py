@@ -6,7 +6,7 @@ from fractions import Fraction as F
 import pytest
 
 import exactspec as es
-from examples.bugzoo import numpy_samplers as zoo
+from exactspec.bugzoo import numpy_samplers as zoo
 from exactspec.instances import make_instance
 from exactspec.statistical import _g_test, samples_needed, tv_radius
 
@@ -69,7 +69,7 @@ def test_a_time_budget_stops_sampling():
 
 def test_batched_sampling_of_a_vllm_style_sampler():
     pytest.importorskip("torch")
-    from examples.bugzoo import torch_samplers as tzoo
+    from exactspec.bugzoo import torch_samplers as tzoo
     kw = dict(target=INST.target, draft=INST.draft, proposer=INST.proposer, prompt=INST.prompt, tokens=1)
     good = es.audit_statistically(tzoo.correct, adapter="vllm", samples=3000, batch=500, device="cpu", seed=2, **kw)
     bad = es.audit_statistically(tzoo.resample_target, adapter="vllm", samples=3000, batch=500, device="cpu",

@@ -144,7 +144,7 @@ def test_tree_tensor_laws_at_large_vocab_and_errors():
 
 # -- real batched samplers, rows enumerated together ------------------------------------------------------
 
-from examples.bugzoo import torch_samplers as tzoo  # noqa: E402
+from exactspec.bugzoo import torch_samplers as tzoo  # noqa: E402
 from exactspec.tensor import audit_batched_sampler  # noqa: E402
 
 

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 transformers_utils = pytest.importorskip("transformers.generation.utils")
 
 import exactspec as es  # noqa: E402
-from examples.bugzoo import torch_samplers as tzoo  # noqa: E402
+from exactspec.bugzoo import torch_samplers as tzoo  # noqa: E402
 from exactspec.instances import make_instance  # noqa: E402
 
 torch.set_num_threads(1)

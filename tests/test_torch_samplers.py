@@ -120,7 +120,7 @@ def test_reference_sampler_matches_the_exact_rule_up_to_float32():
 
 # -- vLLM-style samplers and the torch zoo -------------------------------------------------------------
 
-from examples.bugzoo import torch_samplers as tzoo  # noqa: E402
+from exactspec.bugzoo import torch_samplers as tzoo  # noqa: E402
 
 P0 = es.models.context_free((0, F(1, 2), F(1, 2)))          # token 0 has target probability 0
 Q0 = es.models.context_free((F(1, 2), F(1, 4), F(1, 4)))

@@ -144,9 +144,10 @@ def current_session() -> "Session | None":
 # -- patching ---------------------------------------------------------------------------------------------
 
 def _internal(frame: Any) -> bool:
-    """Whether a call comes from exactspec's own code (models, laws), never audited; its samplers are."""
+    """Whether a call comes from exactspec's own code (models, laws), never audited; its samplers (the
+    adapters' reference samplers and the bug zoo) are."""
     name = frame.f_globals.get("__name__", "")
-    return name.startswith("exactspec.") and not name.startswith("exactspec.samplers.")
+    return name.startswith("exactspec.") and not name.startswith(("exactspec.samplers.", "exactspec.bugzoo."))
 
 
 def _dispatcher(original: Any, impl: Callable, source: str | None) -> Callable:

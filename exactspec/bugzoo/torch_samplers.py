@@ -2,16 +2,18 @@
 
 Signature of the ``vllm`` adapter: ``(target_probs [B, k, V], draft_probs [B, k, V],
 draft_token_ids [B, k], bonus_token_ids [B, 1]) -> [B, k + 1]`` padded with -1.
+
+torch is imported inside the samplers, so importing this module (and collecting the package's
+doctests) works without torch; calling a sampler needs it.
 """
 
 from __future__ import annotations
-
-import torch
 
 from exactspec.samplers.torch_adapters import reference_vllm_style as correct
 
 
 def _run(target_probs, draft_probs, draft_token_ids, bonus_token_ids, recovered_law):
+    import torch
     batch, k, _ = target_probs.shape
     idx = draft_token_ids.unsqueeze(-1)
     p_x = target_probs.gather(-1, idx).squeeze(-1)
@@ -33,6 +35,7 @@ def _run(target_probs, draft_probs, draft_token_ids, bonus_token_ids, recovered_
 def tiny_clamp(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
     """Recovered probabilities clamped at float32's tiny (vLLM v0's _get_recovered_probs)."""
     def law(p, q):
+        import torch
         f = torch.clamp(p - q, min=torch.finfo(torch.float32).tiny)
         return f / f.sum()
     return _run(target_probs, draft_probs, draft_token_ids, bonus_token_ids, law)
@@ -52,6 +55,7 @@ ZOO = [
 
 def flashinfer_accept_at_zero(draft_probs, draft_token_ids, uniform_samples, target_probs):
     """A FlashInfer-style kernel accepting with ``u * q(x) <= p(x)``: u = 0 accepts drafts of probability 0."""
+    import torch
     batch, k, _ = draft_probs.shape
     out = torch.full((batch, k + 1), -1, dtype=torch.long)
     for b in range(batch):
