@@ -18,6 +18,7 @@ from .enumerate import Budget
 from .errors import (BudgetExceeded, ExactSpecError, InexactArithmetic, InvalidDistribution, ModelError, RuleError,
                      UnsupportedRandomness)
 from .fields import get_field
+from .protocols import Rng, Step, TreeStep
 from .report import AuditReport, Outcome
 from .rules import Rule, rule
 
@@ -30,6 +31,6 @@ def __getattr__(name: str):  # `es.strategies` imports hypothesis's strategies o
         return importlib.import_module(".strategies", __name__)
     raise AttributeError(f"module 'exactspec' has no attribute {name!r}")
 
-__all__ = ["audit", "audit_sampler", "HorizonWarning", "Counterexample", "EmptySearch", "IncompleteSearch", "audit_statistically", "statistical", "samplers", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "models", "drafts", "rules", "laws",
+__all__ = ["audit", "audit_sampler", "HorizonWarning", "Counterexample", "EmptySearch", "IncompleteSearch", "audit_statistically", "statistical", "samplers", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "Step", "TreeStep", "Rng", "models", "drafts", "rules", "laws",
            "theory", "trees", "counterexamples", "strategies", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
            "RuleError", "ModelError", "UnsupportedRandomness", "__version__"]

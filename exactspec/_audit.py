@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import operator
 import time
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .drafts import chain
 from .enumerate import Budget, Engine, greedy_sequence, target_law
+from .enumerate.rng import Lattice, lattice_for
 from .errors import ExactSpecError
 from .fields import Field, get_field
 from .laws import total_variation
@@ -15,7 +17,8 @@ from .models import Model
 from .report import AuditReport
 from .rules import Rule, as_rule
 
-__all__ = ["audit", "default_tokens", "horizon_scope"]
+__all__ = ["audit", "default_tokens", "horizon_scope", "AuditInputs", "validate_audit", "build_engine", "AuditLaws",
+           "compute_laws", "assemble_report", "run_audit"]
 
 DECODINGS = ("sample", "greedy")
 
@@ -135,6 +138,63 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     (True, Fraction(0, 1), True)
     """
     t0 = time.perf_counter()
+    inputs = validate_audit(target=target, rule=rule, draft=draft, proposer=proposer, prompt=prompt, tokens=tokens,
+                            decoding=decoding, field=field, precision=precision, tolerance=tolerance,
+                            expected=expected, worst=worst, backend=backend, rng_model=rng_model)
+    return run_audit(inputs, budget=budget, closed_form=closed_form, exact_floats=exact_floats, start=t0)
+
+
+# -- the steps of an audit: validate, build the engine, compute the laws, assemble the report ----------------
+
+@dataclass(frozen=True)
+class AuditInputs:
+    """An audit's inputs, checked and with their defaults filled in (what :func:`validate_audit` returns).
+
+    ``prompt`` is a tuple of token ids, ``field`` a :class:`~exactspec.fields.Field`, ``expected``
+    the declared target model (``None``: the target's own law), ``lattice`` the rng model's lattice
+    (``None`` for ``"continuous"``).
+
+    >>> import exactspec as es
+    >>> m = es.models.context_free(("1/2", "1/2"))
+    >>> inputs = validate_audit(target=m, draft=m, rule="greedy_match", prompt=[1])
+    >>> inputs.rule.name, inputs.prompt, inputs.tokens, inputs.decoding
+    ('greedy_match', (1,), 6, 'greedy')
+    """
+
+    target: Model
+    rule: Rule
+    proposer: Any
+    draft: Model | None
+    prompt: tuple[int, ...]
+    tokens: int
+    decoding: str
+    field: Field
+    expected: Model | None
+    worst: int
+    rng_model: str
+    lattice: Lattice | None
+
+
+def validate_audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any = None,
+                   prompt: Sequence[int] = (), tokens: int | None = None, decoding: str | None = None,
+                   field: str | Field = "fraction", precision: int | None = None, tolerance: Any = None,
+                   expected: Model | None = None, worst: int = 5, backend: str = "auto",
+                   rng_model: str = "continuous") -> AuditInputs:
+    """Check :func:`audit`'s inputs and fill in its defaults, raising its errors; computes nothing.
+
+    The same arguments as :func:`audit` less the engine's options (``budget``, ``closed_form``,
+    ``exact_floats``); every entry point that audits an instance validates it here, so its
+    messages are :func:`audit`'s.
+
+    >>> import exactspec as es
+    >>> m = es.models.context_free(("1/2", "1/2"))
+    >>> validate_audit(target=m, draft=m, rule="mss").proposer
+    tree(expansion=(2, 2, 1), children='iid', claim='draft')
+    >>> validate_audit(target=m, draft=m, rule="mss", tokens=0)
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.ExactSpecError: tokens must be an int >= 1, got 0
+    """
     if not isinstance(target, Model):
         raise ExactSpecError(f"target must be an exactspec model (es.models.*), got {target!r}")
     rule_obj: Rule = as_rule(rule)
@@ -176,10 +236,60 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
         raise ExactSpecError(f"worst must be an int >= 0, got {worst!r}")
     fld = get_field(field, precision=precision, tolerance=tolerance, backend=backend)
     prompt_t = _prompt(prompt, target.vocab)
+    lattice = lattice_for(rng_model)
+    return AuditInputs(target=target, rule=rule_obj, proposer=proposer, draft=draft, prompt=prompt_t, tokens=tokens,
+                       decoding=decoding, field=fld, expected=expected, worst=worst, rng_model=rng_model,
+                       lattice=lattice)
 
-    from .enumerate.rng import lattice_for
-    engine = Engine(rule_obj, proposer, target, draft, fld, budget=budget, closed_form=closed_form,
-                    lattice=lattice_for(rng_model), exact_floats=exact_floats)
+
+def build_engine(inputs: AuditInputs, *, budget: Budget | None = None, closed_form: bool = True,
+                 exact_floats: bool = False) -> Engine:
+    """The engine that enumerates ``inputs`` (nothing is enumerated until :func:`compute_laws`).
+
+    >>> import exactspec as es
+    >>> m = es.models.context_free(("1/2", "1/2"))
+    >>> build_engine(validate_audit(target=m, draft=m, rule="speculative_sampling")).use_closed_form
+    True
+    """
+    return Engine(inputs.rule, inputs.proposer, inputs.target, inputs.draft, inputs.field, budget=budget,
+                  closed_form=closed_form, lattice=inputs.lattice, exact_floats=exact_floats)
+
+
+@dataclass
+class AuditLaws:
+    """What an audit computed: the output and expected laws, their TV, and the efficiency figures.
+
+    Numbers are Fractions in the fraction field, whatever rational type computed them.
+
+    >>> import exactspec as es
+    >>> m = es.models.context_free(("1/2", "1/2"))
+    >>> inputs = validate_audit(target=m, draft=m, rule="speculative_sampling", proposer=es.drafts.chain(1), tokens=1)
+    >>> laws = compute_laws(build_engine(inputs), inputs)
+    >>> laws.output == laws.expected, laws.tokens_per_call
+    (True, Fraction(2, 1))
+    """
+
+    output: dict
+    expected: dict
+    tv: Any
+    tokens_per_call: Any
+    accepted_per_call: Any
+    nodes_per_call: Any
+    target_calls: Any
+
+
+def compute_laws(engine: Engine, inputs: AuditInputs) -> AuditLaws:
+    """Enumerate: the efficiency figures, the output law, the expected law and their TV, within the budget.
+
+    >>> import exactspec as es
+    >>> from fractions import Fraction as F
+    >>> inputs = validate_audit(target=es.models.context_free((F(3, 5), F(2, 5))),
+    ...                         draft=es.models.context_free((F(1, 2), F(1, 2))), proposer=es.drafts.chain(1),
+    ...                         rule="greedy_match_sampled", tokens=1)
+    >>> compute_laws(build_engine(inputs), inputs).tv
+    Fraction(1, 5)
+    """
+    fld, prompt_t, tokens = inputs.field, inputs.prompt, inputs.tokens
     # the budget holds for everything below: the watchdog stops code that checks no clock, and a
     # MemoryError / RecursionError is a budget too (exit 3), never a verdict
     with engine.guard():
@@ -188,10 +298,10 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
             output, calls = engine.output(prompt_t, tokens)
         finally:
             engine.close()
-        if decoding == "greedy":
-            exp = {greedy_sequence(target, prompt_t, tokens): fld.one}
+        if inputs.decoding == "greedy":
+            exp = {greedy_sequence(inputs.target, prompt_t, tokens): fld.one}
         else:
-            ref = expected if expected is not None else target
+            ref = inputs.expected if inputs.expected is not None else inputs.target
             exp = target_law(ref, prompt_t, tokens, fld, [ref.order], meter=engine.meter)
         tv = total_variation(output, exp)
     ex = fld.export
@@ -201,17 +311,51 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
         tv, tpc, calls = ex(tv), ex(tpc), ex(calls)
         accepted = None if accepted is None else ex(accepted)
         nodes = ex(nodes) if not isinstance(nodes, int) else nodes
-    instance = {"vocab": target.vocab, "proposer": proposer.describe(), "prompt": list(prompt_t), "tokens": tokens,
-                "decoding": decoding, "target": target.name, "draft": None if draft is None else draft.name}
-    if rng_model != "continuous":
-        instance["rng_model"] = rng_model
-    if expected is not None:
-        instance["expected"] = expected.name
-    scope = horizon_scope(proposer, tokens) | {"of": "this instance"}
-    return AuditReport(rule=rule_obj.name, claim=rule_obj.claim, instance=instance, field=fld, output=output,
-                       expected=exp, tv=tv, tolerance=fld.tolerance(), tokens_per_call=tpc, target_calls=calls,
-                       seconds=time.perf_counter() - t0, paths=engine.meter.paths, step_laws=engine.meter.steps,
-                       reference=rule_obj.reference, worst_count=worst, accepted_per_call=accepted,
-                       nodes_per_call=nodes, scope=scope)
+    return AuditLaws(output=output, expected=exp, tv=tv, tokens_per_call=tpc, accepted_per_call=accepted,
+                     nodes_per_call=nodes, target_calls=calls)
 
 
+def assemble_report(inputs: AuditInputs, engine: Engine, laws: AuditLaws, *, seconds: float) -> AuditReport:
+    """The :class:`~exactspec.AuditReport` of computed laws: the instance, the horizon's scope, the counters.
+
+    >>> import exactspec as es
+    >>> m = es.models.context_free(("1/2", "1/2"))
+    >>> inputs = validate_audit(target=m, draft=m, rule="speculative_sampling", proposer=es.drafts.chain(1))
+    >>> engine = build_engine(inputs)
+    >>> report = assemble_report(inputs, engine, compute_laws(engine, inputs), seconds=0.0)
+    >>> report.instance["tokens"], report.scope["complete"], report.lossless
+    (3, True, True)
+    """
+    rule_obj, proposer, target, draft = inputs.rule, inputs.proposer, inputs.target, inputs.draft
+    instance = {"vocab": target.vocab, "proposer": proposer.describe(), "prompt": list(inputs.prompt),
+                "tokens": inputs.tokens, "decoding": inputs.decoding, "target": target.name,
+                "draft": None if draft is None else draft.name}
+    if inputs.rng_model != "continuous":
+        instance["rng_model"] = inputs.rng_model
+    if inputs.expected is not None:
+        instance["expected"] = inputs.expected.name
+    scope = horizon_scope(proposer, inputs.tokens) | {"of": "this instance"}
+    fld = inputs.field
+    return AuditReport(rule=rule_obj.name, claim=rule_obj.claim, instance=instance, field=fld, output=laws.output,
+                       expected=laws.expected, tv=laws.tv, tolerance=fld.tolerance(),
+                       tokens_per_call=laws.tokens_per_call, target_calls=laws.target_calls, seconds=seconds,
+                       paths=engine.meter.paths, step_laws=engine.meter.steps, reference=rule_obj.reference,
+                       worst_count=inputs.worst, accepted_per_call=laws.accepted_per_call,
+                       nodes_per_call=laws.nodes_per_call, scope=scope)
+
+
+def run_audit(inputs: AuditInputs, *, budget: Budget | None = None, closed_form: bool = True,
+              exact_floats: bool = False, start: float | None = None) -> AuditReport:
+    """Audit validated inputs: build the engine, compute the laws, assemble the report.
+
+    ``start`` is the ``time.perf_counter()`` the report's ``seconds`` count from (default: now).
+
+    >>> import exactspec as es
+    >>> m = es.models.context_free(("1/2", "1/2"))
+    >>> run_audit(validate_audit(target=m, draft=m, rule="speculative_sampling")).verdict
+    'lossless'
+    """
+    t0 = time.perf_counter() if start is None else start
+    engine = build_engine(inputs, budget=budget, closed_form=closed_form, exact_floats=exact_floats)
+    laws = compute_laws(engine, inputs)
+    return assemble_report(inputs, engine, laws, seconds=time.perf_counter() - t0)

@@ -20,18 +20,22 @@ import math
 import random
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import mpmath
 import numpy as np
 
+from ._device import best_device
 from .enumerate import target_law
 from .enumerate.env import Env
 from .errors import ExactSpecError
 from .fields import get_field
 from .models import Model
+from .protocols import Law
 from .rules import Rule
-from .samplers.adapters import get_adapter
+
+if TYPE_CHECKING:
+    from .samplers.base import Adapter
 
 __all__ = ["audit_statistically", "StatisticalReport", "samples_needed", "tv_radius"]
 
@@ -57,7 +61,8 @@ def samples_needed(tv: float, *, outcomes: int, confidence: float = 0.99) -> flo
 
 
 class _SamplingRng:
-    """The rng interface with real random draws (floats), for running steps and samplers natively."""
+    """The rng interface (:class:`exactspec.protocols.Rng`) with real random draws (floats), for running steps
+    and samplers natively."""
 
     def __init__(self, seed: int) -> None:
         self._r = random.Random(seed)
@@ -73,7 +78,7 @@ class _SamplingRng:
     def bernoulli(self, prob: Any) -> bool:
         return self._r.random() < float(prob)
 
-    def categorical(self, law: Sequence[Any]) -> int:
+    def categorical(self, law: Law) -> int:
         hit = self._cdfs.get(id(law))
         if hit is None or hit[0] is not law:
             w = np.array([float(x) for x in law])
@@ -145,13 +150,12 @@ def _g_test(counts: dict, expected: dict, n: int) -> tuple[float, int, float]:
     return g, df, p
 
 
-def _batched_first_tokens(sampler: Callable, adapter: Any, proposer: Any, env: Any, rng: Any, prompt: tuple,
+def _batched_first_tokens(sampler: Callable, adapter: Adapter, proposer: Any, env: Any, rng: Any, prompt: tuple,
                           samples: int, batch: int, counts: dict, deadline: float | None, device: str | None) -> int:
     """Draw first emitted tokens ``batch`` rows per sampler call (vLLM-style batched samplers)."""
     import time
 
     import torch
-    from .tensor import best_device
     dev = device or best_device()
     drawn = 0
     while drawn < samples and (deadline is None or time.perf_counter() < deadline or not drawn):
@@ -168,8 +172,8 @@ def _batched_first_tokens(sampler: Callable, adapter: Any, proposer: Any, env: A
     return drawn
 
 
-def audit_statistically(sampler: Callable, *, adapter: Any = "numpy", target: Model, draft: Model | None = None,
-                        proposer: Any = None, prompt: Sequence[int] = (), tokens: int = 1, samples: int = 10_000,
+def audit_statistically(sampler: Callable, *, adapter: Adapter | str = "numpy", target: Model,
+                        draft: Model | None = None, proposer: Any = None, prompt: Sequence[int] = (), tokens: int = 1, samples: int = 10_000,
                         confidence: float = 0.99, seed: int = 0, expected: Model | None = None,
                         seconds: float | None = None, batch: int = 1, device: str | None = None) -> StatisticalReport:
     """Sample ``sampler`` (through an adapter, with real randomness) and test its law statistically.
@@ -180,7 +184,8 @@ def audit_statistically(sampler: Callable, *, adapter: Any = "numpy", target: Mo
     their own. With
     ``seconds``, sampling stops when that time is up (or at ``samples``, whichever comes first).
     ``batch > 1`` (the ``vllm`` adapter, ``tokens=1``) calls the sampler on ``batch`` rows at once,
-    with its tensors on ``device`` (default: the GPU when torch sees one).
+    with its tensors on ``device`` (default: the GPU when torch sees one). ``adapter`` is an adapter
+    object (``es.samplers.get_adapter(name)``, an :class:`exactspec.samplers.Adapter`) or its name.
     """
     import time
     from .drafts import chain
@@ -188,7 +193,9 @@ def audit_statistically(sampler: Callable, *, adapter: Any = "numpy", target: Mo
         raise ExactSpecError(f"confidence must lie in (0, 1), got {confidence!r}")
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ExactSpecError(f"samples must be a positive int, got {samples!r}")
-    adapter = get_adapter(adapter)
+    if isinstance(adapter, str):   # a name, for users: resolved by the samplers registry, which sits above this module
+        from .samplers import get_adapter
+        adapter = get_adapter(adapter)
     proposer = chain(4) if proposer is None else proposer
     field = get_field("float")
     env = Env(target, draft, field)

@@ -14,6 +14,7 @@ from fractions import Fraction
 from typing import Any, Iterator
 
 from ..laws import argmax, memoised, normalize, residual
+from ..protocols import Rng, Step
 from .closed_form import chain_step_law
 from .record import Rule
 
@@ -41,7 +42,7 @@ def _ratio(p: tuple, q: tuple, x: int) -> Any:
 
 
 # -- speculative_sampling --------------------------------------------------------------------
-def _speculative_sampling(step: Any, rng: Any) -> Iterator[int]:
+def _speculative_sampling(step: Step, rng: Rng) -> Iterator[int]:
     for j in range(step.gamma):
         x = step.draft(j)
         p, q = step.target(j), step.claimed(j)
@@ -79,7 +80,7 @@ speculative_sampling = Rule(
 
 
 # -- greedy_match ------------------------------------------------------------------------------
-def _greedy_match(step: Any, rng: Any) -> Iterator[int]:
+def _greedy_match(step: Step, rng: Rng) -> Iterator[int]:
     for j in range(step.gamma):
         x, best = step.draft(j), argmax(step.target(j))
         if x == best:
@@ -111,7 +112,7 @@ greedy_match = Rule(
 
 
 # -- greedy_match_sampled -------------------------------------------------------------------------
-def _greedy_match_sampled(step: Any, rng: Any) -> Iterator[int]:
+def _greedy_match_sampled(step: Step, rng: Rng) -> Iterator[int]:
     for j in range(step.gamma):
         x, p = step.draft(j), step.target(j)
         if x == argmax(p):
@@ -136,7 +137,7 @@ greedy_match_sampled = Rule(
 
 
 # -- resample_from_target -----------------------------------------------------------------------
-def _resample_from_target(step: Any, rng: Any) -> Iterator[int]:
+def _resample_from_target(step: Step, rng: Rng) -> Iterator[int]:
     for j in range(step.gamma):
         x = step.draft(j)
         p, q = step.target(j), step.claimed(j)
@@ -157,7 +158,7 @@ resample_from_target = Rule(
 
 
 # -- stale_draft_probs ----------------------------------------------------------------------------
-def _stale_draft_probs(step: Any, rng: Any) -> Iterator[int]:
+def _stale_draft_probs(step: Step, rng: Rng) -> Iterator[int]:
     for j in range(step.gamma):
         x, p = step.draft(j), step.target(j)
         q = step.claimed(j - 1) if j >= 1 else step.claimed(0)   # the off-by-one
@@ -190,7 +191,7 @@ stale_draft_probs = Rule(
 
 
 # -- unverified_first_draft ------------------------------------------------------------------------
-def _unverified_first_draft(step: Any, rng: Any) -> Iterator[int]:
+def _unverified_first_draft(step: Step, rng: Rng) -> Iterator[int]:
     yield step.accept(0)
     for j in range(1, step.gamma):
         x = step.draft(j)
@@ -215,7 +216,7 @@ unverified_first_draft = Rule(
 
 
 # -- no_bonus ------------------------------------------------------------------------------------
-def _no_bonus(step: Any, rng: Any) -> Iterator[int]:
+def _no_bonus(step: Step, rng: Rng) -> Iterator[int]:
     for j in range(step.gamma):
         x = step.draft(j)
         p, q = step.target(j), step.claimed(j)
@@ -241,7 +242,7 @@ def _tiny_residual(p: tuple, q: tuple, tiny: Any) -> tuple:
     return memoised("tiny_residual", p, q, lambda: normalize([a - b if a - b > tiny else tiny for a, b in zip(p, q)]))
 
 
-def _tiny_clamp_residual(step: Any, rng: Any) -> Iterator[int]:
+def _tiny_clamp_residual(step: Step, rng: Rng) -> Iterator[int]:
     tiny = step.number(TINY)
     for j in range(step.gamma):
         x = step.draft(j)
@@ -268,7 +269,7 @@ tiny_clamp_residual = Rule(
 
 
 # -- sample_and_match --------------------------------------------------------------------------------
-def _sample_and_match(step: Any, rng: Any) -> Iterator[int]:
+def _sample_and_match(step: Step, rng: Rng) -> Iterator[int]:
     for j in range(step.gamma):
         x = step.draft(j)
         y = rng.categorical(step.target(j))
@@ -317,7 +318,7 @@ def ensemble(weight: Any = Fraction(1, 2)) -> Rule:
         a = 1 - wf + wf * p[x] / q[x]
         return a if a < 1 else 1
 
-    def _ensemble(step: Any, rng: Any) -> Iterator[int]:
+    def _ensemble(step: Step, rng: Rng) -> Iterator[int]:
         wf = step.number(w)
         for j in range(step.gamma):
             x = step.draft(j)

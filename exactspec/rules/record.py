@@ -7,9 +7,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ..errors import ExactSpecError
+from ..protocols import Rng, RuleFn, Step, TreeStep
 
 __all__ = ["Rule", "CLAIMS", "FAMILIES", "as_rule", "rule"]
 
@@ -26,7 +27,7 @@ class Rule:
     must show the two agree.
     """
 
-    def __init__(self, fn: Callable, *, name: str | None = None, family: str = "chain", claim: str = "lossless",
+    def __init__(self, fn: RuleFn, *, name: str | None = None, family: str = "chain", claim: str = "lossless",
                  description: str = "", reference: str = "", closed_form: Callable | None = None,
                  params: dict[str, Any] | None = None, marks_accepted: bool = False, proposer: Any = None,
                  declared_target: Callable | None = None) -> None:
@@ -53,7 +54,7 @@ class Rule:
         if claim == "declared-target" and declared_target is None:
             raise ExactSpecError("a rule claiming 'declared-target' needs declared_target=fn(target, draft) -> model")
 
-    def __call__(self, step: Any, rng: Any) -> Any:
+    def __call__(self, step: Step | TreeStep, rng: Rng) -> Iterable[int]:
         return self.fn(step, rng)
 
     @property
@@ -88,7 +89,7 @@ def as_rule(obj: Any) -> Rule:
 
 
 def rule(*, claim: str = "lossless", family: str = "chain", name: str | None = None, description: str = "",
-         reference: str = "", declared_target: Callable | None = None) -> Callable[[Callable], Rule]:
+         reference: str = "", declared_target: Callable | None = None) -> Callable[[RuleFn], Rule]:
     """Decorator declaring a user's rule and its claim (and, for ``declared-target``, the target law).
 
     >>> @rule(claim="biased")
@@ -97,7 +98,7 @@ def rule(*, claim: str = "lossless", family: str = "chain", name: str | None = N
     >>> first_draft_only.claim
     'biased'
     """
-    def wrap(fn: Callable) -> Rule:
+    def wrap(fn: RuleFn) -> Rule:
         return Rule(fn, name=name, family=family, claim=claim, description=description, reference=reference,
                     declared_target=declared_target)
     return wrap

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 from ..errors import ExactSpecError
 from ..laws import argmax, exceeds_typical_threshold, normalize, residual, to_rational
+from ..protocols import Rng, TreeStep
 from .chain import _ratio
 from ..drafts.tree import tree
 from .record import Rule
@@ -27,7 +28,7 @@ SPECINFER = ("Miao et al. SpecInfer: Accelerating Large Language Model Serving w
 
 
 # -- mss ------------------------------------------------------------------------------------------------
-def _mss(step: Any, rng: Any) -> Iterator[int]:
+def _mss(step: TreeStep, rng: Rng) -> Iterator[int]:
     node = step.root
     while True:
         r = step.target(node)
@@ -108,7 +109,7 @@ mss = Rule(
 
 
 # -- naive_tree_sampling ------------------------------------------------------------------------------------
-def _naive_tree_sampling(step: Any, rng: Any) -> Iterator[int]:
+def _naive_tree_sampling(step: TreeStep, rng: Rng) -> Iterator[int]:
     node = step.root
     while True:
         y = rng.categorical(step.target(node))
@@ -130,7 +131,7 @@ naive_tree_sampling = Rule(
 
 
 # -- greedy_tree ---------------------------------------------------------------------------------------------
-def _greedy_tree(step: Any, rng: Any) -> Iterator[int]:
+def _greedy_tree(step: TreeStep, rng: Rng) -> Iterator[int]:
     node = step.root
     while True:
         y = argmax(step.target(node))
@@ -151,7 +152,7 @@ greedy_tree = Rule(
 
 
 # -- multi_sample_match ----------------------------------------------------------------------------------------
-def _multi_sample_match(step: Any, rng: Any) -> Iterator[int]:
+def _multi_sample_match(step: TreeStep, rng: Rng) -> Iterator[int]:
     node = step.root
     while True:
         kids, p = step.children(node), step.target(node)
@@ -195,7 +196,7 @@ def shared_coin_tree(threshold_single: Any = 1, threshold_acc: Any = 1) -> Rule:
     if not (0 < ts <= 1 and 0 < ta <= 1):
         raise ExactSpecError(f"shared_coin_tree thresholds must lie in (0, 1], got {ts}, {ta}")
 
-    def _shared_coin_tree(step: Any, rng: Any) -> Iterator[int]:
+    def _shared_coin_tree(step: TreeStep, rng: Rng) -> Iterator[int]:
         t_single, t_acc = step.number(ts), step.number(ta)
         node = step.root
         while True:
@@ -244,7 +245,7 @@ def typical_acceptance(posterior_threshold: Any = Fraction(9, 100), posterior_al
     if eps < 0 or alpha < 0:
         raise ExactSpecError("typical_acceptance parameters must be >= 0")
 
-    def _typical_acceptance(step: Any, rng: Any) -> Iterator[int]:
+    def _typical_acceptance(step: TreeStep, rng: Rng) -> Iterator[int]:
         e, al = step.number(eps), step.number(alpha)
         node = step.root
         while True:

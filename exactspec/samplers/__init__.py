@@ -5,8 +5,9 @@
 'chain'
 """
 
-from .adapters import (ADAPTERS, Adapter, NumpyChainAdapter, NumpyTreeAdapter, get_adapter, numpy_chain, numpy_tree,
+from .adapters import (ADAPTERS, NumpyChainAdapter, NumpyTreeAdapter, get_adapter, numpy_chain, numpy_tree,
                        reference_numpy_chain, reference_numpy_tree)
+from .base import Adapter
 from .numpy_rng import EnumGenerator
 from .sampler_audit import ROUNDING_TOLERANCE, audit_sampler
 

@@ -23,7 +23,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..laws import memoised
+from ..protocols import Rng, Step, TreeStep
+from .base import Adapter
 from .numpy_rng import EnumGenerator
 
 __all__ = ["Adapter", "NumpyChainAdapter", "numpy_chain", "reference_numpy_chain", "NumpyTreeAdapter", "numpy_tree",
@@ -52,42 +53,6 @@ def reference_numpy_chain(draft_ids: np.ndarray, draft_probs: np.ndarray, target
     return out
 
 
-class Adapter:
-    """Base class of adapters (see the module docstring)."""
-
-    name = "adapter"
-    family = "chain"
-    needs_torch = False
-    reference: Callable | None = None
-    #: the catalog rule the reference sampler implements (its exact law, for the rounding figure)
-    reference_rule_name = "speculative_sampling"
-
-    @property
-    def reference_rule(self) -> Any:
-        from ..rules import get
-        return get(self.reference_rule_name) if self.reference_rule_name else None
-
-    @staticmethod
-    def floats(law: tuple) -> np.ndarray:
-        """A law as float64 (memoised per law object), as a float implementation receives it."""
-        return memoised("float64", law, None, lambda: np.array([float(x) for x in law], dtype=np.float64))
-
-    def chain_arrays(self, step: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(drafted ids [gamma], claimed draft laws [gamma, V], target laws [gamma + 1, V]) in float64."""
-        drafts = np.array(step.drafts, dtype=np.int64)
-        q = np.stack([self.floats(step.claimed(j)) for j in range(step.gamma)])
-        p = np.stack([self.floats(step.target(j)) for j in range(step.gamma + 1)])
-        return drafts, q, p
-
-    @staticmethod
-    def tokens(out: Any) -> list[int]:
-        """Emitted token ids from a sampler's return value (negative ids are padding)."""
-        return [int(t) for t in np.asarray(out).ravel() if int(t) >= 0]
-
-    def call(self, sampler: Callable, step: Any, rng: Any) -> list[int]:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-
 class NumpyChainAdapter(Adapter):
     """``sampler(draft_ids [gamma], draft_probs [gamma, V], target_probs [gamma + 1, V], rng)`` with a
     numpy-``Generator``-like ``rng``; returns the emitted token ids (padding with negatives allowed)."""
@@ -96,7 +61,7 @@ class NumpyChainAdapter(Adapter):
     family = "chain"
     reference = staticmethod(reference_numpy_chain)
 
-    def call(self, sampler: Callable, step: Any, rng: Any) -> list[int]:
+    def call(self, sampler: Callable, step: Step, rng: Rng) -> list[int]:
         drafts, q, p = self.chain_arrays(step)
         return self.tokens(sampler(drafts, q, p, EnumGenerator(rng)))
 
@@ -164,7 +129,7 @@ class NumpyTreeAdapter(Adapter):
     reference = staticmethod(reference_numpy_tree)
     reference_rule_name = "mss"
 
-    def call(self, sampler: Callable, step: Any, rng: Any) -> list[int]:
+    def call(self, sampler: Callable, step: TreeStep, rng: Rng) -> list[int]:
         order: list[int] = []
 
         def visit(n: int) -> None:           # draws the whole tree, depth first

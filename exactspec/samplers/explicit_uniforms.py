@@ -24,7 +24,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..enumerate.rng import LATTICES
-from .adapters import Adapter
+from ..protocols import Step
+from .base import Adapter
 
 __all__ = ["FlashinferChainAdapter", "flashinfer_chain", "reference_flashinfer_style"]
 
@@ -71,7 +72,7 @@ class FlashinferChainAdapter(Adapter):
         return (f"uniform inputs on the lattice {lat.note}; breakpoints located exactly on it by bisection "
                 f"(assumes threshold use, see exactspec.samplers.explicit_uniforms)")
 
-    def call(self, sampler: Callable, step: Any, rng: Any) -> list[int]:
+    def call(self, sampler: Callable, step: Step, rng: Any) -> list[int]:
         import torch
         lat = rng.lattice or LATTICES["torch-float32"]
         k = step.gamma

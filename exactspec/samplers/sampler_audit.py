@@ -12,10 +12,11 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any, Callable, Sequence
 
-from .._audit import audit, default_tokens
+from .._audit import AuditInputs, audit, run_audit, validate_audit
 from ..enumerate import Budget
 from ..errors import BudgetExceeded, ExactSpecError, RuleError
 from ..laws import to_rational, total_variation
@@ -85,14 +86,21 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model, d
     if proposer is None:
         from ..drafts import chain, tree
         proposer = chain(4) if adapter.family == "chain" else tree((2, 2, 1))
-    if tokens is None:
-        tokens = default_tokens(proposer)
-    kw = dict(target=target, draft=draft, proposer=proposer, prompt=prompt, tokens=tokens, expected=expected,
-              rng_model=rng_model, exact_floats=True, backend="python", budget=_Shared(budget))
+    # the instance is validated once, before any randomness is patched, for a rule of the adapter's family and
+    # claim: the sampler's and its reference's audits share it (their rules, built inside the interception,
+    # have that family and claim); the exact rule's audit validates again, for its own rule and field
+    inputs = validate_audit(target=target, draft=draft, proposer=proposer, prompt=prompt, tokens=tokens,
+                            expected=expected, rng_model=rng_model, backend="python",
+                            rule=Rule(_stand_in, name=name, family=adapter.family, claim="lossless"))
     if getattr(adapter, "needs_torch", False):
         from . import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
     with intercepting():
-        return _audit_sampler(sampler, adapter, name, kw, tol, reference)
+        return _audit_sampler(sampler, adapter, name, inputs, expected, _Shared(budget), tol, reference)
+
+
+def _stand_in(step: Any, rng: Any) -> list[int]:  # pragma: no cover - validated, never run
+    """The sampler's rule as validation sees it; the real one is bound inside the interception."""
+    raise AssertionError("the stand-in rule of a sampler audit never runs")
 
 
 class _Shared:
@@ -111,15 +119,16 @@ class _Shared:
         return Budget(paths=b.paths, depth=b.depth, seconds=left, outcomes=b.outcomes)
 
 
-def _audit_sampler(sampler: Callable, adapter: Any, name: str, kw: dict, tolerance: Any,
-                   reference: bool) -> AuditReport:
-    shared = kw.pop("budget")
-    report = audit(rule=_as_rule(sampler, adapter, name), budget=shared.next(), **kw)
+def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInputs, expected: Model | None,
+                   shared: "_Shared", tolerance: Any, reference: bool) -> AuditReport:
+    report = run_audit(replace(inputs, rule=_as_rule(sampler, adapter, name)), budget=shared.next(), exact_floats=True)
     report.tolerance = tolerance
     if reference and adapter.reference is not None and adapter.reference_rule is not None:
-        ref = audit(rule=_as_rule(adapter.reference, adapter, "reference"), budget=shared.next(), **kw)
-        exact = audit(rule=adapter.reference_rule, budget=shared.next(),
-                      **{k: v for k, v in kw.items() if k != "backend"})
+        ref = run_audit(replace(inputs, rule=_as_rule(adapter.reference, adapter, "reference")), budget=shared.next(),
+                        exact_floats=True)
+        exact = audit(rule=adapter.reference_rule, budget=shared.next(), target=inputs.target, draft=inputs.draft,
+                      proposer=inputs.proposer, prompt=inputs.prompt, tokens=inputs.tokens, expected=expected,
+                      rng_model=inputs.rng_model, exact_floats=True)
         report.extra["exact_rule"] = adapter.reference_rule.name
         rounding = total_variation(ref.output, exact.output)
         report.extra["rounding_tv"] = str(rounding)
@@ -128,8 +137,8 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, kw: dict, toleran
         report.tolerance = max(report.tolerance, 2 * rounding)
     report.extra["sampler_calls"] = report.paths
     report.extra["adapter"] = adapter.name
-    report.extra["rng_model"] = kw["rng_model"]
+    report.extra["rng_model"] = inputs.rng_model
     if hasattr(adapter, "resolution"):
-        report.extra["resolution"] = adapter.resolution(kw["rng_model"])
+        report.extra["resolution"] = adapter.resolution(inputs.rng_model)
     report.extra["tolerance"] = str(report.tolerance)
     return report

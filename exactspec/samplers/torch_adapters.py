@@ -11,7 +11,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..laws import memoised
-from .adapters import Adapter
+from ..protocols import Rng, Step
+from .base import Adapter
 from .torch_rng import bind
 
 __all__ = ["TransformersChainAdapter", "transformers_chain", "reference_transformers_style", "VllmChainAdapter",
@@ -60,7 +61,7 @@ class TransformersChainAdapter(Adapter):
             return torch.log(probs)
         return memoised("float32 logits", law, None, compute)
 
-    def call(self, sampler: Callable, step: Any, rng: Any) -> list[int]:
+    def call(self, sampler: Callable, step: Step, rng: Rng) -> list[int]:
         import torch
         drafts = step.drafts
         cand_logits = torch.stack([self.logits(step.claimed(j)) for j in range(step.gamma)])[None]
@@ -120,7 +121,7 @@ class VllmChainAdapter(Adapter):
         return memoised("float32 probs", law, None,
                         lambda: torch.tensor([float(x) for x in law], dtype=torch.float32))
 
-    def call(self, sampler: Callable, step: Any, rng: Any) -> list[int]:
+    def call(self, sampler: Callable, step: Step, rng: Rng) -> list[int]:
         import torch
         drafts = step.drafts
         target = torch.stack([self.probs(step.target(j)) for j in range(step.gamma)])[None]

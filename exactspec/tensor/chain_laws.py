@@ -30,21 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .._device import best_device  # re-exported: exactspec.tensor.best_device
 from ..errors import ExactSpecError
 
 __all__ = ["chain_step_laws", "TensorStepLaw", "TENSOR_CHAIN_RULES", "best_device"]
 
 TINY = 2.0 ** -126
-
-
-def best_device() -> str:
-    """``"cuda"`` when a GPU is visible to torch, else ``"cpu"``.
-
-    >>> best_device() in ("cpu", "cuda")
-    True
-    """
-    import torch
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @dataclass

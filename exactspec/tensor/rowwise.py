@@ -252,6 +252,7 @@ def _statistical_fallback(sampler: Callable, p: Any, q: Any, samples: int) -> An
     from fractions import Fraction
 
     from .. import drafts, models
+    from ..samplers.torch_adapters import vllm_chain
     from ..statistical import audit_statistically
 
     def model(rows: Any) -> Any:
@@ -260,5 +261,5 @@ def _statistical_fallback(sampler: Callable, p: Any, q: Any, samples: int) -> An
         last = len(laws) - 1
         return models.from_function(vocab=len(laws[0]), order=None, fn=lambda ctx: laws[min(len(ctx), last)])
 
-    return audit_statistically(sampler, adapter="vllm", target=model(p), draft=model(q),
+    return audit_statistically(sampler, adapter=vllm_chain, target=model(p), draft=model(q),
                                proposer=drafts.chain(q.shape[0]), tokens=1, samples=samples)
