@@ -143,7 +143,7 @@ def test_the_full_default_search_of_speculative_sampling_is_complete():
     assert isinstance(found, EmptySearch) and found.audited > 20000
     assert (bool(found), found.found, found.complete, found.exit_code) == (False, False, True, 0)
     text = str(found)
-    assert text.startswith("no counterexample for speculative_sampling: ")
+    assert text.startswith("no counterexample for speculative_sampling in this space: ")
     assert "every one lossless (a statement about this space only), over: vocab 2..4" in text
     assert "vocab 2..4, gamma {1, 2, 3}, tokens 1..3" in text and text.endswith(found.space)
     assert found.to_dict()["complete"] is True

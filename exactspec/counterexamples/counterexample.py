@@ -364,7 +364,7 @@ class EmptySearch:
     >>> bool(e), e.found, e.complete, e.exit_code
     (False, False, True, 0)
     >>> str(e)
-    'no counterexample for r: 3 instances audited exactly in 0.10 s, every one lossless (a statement about this space only), over: vocab 2..2'
+    'no counterexample for r in this space: 3 instances audited exactly in 0.10 s, every one lossless (a statement about this space only), over: vocab 2..2'
     """
 
     rule: str
@@ -388,7 +388,7 @@ class EmptySearch:
         return False
 
     def __str__(self) -> str:
-        return (f"no counterexample for {self.rule}: {self.audited} instances audited exactly in "
+        return (f"no counterexample for {self.rule} in this space: {self.audited} instances audited exactly in "
                 f"{self.seconds:.2f} s, every one lossless (a statement about this space only), over: {self.space}")
 
     def to_dict(self) -> dict:
