@@ -7,6 +7,7 @@ law, read LOSSLESS with exit 0. Every test here failed on that code.
 
 from __future__ import annotations
 
+import inspect
 import json
 import textwrap
 import warnings
@@ -102,20 +103,9 @@ def test_scope_survives_json_round_trip_and_warnings_are_in_json():
 
 @pytest.fixture
 def user_rules(tmp_path, monkeypatch):
-    (tmp_path / "my_rules_for_horizons.py").write_text(textwrap.dedent('''
-        from exactspec.laws import residual
-
-        def bonus_from_draft(step, rng):
-            for j in range(step.gamma):
-                x = step.draft(j)
-                p, q = step.target(j), step.claimed(j)
-                if rng.uniform() < (p[x] / q[x] if q[x] else 1):
-                    yield step.accept(j)
-                else:
-                    yield rng.categorical(residual(p, q))
-                    return
-            yield rng.categorical(step.claimed(step.gamma - 1))
-    '''))
+    # the same rule as above, as the user's own module next to them
+    (tmp_path / "my_rules_for_horizons.py").write_text("from exactspec.laws import residual\n\n\n"
+                                                       + inspect.getsource(bonus_from_draft))
     monkeypatch.chdir(tmp_path)
     return "my_rules_for_horizons:bonus_from_draft"
 

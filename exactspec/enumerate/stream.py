@@ -159,19 +159,13 @@ class Engine:
                     continue
                 nxt = ctx + e
                 sub_key = (self.key(nxt), r - n)
+                f[5], f[6] = calls, (e, pe)
                 hit = memo.get(sub_key)
                 if hit is None:
-                    f[5], f[6] = calls, (e, pe)
                     stack.append(self._frame(sub_key, nxt, r - n))
-                    break
-                sub, sub_calls = hit
-                held += len(sub)
-                if held > most:
-                    meter.hold(held - meter.outcomes)
-                calls += pe * sub_calls
-                for rest, pr in sub.items():
-                    k = e + rest
-                    law[k] = get(k, 0) + pe * pr
+                else:   # memoised: come back to this frame and fold it in as if a frame above had finished
+                    done = hit
+                break
             else:
                 stack.pop()
                 done = memo[key] = (law, calls)
