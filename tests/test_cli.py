@@ -44,6 +44,7 @@ def frac(s: str) -> Fraction:
 
 # -- check -------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_check_prints_every_configuration(capsys):
     code, out, err = run(capsys, "check")
     assert code == 0
@@ -73,6 +74,7 @@ def test_check_prints_every_configuration(capsys):
     assert tvs.count("0") == 5 + 7  # chain: 4 rules + argmax/point_mass; tree: 7
 
 
+@pytest.mark.slow
 def test_check_json_parses_and_is_ok(capsys):
     code, out, err = run(capsys, "check", "--json")
     assert code == 0

@@ -177,6 +177,7 @@ def tv_column(out: str) -> list[str]:
     return [row[start:].split()[0] for row in table_rows(out)]
 
 
+@pytest.mark.slow
 def test_check_fits_120_columns(check_text):
     assert max(len(ln) for ln in check_text.splitlines()) <= cli.TABLE_WIDTH == 120
     rows = table_rows(check_text)
@@ -191,6 +192,7 @@ def test_check_fits_120_columns(check_text):
     assert "25/25 claims hold" in check_text
 
 
+@pytest.mark.slow
 def test_check_tv_column_has_one_format(check_text, check_wide):
     for out in (check_text, check_wide):
         tvs = tv_column(out)
@@ -204,6 +206,7 @@ def test_check_tv_column_has_one_format(check_text, check_wide):
     assert tv_column(check_text) == tv_column(check_wide)
 
 
+@pytest.mark.slow
 def test_check_wide_shows_every_column_and_the_full_proposer(check_wide):
     header = next(ln for ln in check_wide.splitlines() if ln.startswith("rule "))
     for col in ("tokens/call", "accepted/call", "nodes/call", "time"):
@@ -212,6 +215,7 @@ def test_check_wide_shows_every_column_and_the_full_proposer(check_wide):
         assert case.proposer.describe() in row
 
 
+@pytest.mark.slow
 def test_check_float_field_fits_and_says_it_is_not_a_proof(capsys):
     code, out, _ = run(capsys, "check", "--field", "float")
     assert code == 3
@@ -252,6 +256,7 @@ def test_search_json_no_timings_is_byte_identical(capsys):
     assert code == 1 and json.loads(out)["found"] is True
 
 
+@pytest.mark.slow
 def test_check_json_no_timings_is_byte_identical(capsys, monkeypatch):
     # a chain, a tree and the merge configuration (every row carries the same timing fields)
     monkeypatch.setattr(cli, "check_cases",

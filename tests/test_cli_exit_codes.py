@@ -62,6 +62,7 @@ def test_mpmath_field_lossless_is_not_exit_0(capsys):
     assert code == 3
 
 
+@pytest.mark.slow
 def test_check_in_float_exits_3_and_says_why(capsys):
     code, out, _ = run(capsys, "check", "--field", "float")
     assert code == 3
@@ -77,6 +78,7 @@ def test_float_tolerance_is_validated(tol):
 
 # -- audit exits on the verdict, check on the claims ---------------------------------------------------
 
+@pytest.mark.slow
 def test_audit_exits_on_the_law_and_check_on_claims(capsys):
     code, out, _ = run(capsys, "audit", "--rule", "resample_from_target", *SMALL)
     assert code == 1 and "BIASED" in out and "CLAIM BROKEN" not in out   # claim "biased" holds; the law is biased
@@ -95,6 +97,7 @@ EXACTSPEC = f"{sys.executable} -c 'import sys; sys.argv[0] = \"exactspec\"; from
 @pytest.mark.parametrize("cmd, code", [("search --rule stale_draft_probs", 1),
                                        ("audit --rule greedy_match_sampled", 1),
                                        ("check", 0)])
+@pytest.mark.slow
 def test_a_closed_pipe_keeps_the_exit_code(cmd, code):
     # `true` exits without reading, so every write of the command meets a closed pipe
     res = subprocess.run(["bash", "-c", f"{EXACTSPEC} {cmd} | true; echo ${{PIPESTATUS[0]}}"],

@@ -160,6 +160,7 @@ PAGE_CHECKS = {"getting-started.md": _check_getting_started, "writing-rules.md":
                "samplers.md": _check_samplers}
 
 
+@pytest.mark.slow
 def test_docs_examples_run_and_say_what_the_pages_say(capsys):
     """Every ``python`` block of the pages runs, in nav order, in one namespace (as a reader types them)."""
     torch = pytest.importorskip("torch")   # the samplers page audits transformers' sampler

@@ -231,10 +231,12 @@ if pytest is not None:
                for m in forbidden.finditer(c.source)]
         assert not bad, f"{path.name}: cells depend on the repository layout or working directory: {bad}"
 
+    @pytest.mark.slow   # executes the notebook (5-15 s each)
     @pytest.mark.parametrize("path", PATHS, ids=ids)
     def test_notebook_runs(path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
         _fresh(path, tmp_path_factory)   # raises CellExecutionError, naming the cell, if any cell raises
 
+    @pytest.mark.slow
     @pytest.mark.parametrize("path", PATHS, ids=ids)
     def test_notebook_outputs_are_current(path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
         fresh, paths = _fresh(path, tmp_path_factory)

@@ -1,0 +1,231 @@
+"""es.prove: the catalog's proofs and refutations; every refutation's witness replayed exactly."""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction as F
+
+import pytest
+
+import exactspec as es
+from exactspec.cli import main
+from exactspec.prove import Proof, Refutation, UnsupportedSymbolic
+
+pytest.importorskip("z3")
+
+R = es.rules
+chain, tree = es.drafts.chain, es.drafts.tree
+
+PROVEN_CHAIN = [
+    ("speculative_sampling", R.speculative_sampling, {}),
+    ("no_bonus", R.no_bonus, {}),
+    ("sample_and_match", R.sample_and_match, {}),
+    ("argmax drafts, point-mass claims", R.speculative_sampling, {"sampling": "argmax", "claim": "point_mass"}),
+]
+
+
+def _grid(fast_vocab: int = 2) -> list:
+    out = []
+    for label, rule, kw in PROVEN_CHAIN:
+        for vocab in (2, 3):
+            for gamma in (1, 2):
+                for tokens in (1, 2):
+                    marks = [pytest.mark.slow] if vocab > fast_vocab else []
+                    out.append(pytest.param(rule, kw, vocab, gamma, tokens, marks=marks,
+                                            id=f"{label}-V{vocab}-g{gamma}-T{tokens}"))
+    return out
+
+
+@pytest.mark.parametrize("rule, kw, vocab, gamma, tokens", _grid())
+def test_catalog_lossless_rules_are_proven(rule, kw, vocab, gamma, tokens):
+    res = es.prove(rule, proposer=chain(gamma, **kw), vocab=vocab, tokens=tokens)
+    assert isinstance(res, Proof) and res.proven and res.exit_code == 0, str(res)
+    assert res.cells and res.assumptions["vocab"] == vocab and res.assumptions["tokens"] == tokens
+
+
+def _check_refutation(res, rule) -> None:
+    """A refutation rests on the exact engine: its witness is re-audited here, and its pytest fails."""
+    assert isinstance(res, Refutation) and not res.proven and res.exit_code == 1, str(res)
+    assert res.cell and res.difference and res.difference != "0"
+    inst = res.counterexample.instance
+    rep = es.audit(rule=rule, **inst.audit_kwargs())
+    assert rep.tv > 0 and rep.tv == res.report.tv == res.counterexample.tv
+    for who, law in res.witness.items():
+        assert all(type(x) is F for x in law) and sum(law) == 1 and min(law) >= 0, who
+    src = res.counterexample.to_pytest()
+    ns: dict = {}
+    exec(compile(src, "<prove regression>", "exec"), ns)
+    test = next(v for k, v in ns.items() if k.startswith("test_"))
+    with pytest.raises(AssertionError):
+        test()
+
+
+REFUTED = [
+    ("greedy_match_sampled", R.greedy_match_sampled, chain(1), 2, 1, "context_free"),
+    ("greedy_match_sampled-V3", R.greedy_match_sampled, chain(2), 3, 2, "context_free"),
+    ("resample_from_target", R.resample_from_target, chain(1), 2, 1, "context_free"),
+    ("resample_from_target-V3", R.resample_from_target, chain(2), 3, 2, "context_free"),
+    ("unverified_first_draft", R.unverified_first_draft, chain(1), 2, 1, "context_free"),
+    ("unverified_first_draft-V3", R.unverified_first_draft, chain(2), 3, 2, "context_free"),
+    ("ensemble(1/2)", R.ensemble(F(1, 2)), chain(1), 2, 1, "context_free"),
+    ("ensemble(1/2)-V3", R.ensemble(F(1, 2)), chain(2), 3, 2, "context_free"),
+    ("argmax drafts, soft claims", R.speculative_sampling, chain(1, sampling="argmax"), 2, 1, "context_free"),
+    ("argmax drafts, soft claims-V3", R.speculative_sampling, chain(2, sampling="argmax"), 3, 2, "context_free"),
+    ("stale_draft_probs per_position", R.stale_draft_probs, chain(2), 2, 2, "per_position"),
+    ("tiny_clamp_residual", R.tiny_clamp_residual, chain(1), 2, 1, "context_free"),
+    ("tiny_clamp_residual-V3", R.tiny_clamp_residual, chain(2), 3, 2, "context_free"),
+    ("mss topk children, draft claims", R.mss, tree((2,), children="topk"), 3, 2, "context_free"),
+]
+
+
+@pytest.mark.parametrize("rule, proposer, vocab, tokens, family", [pytest.param(*c[1:], id=c[0]) for c in REFUTED])
+def test_catalog_biased_rules_are_refuted_with_exact_witnesses(rule, proposer, vocab, tokens, family):
+    res = es.prove(rule, proposer=proposer, vocab=vocab, tokens=tokens, family=family)
+    _check_refutation(res, rule)
+
+
+def test_tiny_clamp_witness_needs_the_constant():
+    res = es.prove(R.tiny_clamp_residual, proposer=chain(1), vocab=2, tokens=1)
+    _check_refutation(res, R.tiny_clamp_residual)
+    assert res.report.tv <= R.TINY   # a bias of about 1e-38, found exactly
+    assert "1/85070591730234615865843651857942052864" in " ".join(res.cell)   # 2**-126 appears in the cell
+
+
+def test_stale_draft_probs_is_proven_context_free():
+    """The off-by-one is invisible when every position has the same law, as the catalog says."""
+    res = es.prove(R.stale_draft_probs, proposer=chain(2), vocab=2, tokens=2, family="context_free")
+    assert res.proven, str(res)
+
+
+@pytest.mark.slow
+def test_stale_draft_probs_is_proven_context_free_vocab3():
+    assert es.prove(R.stale_draft_probs, proposer=chain(2), vocab=3, tokens=2).proven
+
+
+def test_mss_iid_children_proven_vocab2():
+    assert es.prove(R.mss, proposer=tree((2,)), vocab=2, tokens=2).proven
+
+
+@pytest.mark.slow
+def test_mss_iid_children_proven_one_level_width2_vocab3():
+    res = es.prove(R.mss, proposer=tree((2,)), vocab=3, tokens=2)
+    assert res.proven, str(res)
+
+
+@pytest.mark.parametrize("vocab, gamma, tokens", [(2, 1, 1), (2, 2, 2), pytest.param(3, 2, 2, marks=pytest.mark.slow)])
+def test_greedy_match_proven_against_the_greedy_sequence(vocab, gamma, tokens):
+    res = es.prove(R.greedy_match, proposer=chain(gamma), vocab=vocab, tokens=tokens)
+    assert res.proven and res.assumptions["expected"] == "greedy-sequence"
+    assert "lowest token id" in res.assumptions["ties"]
+    # ties are cells of their own: p_0 == p_1 appears in some cell
+    assert any("== 0" in c for cell in res.cells for c in cell)
+
+
+@es.rule(claim="lossless")
+def my_rule(step, rng):
+    """The README's rule, unchanged."""
+    for j in range(step.gamma):
+        x, p, q = step.draft(j), step.target(j), step.claimed(j)
+        if rng.uniform() < p[x] / q[x]:
+            yield x
+        else:
+            yield rng.categorical(es.laws.residual(p, q))
+            return
+    yield rng.categorical(step.target(step.gamma))
+
+
+def test_readme_user_rule_is_provable_unchanged():
+    assert es.prove(my_rule, proposer=chain(2), vocab=2, tokens=2).proven
+
+
+@pytest.mark.slow
+def test_readme_user_rule_is_provable_unchanged_vocab3():
+    assert es.prove(my_rule, proposer=chain(2), vocab=3, tokens=2).proven
+
+
+def test_rng_form_and_closed_form_agree():
+    a = es.prove(R.speculative_sampling, proposer=chain(2), vocab=2, tokens=2, closed_form=False)
+    b = es.prove(R.speculative_sampling, proposer=chain(2), vocab=2, tokens=2)
+    assert a.proven and b.proven and a.paths > 0
+
+
+def _random_law(rnd: random.Random, vocab: int) -> tuple:
+    w = [rnd.choice([0, 1, 2, 3, 5, 8]) for _ in range(vocab)]
+    if not sum(w):
+        w[0] = 1
+    return tuple(F(x, sum(w)) for x in w)
+
+
+@pytest.mark.parametrize("rule, kw", [(r, kw) for _, r, kw in PROVEN_CHAIN])
+def test_proofs_hold_on_random_rational_instances(rule, kw):
+    """Sanity property: what es.prove proves, the exact engine confirms on random instances (zeros included)."""
+    proposer = chain(2, **kw)
+    assert es.prove(rule, proposer=proposer, vocab=2, tokens=2).proven
+    rnd = random.Random(11)
+    for _ in range(15):
+        p, q = es.models.context_free(_random_law(rnd, 3)), es.models.context_free(_random_law(rnd, 3))
+        assert es.audit(target=p, draft=q, rule=rule, proposer=proposer, tokens=2).tv == 0
+
+
+def test_refutation_region_matches_exact_audits():
+    """Inside the refuted cell the exact engine sees the symbolic difference at other rational points too."""
+    res = es.prove(R.greedy_match_sampled, proposer=chain(1), vocab=2, tokens=1)
+    assert res.difference == "p_0*q_0 - p_0"
+    for p0, q0 in [(F(1, 3), F(1, 2)), (F(1, 5), F(2, 3)), (F(2, 5), F(9, 10))]:   # p_0 < 1/2, 0 < q_0 < 1
+        rep = es.audit(target=es.models.context_free((p0, 1 - p0)), draft=es.models.context_free((q0, 1 - q0)),
+                       rule=R.greedy_match_sampled, proposer=chain(1), tokens=1)
+        assert rep.output[(0,)] - rep.expected[(0,)] == p0 * q0 - p0
+
+
+def test_unsupported_operations_are_typed_errors_naming_the_line():
+    def floaty(step, rng):
+        x, p, q = step.draft(0), step.target(0), step.claimed(0)
+        if rng.uniform() < float(p[x]) / float(q[x]):
+            return [x]
+        return [rng.categorical(es.laws.residual(p, q))]
+
+    with pytest.raises(UnsupportedSymbolic, match=r"float\(\).*test_prove.py:\d+ in floaty") as info:
+        es.prove(floaty, proposer=chain(1), vocab=2, tokens=1)
+    assert info.value.exit_code == 2
+    # typical acceptance compares with exp(-H(p)): transcendental (the threshold 1 is never met, so it is reached)
+    with pytest.raises(UnsupportedSymbolic, match="mpmath number.*exceeds_typical_threshold"):
+        es.prove(R.typical_acceptance(1, F(3, 10)), proposer=tree((1,)), vocab=2, tokens=1)
+
+
+def test_unbounded_loop_is_a_budget_error_not_a_verdict():
+    def spin(step, rng):
+        x, p, q = step.draft(0), step.target(0), step.claimed(0)
+        while p[x] < 2:   # always true: never ends
+            pass
+        return [x]
+
+    with pytest.raises(es.BudgetExceeded) as info:
+        es.prove(spin, proposer=chain(1), vocab=2, tokens=1, timeout=1.0)
+    assert info.value.exit_code == 3
+
+
+def test_bad_input():
+    with pytest.raises(es.ExactSpecError, match="vocab"):
+        es.prove(R.speculative_sampling, vocab=1, tokens=1)
+    with pytest.raises(es.ExactSpecError, match="family"):
+        es.prove(R.speculative_sampling, vocab=2, tokens=1, family="table")
+
+
+def test_proof_json_and_summary():
+    import json
+    res = es.prove(R.speculative_sampling, proposer=chain(1), vocab=2, tokens=1)
+    d = json.loads(res.to_json())
+    assert d["verdict"] == "proven" and d["n_cells"] == len(res.cells) and "PROVEN" in res.summary()
+    ref = es.prove(R.greedy_match_sampled, proposer=chain(1), vocab=2, tokens=1)
+    d = json.loads(ref.to_json())
+    assert d["verdict"] == "refuted" and d["tv"] == str(ref.report.tv)
+
+
+def test_cli_exit_codes(capsys):
+    assert main(["prove", "--rule", "speculative_sampling", "--vocab", "2", "--tokens", "2", "--gamma", "2"]) == 0
+    assert main(["prove", "--rule", "greedy_match_sampled", "--vocab", "2", "--tokens", "1", "--json"]) == 1
+    assert main(["prove", "--rule", "mss", "--vocab", "2", "--tokens", "1", "--gamma", "2"]) == 2
+    assert main(["prove", "--rule", "mss", "--vocab", "2", "--tokens", "1", "--expansion", "2",
+                 "--children", "topk"]) == 1
+    out = capsys.readouterr().out
+    assert "PROVEN" in out and "def test_" in out
