@@ -296,3 +296,61 @@ def test_torch_integer_draws_are_exact_uniforms():
     assert len(perms) == 6 and set(perms.values()) == {F(1, 6)}
     assert torch_law(lambda: float(torch.zeros(1).bernoulli_(0.25)[0])) == {1.0: F(1, 4), 0.0: F(3, 4)}
     assert_restored()
+
+
+# -- in-place random ops used as statements (issue 9: a silently wrong law is a false verdict) --------------
+
+def _torch_law(program):
+    torch = pytest.importorskip("torch")
+    from exactspec.enumerate.rng import enumerate_program
+    from exactspec.fields import get_field
+    from exactspec.samplers.torch_rng import bind, intercept_torch
+
+    def run(rng):
+        with bind(rng):
+            return program(torch)
+    with intercept_torch():
+        return enumerate_program(run, get_field(backend="python"), exact_floats=True)
+
+
+def test_uniform_fill_as_a_statement_is_enumerated():
+    def prog(torch):
+        u = torch.empty(1)
+        u.uniform_()              # the return value is dropped: u itself must hold the draw
+        return bool(u[0] < torch.tensor([0.25])[0])
+    assert _torch_law(prog) == {True: F(1, 4), False: F(3, 4)}
+
+
+def test_uniform_fill_with_bounds_as_a_statement_is_enumerated():
+    def prog(torch):
+        u = torch.empty(1)
+        u.uniform_(0.5, 1.0)      # u ~ U[1/2, 1): P(u < 3/4) = 1/2
+        return bool(u[0] < 0.75)
+    assert _torch_law(prog) == {True: F(1, 2), False: F(1, 2)}
+
+
+def test_rand_into_out_is_enumerated():
+    def prog(torch):
+        u = torch.empty(2)
+        torch.rand(2, out=u)
+        return (bool(u[0] < 0.5), bool(u[1] < 0.25))
+    assert _torch_law(prog) == {(True, True): F(1, 8), (True, False): F(3, 8),
+                                (False, True): F(1, 8), (False, False): F(3, 8)}
+
+
+def test_exponential_fill_as_a_statement_runs_the_race():
+    def prog(torch):
+        w = torch.tensor([0.25, 0.75])
+        e = torch.empty_like(w)
+        e.exponential_()          # vLLM's idiom: the race argmax(w / E) draws from w / sum(w)
+        return int(torch.argmax(w / e, dim=-1))
+    assert _torch_law(prog) == {0: F(1, 4), 1: F(3, 4)}
+
+
+def test_random_fill_of_a_view_is_refused():
+    def prog(torch):
+        buf = torch.zeros(2, 2)
+        buf[:, 0].uniform_()      # the base tensor cannot be filled with enumerated draws
+        return bool(buf[0, 0] < 0.5)
+    with pytest.raises(es.UnsupportedRandomness, match=r"on a view of another tensor at .*test_sampler_escapes"):
+        _torch_law(prog)

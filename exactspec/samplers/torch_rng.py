@@ -292,8 +292,27 @@ def _fresh(kwargs: dict) -> None:
         session.own_moves.setdefault(id(gen), {})[state] = generator_state(gen)
 
 
+def _in_place(target: Any, cls: Any, what: str, **attrs: Any) -> Any:
+    """Make ``target`` itself the lazy tensor (an in-place draw used as a statement: ``u.uniform_()``).
+
+    The tensor object becomes an instance of ``cls`` holding the lazy values, so code that keeps
+    using ``target`` (not the return value) reads the enumerated draws. A view of another tensor
+    cannot be followed into its base: refused rather than leaving the base's old values in place.
+    """
+    if target._base is not None:
+        raise unsupported(f"{what} on a view of another tensor", "the audit cannot fill the base tensor with "
+                          "enumerated draws; draw into a tensor of its own (e.g. u = torch.rand(shape)) and index it")
+    target.__class__ = cls
+    for k, v in attrs.items():
+        setattr(target, k, v)
+    return target
+
+
 def _rand(*args: Any, **kwargs: Any) -> Any:
     _fresh(kwargs)
+    out = kwargs.get("out")
+    if out is not None:   # torch.rand(..., out=t): t itself holds the draws
+        return _in_place(out, LazyUniformTensor, "torch.rand(out=...)", _u=_uniforms(_size(args, kwargs)))
     return LazyUniformTensor(_uniforms(_size(args, kwargs)), kwargs.get("dtype"))
 
 
@@ -305,8 +324,11 @@ def _rand_like(t: Any, **kwargs: Any) -> Any:
 def _uniform_(self: Any, a: float = 0.0, b: float = 1.0, **kwargs: Any) -> Any:
     a, b = kwargs.pop("from", a), kwargs.pop("to", b)
     _fresh(kwargs)
-    lazy = LazyUniformTensor(_uniforms(tuple(self.shape)), self.dtype)
-    return lazy if (a, b) == (0.0, 1.0) else lazy * (b - a) + a
+    uniforms = _uniforms(tuple(self.shape))
+    if (a, b) != (0.0, 1.0):   # a + (b - a) u, each uniform kept affine and exact
+        scale, shift = _exact(b) - _exact(a), _exact(a)
+        uniforms = np.vectorize(lambda u: u * scale + shift, otypes=[object])(uniforms)
+    return _in_place(self, LazyUniformTensor, "Tensor.uniform_()", _u=uniforms)
 
 
 def _exponential_(self: Any, lambd: float = 1.0, **kwargs: Any) -> Any:
@@ -314,7 +336,7 @@ def _exponential_(self: Any, lambd: float = 1.0, **kwargs: Any) -> Any:
         raise UnsupportedRandomness(f"exponential_({lambd}) (at {_caller(2)}): only rate 1 (the race) is followed")
     _rng()
     _fresh(kwargs)
-    return LazyExponentialTensor(tuple(self.shape), self.dtype)
+    return _in_place(self, LazyExponentialTensor, "Tensor.exponential_()", _shape_=tuple(self.shape))
 
 
 def _coins(probs: np.ndarray) -> np.ndarray:
