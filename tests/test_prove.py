@@ -102,6 +102,15 @@ def test_stale_draft_probs_is_proven_context_free_vocab3():
     assert es.prove(R.stale_draft_probs, proposer=chain(2), vocab=3, tokens=2).proven
 
 
+def test_order1_table_family():
+    """Order-1 tables (prompt (0,)): lossless rules stay proven, the stale-draft off-by-one shows."""
+    res = es.prove(R.speculative_sampling, proposer=chain(2), vocab=2, tokens=2, family="table")
+    assert res.proven and res.assumptions["prompt"] == [0], str(res)
+    ref = es.prove(R.stale_draft_probs, proposer=chain(2), vocab=2, tokens=2, family="table")
+    _check_refutation(ref, R.stale_draft_probs)
+    assert ref.counterexample.instance.family == "table" and ref.counterexample.instance.prompt == (0,)
+
+
 def test_mss_iid_children_proven_vocab2():
     assert es.prove(R.mss, proposer=tree((2,)), vocab=2, tokens=2).proven
 
@@ -208,7 +217,9 @@ def test_bad_input():
     with pytest.raises(es.ExactSpecError, match="vocab"):
         es.prove(R.speculative_sampling, vocab=1, tokens=1)
     with pytest.raises(es.ExactSpecError, match="family"):
-        es.prove(R.speculative_sampling, vocab=2, tokens=1, family="table")
+        es.prove(R.speculative_sampling, vocab=2, tokens=1, family="order2")
+    with pytest.raises(es.ExactSpecError, match="prompt"):
+        es.prove(R.speculative_sampling, vocab=2, tokens=1, prompt=(5,))
 
 
 def test_proof_json_and_summary():

@@ -1,0 +1,695 @@
+"""The symbolic field: probabilities as rational functions of the target's and draft's entries.
+
+A :class:`SymNum` wraps a sympy rational function (``sympy.polys.fields.FracElement``) in the
+free variables of a symbolic target and draft. Arithmetic stays symbolic; every comparison,
+truth test or equality asks the active :class:`Decider`, which answers from the current cell's
+constraints, or forks the cell (the other answer is pushed as a pending cell, exactly as
+``PathRng`` pushes the other branches of a draw) when both answers are feasible (z3 decides).
+
+A comparison ``a < b`` is decided on the sign of ``num(a - b) * den(a - b)``: every denominator
+is a product of divisors that were decided non-zero on the cell, so that polynomial has the
+sign of ``a - b`` everywhere on it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from fractions import Fraction
+from typing import Any
+
+from ..errors import ExactSpecError, InexactArithmetic, UnsupportedRandomness
+from ..fields import Field
+from ..models import Model
+
+__all__ = ["SymNum", "SymField", "SymbolicModel", "Decider", "UnsupportedSymbolic", "SolverUnknown"]
+
+_PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_SKIP = (_PKG, os.path.join(os.path.dirname(_PKG.rstrip(os.sep)), "enumerate") + os.sep,
+         os.path.join(os.path.dirname(_PKG.rstrip(os.sep)), "fields.py"))
+
+NEG, ZERO, POS = -1, 0, 1
+ALL = frozenset((NEG, ZERO, POS))
+OPS = {"<": frozenset((NEG,)), "<=": frozenset((NEG, ZERO)), "==": frozenset((ZERO,)),
+       "!=": frozenset((NEG, POS)), ">": frozenset((POS,)), ">=": frozenset((ZERO, POS))}
+_FLIP = {NEG: POS, POS: NEG, ZERO: ZERO}
+
+
+class UnsupportedSymbolic(UnsupportedRandomness):
+    """The rule did something with a symbolic probability that the prover cannot follow exactly.
+
+    Names the operation and the rule's line (``float()``, ``exp``/``log``, ``**`` by a non-integer,
+    use as an index, ...). Exit code 2: never a verdict.
+    """
+
+
+class SolverUnknown(ExactSpecError):
+    """z3 could not decide a constraint set within its per-check timeout (the proof gives up: exit 3)."""
+
+    exit_code = 3
+
+
+def where() -> str:
+    """``file:line in function`` of the first frame outside the prover and the engine."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = os.path.abspath(frame.f_code.co_filename)
+        lib = os.sep + "mpmath" + os.sep in name or os.sep + "sympy" + os.sep in name
+        if not lib and not name.startswith(_SKIP[0]) and not name.startswith(_SKIP[1]) and name != _SKIP[2]:
+            break
+        frame = frame.f_back
+    if frame is None:
+        return "<unknown>"
+    text = f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+    helpers = os.path.join(os.path.dirname(_PKG.rstrip(os.sep)), "laws.py")
+    if os.path.abspath(frame.f_code.co_filename) == helpers:   # a helper of es.laws: name its caller too
+        outer = frame.f_back
+        while outer is not None and os.path.abspath(outer.f_code.co_filename) == helpers:
+            frame, outer = outer, outer.f_back
+        text += f" (es.laws.{frame.f_code.co_name})"
+        if outer is not None:
+            text += f", called from {outer.f_code.co_filename}:{outer.f_lineno} in {outer.f_code.co_name}"
+    return text
+
+
+# -- the decider ----------------------------------------------------------------------------------
+_ACTIVE: list = []
+
+
+def active() -> "Decider":
+    if not _ACTIVE:
+        raise ExactSpecError("a symbolic probability was compared outside es.prove (no cell is active)")
+    return _ACTIVE[-1]
+
+
+class Decider:
+    """One cell being refined: known sign sets of atoms, a z3 solver holding them, and the pending cells.
+
+    ``start`` is a list of ``(poly, signs)`` constraints (the cell as pushed); every new atom
+    is decided from the known signs, or by z3 (one feasibility check per side), or forks: the
+    cell goes on with one side and ``pending`` receives the constraints of the other.
+    """
+
+    #: answer atoms already decided on the cell from their known signs (False: ask z3 every time; the benchmark's
+    #: baseline)
+    use_cache = True
+    #: keep a rational point of the cell: the side of an atom it lies on needs no z3 check (False: baseline)
+    use_point = True
+    #: decide an atom on its irreducible factors whose sign the cell does not fix yet (False: baseline)
+    use_factors = True
+
+    def __init__(self, space: "Space", start: list, pending: list, stats: dict, point: dict | None = None) -> None:
+        self.space, self.pending, self.stats = space, pending, stats
+        #: a rational point known to lie in the cell (or None): the side of an atom it lies on needs no z3 check
+        self.point = point
+        self.known: dict = {}
+        self.order: list = []          # the constraints of this cell in the order they were decided
+        import z3
+        self.z3 = z3
+        self.solver = z3.SolverFor(space.logic) if space.logic else z3.Solver()
+        self.solver.set("timeout", space.check_ms)
+        for poly, signs in space.base:
+            self._add(poly, signs, record=False)
+        for poly, signs in start:
+            self._add(poly, signs)
+
+    def __enter__(self) -> "Decider":
+        _ACTIVE.append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _ACTIVE.pop()
+
+    def _add(self, poly: Any, signs: frozenset, record: bool = True) -> None:
+        old = self.known.get(poly, ALL)
+        new = old & signs
+        if new == old:
+            return
+        self.known[poly] = new
+        if record:
+            self.order.append((poly, new))
+        self.solver.add(self.space.z3_sign(poly, new))
+
+    def feasible(self, poly: Any, signs: frozenset, model: bool = False) -> Any:
+        """Whether the cell meets ``sign(poly) in signs``; with ``model``, (that, a rational point there or None)."""
+        s = self.solver
+        s.push()
+        pt = None
+        try:
+            s.add(self.space.z3_sign(poly, signs))
+            self.stats["z3 checks"] = self.stats.get("z3 checks", 0) + 1
+            r = s.check()
+            if model and r == self.z3.sat:
+                pt = self.space.rational_model(s.model())
+        finally:
+            s.pop()
+        if r == self.z3.sat:
+            return (True, pt) if model else True
+        if r == self.z3.unsat:
+            return (False, None) if model else False
+        if r == self.z3.unsat:
+            return False
+        raise SolverUnknown(f"z3 could not decide {self.space.show(poly, signs)} on a cell within "
+                      f"{self.space.check_ms} ms ({s.reason_unknown()})")
+
+    def may_be_nonzero(self, num: Any) -> bool:
+        """Whether the polynomial ``num`` can be non-zero somewhere on the cell (z3, factor by factor).
+
+        ``num != 0`` iff every irreducible factor is non-zero: a factor known to be 0 on the cell settles
+        it, otherwise z3 gets the conjunction of the factors' ``!= 0`` (simpler than their product).
+        """
+        if num.is_zero:
+            return False
+        if num.is_ground:
+            return True
+        _, factors = num.factor_list()
+        parts = []
+        for f, _e in factors:
+            if f.is_ground:
+                continue
+            m = f.monic()
+            if self.known.get(m, ALL) == frozenset((ZERO,)):
+                return False
+            parts.append(m)
+        s = self.solver
+        s.push()
+        try:
+            for m in parts:
+                s.add(self.space.z3_sign(m, frozenset((NEG, POS))))
+            self.stats["z3 checks"] = self.stats.get("z3 checks", 0) + 1
+            r = s.check()
+        finally:
+            s.pop()
+        if r == self.z3.sat:
+            return True
+        if r == self.z3.unsat:
+            return False
+        raise SolverUnknown(f"z3 could not decide whether {num.as_expr()} != 0 somewhere on a cell within "
+                      f"{self.space.check_ms} ms ({s.reason_unknown()})")
+
+    def reduce(self, frac: Any) -> Any:
+        """``frac`` with the cell's linear equalities substituted (equal to ``frac`` everywhere on the cell).
+
+        An equality ``c*x + g = 0`` (``c`` a constant, ``g`` free of ``x``) replaces ``x`` by ``-g/c``:
+        a polynomial substitution, so no denominator can vanish that did not before.
+        """
+        R = self.space.K.ring
+        eqs = [p for p, s in self.known.items() if s == frozenset((ZERO,))]
+        num, den = frac.numer, frac.denom
+        while eqs:
+            for k, eq in enumerate(eqs):
+                pick = None
+                for i, x in enumerate(R.gens):
+                    if eq.degree(i) == 1:
+                        c = eq.diff(x)
+                        if c.is_ground:
+                            pick = (x, -(eq - c * x) * (1 / c.LC))
+                            break
+                if pick is not None:
+                    break
+            else:
+                break
+            x, g = pick
+            del eqs[k]
+            num, den = num.compose(x, g), den.compose(x, g)
+            eqs = [e.compose(x, g) for e in eqs]
+            eqs = [e.monic() for e in eqs if not e.is_zero and not e.is_ground]
+            if num.is_zero:
+                break
+        return num, den
+
+    def decide(self, frac: Any, op: str) -> bool:
+        """The truth of ``frac op 0`` on the current cell (forking the cell when both are possible)."""
+        hit = _ATOMS.get(frac)
+        if hit is None:
+            num = frac.numer
+            if num.is_zero:
+                hit = (None, ZERO)
+            else:
+                poly = num * frac.denom
+                if poly.is_ground:
+                    hit = (None, POS if poly.LC > 0 else NEG)
+                else:
+                    hit = (poly.monic(), POS if poly.LC > 0 else NEG)
+            if len(_ATOMS) >= _OPS_LIMIT:
+                _ATOMS.clear()
+            _ATOMS[frac] = hit
+        poly, sign = hit
+        if poly is None:
+            return sign in OPS[op]
+        if self.use_factors:   # drop the factors whose sign the cell already fixes (denominators, mostly)
+            csign, facs = _factors(poly)
+            sign *= csign
+            rest = []
+            for f, e in facs:
+                k = self.known.get(f, ALL)
+                if k == _POS_ONLY or (e % 2 == 0 and ZERO not in k):
+                    continue
+                if k == _NEG_ONLY:
+                    sign = -sign if e % 2 else sign
+                    continue
+                rest.append((f, e))
+            if not rest:
+                return sign in OPS[op]
+            poly = rest[0][0] if len(rest) == 1 and rest[0][1] == 1 else _product(rest)
+        want = OPS[op] if sign == POS else frozenset(_FLIP[s] for s in OPS[op])
+        self.stats["atoms seen"] = self.stats.get("atoms seen", 0) + 1
+        known = self.known.get(poly, ALL) if self.use_cache else ALL
+        yes, no = known & want, known - want
+        if not no:
+            return True
+        if not yes:
+            return False
+        self.space.atoms.add(poly)
+        point = self.point if self.use_point else None
+        s0 = None if point is None else self.space.sign_at(poly, point)
+        if s0 is not None and s0 in yes:      # the known point shows ``yes`` feasible: one z3 check
+            yes_ok, yes_pt = True, point
+            no_ok, no_pt = self.feasible(poly, no, model=True)
+        elif s0 is not None:
+            no_ok, no_pt = True, point
+            yes_ok, yes_pt = self.feasible(poly, yes, model=True)
+        else:
+            yes_ok, yes_pt = self.feasible(poly, yes, model=True)
+            if not yes_ok:
+                self._add(poly, no)
+                return False
+            no_ok, no_pt = self.feasible(poly, no, model=True)
+        if not yes_ok:
+            self._add(poly, no)
+            if point is None or s0 not in no:
+                self.point = no_pt
+            return False
+        if not no_ok:
+            self._add(poly, yes)
+            if point is None or s0 not in yes:
+                self.point = yes_pt
+            return True
+        # both sides possible: fork the cell; go on with ``yes``, push ``no`` (with a point inside it)
+        self.stats["forks"] = self.stats.get("forks", 0) + 1
+        self.pending.append((self.order + [(poly, no)], no_pt))
+        self._add(poly, yes)
+        if point is None or s0 not in yes:
+            self.point = yes_pt
+        return True
+
+
+# -- the numbers ----------------------------------------------------------------------------------
+class SymNum:
+    """A probability that is a rational function of the symbolic laws' entries."""
+
+    __slots__ = ("f",)
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+
+    # conversion of the other operand
+    @staticmethod
+    def _other(x: Any, op: str) -> Any:
+        t = type(x)
+        if t is SymNum:
+            return x.f
+        if t is int or t is bool:
+            return _K(int(x))
+        if t is Fraction:
+            return _K(_QQ(x.numerator, x.denominator))
+        if isinstance(x, float):
+            raise InexactArithmetic(f"a float ({x!r}) met a symbolic probability in {op} (at {where()}); "
+                                    "es.prove is exact: use Fraction or int constants (step.number)")
+        num, den = getattr(x, "numerator", None), getattr(x, "denominator", None)
+        if num is not None and den is not None and not isinstance(x, float):
+            try:
+                return _K(_QQ(int(num), int(den)))
+            except Exception:
+                pass
+        return NotImplemented
+
+    def __add__(self, o: Any) -> Any:
+        o = SymNum._other(o, "+")
+        return NotImplemented if o is NotImplemented else SymNum(_op("+", self.f, o))
+
+    __radd__ = __add__
+
+    def __sub__(self, o: Any) -> Any:
+        o = SymNum._other(o, "-")
+        return NotImplemented if o is NotImplemented else SymNum(_op("-", self.f, o))
+
+    def __rsub__(self, o: Any) -> Any:
+        o = SymNum._other(o, "-")
+        return NotImplemented if o is NotImplemented else SymNum(_op("-", o, self.f))
+
+    def __mul__(self, o: Any) -> Any:
+        o = SymNum._other(o, "*")
+        return NotImplemented if o is NotImplemented else SymNum(_op("*", self.f, o))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, o: Any) -> Any:
+        o = SymNum._other(o, "/")
+        if o is NotImplemented:
+            return NotImplemented
+        _nonzero(o)
+        return SymNum(_op("/", self.f, o))
+
+    def __rtruediv__(self, o: Any) -> Any:
+        o = SymNum._other(o, "/")
+        if o is NotImplemented:
+            return NotImplemented
+        _nonzero(self.f)
+        return SymNum(_op("/", o, self.f))
+
+    def __neg__(self) -> "SymNum":
+        return SymNum(-self.f)
+
+    def __pos__(self) -> "SymNum":
+        return self
+
+    def __abs__(self) -> "SymNum":
+        return self if self >= 0 else -self
+
+    def __pow__(self, k: Any) -> "SymNum":
+        if type(k) is int:
+            if k < 0:
+                _nonzero(self.f)
+            return SymNum(self.f ** k)
+        return _unsupported(f"** {k!r} (a power that is not an integer)")
+
+    # comparisons: each is a decision on the current cell
+    def _cmp(self, o: Any, op: str) -> Any:
+        o = SymNum._other(o, op)
+        if o is NotImplemented:
+            return NotImplemented
+        return active().decide(_op("-", self.f, o), op)
+
+    def __lt__(self, o: Any) -> Any:
+        return self._cmp(o, "<")
+
+    def __le__(self, o: Any) -> Any:
+        return self._cmp(o, "<=")
+
+    def __gt__(self, o: Any) -> Any:
+        return self._cmp(o, ">")
+
+    def __ge__(self, o: Any) -> Any:
+        return self._cmp(o, ">=")
+
+    def __eq__(self, o: Any) -> Any:  # type: ignore[override]
+        if type(o) is not SymNum and not isinstance(o, (int, Fraction)):
+            if isinstance(o, float):
+                SymNum._other(o, "==")
+            return False
+        return self._cmp(o, "==")
+
+    def __ne__(self, o: Any) -> Any:  # type: ignore[override]
+        r = self.__eq__(o)
+        return r if r is NotImplemented else not r
+
+    def __bool__(self) -> bool:
+        return active().decide(self.f, "!=")
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # what the prover cannot follow
+    def __float__(self) -> float:
+        return _unsupported("float()")
+
+    def __int__(self) -> int:
+        return _unsupported("int()")
+
+    def __index__(self) -> int:
+        return _unsupported("use as an index")
+
+    def __round__(self, n: Any = None) -> Any:
+        return _unsupported("round()")
+
+    def __floor__(self) -> Any:
+        return _unsupported("floor()")
+
+    def __ceil__(self) -> Any:
+        return _unsupported("ceil()")
+
+    def __complex__(self) -> Any:
+        return _unsupported("complex()")
+
+    def exp(self) -> Any:
+        return _unsupported("exp (transcendental)")
+
+    def log(self) -> Any:
+        return _unsupported("log (transcendental)")
+
+    def sqrt(self) -> Any:
+        return _unsupported("sqrt")
+
+    @property
+    def _mpf_(self) -> Any:   # mpmath asks for this before converting: refuse, naming the rule's line
+        return _unsupported("conversion to an mpmath number (a transcendental or floating-point operation)")
+
+    def __repr__(self) -> str:
+        return f"SymNum({self.f.as_expr()})"
+
+    __str__ = __repr__
+
+
+#: results of arithmetic on rational functions, shared by every cell of one proof (the same computations
+#: recur in every cell: only the decisions differ); cleared by each new Space
+_OPS: dict = {}
+_ATOMS: dict = {}   # a rational function -> (its sign polynomial made monic, or None if constant; sign of the factor)
+_OPS_LIMIT = 500_000
+_FUNCS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}
+
+
+CACHE_OPS = True   # False: recompute every operation (the benchmark's baseline)
+
+
+def _op(tag: str, a: Any, b: Any) -> Any:
+    if not CACHE_OPS:
+        return _FUNCS[tag](a, b)
+    key = (tag, a, b)
+    hit = _OPS.get(key)
+    if hit is None:
+        hit = _FUNCS[tag](a, b)
+        if len(_OPS) >= _OPS_LIMIT:
+            _OPS.clear()
+        _ATOMS.clear()
+        _FACTORS.clear()
+        _OPS[key] = hit
+    return hit
+
+
+_POS_ONLY, _NEG_ONLY = frozenset((POS,)), frozenset((NEG,))
+_FACTORS: dict = {}
+
+
+def _factors(poly: Any) -> tuple:
+    """``(sign of the constant, [(monic irreducible factor, exponent)])`` of a polynomial, memoised."""
+    hit = _FACTORS.get(poly)
+    if hit is None:
+        c, facs = poly.factor_list()
+        out = []
+        for f, e in facs:
+            if f.is_ground:
+                c *= f.LC ** e
+                continue
+            c *= f.LC ** e
+            out.append((f.monic(), e))
+        hit = _FACTORS[poly] = (POS if c > 0 else NEG, out)
+    return hit
+
+
+def _product(rest: list) -> Any:
+    key = tuple(rest)
+    hit = _FACTORS.get(key)
+    if hit is None:
+        p = rest[0][0] ** rest[0][1]
+        for f, e in rest[1:]:
+            p = p * f ** e
+        hit = _FACTORS[key] = p.monic()
+    return hit
+
+
+def _unsupported(op: str) -> Any:
+    raise UnsupportedSymbolic(f"{op} on a symbolic probability (at {where()}): es.prove follows only rational "
+                              "arithmetic (+ - * /, integer powers) and comparisons; use es.audit on instances")
+
+
+def _nonzero(f: Any) -> None:
+    """Refuse a division by a quantity that is 0 on the cell (forking where it may be)."""
+    if isinstance(f, int) or not hasattr(f, "numer"):
+        if not f:
+            raise ZeroDivisionError("division by zero")
+        return
+    if not active().decide(f, "!="):
+        raise ZeroDivisionError(f"division by a symbolic quantity that is 0 on this cell (at {where()})")
+
+
+_QQ: Any = None
+_K: Any = None
+
+
+def _set_qq(qq: Any, K: Any = None) -> None:
+    global _QQ, _K
+    _QQ, _K = qq, K
+
+
+class SymField(Field):
+    """The field of :class:`SymNum`: exact; rational constants become constant rational functions."""
+
+    name = "symbolic"
+    exact = True
+    native = True   # the symbolic models hand out SymNum tuples already
+
+    def __init__(self, K: Any) -> None:
+        self.K = K
+        self.zero = SymNum(K(0))
+        self.one = SymNum(K(1))
+
+    def convert(self, x: Fraction) -> SymNum:
+        return SymNum(self.K(_QQ(x.numerator, x.denominator)))
+
+    def check(self, x: Any, what: str) -> Any:
+        t = type(x)
+        if t is SymNum:
+            return x
+        if t is int:
+            return SymNum(self.K(x))
+        if t is Fraction:
+            return self.convert(x)
+        if isinstance(x, float):
+            raise InexactArithmetic(f"{what} is the float {x!r} (at {where()}); es.prove is exact: use Fraction or int")
+        if hasattr(x, "numerator") and hasattr(x, "denominator"):
+            return self.convert(Fraction(int(x.numerator), int(x.denominator)))
+        raise InexactArithmetic(f"{what} is {x!r} of type {t.__name__} (at {where()}); es.prove takes rationals")
+
+    def describe(self) -> str:
+        return "symbolic (rational functions of the laws' entries; sympy + z3)"
+
+
+class SymbolicModel(Model):
+    """A model whose laws are tuples of :class:`SymNum` (one law per position, the last one repeated)."""
+
+    def __init__(self, vocab: int, laws: list, order: int | None, name: str, n0: int = 0) -> None:
+        super().__init__(vocab, order, name)
+        self._laws, self._n0 = laws, n0
+
+    def __call__(self, context: Any = ()) -> tuple:
+        if len(self._laws) == 1:
+            return self._laws[0]
+        if self.order == 1:   # the order-1 table family: one law per previous token
+            return self._laws[context[-1]]
+        return self._laws[min(len(context) - self._n0, len(self._laws) - 1)]
+
+    law = __call__
+
+
+class Space:
+    """The free variables, their base constraints (the simplex), z3 translation and readable printing."""
+
+    def __init__(self, vocab: int, positions: int, check_ms: int) -> None:
+        from sympy import QQ
+        from sympy.polys.fields import field
+        import z3
+        _set_qq(QQ)
+        self.vocab, self.positions, self.check_ms = vocab, positions, check_ms
+        self.logic = "QF_NRA"   # polynomial constraints over the reals (z3's nlsat; complete, with a timeout per check)
+        names = []
+        for who in ("p", "q"):
+            for j in range(positions):
+                for i in range(vocab - 1):
+                    names.append(f"{who}{j}_{i}" if positions > 1 else f"{who}_{i}")
+        self.names = names
+        self.K, *gens = field(",".join(names), QQ)
+        _set_qq(QQ, self.K)
+        _OPS.clear()
+        _ATOMS.clear()
+        _FACTORS.clear()
+        if len(names) == 1:
+            gens = [gens[0]] if not isinstance(gens[0], (list, tuple)) else list(gens[0])
+        self.gens = gens
+        self.z3vars = [z3.Real(n) for n in names]
+        self.field = SymField(self.K)
+        self.laws: dict = {}
+        self.base: list = []
+        k = 0
+        for who in ("p", "q"):
+            laws = []
+            for j in range(positions):
+                xs = [gens[k + i] for i in range(vocab - 1)]
+                k += vocab - 1
+                last = self.K(1) - sum(xs[1:], xs[0]) if xs else self.K(1)
+                entries = xs + [last]
+                laws.append(tuple(SymNum(e) for e in entries))
+                for e in entries:
+                    poly = e.numer
+                    if poly.is_ground:
+                        continue
+                    lc = poly.LC
+                    self.base.append((poly.monic(), OPS[">="] if lc > 0 else OPS["<="]))
+            self.laws[who] = laws
+        self.atoms: set = set()
+        self._z3cache: dict = {}
+        self._shown: dict = {}
+
+    def z3_poly(self, poly: Any) -> Any:
+        hit = self._z3cache.get(poly)
+        if hit is None:
+            import z3
+            terms = []
+            for monom, c in poly.terms():
+                c = Fraction(int(c.numerator), int(c.denominator))
+                t = z3.RealVal(f"{c.numerator}/{c.denominator}")
+                factors = [self.z3vars[i] if e == 1 else self.z3vars[i] ** e for i, e in enumerate(monom) if e]
+                for f in factors:
+                    t = t * f
+                terms.append(t)
+            hit = self._z3cache[poly] = z3.Sum(terms) if len(terms) > 1 else terms[0]
+        return hit
+
+    def z3_sign(self, poly: Any, signs: frozenset) -> Any:
+        import z3
+        e = self.z3_poly(poly)
+        return z3.Or([e < 0 if s == NEG else e == 0 if s == ZERO else e > 0 for s in sorted(signs)])
+
+    def show(self, poly: Any, signs: frozenset) -> str:
+        """``p_0 - q_0 > 0`` style text (each polynomial printed once per proof)."""
+        expr = self._shown.get(poly)
+        if expr is None:
+            expr = self._shown[poly] = str(poly.as_expr())
+        s = tuple(sorted(signs))
+        op = {(-1,): "<", (-1, 0): "<=", (0,): "==", (-1, 1): "!=", (1,): ">", (0, 1): ">="}.get(s, "?")
+        return f"{expr} {op} 0"
+
+    def rational_model(self, m: Any) -> dict | None:
+        """A z3 model as a point (name -> Fraction), or None when a value is not rational (algebraic)."""
+        import z3
+        pt = {}
+        for name, var in zip(self.names, self.z3vars):
+            v = m.eval(var, model_completion=True)
+            if not z3.is_rational_value(v):
+                return None
+            try:
+                pt[name] = Fraction(v.numerator_as_long(), v.denominator_as_long())
+            except ValueError:   # a rational of thousands of digits (Python's int/str limit): no point
+                return None
+        return pt
+
+    def sign_at(self, poly: Any, point: dict) -> int:
+        v = _eval(poly, [point[n] for n in self.names])
+        return POS if v > 0 else NEG if v < 0 else ZERO
+
+    def value(self, f: Any, point: dict) -> Fraction:
+        """The exact value of a rational function at a rational point (a dict name -> Fraction)."""
+        args = [point[n] for n in self.names]
+        num = _eval(f.numer, args)
+        den = _eval(f.denom, args)
+        return num / den
+
+
+def _eval(poly: Any, args: list) -> Fraction:
+    total = Fraction(0)
+    for monom, c in poly.terms():
+        t = Fraction(int(c.numerator), int(c.denominator))
+        for a, e in zip(args, monom):
+            if e:
+                t *= a ** e
+        total += t
+    return total
