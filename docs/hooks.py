@@ -191,6 +191,20 @@ def uses_float(step, rng):
 
 half = es.models.context_free(("1/2", "1/2"))
 es.audit(target=half, draft=half, rule=uses_float, tokens=1)''',
+    "NotPicklable": '''\
+import threading
+lock = threading.Lock()
+
+def locked(step, rng):          # holds a lock: cannot be sent to a worker process, even with cloudpickle
+    with lock:
+        yield step.draft(0)
+
+es.counterexamples.search(locked, workers=2)''',
+    "WorkersLost": '''\
+import os
+from exactspec import parallel
+run = parallel.run_on(os._exit, [1], workers=2)    # the chunk kills its worker process on every try
+run.require_all("demo job")''',
 }
 
 

@@ -14,6 +14,7 @@ from .assertions import HorizonWarning, LossAssertionError, assert_lossless
 from .counterexamples import Counterexample, EmptySearch, IncompleteSearch
 from .samplers import audit_sampler
 from .statistical import audit_statistically
+from .sweep import sweep
 from .enumerate import Budget
 from .errors import (BudgetExceeded, ExactSpecError, InexactArithmetic, InvalidDistribution, ModelError, RuleError,
                      UnsupportedRandomness)
@@ -21,6 +22,7 @@ from .fields import get_field
 from .protocols import Rng, Step, TreeStep
 from .report import AuditReport, Outcome
 from .rules import Rule, rule
+from .prove import Proof, Refutation, prove  # z3 and sympy are imported only when prove() runs
 
 __version__ = "0.1.0"
 
@@ -31,6 +33,6 @@ def __getattr__(name: str):  # `es.strategies` imports hypothesis's strategies o
         return importlib.import_module(".strategies", __name__)
     raise AttributeError(f"module 'exactspec' has no attribute {name!r}")
 
-__all__ = ["audit", "audit_sampler", "HorizonWarning", "Counterexample", "EmptySearch", "IncompleteSearch", "audit_statistically", "statistical", "samplers", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "Step", "TreeStep", "Rng", "models", "drafts", "rules", "laws",
+__all__ = ["audit", "prove", "Proof", "Refutation", "audit_sampler", "HorizonWarning", "Counterexample", "EmptySearch", "IncompleteSearch", "audit_statistically", "statistical", "samplers", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "Step", "TreeStep", "Rng", "models", "drafts", "rules", "laws",
            "theory", "trees", "counterexamples", "strategies", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
            "RuleError", "ModelError", "UnsupportedRandomness", "__version__"]

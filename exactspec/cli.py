@@ -342,6 +342,79 @@ def _report_out(args: Any, rep: Any) -> int:
     return rep.exit_code
 
 
+def _parallel_args(args: Any) -> bool:
+    """Whether ``--workers`` or ``--scheduler`` asked for the chunked (parallel) path."""
+    return getattr(args, "workers", None) is not None or getattr(args, "scheduler", None) is not None
+
+
+_CHECK_CASES: dict[int, Any] = {}
+
+
+def _check_chunk(job: tuple) -> tuple:
+    """One configuration of ``check``, audited in a worker: ``("ok", report, seconds)`` or ``("error", ...)``."""
+    i, field, precision, deadline, with_worst = job
+    if "cases" not in _CHECK_CASES:  # rebuilt once per worker process from the embedded instance
+        _CHECK_CASES["inst"] = inst = default_instance()
+        _CHECK_CASES["cases"] = check_cases(inst)
+    inst, case = _CHECK_CASES["inst"], _CHECK_CASES["cases"][i]
+    t0 = time.perf_counter()
+    try:
+        left = None if deadline is None else deadline - time.time()
+        if left is not None and left <= 0:
+            raise BudgetExceeded("seconds", left)
+        rep = audit(target=inst.target, draft=None if case.proposer.family == "tree" and not
+                    case.proposer.needs_draft() else inst.draft, proposer=case.proposer, rule=case.rule,
+                    prompt=inst.prompt, tokens=case.tokens, field=field, precision=precision,
+                    budget=None if left is None else Budget(seconds=left))
+    except BudgetExceeded:
+        return ("budget", None, 0.0)
+    except ExactSpecError as exc:
+        return ("error", (type(exc).__name__, str(exc), exc.exit_code), 0.0)
+    # the table and the JSON of `check` use the laws only through the support violations and (JSON: it prints
+    # "output": null) the worst outcomes: keep those outcomes, not 15,625 exact pairs per report
+    keep = set(rep.support_violations) | ({o.tokens for o in rep.worst} if with_worst else set())
+    rep.output = {k: v for k, v in rep.output.items() if k in keep}
+    rep.expected = {k: v for k, v in rep.expected.items() if k in keep}
+    return ("ok", rep, time.perf_counter() - t0)
+
+
+def _check_parallel(args: Any, cases: list) -> list[tuple[Any, float]]:
+    """Every configuration of ``check`` on ``--workers`` processes or a ``--scheduler``; reports in table order.
+
+    Configurations without a closed form (enumerated branch by branch: the long ones) are
+    submitted first, for load balance; the table's order, and every figure in it, is the same.
+    """
+    from . import parallel
+    if args.workers is not None and args.workers < 0:
+        raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {args.workers}")
+    deadline = parallel.wall_deadline(args.time_limit)
+    order = sorted(range(len(cases)), key=lambda i: (cases[i].rule.closed_form is not None, i))
+    jobs = [(i, args.field, args.precision, deadline, bool(args.json)) for i in range(len(cases))]
+    with parallel.executor_for(None, args.workers, args.scheduler) as (ex, owned):
+        run = parallel.run_chunks(_check_chunk, jobs, executor=ex or parallel._Inline(), owned=owned or ex is None,
+                                  order=order, deadline=deadline, rebuild=parallel.pool_maker(args.workers),
+                                  progress=parallel.terminal_progress("check"))
+    out: list[tuple[Any, float]] = []
+    for i, case in enumerate(cases):
+        if i not in run.results:
+            reason = run.lost.get(i, "not finished by the time limit")
+            if "time limit" in reason:
+                raise BudgetExceeded("seconds", args.time_limit, covered={"done": f"{i} of the configurations"})
+            missing = [f"{c.rule.name} with {c.proposer.describe()}: {run.lost.get(j, 'not run')}"
+                       for j, c in enumerate(cases) if j not in run.results]
+            raise parallel.WorkersLost(f"check: {len(missing)} of {len(cases)} configurations were not covered (their "
+                                       f"workers died): {'; '.join(missing)}", missing=missing)
+        status, value, dt = run.results[i]
+        if status == "budget":
+            raise BudgetExceeded("seconds", args.time_limit, covered={"done": f"{i} of the configurations"})
+        if status == "error":
+            err = ExactSpecError(f"{value[0]}: {value[1]}")
+            err.exit_code = value[2]
+            raise err
+        out.append((value, dt))
+    return out
+
+
 def _cmd_check(args: Any) -> int:
     _no_timings_needs_json(args)
     if args.wide and args.json:
@@ -350,14 +423,19 @@ def _cmd_check(args: Any) -> int:
     clock = _Clock(args.time_limit)
     rows: list[dict[str, str]] = []
     reports = []
-    for i, case in enumerate(check_cases(inst)):
+    cases = check_cases(inst)
+    done = _check_parallel(args, cases) if _parallel_args(args) else None
+    for i, case in enumerate(cases):
         t0 = time.perf_counter()
-        rep = audit(target=inst.target, draft=None if case.proposer.family == "tree" and not
-                    case.proposer.needs_draft() else inst.draft, proposer=case.proposer, rule=case.rule,
-                    prompt=inst.prompt, tokens=case.tokens, field=args.field, precision=args.precision,
-                    budget=clock.budget(f"{i} of the configurations"))
+        if done is not None:  # audited in chunks on workers; merged here in the table's order
+            rep, dt = done[i]
+        else:
+            rep = audit(target=inst.target, draft=None if case.proposer.family == "tree" and not
+                        case.proposer.needs_draft() else inst.draft, proposer=case.proposer, rule=case.rule,
+                        prompt=inst.prompt, tokens=case.tokens, field=args.field, precision=args.precision,
+                        budget=clock.budget(f"{i} of the configurations"))
         rep.claim = case.claim
-        dt = time.perf_counter() - t0
+        dt = time.perf_counter() - t0 if done is None else dt
         reports.append(rep)
         inexact_lossless = rep.lossless and not rep.exact  # an inexact field only bounds the TV
         if inexact_lossless:
@@ -483,7 +561,12 @@ def _cmd_search(args: Any) -> int:
         changes["max_denominator"] = args.max_denominator
         changes["exhaustive_denominator"] = min(space.exhaustive_denominator, args.max_denominator)
     space = space.with_(**changes)
-    found = search(rule, proposer=proposer, space=space, seed=args.seed, budget=args.time_limit)
+    from . import parallel
+    if args.workers is not None and args.workers < 0:
+        raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {args.workers}")
+    with parallel.executor_for(None, None, args.scheduler) as (ex, _):
+        found = search(rule, proposer=proposer, space=space, seed=args.seed, budget=args.time_limit, executor=ex,
+                       workers=None if ex is not None else args.workers)
     code = getattr(found, "exit_code", None)
     if code is None:
         code = 1 if found.__class__.__name__ == "Counterexample" else 0
@@ -495,6 +578,58 @@ def _cmd_search(args: Any) -> int:
         _print("\nregression test (fails while the bias exists):\n")
         _print(found.to_pytest())
     return code
+
+
+def _cmd_prove(args: Any) -> int:
+    """``exactspec prove``: exit 0 proven, 1 refuted (with a witness replayed exactly), 2 bad input, 3 gave up."""
+    from .drafts import chain, tree
+    from .prove import prove
+    rule = _rule(args.rule)
+    if rule.family == "tree":
+        if args.gamma is not None or args.sampling is not None:
+            raise ExactSpecError(f"--gamma and --sampling do not apply to rule {rule.name}, which verifies trees")
+        exp = _ints(args.expansion, "--expansion", "children per depth like '2' or '2 1'") if args.expansion else (2,)
+        proposer = tree(tuple(exp), children=args.children or "iid", claim=args.claim or "draft")
+    else:
+        if args.expansion is not None or args.children is not None:
+            raise ExactSpecError(f"--expansion and --children do not apply to rule {rule.name}, which verifies chains")
+        proposer = chain(1 if args.gamma is None else args.gamma, sampling=args.sampling or "sample",
+                         claim=args.claim or "draft")
+    res = prove(rule, proposer=proposer, vocab=args.vocab, tokens=args.tokens, family=args.family,
+                timeout=args.time_limit)
+    if args.json:
+        _print(res.to_json())
+    else:
+        _print(res.summary())
+        if not res:
+            _print("\nregression test (fails while the bias exists):\n")
+            _print(res.counterexample.to_pytest())
+    return res.exit_code
+
+
+def _cmd_sweep(args: Any) -> int:
+    from . import parallel
+    from .sweep import sweep
+    if args.json and args.csv:
+        raise ExactSpecError("--json and --csv are exclusive")
+    if args.no_timings and not (args.json or args.csv):
+        raise ExactSpecError("--no-timings applies to --json or --csv output")
+    if args.workers is not None and args.workers < 0:
+        raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {args.workers}")
+    rules = None if args.rules is None else [r for r in args.rules.replace(",", " ").split() if r]
+    proposers = None if args.proposers is None else [p for p in args.proposers.replace(",", " ").split() if p]
+    tokens: tuple = (None,) if args.tokens is None else _ints(args.tokens, "--tokens", "ints like '3 6'")
+    table = sweep(rules, proposers, _ints(args.vocabs, "--vocabs", "ints like '2 3'"),
+                  _ints(args.gammas, "--gammas", "ints like '1 2 4'"), tokens, family=args.family, order=args.order,
+                  seed=args.seed, search=args.search, field=args.field, seconds=args.time_limit,
+                  workers=args.workers, scheduler=args.scheduler)
+    if args.json:
+        _print(_dump(table.to_dict(), args))
+    elif args.csv:
+        _Out.write(table.to_csv(timings=not args.no_timings).rstrip("\n"))
+    else:
+        _print(str(table))
+    return table.exit_code
 
 
 def _cmd_audit_sampler(args: Any) -> int:
@@ -605,6 +740,14 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--json", action="store_true", help=json_help)
         sp.add_argument("--no-timings", action="store_true", help=no_timings)
 
+    def parallel_options(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="run in chunks on N local worker processes (0: every core; default: in this process); "
+                             "the output is the same for any N")
+        sp.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                        help="run the chunks on a Dask cluster, e.g. tcp://10.0.0.1:8786 (needs exactspec[dask]; "
+                             "default: none)")
+
     def instance_options(sp: argparse.ArgumentParser, vocab: int, order: int, what: str) -> None:
         sp.add_argument("--vocab", type=int, default=vocab, help=f"vocabulary size (default {vocab})")
         sp.add_argument("--order", type=int, default=order,
@@ -633,6 +776,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--wide", action="store_true",
                    help=f"table with every column and the full proposer descriptions (default: a table that fits "
                         f"{TABLE_WIDTH} columns, without tokens/call, accepted/call, nodes/call and time)")
+    parallel_options(c)
     a = sub.add_parser("audit", help="audit one rule on one seeded instance")
     a.add_argument("--rule", required=True, help="catalog name (e.g. speculative_sampling, 'ensemble(1/3)') or "
                                                  "your own rule as MODULE:FUNCTION (required: no default)")
@@ -670,6 +814,35 @@ def _parser() -> argparse.ArgumentParser:
                     help=limit + "; a search stopped early is incomplete, never 'no counterexample'")
     se.add_argument("--json", action="store_true", help=json_help)
     se.add_argument("--no-timings", action="store_true", help=no_timings)
+    parallel_options(se)
+    sw = sub.add_parser("sweep", help="audit (or search) a grid of rules x proposers x vocabs x gammas x tokens",
+                        description="Audit every cell of a grid on seeded instances (or search each cell with "
+                                    "--search) and print one table (text, --json or --csv); exit on the claims like "
+                                    "`check` (0: every claim holds exactly).")
+    sw.add_argument("--rules", default=None, help="catalog names, e.g. 'speculative_sampling,mss' (default: every "
+                                                  "catalog rule of --family)")
+    sw.add_argument("--family", choices=["chain", "tree"], default="chain", help="chain or tree rules (default chain)")
+    sw.add_argument("--proposers", default=None,
+                    help="SAMPLING/CLAIM for chains (e.g. 'sample/draft argmax/point_mass'), CHILDREN/CLAIM for trees "
+                         "(default sample/draft; iid/draft for trees)")
+    sw.add_argument("--vocabs", default="5", help="vocabulary sizes, e.g. '2 3 4' (default 5)")
+    sw.add_argument("--gammas", default="4", help="chain lengths, e.g. '1 2 4'; for trees the children of a one-level "
+                                                  "tree (default 4)")
+    sw.add_argument("--tokens", default=None, help="horizons, e.g. '3 6' (default: every position of a first and a "
+                                                   "second step observed)")
+    sw.add_argument("--order", type=int, default=2, help="context length of the seeded tables (default 2)")
+    sw.add_argument("--seed", type=int, default=0, help="seed of the target tables and of searches (default 0)")
+    sw.add_argument("--search", action="store_true",
+                    help="search each cell for a counterexample instead of auditing one seeded instance")
+    sw.add_argument("--field", choices=["fraction", "mpmath", "float"], default="fraction",
+                    help="number system: fraction (default, exact), mpmath or float (inexact fields only bound the "
+                         "TV: a lossless cell is undecided, exit 3)")
+    sw.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT,
+                    help=limit + "; cells not finished are incomplete")
+    sw.add_argument("--json", action="store_true", help=json_help)
+    sw.add_argument("--csv", action="store_true", help="print CSV, one row per cell (default: text)")
+    sw.add_argument("--no-timings", action="store_true", help="with --json or --csv: leave out the seconds column")
+    parallel_options(sw)
     sa = sub.add_parser("audit-sampler", help="audit a third-party sampler MODULE:FUNCTION exactly")
     sa.add_argument("target", metavar="MODULE:FUNCTION",
                     help="the sampler, e.g. exactspec.bugzoo.numpy_samplers:shared_uniform (MODULE is imported with "
@@ -685,6 +858,27 @@ def _parser() -> argparse.ArgumentParser:
     sa.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT, help=limit)
     sa.add_argument("--json", action="store_true", help=json_help)
     sa.add_argument("--no-timings", action="store_true", help=no_timings)
+    pr = sub.add_parser("prove", help="prove a rule lossless for every target and draft law, or refute it with a "
+                                      "witness (needs exactspec[prove])")
+    pr.add_argument("--rule", required=True, help="catalog name or MODULE:FUNCTION (required: no default)")
+    pr.add_argument("--vocab", type=int, required=True, help="vocabulary size of the symbolic laws (required: no "
+                                                              "default; 2 to 4 is practical)")
+    pr.add_argument("--tokens", type=int, required=True, help="horizon: tokens whose law is proven (required: no "
+                                                               "default)")
+    pr.add_argument("--gamma", type=int, default=None, help="chain rules: drafted tokens per step (default 1)")
+    pr.add_argument("--expansion", default=None, help="tree rules: children per depth, e.g. '2' (default '2')")
+    pr.add_argument("--sampling", choices=list(SAMPLINGS), default=None,
+                    help=f"chain rules: how drafts are drawn, one of {', '.join(SAMPLINGS)} (default sample)")
+    pr.add_argument("--children", choices=list(CHILDREN), default=None,
+                    help=f"tree rules: how children are drafted, one of {', '.join(CHILDREN)} (default iid)")
+    pr.add_argument("--claim", choices=claims, default=None,
+                    help=f"the law the verifier is told each draft came from, one of {', '.join(claims)} "
+                         "(default draft)")
+    pr.add_argument("--family", choices=["context_free", "per_position", "table"], default="context_free",
+                    help="context_free: one symbolic p and q at every position; per_position: one p and q per "
+                         "position; table: order-1 tables, prompt (0,) (default context_free)")
+    pr.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT, help=limit)
+    pr.add_argument("--json", action="store_true", help=json_help)
     r = sub.add_parser("rules", help="list the catalog with claims and references")
     r.add_argument("--names", action="store_true", help="rule names only, one a line (default: the full records)")
     r.add_argument("--json", action="store_true",
@@ -701,7 +895,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     cmd: Callable[[Any], int] = {"check": _cmd_check, "audit": _cmd_audit, "rules": _cmd_rules,
-                                 "search": _cmd_search, "audit-sampler": _cmd_audit_sampler}[args.cmd]
+                                 "search": _cmd_search, "sweep": _cmd_sweep, "audit-sampler": _cmd_audit_sampler,
+                                 "prove": _cmd_prove}[args.cmd]
     try:
         return _guarded(cmd, args)
     except KeyboardInterrupt:

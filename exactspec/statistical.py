@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import mpmath
 import numpy as np
 
+from . import parallel
 from ._device import best_device
 from .enumerate import target_law
 from .enumerate.env import Env
@@ -172,10 +173,69 @@ def _batched_first_tokens(sampler: Callable, adapter: Adapter, proposer: Any, en
     return drawn
 
 
+#: samples per chunk of a parallel statistical audit (each chunk draws with a seed derived from the job's)
+CHUNK_SAMPLES = 2000
+
+
+def _stat_chunk(job: tuple) -> tuple[dict, int]:
+    """Draw one chunk's samples in a worker: its own rng seeded from the job's seed and the chunk number."""
+    import time
+    bundle, tokens, n, chunk_seed, deadline = job
+    sampler, adapter, target, draft, proposer, prompt = parallel.load_portable(bundle)
+    env = Env(target, draft, get_field("float"))
+    rng = _SamplingRng(chunk_seed)
+    if getattr(adapter, "needs_torch", False):
+        import torch
+        torch.manual_seed(chunk_seed)
+    counts: dict = {}
+    drawn = 0
+    for _ in range(n):
+        if deadline is not None and not drawn % 32 and drawn and time.time() > deadline:
+            break
+        drawn += 1
+        ctx, out = prompt, ()
+        while len(out) < tokens:
+            emitted = tuple(adapter.call(sampler, proposer.step(env, ctx, rng), rng))
+            if not emitted:
+                raise ExactSpecError(f"{getattr(sampler, '__name__', 'sampler')} emitted no token")
+            ctx, out = ctx + emitted, out + emitted
+        key = out[:tokens]
+        counts[key] = counts.get(key, 0) + 1
+    return counts, drawn
+
+
+def _sample_chunked(sampler: Callable, adapter: Any, target: Model, draft: Model | None, proposer: Any,
+                    prompt: tuple, tokens: int, samples: int, seed: int, seconds: float | None, counts: dict,
+                    executor: Any, workers: Any, size: int) -> int:
+    """Draw ``samples`` in chunks on an executor and add them to ``counts`` in chunk order; the number drawn."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ExactSpecError(f"chunk_samples must be a positive int, got {size!r}")
+    bundle = parallel.portable((sampler, adapter, target, draft, proposer, prompt), "sampler, adapter, models or "
+                                                                                     "proposer")
+    deadline = parallel.wall_deadline(seconds)
+    sizes = [min(size, samples - i) for i in range(0, samples, size)]
+    jobs = [(bundle, tokens, n, parallel.derive_seed(seed, "statistical", k), deadline) for k, n in enumerate(sizes)]
+    run = parallel.run_on(_stat_chunk, jobs, executor=executor, workers=workers, deadline=deadline)
+    lost = [k for k in range(len(jobs)) if k not in run.results and "time limit" not in run.lost.get(k, "time limit")]
+    if lost:
+        raise parallel.WorkersLost(f"statistical audit: {len(lost)} of {len(jobs)} sample chunks were not drawn (their "
+                                   "workers died): " + "; ".join(f"chunk {k}: {run.lost[k]}" for k in lost),
+                                   missing=[f"chunk {k}" for k in lost])
+    drawn = 0
+    for k in sorted(run.results):
+        part, n = run.results[k]
+        for key, c in part.items():
+            counts[key] = counts.get(key, 0) + c
+        drawn += n
+    return drawn
+
+
 def audit_statistically(sampler: Callable, *, adapter: Adapter | str = "numpy", target: Model,
                         draft: Model | None = None, proposer: Any = None, prompt: Sequence[int] = (), tokens: int = 1, samples: int = 10_000,
                         confidence: float = 0.99, seed: int = 0, expected: Model | None = None,
-                        seconds: float | None = None, batch: int = 1, device: str | None = None) -> StatisticalReport:
+                        seconds: float | None = None, batch: int = 1, device: str | None = None,
+                        executor: Any = None, workers: int | None = None,
+                        chunk_samples: int | None = None) -> StatisticalReport:
     """Sample ``sampler`` (through an adapter, with real randomness) and test its law statistically.
 
     The expected law is computed exactly (the target's, or ``expected``'s); only the sampler's side
@@ -186,6 +246,13 @@ def audit_statistically(sampler: Callable, *, adapter: Adapter | str = "numpy", 
     ``batch > 1`` (the ``vllm`` adapter, ``tokens=1``) calls the sampler on ``batch`` rows at once,
     with its tensors on ``device`` (default: the GPU when torch sees one). ``adapter`` is an adapter
     object (``es.samplers.get_adapter(name)``, an :class:`exactspec.samplers.Adapter`) or its name.
+
+    ``executor`` (any :class:`concurrent.futures.Executor`) or ``workers`` (a local process pool;
+    ``0``: every core; ``1``: this process) draw the samples in chunks of ``chunk_samples``
+    (default :data:`CHUNK_SAMPLES`), chunk ``k`` with its own seed derived from ``seed`` and
+    ``k``: the figures do not depend on the number of workers (they differ from the unchunked
+    run's, which draws one stream from ``seed``). The sampler, models and proposer must pickle
+    (module-level functions; lambdas and closures need cloudpickle). ``batch > 1`` runs unchunked.
     """
     import time
     from .drafts import chain
@@ -209,6 +276,11 @@ def audit_statistically(sampler: Callable, *, adapter: Adapter | str = "numpy", 
     t0 = time.perf_counter()
     deadline = None if seconds is None else t0 + seconds
     drawn = 0
+    if batch == 1 and parallel.parallel_requested(executor, workers):
+        drawn = _sample_chunked(sampler, adapter, target, draft, proposer, tuple(prompt), tokens, samples, seed,
+                                seconds, counts, executor, workers,
+                                CHUNK_SAMPLES if chunk_samples is None else chunk_samples)
+        samples = 0
     if batch > 1:
         if adapter.name != "vllm" or tokens != 1:
             raise ExactSpecError("batch > 1 needs the vllm adapter (rows of one call) and tokens=1")

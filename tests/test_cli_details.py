@@ -87,10 +87,10 @@ def subparsers() -> dict[str, argparse.ArgumentParser]:
 
 
 def test_every_subcommand_is_walked():
-    assert set(subparsers()) == {"check", "audit", "search", "audit-sampler", "rules"}
+    assert set(subparsers()) == {"check", "audit", "search", "audit-sampler", "rules", "prove", "sweep"}
 
 
-@pytest.mark.parametrize("name", ["check", "audit", "search", "audit-sampler", "rules"])
+@pytest.mark.parametrize("name", ["check", "audit", "search", "audit-sampler", "rules", "prove", "sweep"])
 def test_every_option_has_help_with_its_default(name):
     sp = subparsers()[name]
     for action in sp._actions:

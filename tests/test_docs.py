@@ -154,10 +154,16 @@ def _check_samplers(ns: dict, printed: str) -> None:
     assert ns["r"].verdict == "lossless" and ns["r"].extra["algorithmic_tv"] == "0"
 
 
+def _check_proofs(ns: dict, printed: str) -> None:
+    assert ns["proof"].proven is True and ns["refutation"].proven is False
+    assert printed.startswith("PROVEN: speculative_sampling emits exactly the target law")
+    assert "biased on this instance" in printed
+
+
 #: what each page's examples say, checked right after the page ran (later pages reuse names)
 PAGE_CHECKS = {"getting-started.md": _check_getting_started, "writing-rules.md": _check_writing_rules,
                "trees.md": _check_trees, "counterexamples-ci.md": _check_counterexamples,
-               "samplers.md": _check_samplers}
+               "samplers.md": _check_samplers, "proofs-scale-out.md": _check_proofs}
 
 
 @pytest.mark.slow

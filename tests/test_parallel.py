@@ -36,7 +36,7 @@ def _ss(step, rng):
 
 def dies_once(step, rng):
     """speculative sampling, but the first call in any process kills that process (once per test)."""
-    flag = _KILL_ONCE["flag"]
+    flag = _KILL_ONCE["flag"] or os.environ.get("EXACTSPEC_TEST_KILL_FLAG")
     if flag and not os.path.exists(flag):
         open(flag, "w").close()
         os._exit(1)
@@ -180,20 +180,29 @@ def test_check_time_limit_holds_across_workers(capsys):
 # -- a Dask cluster ------------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_search_check_and_sweep_on_a_dask_local_cluster(capsys):
+def test_search_check_and_sweep_on_a_dask_local_cluster(capsys, tmp_path, monkeypatch):
     distributed = pytest.importorskip("distributed")
+    flag = tmp_path / "killed"
+    monkeypatch.setenv("EXACTSPEC_TEST_KILL_FLAG", str(flag))  # the workers start with it: one of them dies once
+    monkeypatch.syspath_prepend(os.path.dirname(__file__))      # ... and import this module to run dies_once
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   silence_logs=50) as cluster, distributed.Client(cluster) as client:
         ex = client.get_executor(pure=False)
+        killed = es.counterexamples.search(es.Rule(dies_once, name="dies_once"), space=SMALL, progress=False,
+                                           executor=ex, chunk_size=16, budget=120)  # a budget: never hangs
+        assert flag.exists()  # a Dask worker process really died; Dask ran its chunk again elsewhere
+        assert _same(killed, es.counterexamples.search(es.Rule(_ss, name="dies_once"), space=SMALL, progress=False))
         for name in ("greedy_match_sampled", "stale_draft_probs"):
-            assert _same(es.counterexamples.search(name, progress=False, executor=ex),
+            assert _same(es.counterexamples.search(name, progress=False, executor=ex, budget=120),
                          es.counterexamples.search(name, progress=False))
         a = es.counterexamples.search(es.rules.speculative_sampling, space=SMALL, progress=False)
         assert _same(a, es.counterexamples.search(es.rules.speculative_sampling, space=SMALL, progress=False,
-                                                  executor=ex, chunk_size=16))
+                                                  executor=ex, chunk_size=16, budget=120))
         grid = dict(rules=["speculative_sampling", "stale_draft_probs"], vocabs=(2, 3), gammas=(1, 2), order=1)
-        assert es.sweep(**grid, executor=ex).to_csv(timings=False) == es.sweep(**grid).to_csv(timings=False)
-        assert main(["check", "--json", "--no-timings", "--scheduler", cluster.scheduler_address]) == 0
+        on_dask = es.sweep(**grid, executor=ex, seconds=120)
+        assert on_dask.to_csv(timings=False) == es.sweep(**grid).to_csv(timings=False)
+        assert main(["check", "--json", "--no-timings", "--time-limit", "120", "--scheduler",
+                     cluster.scheduler_address]) == 0
         on_cluster = capsys.readouterr().out
     assert main(["check", "--json", "--no-timings"]) == 0
     assert capsys.readouterr().out == on_cluster

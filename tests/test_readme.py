@@ -37,9 +37,9 @@ def test_readme_example_runs_and_prints_what_it_shows(capsys):
 def test_readme_carries_the_two_setup_commands():
     text = README.read_text()
     assert "python -m pip install '.[fast]' && exactspec check" in text
-    assert "python -m pip install -e '.[test,fast,audit,docs]' && python -m pytest" in text
+    assert "python -m pip install -e '.[test,fast,audit,docs,dask]' && python -m pytest" in text
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "python -m pip install -q -e '.[test,fast,audit,docs]'" in ci and "python -m pytest" in ci
+    assert "python -m pip install -q -e '.[test,fast,audit,docs,dask]'" in ci and "python -m pytest" in ci
     assert "exactspec check" in ci
 
 

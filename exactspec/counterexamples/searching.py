@@ -16,6 +16,7 @@ A search that stops before covering its space returns an :class:`IncompleteSearc
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import numbers
@@ -27,6 +28,7 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Any, Callable, Iterator
 
+from .. import parallel
 from .._audit import audit
 from ..enumerate import Budget
 from ..errors import BudgetExceeded, ExactSpecError, RuleError
@@ -39,6 +41,10 @@ __all__ = ["search", "worst", "shrink", "evaluate"]
 
 #: how many (instance, message) pairs of instances where the rule raised a result keeps
 ERROR_SAMPLES = 5
+
+#: instances per chunk of a parallel search (about 40 ms of audits on the default space; see
+#: benchmarks/bench_parallel.py for the per-chunk overhead this amortises)
+SEARCH_CHUNK = 256
 
 
 def _seconds(x: Any, name: str) -> float | None:
@@ -192,14 +198,19 @@ def _incomplete(rule: Rule, space: Space, clock: _Clock, cells: list, covered: l
                             over_budget=clock.over_budget)
 
 
+@functools.lru_cache(maxsize=64)
+def _grid_pairs(vocab: int, denominator: int) -> tuple:
+    """Every (p, q) pair of the simplex grid, simplest first (the same for every cell of a vocab: made once)."""
+    grid = simplex_grid(vocab, denominator)
+    return tuple(sorted(itertools.product(grid, grid), key=lambda pq: (max(_denominator(pq[0]), _denominator(pq[1])),
+                                                                       pq)))
+
+
 def _cell_instances(space: Space, cell: tuple, rng: random.Random) -> Iterator[SearchInstance]:
     vocab, shape, tokens, family = cell
     n = space.n_laws(vocab, family)
     if family == "context_free":
-        grid = simplex_grid(vocab, space.exhaustive_denominator)
-        pairs = sorted(itertools.product(grid, grid), key=lambda pq: (max(_denominator(pq[0]), _denominator(pq[1])),
-                                                                       pq))
-        for p, q in pairs[: space.exhaustive_limit]:
+        for p, q in _grid_pairs(vocab, space.exhaustive_denominator)[: space.exhaustive_limit]:
             yield space.instance(vocab, shape, tokens, family, (p,), (q,))
     for _ in range(space.random_points):
         target = tuple(random_law(rng, vocab, space.max_denominator) for _ in range(n))
@@ -242,7 +253,8 @@ def _counterexample(rule: Rule, inst: SearchInstance, space: Space, clock: _Cloc
 
 def search(rule: Any, *, proposer: Any = None, space: Space | None = None, seed: int = 0,
            budget: float | None = None, max_instances: int | None = None,
-           progress: Callable[[int, float], None] | bool | None = None
+           progress: Callable[[int, float], None] | bool | None = None, executor: Any = None,
+           workers: int | None = None, chunk_size: int | None = None
            ) -> Counterexample | EmptySearch | IncompleteSearch:
     """Look for the smallest instance on which ``rule``'s output law differs from the expected law.
 
@@ -266,6 +278,16 @@ def search(rule: Any, *, proposer: Any = None, space: Space | None = None, seed:
     is cut at the limit). ``max_instances``: an int >= 1 or ``None``. Anything else (0, a
     negative number, NaN, a bool, a string) is an :class:`~exactspec.ExactSpecError`.
 
+    ``executor`` (any :class:`concurrent.futures.Executor`, e.g. a Dask client's
+    ``get_executor()``) or ``workers`` (a local process pool; ``0``: every core; ``1``: this
+    process) run the audits in chunks of ``chunk_size`` consecutive instances (default
+    :data:`SEARCH_CHUNK`), through :mod:`exactspec.parallel`. The result is the same as
+    in-process, whatever the number of workers: the first biased instance *in search order*
+    is shrunk here (chunks after it are cancelled, chunks before it finish), the counts are
+    those of the sequential search. Budgets hold across workers; chunks lost with their workers
+    are retried, and a chunk still not covered makes the result an :class:`IncompleteSearch`.
+    There, ``progress(n, seconds)`` counts finished chunks (the terminal line says "chunks done").
+
     >>> import exactspec as es
     >>> ce = search(es.rules.greedy_match_sampled)
     >>> ce.explanation
@@ -284,6 +306,8 @@ def search(rule: Any, *, proposer: Any = None, space: Space | None = None, seed:
     rng = random.Random(f"search|{seed}")
     clock = _Clock(seconds, max_instances, _default_progress() if progress is None or progress is True
                    else (progress or None))
+    if parallel.parallel_requested(executor, workers):
+        return _search_chunked(rule, space, rng, clock, executor, workers, chunk_size, progress)
     cells = space.cells()
     covered: list[str] = []
     try:
@@ -304,6 +328,230 @@ def search(rule: Any, *, proposer: Any = None, space: Space | None = None, seed:
     finally:
         if clock.progress is not None and clock.audited >= 50:
             sys.stderr.write("\n")
+
+
+# -- the chunked (parallel) search ----------------------------------------------------------------------
+
+class _ChunkOut:
+    """What one chunk of a parallel search or worst() sends back (picklable, small)."""
+
+    __slots__ = ("audited", "biased_at", "errors", "samples", "over_budget", "cut", "tvs")
+
+    def __init__(self) -> None:
+        self.audited = 0                       # instances audited (an audit cut by the deadline is not counted)
+        self.biased_at: int | None = None      # offset of the first biased instance (search: the chunk stops there)
+        self.errors: list[int] = []            # offsets where the rule raised
+        self.samples: list[tuple[str, str]] = []
+        self.over_budget: list[int] = []       # offsets whose audit ran past its own budget
+        self.cut = False                       # stopped by the deadline before its last instance
+        self.tvs: list | None = None           # worst(): the TV of every audited instance (None: unknown)
+
+
+def _audit_chunk(job: tuple) -> _ChunkOut:
+    """Audit a chunk's instances in order (a worker's side); stop at the first bias when asked, or at the deadline."""
+    rule_ref, insts, deadline, stop_at_bias, keep_tvs = job
+    rule = parallel.load_rule(rule_ref)
+    out = _ChunkOut()
+    if keep_tvs:
+        out.tvs = []
+    for i, inst in enumerate(insts):
+        budget = None
+        if deadline is not None:
+            left = deadline - time.time()
+            if left <= 0:
+                out.cut = True
+                break
+            budget = Budget(seconds=left)
+        rep = _audit_one(rule, inst, budget)
+        if isinstance(rep, ExactSpecError):
+            if isinstance(rep, BudgetExceeded) and rep.what == "seconds" and deadline is not None \
+                    and time.time() >= deadline:
+                out.cut = True
+                break
+            out.audited += 1
+            if rep.exit_code == 3:
+                out.over_budget.append(i)
+            else:
+                out.errors.append(i)
+                if len(out.samples) < ERROR_SAMPLES:
+                    out.samples.append((_describe(inst), f"{type(rep).__name__}: {rep}"))
+            if keep_tvs:
+                out.tvs.append(None)
+            continue
+        out.audited += 1
+        if keep_tvs:
+            out.tvs.append(rep.tv)
+        if stop_at_bias and rep.tv > 0:
+            out.biased_at = i
+            break
+    return out
+
+
+def _cell_sizes(space: Space, cells: list) -> list[int]:
+    """How many instances :func:`_cell_instances` yields for each cell (without making them)."""
+    grids: dict[int, int] = {}
+    out = []
+    for vocab, _, _, family in cells:
+        n = space.random_points
+        if family == "context_free":
+            if vocab not in grids:
+                grids[vocab] = len(simplex_grid(vocab, space.exhaustive_denominator))
+            n += min(grids[vocab] ** 2, space.exhaustive_limit)
+        out.append(n)
+    return out
+
+
+def _planned(space: Space, cells: list, rng: random.Random, limit: int | None) -> Iterator[SearchInstance]:
+    """Every instance of the space in search order, at most ``limit``: what the sequential search visits."""
+    made = 0
+    for cell in cells:
+        for inst in _cell_instances(space, cell, rng):
+            if limit is not None and made >= limit:
+                return
+            made += 1
+            yield inst
+
+
+def _merge_chunk(clock: _Clock, out: _ChunkOut, upto: int | None = None) -> None:
+    """Add a chunk's counts to the clock (only offsets < ``upto``, when given: the sequential prefix)."""
+    for e, i in enumerate(out.errors):
+        if upto is not None and i >= upto:
+            break
+        clock.errors += 1
+        if len(clock.error_samples) < ERROR_SAMPLES and e < len(out.samples):
+            clock.error_samples.append(out.samples[e])
+    clock.over_budget += sum(1 for i in out.over_budget if upto is None or i < upto)
+    clock.audited += out.audited if upto is None else min(out.audited, upto)
+
+
+def _chunk_progress(clock: _Clock, what: str, progress: Any) -> Callable[[int, int], None] | None:
+    if progress is False:
+        return None
+    if progress is None or progress is True:
+        return parallel.terminal_progress(what)
+    return lambda done, total: progress(done, clock.elapsed())
+
+
+def _first_error(rule: Rule, clock: _Clock, parts: dict, run: Any) -> None:
+    """Rebuild the first error (the audit is replayed here) so that a rule that always raised is a RuleError."""
+    if clock.errors and clock.errors == clock.audited:
+        for k in sorted(run.results):
+            out = run.results[k]
+            if out.errors and k in parts:
+                clock.first_error = _audit_one(rule, parts[k][out.errors[0]])
+                if not isinstance(clock.first_error, ExactSpecError):
+                    clock.first_error = None
+                return
+
+
+def _search_chunked(rule: Rule, space: Space, rng: random.Random, clock: _Clock, executor: Any, workers: Any,
+                    chunk_size: int | None, progress: Any) -> Counterexample | EmptySearch | IncompleteSearch:
+    import bisect
+    cells = space.cells()
+    sizes = _cell_sizes(space, cells)
+    ends = list(itertools.accumulate(sizes))        # instance positions where each cell ends
+    everything = ends[-1] if ends else 0
+    limit = clock.max_instances
+    n = everything if limit is None else min(limit, everything)
+    limited = n < everything                        # max_instances stops the search before the space's end
+    size = _count(chunk_size, "search: chunk_size", 1) or SEARCH_CHUNK
+    total = -(-n // size)
+    deadline = None if clock.deadline is None else time.time() + (clock.deadline - time.perf_counter())
+    ref = parallel.portable_rule(rule)
+    parts: dict[int, list[SearchInstance]] = {}     # the instances of every chunk made so far
+
+    def jobs() -> Iterator[tuple]:
+        stream = _planned(space, cells, rng, n)
+        for k in range(total):
+            parts[k] = list(itertools.islice(stream, size))
+            yield (ref, parts[k], deadline, True, False)
+
+    run = parallel.run_on(_audit_chunk, jobs(), total=total, executor=executor, workers=workers, deadline=deadline,
+                          final=lambda out: out.biased_at is not None or out.cut,
+                          progress=_chunk_progress(clock, "searching", progress))
+
+    def cell_of(pos: int) -> int:  # the cell of instance ``pos`` (len(cells) past the last one)
+        return bisect.bisect_right(ends, pos)
+
+    def stop(pos: int) -> IncompleteSearch:  # incomplete, the sequential search having stopped before ``pos``
+        _first_error(rule, clock, parts, run)
+        c = cell_of(pos)
+        return _incomplete(rule, space, clock, cells, [space.describe_cell(cells[j]) for j in range(c)],
+                           cells[c] if c < len(cells) else None)
+
+    for k in range(total):
+        start = k * size
+        out = run.results.get(k)
+        if out is None:  # lost (a worker died too often, or it did not return by the time limit)
+            reason = run.lost.get(k, "not finished by the time limit")
+            clock.stop_reason = clock.stop_reason or (
+                f"time limit {clock.seconds:g} s reached" if "time limit" in reason else
+                f"instances {start + 1}..{min(start + size, n)} of the search were not covered: {reason}")
+            return stop(start)
+        if out.biased_at is not None:
+            _merge_chunk(clock, out, upto=out.biased_at + 1)
+            small, steps = shrink(rule, parts[k][out.biased_at], space=space, _clock=clock)
+            return _counterexample(rule, small, space, clock, steps)
+        _merge_chunk(clock, out)
+        if out.cut:
+            clock.stop_reason = clock.stop_reason or f"time limit {clock.seconds:g} s reached"
+            later = [j for j in run.results if j > k and run.results[j].biased_at is not None]
+            if later:
+                j = min(later)
+                clock.stop_reason += (f"; a biased instance was found later in the search order "
+                                      f"({_describe(parts[j][run.results[j].biased_at])}) before the earlier "
+                                      "instances were covered: rerun with more time for the minimal one")
+            return stop(start + out.audited)
+    if limited:
+        clock.stop_reason = f"max_instances {limit} reached"
+        return stop(n)
+    if clock.errors or clock.over_budget:
+        _first_error(rule, clock, parts, run)
+        return _incomplete(rule, space, clock, cells, [space.describe_cell(c) for c in cells], None)
+    return EmptySearch(rule.name, space.describe(), clock.audited, clock.elapsed())
+
+
+def _sample_chunked(rule: Rule, space: Space, cells: list, rng: random.Random, clock: _Clock, scored: list,
+                    covered: list, executor: Any, workers: Any, chunk_size: int | None) -> tuple | None:
+    """worst()'s sampling phase on an executor: fills ``scored`` and ``covered`` as the sequential loop would."""
+    import bisect
+    ends = list(itertools.accumulate(_cell_sizes(space, cells)))
+    n = ends[-1] if ends else 0
+    size = _count(chunk_size, "worst: chunk_size", 1) or SEARCH_CHUNK
+    total = -(-n // size)
+    deadline = None if clock.deadline is None else time.time() + (clock.deadline - time.perf_counter())
+    ref = parallel.portable_rule(rule)
+    parts: dict[int, list[SearchInstance]] = {}
+
+    def jobs() -> Iterator[tuple]:
+        stream = _planned(space, cells, rng, None)
+        for k in range(total):
+            parts[k] = list(itertools.islice(stream, size))
+            yield (ref, parts[k], deadline, False, True)
+
+    run = parallel.run_on(_audit_chunk, jobs(), total=total, executor=executor, workers=workers, deadline=deadline,
+                          final=lambda out: out.cut)
+    pos = n
+    for k in range(total):
+        out = run.results.get(k)
+        if out is None:
+            reason = run.lost.get(k, "not finished by the time limit")
+            clock.stop_reason = clock.stop_reason or (
+                f"time limit {clock.seconds:g} s reached" if "time limit" in reason else
+                f"instances {k * size + 1}..{min(k * size + size, n)} were not covered: {reason}")
+            pos = k * size
+            break
+        _merge_chunk(clock, out)
+        for inst, tv in zip(parts[k], out.tvs or []):
+            if tv is not None:
+                scored.append((tv, len(scored), inst))
+        if out.cut:
+            clock.stop_reason = clock.stop_reason or f"time limit {clock.seconds:g} s reached"
+            pos = k * size + out.audited
+            break
+    c = bisect.bisect_right(ends, pos) if pos < n else len(cells)
+    covered.extend(space.describe_cell(cells[j]) for j in range(c))
+    return cells[c] if c < len(cells) else None
 
 
 # -- shrinking ----------------------------------------------------------------------------------------
@@ -422,7 +670,8 @@ def _neighbours(inst: SearchInstance, rng: random.Random, denominator: int) -> S
 
 
 def worst(rule: Any, space: Space | None = None, *, proposer: Any = None, seed: int = 0,
-          budget: float | None = 10.0, restarts: int = 4, steps: int = 60
+          budget: float | None = 10.0, restarts: int = 4, steps: int = 60, executor: Any = None,
+          workers: int | None = None, chunk_size: int | None = None
           ) -> Counterexample | EmptySearch | IncompleteSearch:
     """The largest exact TV found in ``space``: random rational instances, then hill climbing on the TV.
 
@@ -435,6 +684,10 @@ def worst(rule: Any, space: Space | None = None, *, proposer: Any = None, seed: 
       giving the reason (the largest TV *found so far*; its text says so);
     - none was found: an :class:`IncompleteSearch` (exit code 3), never an :class:`EmptySearch`;
     - the rule raised on every instance: :class:`~exactspec.RuleError`.
+
+    ``executor`` / ``workers`` / ``chunk_size``: the sampling phase runs in chunks on an executor
+    (see :func:`search`) and is merged in order, so the result does not depend on the number of
+    workers; the hill climbs (a few hundred audits that follow one another) run here.
 
     >>> import exactspec as es
     >>> w = worst(es.rules.greedy_match_sampled, es.counterexamples.Space(vocabs=(2,), shapes=((1,),), tokens=(1,),
@@ -454,7 +707,10 @@ def worst(rule: Any, space: Space | None = None, *, proposer: Any = None, seed: 
     covered: list[str] = []
     stopped_in: tuple | None = None
     sampled = space.with_(exhaustive_limit=min(space.exhaustive_limit, 200))
-    for cell in cells:
+    if parallel.parallel_requested(executor, workers):
+        stopped_in = _sample_chunked(rule, sampled, cells, rng, clock, scored, covered, executor, workers,
+                                     chunk_size)
+    for cell in ([] if parallel.parallel_requested(executor, workers) else cells):
         for inst in _cell_instances(sampled, cell, rng):
             if clock.spent():
                 break

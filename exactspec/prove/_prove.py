@@ -18,6 +18,7 @@ from fractions import Fraction
 from typing import Any
 
 from ..errors import BudgetExceeded, ExactSpecError, RuleError
+from ._field import _set_qq
 from ._field import NEG, POS, Decider, Space, SymbolicModel, SolverUnknown
 
 __all__ = ["prove", "Proof", "Refutation"]
@@ -199,6 +200,11 @@ def prove(rule: Any, *, proposer: Any = None, vocab: int, tokens: int, family: s
                         expected = {greedy_sequence(target, prompt, tokens): fld.one}
                     else:
                         expected = target_law(target, prompt, tokens, fld, orders=eng._orders)
+            except BudgetExceeded:
+                # the watchdog interrupts wherever the code is, sympy's caches included: drop them so a
+                # half-built entry can never be read by a later computation in this process
+                _forget_symbolic_caches()
+                raise
             except RuleError as exc:
                 cell = [space.show(p, s) for p, s in dec.order]
                 raise RuleError(f"{exc} [es.prove: on the cell {{{', '.join(cell)}}}]", rule=rule.name,
@@ -315,3 +321,10 @@ def _refute(rule: Any, space: Space, dec: Decider, poly: Any, d: Any, o: tuple, 
     return Refutation(rule=rule.name, cell=cell, outcome=o, difference=str(d.as_expr()), witness=witness,
                       report=rep, counterexample=ce, assumptions=assumptions, seconds=time.perf_counter() - t0,
                       cells_done=cells_done)
+
+
+def _forget_symbolic_caches() -> None:
+    """Clear sympy's caches (and exactspec's symbolic ones) after an interrupted computation."""
+    from sympy.core.cache import clear_cache
+    clear_cache()
+    _set_qq(None, None)
