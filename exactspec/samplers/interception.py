@@ -310,6 +310,8 @@ def intercepting() -> Iterator[Session]:
         yield session
     finally:
         _SESSION.reset(token)
+        if _SESSION.get() is None:   # the outermost audit of this thread: no branch may stay bound past it
+            _BRANCH.set(None)
         _release()
 
 
@@ -538,9 +540,15 @@ class watch:
 
     def __enter__(self) -> "watch":
         self._tokens = (_SESSION.set(self.session), _BRANCH.set(self.rng))
-        self._torch = "torch" in sys.modules
-        self._before = [(src, snap, count, next(count), snap()) for src, snap, count in _sources()]
-        self._pbefore = [snap() for _, snap, _ in self.private] if self.private else ()
+        try:
+            self._torch = "torch" in sys.modules
+            self._before = [(src, snap, count, next(count), snap()) for src, snap, count in _sources()]
+            self._pbefore = [snap() for _, snap, _ in self.private] if self.private else ()
+        except BaseException:   # __exit__ will not run: unbind here
+            stok, btok = self._tokens
+            _BRANCH.reset(btok)
+            _SESSION.reset(stok)
+            raise
         if self.session is not None:
             self.session.own_moves.clear()
         return self
