@@ -160,3 +160,12 @@ def test_a_draw_by_another_thread_during_a_sampler_call_is_no_verdict():
     assert set(errors) == {"audit"} and isinstance(errors["audit"], es.UnsupportedRandomness)
     assert "another thread drew from it" in str(errors["audit"])
     assert_restored()
+
+
+def test_no_branch_stays_bound_past_the_outermost_audit():
+    # a binding that was never reset (an exception between set and reset) must not outlive the audit: it
+    # would send later draws of this thread to a finished audit's rng
+    from exactspec.samplers import interception as I
+    with I.intercepting():
+        I._BRANCH.set("a branch whose block never exited")
+    assert I._BRANCH.get() is None
