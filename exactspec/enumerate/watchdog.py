@@ -53,11 +53,15 @@ _lock = threading.Lock()        # orders a timer's firing against its block's ex
 _local = threading.local()      # per thread: the stack of active watches, innermost last
 
 
-def _raise_in(tid: int, exc: type[BaseException] | None) -> None:
-    """Make ``exc`` pending in thread ``tid`` (``None``: clear whatever is pending there)."""
-    n = _set_async_exc(ctypes.c_ulong(tid), None if exc is None else ctypes.py_object(exc))
-    if n > 1:  # documented: more than one thread state was touched; undo
+def _raise_in(tid: int, exc: type[BaseException]) -> None:
+    """Make ``exc`` pending in thread ``tid``."""
+    n = _set_async_exc(ctypes.c_ulong(tid), ctypes.py_object(exc))
+    if n > 1:  # documented as impossible for one id (more than one thread state touched): undo
         _set_async_exc(ctypes.c_ulong(tid), None)
+
+
+def _landing() -> None:
+    """A function entry: a pending asynchronous exception is raised here, into the caller."""
 
 
 class _Watch:
@@ -84,12 +88,21 @@ class _Watch:
                 return
 
     def disarm(self) -> None:
-        """Stop the timer, drop a delivery of ours still pending, leave the thread's stack (idempotent)."""
+        """Stop the timer, let a delivery of ours still pending land, leave the thread's stack (idempotent).
+
+        Called in the guarded thread, inside a loop that catches ``_Deadline``: a pending
+        delivery lands at the call of :func:`_landing` (a function entry checks for it) and the
+        caller's loop absorbs it. It is never cleared with ``PyThreadState_SetAsyncExc(tid, NULL)``:
+        on CPython 3.11 that leaves the eval breaker signalled with nothing to clear it, and every
+        later function call under ``sys.settrace`` (Hypothesis's ``find`` and shrinking trace
+        theirs) then spins forever at its first instruction.
+        """
         if not self.done:
             with _lock:
                 self.done = True
-                if self.fired:
-                    _raise_in(self.tid, None)
+                fired = self.fired
+            if fired:
+                _landing()
         self.wake.set()
         stack = getattr(_local, "stack", None)
         if stack and self in stack:
