@@ -32,12 +32,24 @@ _HERE = os.path.abspath(__file__)
 _ENGINE = os.path.join(os.path.dirname(_HERE), "enumerate") + os.sep
 
 
+#: the interception layer's own files and the libraries it wraps: a message names the sampler's line, not theirs
+_SAMPLER_LAYER = {os.path.join(os.path.dirname(_HERE), "samplers", f) for f in (
+    "interception.py", "numpy_rng.py", "torch_rng.py", "lazy_values.py", "lazy_draws.py")}
+
+
+def _library_dirs() -> tuple:
+    return tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (
+        sys.modules.get("torch"), sys.modules.get("numpy")) if getattr(m, "__file__", None))
+
+
 def _caller(depth: int = 2) -> str:
     """Return ``file:line`` of the first frame outside exactspec's engine (where a value came from)."""
     frame = sys._getframe(depth)
+    libs = _library_dirs()
     while frame is not None:
         name = os.path.abspath(frame.f_code.co_filename)
-        if name != _HERE and not name.startswith(_ENGINE):
+        if name != _HERE and not name.startswith(_ENGINE) and name not in _SAMPLER_LAYER \
+                and not name.startswith(libs):
             break
         frame = frame.f_back
     if frame is None:

@@ -55,12 +55,14 @@ import random as _pyrandom
 import struct
 import sys
 import threading
+import types
 from bisect import bisect_right
 from fractions import Fraction
 from itertools import accumulate
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import ExactSpecError, UnsupportedRandomness
+from .lazy_values import APPROXIMATIONS, lazy
 
 __all__ = ["intercepting", "bind", "watch", "current_rng", "private_generators", "EnumRandom", "user_site",
            "uniform_law", "fisher_yates"]
@@ -83,7 +85,8 @@ _GROUPS: set[str] = set()
 _FOREIGN = {"python": itertools.count(), "numpy": itertools.count(), "torch": itertools.count()}
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_OWN = {os.path.join(_HERE, f) for f in ("interception.py", "numpy_rng.py", "torch_rng.py")}
+_OWN = {os.path.join(_HERE, f) for f in ("interception.py", "numpy_rng.py", "torch_rng.py", "lazy_values.py",
+                                          "lazy_draws.py")}
 _ENGINE = os.path.join(os.path.dirname(_HERE), "enumerate") + os.sep
 _FIELDS = os.path.join(os.path.dirname(_HERE), "fields.py")
 
@@ -95,15 +98,27 @@ def user_site(depth: int = 2) -> str:
     True
     """
     frame: Any = sys._getframe(depth)
+    libs = _library_dirs()
     while frame is not None:
         name = os.path.abspath(frame.f_code.co_filename)
         if name not in _OWN and not name.startswith(_ENGINE) and name != _FIELDS \
-                and not name.endswith(("contextlib.py", "functools.py")):
+                and not name.endswith(("contextlib.py", "functools.py")) and not name.startswith(libs):
             break
         frame = frame.f_back
     if frame is None:
         return "<unknown>"
     return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """The package folders of torch and numpy (their Python frames between a sampler and exactspec are skipped)."""
+    dirs = []
+    for mod in ("torch", "numpy"):
+        m = sys.modules.get(mod)
+        f = getattr(m, "__file__", None)
+        if f:
+            dirs.append(os.path.dirname(os.path.abspath(f)) + os.sep)
+    return tuple(dirs)
 
 
 def unsupported(what: str, why: str) -> UnsupportedRandomness:
@@ -134,6 +149,8 @@ class Session:
         self.generator_states: set[tuple[int, int]] = set()
         #: per generator id, the state changes the audit itself made in the current sampler call (advancing it)
         self.own_moves: dict[int, dict[Any, Any]] = {}
+        #: irrational probabilities rounded to 320 bits (what -> how many times; see lazy_values.RACE_PRECISION)
+        self.approximations: dict[str, int] = {}
 
 
 def current_session() -> "Session | None":
@@ -306,9 +323,11 @@ def intercepting() -> Iterator[Session]:
     session = Session()
     _acquire()
     token = _SESSION.set(session)
+    atoken = APPROXIMATIONS.set(session.approximations)
     try:
         yield session
     finally:
+        APPROXIMATIONS.reset(atoken)
         _SESSION.reset(token)
         if _SESSION.get() is None:   # the outermost audit of this thread: no branch may stay bound past it
             _BRANCH.set(None)
@@ -416,8 +435,16 @@ def _freeze(x: Any) -> Any:
     return x
 
 
+#: how many levels of helper functions (closures, globals, defaults) are searched for private generators
+_HELPER_DEPTH = 3
+
+
 def private_generators(sampler: Any) -> list[tuple[str, Callable[[], Any], Any]]:
     """Generators a sampler holds (module globals, closure, defaults, attributes): (label, state snapshot, object).
+
+    The helper functions it reaches the same way (a coin passed in a closure, a module function it
+    calls) are searched too, :data:`_HELPER_DEPTH` levels deep, and so are the attributes it names
+    of the modules and objects it reads (``helpers.gen.random()``, ``CONFIG.rng.random()``).
 
     Draws from them cannot be intercepted; :func:`watch` compares their states around each call.
 
@@ -427,34 +454,54 @@ def private_generators(sampler: Any) -> list[tuple[str, Callable[[], Any], Any]]
     ['g (a Generator)']
     """
     found: dict[int, tuple[str, Callable[[], Any], Any]] = {}
+    seen: set[int] = {id(sampler)}
 
-    def consider(value: Any, where: str) -> None:
+    def consider(value: Any, where: str, depth: int) -> None:
         owner = getattr(value, "__self__", None)
         if owner is not None and not isinstance(value, type) and callable(value):
             value, where = owner, f"{where}.__self__"      # a bound method: rnd = gen.random
         snap = _snapshot_of(value)
         if snap is not None and id(value) not in found:
             found[id(value)] = (f"{where} (a {type(value).__name__})", snap, value)
+        elif depth > 0 and isinstance(value, (types.FunctionType, functools.partial)) and id(value) not in seen \
+                and not str(getattr(value, "__module__", "") or "").startswith(("numpy", "torch")):
+            seen.add(id(value))      # a helper the sampler calls (a closure's coin, a module function): its
+            scan(value, depth - 1)   # generators are the sampler's too
+
+    def members(value: Any, where: str, names: set[str], depth: int) -> None:
+        """``mod.g.random()`` / ``obj.g.random()``: the attributes the code names, of a module or object it reads."""
+        if isinstance(value, type(sys)):
+            if str(getattr(value, "__name__", "")).startswith(("numpy", "torch", "random", "exactspec")):
+                return
+            attrs = vars(value)
+        elif isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)) or callable(value):
+            return
+        else:
+            attrs = getattr(value, "__dict__", None)
+            if not isinstance(attrs, dict):
+                return
+        for k in names & set(attrs):
+            consider(attrs[k], f"{where}.{k}", depth)
 
     def scan(obj: Any, depth: int) -> None:
         if isinstance(obj, functools.partial):
             for i, v in enumerate(obj.args):
-                consider(v, f"partial argument {i}")
+                consider(v, f"partial argument {i}", depth)
             for k, v in (obj.keywords or {}).items():
-                consider(v, k)
+                consider(v, k, depth)
             scan(obj.func, depth)
             return
         fn = getattr(obj, "__func__", obj)
         owner = getattr(obj, "__self__", None)
         if owner is not None and not isinstance(owner, type(sys)):
-            consider(owner, "self")
+            consider(owner, "self", depth)
             for k, v in list(getattr(owner, "__dict__", {}).items()):
-                consider(v, f"self.{k}")
+                consider(v, f"self.{k}", depth)
         code = getattr(fn, "__code__", None)
         if code is None:
             if depth and not isinstance(obj, type) and callable(obj):
                 for k, v in list(getattr(obj, "__dict__", {}).items()):
-                    consider(v, f"self.{k}")
+                    consider(v, f"self.{k}", depth)
                 for method in ("forward", "__call__"):      # a torch module's forward, a callable's __call__
                     bound = getattr(obj, method, None)
                     if getattr(bound, "__func__", None) is not None:
@@ -463,18 +510,19 @@ def private_generators(sampler: Any) -> list[tuple[str, Callable[[], Any], Any]]
         names = _names(code)
         for k, v in list(getattr(fn, "__globals__", {}).items()):
             if k in names:
-                consider(v, k)
+                consider(v, k, depth)
+                members(v, k, names, depth)
         for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
             try:
-                consider(cell.cell_contents, name)
+                consider(cell.cell_contents, name, depth)
             except ValueError:
                 pass
         for i, v in enumerate(getattr(fn, "__defaults__", None) or ()):
-            consider(v, f"default {i}")
+            consider(v, f"default {i}", depth)
         for k, v in (getattr(fn, "__kwdefaults__", None) or {}).items():
-            consider(v, k)
+            consider(v, k, depth)
 
-    scan(sampler, 1)
+    scan(sampler, _HELPER_DEPTH)
     return [found[k] for k in found]
 
 
@@ -539,13 +587,15 @@ class watch:
         self.session = session if session is not None else _SESSION.get()
 
     def __enter__(self) -> "watch":
-        self._tokens = (_SESSION.set(self.session), _BRANCH.set(self.rng))
+        self._tokens = (_SESSION.set(self.session), _BRANCH.set(self.rng),
+                        APPROXIMATIONS.set(self.session.approximations if self.session is not None else None))
         try:
             self._torch = "torch" in sys.modules
             self._before = [(src, snap, count, next(count), snap()) for src, snap, count in _sources()]
             self._pbefore = [snap() for _, snap, _ in self.private] if self.private else ()
         except BaseException:   # __exit__ will not run: unbind here
-            stok, btok = self._tokens
+            stok, btok, atok = self._tokens
+            APPROXIMATIONS.reset(atok)
             _BRANCH.reset(btok)
             _SESSION.reset(stok)
             raise
@@ -554,7 +604,8 @@ class watch:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        stok, btok = self._tokens
+        stok, btok, atok = self._tokens
+        APPROXIMATIONS.reset(atok)
         _BRANCH.reset(btok)
         _SESSION.reset(stok)
         if exc_type is not None:
@@ -663,11 +714,11 @@ class EnumRandom:
 
     def random(self) -> Any:
         """A lazy uniform on [0, 1)."""
-        return self._rng.uniform()
+        return lazy(self._rng.uniform())
 
     def uniform(self, a: Any, b: Any) -> Any:
         """``a + (b - a) * u``, as CPython computes it."""
-        return a + (b - a) * self._rng.uniform()
+        return a + (b - a) * self.random()
 
     def randrange(self, start: Any, stop: Any = None, step: Any = 1) -> int:
         """A uniform element of ``range(start, stop, step)``."""

@@ -1,10 +1,15 @@
 """A ``numpy.random.Generator`` look-alike whose draws fork the exact enumeration.
 
 A third-party numpy sampler receives an :class:`EnumGenerator` where it expects a
-``numpy.random.Generator``. Its uniforms are lazy: comparing one with a number (a float is
-taken as the rational it is) or scaling and shifting it keeps the law exact; ``choice`` with
-``p=`` follows numpy's own algorithm (cumulative sum in float64, normalised by its last entry,
-one uniform searched into it), so the law is that of the implementation as it computes.
+``numpy.random.Generator``. Its uniforms are lazy
+(:class:`~exactspec.samplers.lazy_values.LazyUniform`): comparing one with a number (a float is
+taken as the rational it is) or with an array of thresholds (entry by entry, in order), scaling
+and shifting it keep the law exact, and ``np.searchsorted(np.cumsum(p), u)`` is the inverse-CDF
+draw over the float ``cumsum``; ``choice`` with ``p=`` follows numpy's own algorithm (cumulative
+sum in float64, normalised by its last entry, one uniform searched into it), so the law is that
+of the implementation as it computes. ``exponential``, ``standard_exponential``, ``gumbel``
+and ``np.log`` / ``**`` of uniforms are race values followed into ``np.argmax`` (see
+:mod:`exactspec.samplers.lazy_values`).
 
 >>> import numpy as np
 >>> from fractions import Fraction as F
@@ -29,9 +34,11 @@ from typing import Any
 
 import numpy as np
 
+from ..enumerate.rng import Uniform
 from ..errors import UnsupportedRandomness
 from ..fields import _caller
 from .interception import current_rng, fisher_yates, unsupported
+from .lazy_values import exponential, gumbel, lazy
 
 __all__ = ["EnumGenerator", "EnumLegacy", "legacy_specs"]
 
@@ -62,11 +69,42 @@ class EnumGenerator:
         """Lazy uniforms on [0, 1) (a scalar, or an object array of them)."""
         if out is not None:
             raise UnsupportedRandomness(f"Generator.random(out=...) at {_caller(2)}: pass size= instead")
-        return self._fill(size, self._rng.uniform)
+        return self._fill(size, lambda: lazy(self._rng.uniform()))
 
     def uniform(self, low: Any = 0.0, high: Any = 1.0, size: Any = None) -> Any:
         """Lazy uniforms on [low, high): ``low + (high - low) * u``."""
-        return self._fill(size, lambda: low + (high - low) * self._rng.uniform())
+        return self._fill(size, lambda: low + (high - low) * lazy(self._rng.uniform()))
+
+    def exponential(self, scale: Any = 1.0, size: Any = None) -> Any:
+        """Exp(1) draws times ``scale``, as race values (followed into argmax: ``argmax(p / E)``).
+
+        >>> from fractions import Fraction as F
+        >>> from exactspec.enumerate.rng import enumerate_program
+        >>> from exactspec.fields import get_field
+        >>> p = np.array([0.25, 0.75])
+        >>> law = enumerate_program(lambda rng: int(np.argmax(p / EnumGenerator(rng).exponential(size=2))),
+        ...                         get_field(backend="python"))
+        >>> law == {0: F(1, 4), 1: F(3, 4)}
+        True
+        """
+        if np.ndim(scale) != 0 or not float(scale) > 0:
+            raise UnsupportedRandomness(f"Generator.exponential(scale={scale!r}) at {_caller(2)}: only one positive "
+                                        "scale is followed")
+        return self._fill(size, lambda: exponential(self._rng) * scale)
+
+    def standard_exponential(self, size: Any = None, dtype: Any = np.float64, method: str = "zig",
+                             out: Any = None) -> Any:
+        """Exp(1) draws as race values."""
+        if out is not None:
+            raise UnsupportedRandomness(f"standard_exponential(out=...) at {_caller(2)}: pass size= instead")
+        return self._fill(size, lambda: exponential(self._rng))
+
+    def gumbel(self, loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -> Any:
+        """Gumbel draws ``loc - scale * log(E)`` as race values (followed into argmax: ``argmax(log p + g)``)."""
+        if np.ndim(loc) != 0 or np.ndim(scale) != 0 or not float(scale) > 0:
+            raise UnsupportedRandomness(f"Generator.gumbel(loc={loc!r}, scale={scale!r}) at {_caller(2)}: only "
+                                        "one location and one positive scale are followed")
+        return self._fill(size, lambda: gumbel(self._rng) * scale + loc)
 
     def integers(self, low: int, high: int | None = None, size: Any = None, dtype: Any = np.int64,
                  endpoint: bool = False) -> Any:
@@ -87,10 +125,13 @@ class EnumGenerator:
         pool = np.arange(a) if np.ndim(a) == 0 else np.asarray(a)
         if p is None:
             return self._fill(size, lambda: pool[self.integers(len(pool))])
+        atol = np.sqrt(np.finfo(np.float64).eps)
+        if isinstance(p, np.ndarray) and np.issubdtype(p.dtype, np.floating):   # numpy's tolerance for p's dtype
+            atol = max(atol, np.sqrt(np.finfo(p.dtype).eps))
         pf = np.asarray(p, dtype=np.float64)
         if pf.shape != (len(pool),) or np.any(pf < 0) or not np.isfinite(pf).all():
             raise ValueError("probabilities are not non-negative, finite and of the right length")
-        if abs(float(pf.sum()) - 1.0) > np.sqrt(np.finfo(np.float64).eps):
+        if abs(float(pf.sum()) - 1.0) > atol:
             raise ValueError("probabilities do not sum to 1")
         cdf = np.cumsum(pf)
         cdf /= cdf[-1]
@@ -129,8 +170,8 @@ class EnumGenerator:
         if name.startswith("__"):
             raise AttributeError(name)
         raise UnsupportedRandomness(f"numpy Generator.{name} is not intercepted (at {_caller(2)}); the enumerator "
-                                    "follows random, uniform, integers, choice, binomial(1, p), permutation and "
-                                    "shuffle")
+                                    "follows random, uniform, integers, choice, binomial(1, p), permutation, "
+                                    "shuffle, and exponential and gumbel draws into argmax races")
 
 
 class EnumLegacy:
@@ -180,6 +221,18 @@ class EnumLegacy:
         """``n = 1`` only (a coin): ``u < p``."""
         return self._g.binomial(n, p, size)
 
+    def exponential(self, scale: Any = 1.0, size: Any = None) -> Any:
+        """Exp(1) draws times ``scale`` (race values, see :meth:`EnumGenerator.exponential`)."""
+        return self._g.exponential(scale, size)
+
+    def standard_exponential(self, size: Any = None) -> Any:
+        """Exp(1) draws (race values)."""
+        return self._g.standard_exponential(size)
+
+    def gumbel(self, loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -> Any:
+        """Gumbel draws (race values, see :meth:`EnumGenerator.gumbel`)."""
+        return self._g.gumbel(loc, scale, size)
+
     def permutation(self, x: Any) -> Any:
         """A uniformly permuted copy (or ``arange(x)`` permuted), exactly."""
         return self._g.permutation(x)
@@ -199,8 +252,8 @@ class EnumLegacy:
         if name.startswith("__"):
             raise AttributeError(name)
         raise unsupported(f"{self._owner}.{name}", "the audit enumerates random, random_sample, ranf, sample, rand, "
-                          "uniform, randint, choice, binomial(1, p), permutation and shuffle of numpy's legacy "
-                          "generator; other draws cannot be enumerated exactly")
+                          "uniform, randint, choice, binomial(1, p), permutation, shuffle, and exponential and gumbel "
+                          "(into argmax races) of numpy's legacy generator; other draws cannot be enumerated exactly")
 
 
 def _legacy_impl(name: str) -> Any:
@@ -238,6 +291,41 @@ def _generator(*args: Any, **kwargs: Any) -> Any:
                       "passes")
 
 
+_SEARCHSORTED = np.searchsorted
+
+
+def _searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None) -> Any:
+    """``np.searchsorted`` with lazy uniforms among the keys: each key searched on its own, exactly.
+
+    numpy's own search compares consecutive keys with each other (two different uniforms, which
+    the enumeration cannot compare); here each key counts the boundaries below it (``<=`` it with
+    ``side="right"``), in order, so the index has the exact measure of its interval.
+    """
+    keys = np.asarray(v, dtype=object) if not isinstance(v, Uniform) else None
+    if keys is None or (keys.dtype == object and any(isinstance(k, Uniform) for k in keys.ravel())):
+        bounds = np.asarray(a)
+        if sorter is not None:
+            bounds = bounds[np.asarray(sorter)]
+        if bounds.ndim != 1:
+            raise ValueError("object too deep for desired array")
+
+        def index(u: Any) -> int:
+            k = 0
+            for c in bounds:
+                if (u >= c) if side == "right" else (u > c):
+                    k += 1
+                else:
+                    break
+            return k
+        if keys is None:
+            return np.intp(index(v))
+        out = np.empty(keys.shape, dtype=np.intp)
+        for idx in np.ndindex(*keys.shape):
+            out[idx] = index(keys[idx])
+        return out
+    return _SEARCHSORTED(a, v, side=side, sorter=sorter)
+
+
 def legacy_specs() -> list[tuple]:
     """What :func:`~exactspec.samplers.interception.intercepting` patches in ``numpy.random``."""
     legacy = np.random.mtrand._rand
@@ -246,7 +334,7 @@ def legacy_specs() -> list[tuple]:
     names += [n for n in ("ranf", "sample", "seed") if n not in names]
     specs: list[tuple] = [(np.random, n, _legacy_impl(n), "numpy") for n in names]
     specs += [(np.random, "default_rng", _default_rng, None), (np.random, "RandomState", _random_state, "class"),
-              (np.random, "Generator", _generator, "class")]
+              (np.random, "Generator", _generator, "class"), (np, "searchsorted", _searchsorted, None)]
     return specs
 
 

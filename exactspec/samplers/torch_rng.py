@@ -3,10 +3,11 @@
 ``torch.rand``, ``torch.rand_like``, ``Tensor.uniform_``, ``torch.bernoulli`` (and
 ``Tensor.bernoulli``, ``Tensor.bernoulli_``), ``torch.multinomial`` (function and method),
 ``Tensor.exponential_`` (followed into the exponential race ``argmax(w / E)``, a draw from
-``w / sum(w)``), ``torch.randint``, ``torch.randint_like`` and ``torch.randperm`` (ideal uniform
-integers and permutations), and Python's and numpy's global random functions are replaced while a
-sampler runs, through the thread-safe layer of :mod:`exactspec.samplers.interception` (draws in
-threads that run no audit branch reach the real functions), and restored afterwards (also on
+``w / sum(w)``; in place, as a statement ``q.exponential_()`` too), ``torch.randint``,
+``torch.randint_like`` and ``torch.randperm`` (ideal uniform integers and permutations), and
+Python's and numpy's global random functions are replaced while a sampler runs, through the
+thread-safe layer of :mod:`exactspec.samplers.interception` (draws in threads that run no audit
+branch reach the real functions), and restored afterwards (also on
 error). ``torch.randn``, ``normal``, ``poisson``, ``Tensor.normal_``, ``random_``, ``geometric_``,
 ``cauchy_``, ``log_normal_``, seeding (``torch.manual_seed``, ``seed``, ``set_rng_state``) and making
 a ``torch.Generator`` inside the sampler raise UnsupportedRandomness; a draw from torch's default
@@ -17,10 +18,27 @@ draw is enumerated like any other); the audit advances that generator by one rea
 time and raises UnsupportedRandomness if it comes back to a state it had before in the audit,
 which is what re-seeding it inside the sampler does (its draws would then repeat from call to
 call). Uniform tensors are lazy (:class:`LazyUniformTensor`):
-comparing them with real tensors or numbers, indexing, reshaping, and affine arithmetic keep
-the law exact, every tensor value being taken as the rational it is; anything else raises
-UnsupportedRandomness naming the torch operation. ``multinomial`` draws from the exact law of
-its (float) weights normalised by their exact sum, as an ideal implementation would.
+comparing them with real tensors or numbers, indexing, reshaping, iterating, and affine
+arithmetic keep the law exact, every tensor value being taken as the rational it is;
+``u.item()`` and ``u.tolist()`` hand over lazy scalars that compare exactly (``float(u)`` cannot:
+it raises, pointing at ``.item()``); ``torch.searchsorted(torch.cumsum(p, -1), u)`` and
+``torch.bucketize`` are inverse-CDF draws, each index taking the exact measure of the interval
+its float boundaries define. A comparison gives a :class:`LazyMask`: each entry forks only when
+the code reads it, in read order (``m[i]``, ``bool``, ``item``; ``argmax``, ``all``, ``any``
+and ``cumprod`` read a row only up to the entry that decides it; ``~``, ``&``, ``|``, ``cumsum``
+compared with a number, dtype casts and reshaping stay lazy; any other operation, ``torch.where``
+included, reads every entry and continues with a real tensor). ``log``, ``**``, ``argmax`` of
+uniforms and ``exponential_()`` draws are race values (:class:`RaceTensor`, see
+:mod:`exactspec.samplers.lazy_values`): every spelling of the Gumbel-max and exponential races
+(``argmax(log p - log(-log u))``, ``argmax(log(u) / p)``, ``argmax(u ** (1 / p))``,
+``argmax(p / q.exponential_())``, ``argmax(p / -log u)``) is a categorical draw from its exact
+weights. An argmax over a batch of races is lazy per row, like ``multinomial``
+(:class:`~exactspec.samplers.lazy_draws.LazyCategoricalTensor`): each race is checked when the
+argmax is taken, and row ``i``'s winner is drawn (the enumeration forks) only when entry ``i`` is
+read, so a sampler that races every draft position at once and reads the recovered token at one
+forks on that one only. Anything else raises UnsupportedRandomness naming the torch operation and the
+sampler's line. ``multinomial`` draws from the exact law of its (float) weights normalised by
+their exact sum, as an ideal implementation would.
 
 >>> import torch
 >>> from fractions import Fraction as F
@@ -44,18 +62,21 @@ from typing import Any
 import numpy as np
 
 from ..errors import ExactSpecError, UnsupportedRandomness
-from ..fields import _caller
 from .interception import (below, bind, current_rng, current_session, fisher_yates, generator_state, intercepting,
-                           unsupported)
+                           unsupported, user_site)
+from .lazy_draws import LazyCategoricalTensor, PendingDraw
+from .lazy_values import LazyBit, exponential, lazy, race_outcome, race_winner
 
 try:
     import torch
 except ImportError:  # pragma: no cover - exercised only without the torch extra
     torch = None
 
-__all__ = ["intercept_torch", "bind", "LazyUniformTensor", "LazyExponentialTensor", "RaceTensor"]
+__all__ = ["intercept_torch", "bind", "LazyUniformTensor", "LazyExponentialTensor", "RaceTensor", "LazyMask"]
 
 _rng = current_rng
+#: race argmaxes are lazy per entry (each row's winner drawn when read); False draws every race at the argmax
+_LAZY_RACES = True
 if torch is not None:
     #: the real in-place uniform, to advance a user's generator (the patched name may be a dispatcher)
     _REAL_UNIFORM_ = torch._C.TensorBase.uniform_
@@ -73,9 +94,96 @@ if torch is not None:
     _AFFINE = {"__mul__", "mul", "multiply", "__rmul__", "__add__", "add", "__radd__", "__sub__", "sub",
                "subtract", "__rsub__", "rsub", "__truediv__", "div", "divide", "true_divide", "__neg__", "neg",
                "negative"}
+    #: shape-only operations: the result's entries are entries of the input (object-array indexing)
     _SHAPE = {"__getitem__", "view", "reshape", "squeeze", "unsqueeze", "flatten", "clone", "contiguous", "to",
-              "float", "double", "detach", "expand_as", "expand", "__len__", "size", "dim", "numel", "__get__",
-              "__repr__", "__format__", "ndimension", "cpu"}
+              "float", "double", "detach", "expand_as", "expand", "cpu", "permute", "transpose", "t", "select",
+              "narrow", "view_as", "reshape_as", "movedim", "flip", "half", "bfloat16"}
+    _META = {"__len__", "size", "dim", "numel", "ndimension", "__format__", "nelement", "is_contiguous",
+             "is_floating_point", "is_complex", "element_size", "get_device", "stride", "storage_offset"}
+    #: properties that read no values
+    _SAFE_PROPERTIES = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout", "names", "is_sparse",
+                        "is_quantized", "is_meta", "grad", "is_leaf", "grad_fn", "is_mps", "is_cpu", "is_nested",
+                        "itemsize", "nbytes", "is_xpu"}
+    _CLAMPS = {"clamp", "clamp_min", "clamp_max", "clip", "maximum", "minimum", "fmax", "fmin", "clamp_", "clip_"}
+    _CLAMP_WHY = ("clamping a uniform or a race value (log(u.clamp(min=eps)), as some Gumbel samplers write) changes "
+                  "the law on an event of probability about eps, and the exact law is then no longer a draw from "
+                  "rational or exp weights; exactspec gives no verdict it cannot prove. Compute the race on the "
+                  "uniform itself (torch.log(u), -torch.log(-torch.log(u))), or draw with q.exponential_()")
+    #: operations that turn uniforms into race values (see :mod:`exactspec.samplers.lazy_values`)
+    _RACE_ENTRY = {"log", "__pow__", "pow", "argmax", "argmin", "exp", "reciprocal", "__rtruediv__", "__rdiv__"}
+
+    def _property(func: Any) -> str | None:
+        owner = getattr(func, "__self__", None)
+        return getattr(owner, "__name__", None)
+
+    def _meta(func: Any, name: str, args: tuple, kwargs: dict, what: str) -> tuple[bool, Any]:
+        """(True, result) for operations that read no values (sizes, dtype, repr); (False, None) otherwise."""
+        if name in _META or (name == "__get__" and _property(func) in _SAFE_PROPERTIES):
+            with torch._C.DisableTorchFunctionSubclass():
+                return True, func(*args, **kwargs)
+        if name == "__repr__" or name == "__str__":
+            return True, f"{what}(shape={tuple(args[0].shape)})"
+        return False, None
+
+    def _plain_index(idx: Any) -> Any:
+        def one(i: Any) -> Any:
+            if isinstance(i, LazyMask):
+                return _materialise(i).numpy()
+            if isinstance(i, torch.Tensor):
+                return i.numpy()
+            return i
+        return tuple(one(i) for i in idx) if isinstance(idx, tuple) else one(idx)
+
+    def _reshaped(func: Any, name: str, arr: np.ndarray, args: tuple, kwargs: dict) -> np.ndarray:
+        """The object array a shape-only operation makes of ``arr`` (entries shared, not copied)."""
+        if name == "__getitem__":
+            sub = arr[_plain_index(args[1])]
+            return np.asarray(sub, dtype=object).reshape(np.shape(sub))
+        if name in ("clone", "contiguous", "to", "float", "double", "detach", "cpu", "half", "bfloat16"):
+            return arr.copy()
+        with torch._C.DisableTorchFunctionSubclass():
+            shaped = func(torch.from_numpy(np.arange(arr.size).reshape(arr.shape)), *args[1:], **kwargs)
+        return arr.ravel()[shaped.numpy()]
+
+    def _dtype_of(name: str, args: tuple, kwargs: dict, default: Any) -> Any:
+        if name in ("float",):
+            return torch.float32
+        if name in ("double",):
+            return torch.float64
+        if name == "half":
+            return torch.float16
+        if name == "bfloat16":
+            return torch.bfloat16
+        if name == "to":
+            for a in list(args[1:]) + [kwargs.get("dtype")]:
+                if isinstance(a, torch.dtype):
+                    return a
+        return default
+
+    def _exact_values(x: Any, shape: tuple) -> np.ndarray:
+        """A real operand (tensor or number) as exact numbers (inf kept as float) broadcast to ``shape``."""
+        arr = np.empty(shape, dtype=object)
+        if isinstance(x, torch.Tensor):
+            vals = np.broadcast_to(x.detach().cpu().double().numpy(), shape)
+            for idx in np.ndindex(*shape):
+                arr[idx] = _num_or_inf(vals[idx])
+        else:
+            arr[...] = _num_or_inf(x)
+        return arr
+
+    def _num_or_inf(x: Any) -> Any:
+        f = float(x)
+        return f if f in (float("inf"), float("-inf")) or f != f else Fraction(f)
+
+    def _values(x: Any, shape: tuple) -> np.ndarray:
+        arr = np.empty(shape, dtype=object)
+        if isinstance(x, torch.Tensor):
+            vals = np.broadcast_to(x.detach().cpu().double().numpy(), shape)
+            for idx in np.ndindex(*shape):
+                arr[idx] = _exact(vals[idx])
+        else:
+            arr[...] = _exact(x)
+        return arr
 
     class LazyUniformTensor(torch.Tensor):
         """A tensor of lazy uniforms (affine functions of them); see the module docstring."""
@@ -96,25 +204,87 @@ if torch is not None:
         def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             kwargs = kwargs or {}
             name = getattr(func, "__name__", str(func))
+            if name == "__get__":
+                name = f"{_property(func)} (a property)" if _property(func) not in _SAFE_PROPERTIES else name
+            done, out = _meta(func, name, args, kwargs, "LazyUniformTensor")
+            if done:
+                return out
             if name in _COMPARE:
                 return _compare(name, args)
             if name in _AFFINE:
                 return _affine(name, args)
-            if name in _SHAPE:
-                return _shape(func, name, args, kwargs)
+            if name in _SHAPE and isinstance(args[0], LazyUniformTensor):
+                return LazyUniformTensor(_reshaped(func, name, args[0]._u, args, kwargs),
+                                         _dtype_of(name, args, kwargs, args[0].dtype))
+            if name in ("searchsorted", "bucketize"):
+                return _searchsorted(name, args, kwargs)
+            if name in ("__iter__", "unbind") and isinstance(args[0], LazyUniformTensor) and _dim0(args, kwargs):
+                rows = [LazyUniformTensor(np.asarray(r, dtype=object).reshape(np.shape(r)), args[0].dtype)
+                        for r in args[0]._u]
+                return iter(rows) if name == "__iter__" else tuple(rows)
+            if name == "item":
+                u = args[0]._u
+                if u.size != 1:
+                    raise RuntimeError(f"a Tensor with {u.size} elements cannot be converted to Scalar")
+                return u.reshape(-1)[0]
+            if name == "tolist":
+                return args[0]._u.tolist()
+            if name in _RACE_ENTRY:
+                conv = tuple(RaceTensor(np.vectorize(lambda u: u.race(), otypes=[object])(a._u))
+                             if isinstance(a, LazyUniformTensor) else a for a in args)
+                return RaceTensor.__torch_function__(func, types, conv, kwargs)
+            if name in _CLAMPS:
+                raise UnsupportedRandomness(f"torch {name} on an intercepted uniform (at {user_site(2)}): {_CLAMP_WHY}")
+            if name in ("__float__", "__int__", "__bool__", "__index__", "numpy", "__array__"):
+                raise UnsupportedRandomness(
+                    f"torch {name} on an intercepted uniform (at {user_site(2)}): its value is not a number the audit "
+                    "can hand over; use u.item() (a lazy scalar that compares exactly) and compare it")
             raise UnsupportedRandomness(
-                f"torch {name} on an intercepted uniform (at {_caller(3)}): the enumerator follows uniform tensors "
-                "through comparisons, indexing, reshaping and affine arithmetic only")
+                f"torch {name} on an intercepted uniform (at {user_site(2)}): the enumerator follows uniform tensors "
+                "through comparisons, indexing, reshaping, affine arithmetic, .item(), and into races (log, **, "
+                "argmax) only")
 
-    def _values(x: Any, shape: tuple) -> np.ndarray:
-        arr = np.empty(shape, dtype=object)
-        if isinstance(x, torch.Tensor):
-            vals = np.broadcast_to(x.detach().cpu().double().numpy(), shape)
-            for idx in np.ndindex(*shape):
-                arr[idx] = _exact(vals[idx])
+    def _searchsorted(name: str, args: tuple, kwargs: dict) -> Any:
+        """``searchsorted(cdf, u)`` / ``bucketize(u, cdf)`` of lazy uniforms: the index each falls at, decided exactly.
+
+        Entry ``i`` of the result counts the boundaries below ``u`` (``<= u`` with ``right=True`` or
+        ``side="right"``), read in order, so the law of the index is the exact measure of the
+        intervals the float boundaries define (an inverse-CDF draw over a float ``cumsum``).
+        """
+        if name == "searchsorted":
+            seq, values = args[0], args[1] if len(args) > 1 else kwargs["input"]
         else:
-            arr[...] = _exact(x)
-        return arr
+            values, seq = args[0], args[1] if len(args) > 1 else kwargs["boundaries"]
+        if isinstance(seq, (LazyUniformTensor, RaceTensor, LazyMask)) or not isinstance(values, LazyUniformTensor):
+            raise UnsupportedRandomness(f"torch {name} with random boundaries (at {user_site(3)})")
+        if kwargs.get("sorter") is not None:
+            raise UnsupportedRandomness(f"torch {name}(sorter=...) on intercepted uniforms (at {user_site(3)})")
+        right = bool(kwargs.get("right", False)) or kwargs.get("side") == "right"
+        bounds = seq.detach().cpu().double().numpy()
+        us = values._u
+        out = np.zeros(us.shape, dtype=np.int64)
+        for idx in np.ndindex(*us.shape):
+            row = bounds if bounds.ndim == 1 else bounds[idx[:-1]]
+            u, k = us[idx], 0
+            for c in row:
+                c = _num_or_inf(c)
+                if c == float("-inf") or (c != float("inf") and (u >= c if right else u > c)):
+                    k += 1
+                else:
+                    break
+            out[idx] = k
+        res = torch.from_numpy(out)
+        return res.to(torch.int32) if kwargs.get("out_int32") else res
+
+    def _dim0(args: tuple, kwargs: dict) -> bool:
+        """Iterating, or ``unbind`` along dimension 0, of a tensor with at least one dimension."""
+        if args[0].dim() == 0:
+            return False
+        return int(kwargs.get("dim", args[1] if len(args) > 1 else 0)) == 0
+
+    def _lazy_cells(x: Any, shape: tuple) -> np.ndarray:
+        """A uniform operand's entries broadcast to ``shape`` (LazyUniform objects)."""
+        return np.broadcast_to(x._u, shape)
 
     def _compare(name: str, args: tuple) -> Any:
         a, b = args[0], args[1]
@@ -123,16 +293,30 @@ if torch is not None:
             a, b = b, a                      # t < u  <=>  u > t
             strict, flip = {(True, False): (False, True), (False, False): (True, True),
                             (False, True): (True, False), (True, True): (False, False)}[(strict, flip)]
+        bshape = tuple(b.shape) if isinstance(b, torch.Tensor) else ()
+        shape = np.broadcast_shapes(a._u.shape, bshape)
+        us = _lazy_cells(a, shape)
         if isinstance(b, LazyUniformTensor):
-            raise UnsupportedRandomness(f"comparing two intercepted uniforms (at {_caller(4)})")
-        shape = np.broadcast_shapes(a._u.shape, tuple(b.shape) if isinstance(b, torch.Tensor) else ())
-        us = np.broadcast_to(a._u, shape)
-        ts = _values(b, shape)
-        out = np.zeros(shape, dtype=bool)
+            vs = _lazy_cells(b, shape)
+            for idx in np.ndindex(*shape):
+                if us[idx]._cell is not vs[idx]._cell:
+                    raise UnsupportedRandomness(f"comparing two intercepted uniforms (at {user_site(2)})")
+            ts = vs
+        else:
+            if isinstance(b, (RaceTensor, LazyMask)):
+                raise UnsupportedRandomness(f"comparing an intercepted uniform with a random tensor (at "
+                                            f"{user_site(2)})")
+            ts = _values(b, shape)
+        out = np.empty(shape, dtype=object)
         for idx in np.ndindex(*shape):
-            below = us[idx]._cmp(ts[idx], strict, name)    # u < t (strict) or u <= t
-            out[idx] = (not below) if flip else below
-        return torch.from_numpy(out)
+            out[idx] = _leaf(us[idx], ts[idx], strict, flip, name)
+        return LazyMask(out, torch.bool)
+
+    def _leaf(u: Any, t: Any, strict: bool, flip: bool, name: str) -> LazyBit:
+        def decide() -> bool:
+            below = u._cmp(t, strict, name)      # u < t (strict) or u <= t
+            return (not below) if flip else bool(below)
+        return LazyBit(decide)
 
     def _affine(name: str, args: tuple) -> Any:
         a = args[0]
@@ -142,9 +326,11 @@ if torch is not None:
             if name in ("__sub__", "sub", "subtract"):
                 return _apply(a, lambda u, c: c - u, b)
             if name in ("__truediv__", "div", "divide", "true_divide"):
-                raise UnsupportedRandomness(f"dividing by an intercepted uniform (at {_caller(4)})")
+                raise UnsupportedRandomness(f"dividing by an intercepted uniform (at {user_site(2)})")
         if isinstance(b, LazyUniformTensor):
-            raise UnsupportedRandomness(f"{name} of two intercepted uniforms (at {_caller(4)})")
+            raise UnsupportedRandomness(f"{name} of two intercepted uniforms (at {user_site(2)})")
+        if isinstance(b, (RaceTensor, LazyMask)):
+            raise UnsupportedRandomness(f"{name} of an intercepted uniform and a random tensor (at {user_site(2)})")
         ops = {"mul": lambda u, c: u * c, "add": lambda u, c: u + c, "sub": lambda u, c: u - c,
                "rsub": lambda u, c: c - u, "div": lambda u, c: u / c, "neg": lambda u, c: -u}
         key = name.strip("_").replace("multiply", "mul").replace("subtract", "sub").replace("true_divide", "div")
@@ -160,110 +346,390 @@ if torch is not None:
             out[idx] = op(us[idx], cs[idx])
         return LazyUniformTensor(out, a.dtype)
 
-    def _shape(func: Any, name: str, args: tuple, kwargs: dict) -> Any:
-        a = args[0]
-        if name in ("__len__", "size", "dim", "numel", "__get__", "ndimension", "__format__"):
-            with torch._C.DisableTorchFunctionSubclass():
-                return func(*args, **kwargs)
-        if name == "__repr__":
-            return LazyUniformTensor.__repr__(a)
-        if name == "__getitem__":
-            idx = args[1]
-            idx = tuple(i.numpy() if isinstance(i, torch.Tensor) else i for i in idx) if isinstance(idx, tuple) else (
-                idx.numpy() if isinstance(idx, torch.Tensor) else idx)
-            return LazyUniformTensor(np.asarray(a._u[idx], dtype=object).reshape(np.shape(a._u[idx])), a.dtype)
-        if name in ("clone", "contiguous", "to", "float", "double", "detach", "cpu"):
-            return LazyUniformTensor(a._u.copy(), a.dtype)
-        with torch._C.DisableTorchFunctionSubclass():
-            shaped = func(torch.from_numpy(np.arange(a._u.size).reshape(a._u.shape)), *args[1:], **kwargs)
-        return LazyUniformTensor(a._u.ravel()[shaped.numpy()], a.dtype)
-    class LazyExponentialTensor(torch.Tensor):
-        """Independent Exp(1) draws, followed only into the exponential race ``argmax(w / E)``."""
-
-        _shape_: tuple
-
-        @staticmethod
-        def __new__(cls, shape: tuple, dtype: Any = None) -> "LazyExponentialTensor":
-            t = torch.Tensor._make_subclass(cls, torch.ones(shape, dtype=dtype or torch.float32))
-            t._shape_ = shape
-            return t
-
-        def __repr__(self) -> str:  # noqa: D105
-            return f"LazyExponentialTensor(shape={self._shape_})"
-
-        @classmethod
-        def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-            kwargs = kwargs or {}
-            name = getattr(func, "__name__", str(func))
-            if name in ("__truediv__", "div", "div_", "divide", "true_divide") and len(args) == 2 \
-                    and not isinstance(args[0], (LazyExponentialTensor, RaceTensor)) \
-                    and isinstance(args[1], LazyExponentialTensor):
-                return RaceTensor(args[0])
-            if name in ("__len__", "size", "dim", "numel", "__get__", "ndimension", "__format__"):
-                with torch._C.DisableTorchFunctionSubclass():
-                    return func(*args, **kwargs)
-            if name == "__repr__":
-                return LazyExponentialTensor.__repr__(args[0])
-            raise UnsupportedRandomness(
-                f"torch {name} on intercepted exponential draws (at {_caller(3)}): only the race argmax(w / E) "
-                "is followed")
+    # -- races -----------------------------------------------------------------------------------------------
+    _RACE_UNARY = {"__neg__": lambda v: -v, "neg": lambda v: -v, "negative": lambda v: -v, "log": lambda v: v.log(),
+                   "exp": lambda v: v.exp(), "reciprocal": lambda v: v.reciprocal()}
+    _RACE_BINARY = {"__add__": lambda v, c: v + c, "add": lambda v, c: v + c, "__radd__": lambda v, c: v + c,
+                    "__sub__": lambda v, c: v - c, "sub": lambda v, c: v - c, "subtract": lambda v, c: v - c,
+                    "__rsub__": lambda v, c: c - v, "rsub": lambda v, c: c - v,
+                    "__mul__": lambda v, c: v * c, "mul": lambda v, c: v * c, "multiply": lambda v, c: v * c,
+                    "__rmul__": lambda v, c: v * c,
+                    "__truediv__": lambda v, c: v / c, "div": lambda v, c: v / c, "divide": lambda v, c: v / c,
+                    "true_divide": lambda v, c: v / c, "__rtruediv__": lambda v, c: c / v,
+                    "__rdiv__": lambda v, c: c / v, "__pow__": lambda v, c: v ** c, "pow": lambda v, c: v ** c}
+    #: binary operations whose first operand may be the real one (c op v)
+    _REFLECT = {"__add__": "__radd__", "add": "__radd__", "__sub__": "__rsub__", "sub": "__rsub__",
+                "subtract": "__rsub__", "__mul__": "__rmul__", "mul": "__rmul__", "multiply": "__rmul__",
+                "__truediv__": "__rtruediv__", "div": "__rtruediv__", "divide": "__rtruediv__",
+                "true_divide": "__rtruediv__"}
 
     class RaceTensor(torch.Tensor):
-        """``w / E`` with E independent Exp(1): its argmax along the last dimension is a draw from w / sum(w)."""
+        """Race values (:class:`~exactspec.samplers.lazy_values.RaceValue`): argmax over the last dimension (or the
+        whole tensor) is a draw from the weights ``w / sum(w)``; see :mod:`exactspec.samplers.lazy_values`."""
 
-        _w: Any
+        _r: np.ndarray
 
         @staticmethod
-        def __new__(cls, weights: Any) -> "RaceTensor":
-            w = weights.detach().cpu().double()
-            t = torch.Tensor._make_subclass(cls, torch.zeros(tuple(w.shape), dtype=weights.dtype))
-            t._w = w
+        def __new__(cls, values: np.ndarray, dtype: Any = None) -> "RaceTensor":
+            t = torch.Tensor._make_subclass(cls, torch.zeros(values.shape, dtype=dtype or torch.float32))
+            t._r = values
             return t
 
         def __repr__(self) -> str:  # noqa: D105
-            return f"RaceTensor(shape={tuple(self._w.shape)})"
+            return f"RaceTensor(shape={tuple(self._r.shape)})"
 
         @classmethod
         def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             kwargs = kwargs or {}
             name = getattr(func, "__name__", str(func))
-            if name == "argmax":
+            if name == "__get__":
+                name = f"{_property(func)} (a property)" if _property(func) not in _SAFE_PROPERTIES else name
+            done, out = _meta(func, name, args, kwargs, "RaceTensor")
+            if done:
+                return out
+            in_place = name.endswith("_") and not name.endswith("__") and name[:-1] in (_RACE_BINARY.keys()
+                                                                                         | _RACE_UNARY.keys())
+            if in_place or name in ("__iadd__", "__isub__", "__imul__", "__itruediv__", "__ipow__"):
+                base = name[:-1] if in_place else "__" + name[3:]
+                result = cls.__torch_function__(getattr(torch.Tensor, base), types, args, kwargs)
+                return _in_place(args[0], RaceTensor, f"Tensor.{name}", _r=result._r)
+            if name in _SHAPE and isinstance(args[0], RaceTensor):
+                return RaceTensor(_reshaped(func, name, args[0]._r, args, kwargs),
+                                  _dtype_of(name, args, kwargs, args[0].dtype))
+            if name in _RACE_UNARY:
+                return RaceTensor(np.vectorize(_RACE_UNARY[name], otypes=[object])(args[0]._r), args[0].dtype)
+            if name in _RACE_BINARY and len(args) >= 2:
+                a, b = args[0], args[1]
+                if not isinstance(a, RaceTensor):
+                    if name not in _REFLECT:
+                        raise UnsupportedRandomness(f"torch {name} with a race tensor on the right (at "
+                                                    f"{user_site(2)})")
+                    a, b, name = b, a, _REFLECT[name]
+                if isinstance(b, (RaceTensor, LazyUniformTensor, LazyMask)):
+                    raise UnsupportedRandomness(f"torch {name} of two random tensors (at {user_site(2)}): a race "
+                                                "combines each draw with numbers only")
+                if "alpha" in kwargs:
+                    b = b * kwargs["alpha"]
+                shape = np.broadcast_shapes(a._r.shape, tuple(b.shape) if isinstance(b, torch.Tensor) else ())
+                rs, cs = np.broadcast_to(a._r, shape), _exact_values(b, shape)
+                out = np.empty(shape, dtype=object)
+                op = _RACE_BINARY[name]
+                for idx in np.ndindex(*shape):
+                    out[idx] = op(rs[idx], cs[idx])
+                return RaceTensor(out, a.dtype)
+            if name in _COMPARE and len(args) == 2:
+                return _race_compare(name, args)
+            if name in ("argmax", "argmin"):
                 race = args[0]
                 dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
-                if dim not in (-1, race._w.dim() - 1):
-                    raise UnsupportedRandomness(f"the exponential race's argmax over dim {dim} (at {_caller(3)}): "
-                                                "only the last dimension is followed")
-                return _race_argmax(race._w, kwargs.get("keepdim", False))
-            if name in ("__len__", "size", "dim", "numel", "__get__", "ndimension", "__format__"):
-                with torch._C.DisableTorchFunctionSubclass():
-                    return func(*args, **kwargs)
-            if name == "__repr__":
-                return RaceTensor.__repr__(args[0])
-            raise UnsupportedRandomness(f"torch {name} on an exponential race (at {_caller(3)}): only argmax is "
-                                        "followed")
+                keepdim = kwargs.get("keepdim", args[2] if len(args) > 2 else False)
+                return _race_arg(race._r, dim, bool(keepdim), name == "argmax")
+            if name in ("max", "min") and isinstance(args[0], RaceTensor) and len(args) <= 3 \
+                    and not isinstance(args[1] if len(args) > 1 else None, torch.Tensor) and "other" not in kwargs:
+                # (values, indices): the indices are the race's draw; the values are the winners' race values
+                race = args[0]
+                dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+                keepdim = bool(kwargs.get("keepdim", args[2] if len(args) > 2 else False))
+                idx = _race_arg(race._r, dim, keepdim, name == "max")
+                if dim is None:
+                    return RaceTensor(np.asarray(race._r.ravel()[int(idx)], dtype=object).reshape(()), race.dtype)
+                d = int(dim) % max(race._r.ndim, 1)
+                picked = np.take_along_axis(race._r, np.expand_dims(idx.numpy(), d) if not keepdim else idx.numpy(),
+                                            axis=d)
+                values = RaceTensor(picked if keepdim else np.squeeze(picked, axis=d), race.dtype)
+                return getattr(torch.return_types, name)((values, idx))
+            if name in _CLAMPS:
+                raise UnsupportedRandomness(f"torch {name} on a race tensor (at {user_site(2)}): {_CLAMP_WHY}")
+            raise UnsupportedRandomness(
+                f"torch {name} on a race tensor (at {user_site(2)}): race values (log, ** of uniforms, "
+                "exponential_() draws, Gumbel noise) are followed through monotone arithmetic with numbers into "
+                "argmax / argmin and comparisons with numbers only")
 
-    def _race_argmax(w: Any, keepdim: bool) -> Any:
-        rows = w.numpy().reshape(-1, w.shape[-1])
-        rng = _rng()
-        out = np.zeros(rows.shape[0], dtype=np.int64)
-        for r, row in enumerate(rows):
-            weights = [_exact(x) for x in row]
-            total = sum(weights)
-            if total <= 0:
-                out[r] = 0       # every ratio is 0: torch's argmax returns the first index
-                continue
-            out[r] = rng.categorical(tuple(rng._field.convert(x / total) for x in weights))
-        res = torch.from_numpy(out).reshape(tuple(w.shape[:-1]))
-        return res.unsqueeze(-1) if keepdim else res
+    LazyExponentialTensor = RaceTensor
+
+    def _race_compare(name: str, args: tuple) -> "LazyMask":
+        """Race values compared with numbers: each entry decided on its uniform when read (see lazy_values)."""
+        a, b = args[0], args[1]
+        strict, flip = _COMPARE[name]
+        if not isinstance(a, RaceTensor):
+            a, b = b, a
+            strict, flip = {(True, False): (False, True), (False, False): (True, True),
+                            (False, True): (True, False), (True, True): (False, False)}[(strict, flip)]
+        if isinstance(b, (RaceTensor, LazyUniformTensor, LazyMask)):
+            raise UnsupportedRandomness(f"comparing two random tensors (at {user_site(3)}): a race value is "
+                                        "compared with numbers only")
+        shape = np.broadcast_shapes(a._r.shape, tuple(b.shape) if isinstance(b, torch.Tensor) else ())
+        rs, ts = np.broadcast_to(a._r, shape), _exact_values(b, shape)
+        out = np.empty(shape, dtype=object)
+        for idx in np.ndindex(*shape):
+            v, t = rs[idx], ts[idx]
+            below = (lambda v=v, t=t: v < t) if strict else (lambda v=v, t=t: v <= t)
+            out[idx] = LazyBit((lambda f=below: not f()) if flip else below)
+        return LazyMask(out, torch.bool)
+
+    def _race_arg(values: np.ndarray, dim: Any, keepdim: bool, smaller_wins: bool) -> Any:
+        """argmax / argmin of races along ``dim`` (all entries when None): each race checked now, drawn when read.
+
+        The result is a :class:`~exactspec.samplers.lazy_draws.LazyCategoricalTensor` whose entry ``i`` is
+        the pending draw of row ``i``'s winner (``rng.categorical`` of its exact law): a sampler that races every
+        position at once and reads one forks on that one only. ``_LAZY_RACES = False`` draws every race at once.
+        """
+        if not _LAZY_RACES:
+            return _race_arg_eager(values, dim, keepdim, smaller_wins)
+        if dim is None:
+            cells = np.empty((), dtype=object)
+            cells[()] = (PendingDraw.of_law(*race_outcome(list(values.ravel()), smaller_wins, True)), 0)
+            res = LazyCategoricalTensor(cells)
+            return res.reshape((1,) * values.ndim) if keepdim else res
+        nd = values.ndim
+        d = int(dim) % max(nd, 1)
+        moved = np.moveaxis(values, d, -1)
+        rows = moved.reshape(-1, moved.shape[-1])
+        cells = np.empty(len(rows), dtype=object)
+        for i, row in enumerate(rows):
+            cells[i] = (PendingDraw.of_law(*race_outcome(list(row), smaller_wins, True)), 0)
+        res = LazyCategoricalTensor(cells.reshape(moved.shape[:-1]))
+        return res.unsqueeze(d) if keepdim else res
+
+    def _race_arg_eager(values: np.ndarray, dim: Any, keepdim: bool, smaller_wins: bool) -> Any:
+        if dim is None:
+            idx = race_winner(list(values.ravel()), smaller_wins)
+            res = torch.tensor(idx, dtype=torch.int64)
+            return res.reshape((1,) * values.ndim) if keepdim else res
+        nd = values.ndim
+        d = int(dim) % max(nd, 1)
+        moved = np.moveaxis(values, d, -1)
+        rows = moved.reshape(-1, moved.shape[-1])
+        out = np.array([race_winner(list(row), smaller_wins) for row in rows], dtype=np.int64)
+        res = torch.from_numpy(out).reshape(moved.shape[:-1])
+        return res.unsqueeze(d) if keepdim else res
+
+    # -- lazy comparison results -------------------------------------------------------------------------------
+    _NOT = {"__invert__", "logical_not", "bitwise_not"}
+    _AND = {"__and__", "__rand__", "logical_and", "bitwise_and"}
+    _OR = {"__or__", "__ror__", "logical_or", "bitwise_or"}
+    _CASTS = {"int": torch.int32, "long": torch.int64, "float": torch.float32, "double": torch.float64,
+              "bool": torch.bool, "short": torch.int16, "byte": torch.uint8, "half": torch.float16}
+    _OPS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+    class LazyMask(torch.Tensor):
+        """Comparison results (0/1 entries, or counts of them after ``cumsum``) read lazily, entry by entry.
+
+        Reading an entry (``item()``, ``bool()``, ``argmax``, ``all``/``any``, ``sum``, ...) forks the
+        enumeration for that entry only, in the order the code reads them; ``~``, ``&``, ``|``,
+        ``cumprod``, ``cumsum``, comparisons with a number, dtype casts, indexing and reshaping stay
+        lazy. Any other operation reads every entry (row-major) and continues with a real tensor.
+
+        >>> from fractions import Fraction as F
+        >>> from exactspec.enumerate.rng import enumerate_program
+        >>> from exactspec.fields import get_field
+        >>> def first_rejection(rng):                   # vLLM-style: reads entries up to the first False
+        ...     with bind(rng):
+        ...         return int((~(torch.rand(3) < 0.5)).int().argmax(-1))
+        >>> with intercept_torch():
+        ...     law = enumerate_program(first_rejection, get_field(backend="python"), exact_floats=True)
+        >>> law == {0: F(5, 8), 1: F(1, 4), 2: F(1, 8)}
+        True
+        """
+
+        _c: np.ndarray
+        _count: bool
+
+        @staticmethod
+        def __new__(cls, cells: np.ndarray, dtype: Any = None, count: bool = False) -> "LazyMask":
+            t = torch.Tensor._make_subclass(cls, torch.zeros(cells.shape, dtype=dtype or torch.bool))
+            t._c = cells
+            t._count = count
+            return t
+
+        def __repr__(self) -> str:  # noqa: D105
+            return f"LazyMask(shape={tuple(self._c.shape)})"
+
+        @classmethod
+        def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", str(func))
+            if name == "__get__":
+                name = f"{_property(func)} (a property)" if _property(func) not in _SAFE_PROPERTIES else name
+            done, out = _meta(func, name, args, kwargs, "LazyMask")
+            if done:
+                return out
+            a = args[0] if args else None
+            lazy_a = isinstance(a, LazyMask)
+            if lazy_a and name in ("item", "__bool__", "__int__", "__float__", "__index__"):
+                if a._c.size != 1:
+                    if name == "__bool__":
+                        raise RuntimeError(f"Boolean value of Tensor with {a._c.size} values is ambiguous")
+                    raise RuntimeError(f"a Tensor with {a._c.size} elements cannot be converted to Scalar")
+                v = a._c.reshape(-1)[0].value()
+                if name == "__bool__":
+                    return bool(v)
+                if name == "__float__" or (name == "item" and a.dtype.is_floating_point):
+                    return float(v)
+                return bool(v) if (name == "item" and a.dtype == torch.bool) else int(v)
+            if lazy_a and name in ("__iter__", "unbind") and _dim0(args, kwargs):
+                rows = [LazyMask(np.asarray(r, dtype=object).reshape(np.shape(r)), a.dtype, a._count) for r in a._c]
+                return iter(rows) if name == "__iter__" else tuple(rows)
+            if lazy_a and name in _SHAPE and name not in ("float", "double", "half", "bfloat16", "to"):
+                return LazyMask(_reshaped(func, name, a._c, args, kwargs), a.dtype, a._count)
+            if lazy_a and (name in _CASTS or (name == "to" and _only_dtype(args, kwargs))):
+                dtype = _CASTS[name] if name in _CASTS else _dtype_of(name, args, kwargs, a.dtype)
+                if dtype == torch.bool and a._count:
+                    return LazyMask(np.vectorize(lambda c: LazyBit(lambda: bool(c.value())), otypes=[object])(a._c))
+                return LazyMask(a._c.copy(), dtype, a._count)
+            bits = lazy_a and not a._count and (a.dtype == torch.bool or name not in _NOT)
+            if bits and name in _NOT and a.dtype == torch.bool:
+                return LazyMask(np.vectorize(lambda c: ~c, otypes=[object])(a._c))
+            if name in _AND | _OR and len(args) == 2 and _bool_operands(args):
+                return _combine(args, LazyBit.all_of if name in _AND else LazyBit.any_of)
+            key = name.strip("_")
+            if lazy_a and key in _OPS and len(args) == 2 and _scalar(args[1]):
+                return _cmp_mask(a, key, _scalar_value(args[1]))
+            if lazy_a and not a._count and name in ("cumprod", "cumsum") and _last_dim(a, args, kwargs):
+                return _prefix(a, name == "cumsum")
+            if lazy_a and not a._count and name in ("argmax", "all", "any") and not _extra(args, kwargs):
+                return _scan(a, name, args, kwargs)
+            return _read_all(func, args, kwargs)
+
+    def _only_dtype(args: tuple, kwargs: dict) -> bool:
+        rest = [x for x in args[1:]] + [v for k, v in kwargs.items() if k != "dtype"]
+        return all(isinstance(x, torch.dtype) or (isinstance(x, (str, torch.device)) and str(x) == "cpu")
+                   for x in rest)
+
+    def _scalar(x: Any) -> bool:
+        if isinstance(x, (LazyMask, LazyUniformTensor, RaceTensor)):
+            return False
+        if isinstance(x, torch.Tensor):
+            return x.numel() == 1
+        return isinstance(x, (int, float, bool, np.number))
+
+    def _scalar_value(x: Any) -> Any:
+        return x.item() if isinstance(x, torch.Tensor) else x
+
+    def _bool_operands(args: tuple) -> bool:
+        for x in args:
+            if isinstance(x, LazyMask):
+                if x.dtype != torch.bool or x._count:
+                    return False
+            elif isinstance(x, torch.Tensor):
+                if x.dtype != torch.bool or isinstance(x, (LazyUniformTensor, RaceTensor)):
+                    return False
+            elif not isinstance(x, bool):
+                return False
+        return True
+
+    def _as_cells(x: Any, shape: tuple) -> np.ndarray:
+        if isinstance(x, LazyMask):
+            return np.broadcast_to(x._c, shape)
+        vals = np.broadcast_to(np.asarray(x.numpy() if isinstance(x, torch.Tensor) else x, dtype=bool), shape)
+        out = np.empty(shape, dtype=object)
+        for idx in np.ndindex(*shape):
+            out[idx] = LazyBit(v=bool(vals[idx]))
+        return out
+
+    def _combine(args: tuple, how: Any) -> "LazyMask":
+        shape = np.broadcast_shapes(*(tuple(x.shape) if isinstance(x, torch.Tensor) else () for x in args))
+        xs, ys = _as_cells(args[0], shape), _as_cells(args[1], shape)
+        out = np.empty(shape, dtype=object)
+        for idx in np.ndindex(*shape):
+            out[idx] = how((xs[idx], ys[idx]))
+        return LazyMask(out)
+
+    def _cmp_mask(a: "LazyMask", key: str, t: Any) -> "LazyMask":
+        import operator
+        op = getattr(operator, key)
+        out = np.empty(a._c.shape, dtype=object)
+        for idx in np.ndindex(*a._c.shape):
+            c = a._c[idx]
+            if a._count:
+                out[idx] = LazyBit.count_compare(c._bits, op, t)
+            else:
+                out[idx] = LazyBit(lambda c=c: bool(op(int(c.value()), t)))
+        return LazyMask(out)
+
+    class _Count(LazyBit):
+        """A count of the True bits among ``bits`` (``cumsum`` of a mask), read lazily."""
+
+        __slots__ = ("_bits",)
+
+        def __init__(self, bits: list) -> None:
+            super().__init__(lambda: sum(int(b.value()) for b in bits))
+            self._bits = bits
+
+    def _last_dim(a: "LazyMask", args: tuple, kwargs: dict) -> bool:
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+        return dim is not None and a._c.ndim > 0 and int(dim) % a._c.ndim == a._c.ndim - 1 and "dtype" not in kwargs
+
+    def _prefix(a: "LazyMask", count: bool) -> "LazyMask":
+        out = np.empty(a._c.shape, dtype=object)
+        for idx in np.ndindex(*a._c.shape[:-1]):
+            row = list(a._c[idx])
+            for j in range(len(row)):
+                out[idx + (j,)] = _Count(row[:j + 1]) if count else LazyBit.all_of(row[:j + 1])
+        return LazyMask(out, torch.int64, count)
+
+    def _extra(args: tuple, kwargs: dict) -> bool:
+        return bool(set(kwargs) - {"dim", "keepdim"}) or len(args) > 3
+
+    def _scan(a: "LazyMask", name: str, args: tuple, kwargs: dict) -> Any:
+        """argmax / all / any of 0-1 entries, reading each row in order only until the answer is known."""
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+        keepdim = bool(kwargs.get("keepdim", args[2] if len(args) > 2 else False))
+        cells = a._c
+        if dim is None:
+            rows, lead = cells.reshape(1, -1), ()
+        else:
+            d = int(dim) % max(cells.ndim, 1)
+            moved = np.moveaxis(cells, d, -1)
+            rows, lead = moved.reshape(-1, moved.shape[-1] if moved.ndim else 1), moved.shape[:-1]
+        out = []
+        for row in rows:
+            if name == "argmax":
+                out.append(next((i for i, c in enumerate(row) if c.value()), 0))
+            elif name == "all":
+                out.append(all(c.value() for c in row))
+            else:
+                out.append(any(c.value() for c in row))
+        dtype = torch.int64 if name == "argmax" else torch.bool
+        res = torch.tensor(out, dtype=dtype).reshape(lead)
+        if keepdim:
+            res = res.unsqueeze(int(dim) % max(cells.ndim, 1)) if dim is not None else res.reshape((1,) * cells.ndim)
+        return res
+
+    def _materialise(m: "LazyMask") -> Any:
+        """A real tensor with the mask's values (every entry read, row-major)."""
+        vals = np.empty(m._c.shape, dtype=object)
+        for idx in np.ndindex(*m._c.shape):
+            vals[idx] = m._c[idx].value()
+        with torch._C.DisableTorchFunctionSubclass():
+            return torch.tensor(vals.astype(np.int64 if m._count or m.dtype != torch.bool else bool).tolist(),
+                                dtype=m.dtype).reshape(m._c.shape)
+
+    def _settle(m: "LazyMask") -> Any:
+        """Read every entry into ``m``'s own storage and make it an ordinary tensor (it stays one)."""
+        vals = _materialise(m)
+        with torch._C.DisableTorchFunctionSubclass():
+            m.copy_(vals)
+        m.__class__ = torch.Tensor
+        return m
+
+    def _read_all(func: Any, args: tuple, kwargs: dict) -> Any:
+        def real(x: Any) -> Any:
+            if isinstance(x, LazyMask):
+                return _settle(x)
+            if isinstance(x, (list, tuple)):
+                return type(x)(real(y) for y in x)
+            return x
+        return func(*real(args), **{k: real(v) for k, v in kwargs.items()})
 else:  # pragma: no cover
-    LazyUniformTensor = LazyExponentialTensor = RaceTensor = None  # type: ignore[assignment,misc]
+    LazyUniformTensor = LazyExponentialTensor = RaceTensor = LazyMask = None  # type: ignore[assignment,misc]
 
 
 def _uniforms(shape: tuple) -> np.ndarray:
     rng = _rng()
     arr = np.empty(shape, dtype=object)
     for idx in np.ndindex(*shape):
-        arr[idx] = rng.uniform()
+        arr[idx] = lazy(rng.uniform())
     return arr
 
 
@@ -332,11 +798,16 @@ def _uniform_(self: Any, a: float = 0.0, b: float = 1.0, **kwargs: Any) -> Any:
 
 
 def _exponential_(self: Any, lambd: float = 1.0, **kwargs: Any) -> Any:
-    if float(lambd) != 1.0:
-        raise UnsupportedRandomness(f"exponential_({lambd}) (at {_caller(2)}): only rate 1 (the race) is followed")
-    _rng()
+    """``Tensor.exponential_(lambd)``: the tensor itself becomes independent Exp(lambd) race values."""
+    rate = _exact(lambd)
+    if not rate > 0:
+        raise UnsupportedRandomness(f"exponential_({lambd}) (at {user_site(2)}): the rate must be positive")
+    rng = _rng()
     _fresh(kwargs)
-    return _in_place(self, LazyExponentialTensor, "Tensor.exponential_()", _shape_=tuple(self.shape))
+    values = np.empty(tuple(self.shape), dtype=object)
+    for idx in np.ndindex(*values.shape):
+        values[idx] = exponential(rng) / rate if rate != 1 else exponential(rng)
+    return _in_place(self, RaceTensor, "Tensor.exponential_()", _r=values)
 
 
 def _coins(probs: np.ndarray) -> np.ndarray:
@@ -362,26 +833,24 @@ def _bernoulli_(self: Any, p: Any = 0.5, **kwargs: Any) -> Any:
 
 
 def _multinomial(probs: Any, num_samples: int, replacement: bool = False, **kwargs: Any) -> Any:
+    """``torch.multinomial``: pending draws from the exact law of each row, drawn when read.
+
+    The weights are checked now (torch's errors for a non-finite or negative entry, a zero row,
+    too few categories without replacement); the draws are a
+    :class:`~exactspec.samplers.lazy_draws.LazyCategoricalTensor`, so a draw whose value is never
+    read never forks the enumeration.
+    """
+    from .lazy_draws import exact_rows, lazy_multinomial
     _fresh(kwargs)
-    w = probs.detach().cpu().double().numpy()
-    rows = w.reshape(-1, w.shape[-1])
-    rng = _rng()
-    out = np.zeros((rows.shape[0], num_samples), dtype=np.int64)
-    for r, row in enumerate(rows):
-        weights = [_exact(x) for x in row]
-        if any(x < 0 for x in weights) or sum(weights) <= 0:
-            raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
-        for s in range(num_samples):
-            total = sum(weights)
-            law = tuple(rng._field.convert(x / total) for x in weights)
-            k = rng.categorical(law)
-            out[r, s] = k
-            if not replacement:
-                weights[k] = Fraction(0)
-                if not any(weights) and s + 1 < num_samples:
-                    raise RuntimeError("multinomial: not enough categories to sample without replacement")
-    res = torch.from_numpy(out)
-    return res.reshape(w.shape[:-1] + (num_samples,)) if w.ndim > 1 else res.reshape(num_samples)
+    num_samples = int(num_samples)
+    w = probs.detach().cpu().numpy().astype(np.float64, copy=False)
+    if w.ndim not in (1, 2):
+        raise RuntimeError(f"prob_dist must be 1 or 2 dim, got {w.ndim}")
+    rows, positive = exact_rows(w)
+    if not replacement and num_samples > positive:
+        raise RuntimeError("multinomial: not enough categories to sample without replacement")
+    shape = w.shape[:-1] + (num_samples,) if w.ndim > 1 else (num_samples,)
+    return lazy_multinomial(_rng(), rows, num_samples, bool(replacement), shape)
 
 
 def _int_tensor(low: int, high: int, shape: tuple, dtype: Any, what: str) -> Any:

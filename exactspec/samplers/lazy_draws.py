@@ -1,0 +1,427 @@
+"""Lazy categorical draws: ``torch.multinomial`` inside an audit forks the enumeration only when its value is read.
+
+Generation loops draw more than they use: litgpt's ``sample`` draws a token at every target
+position and keeps only the probabilities, transformers draws and may discard, a prefill draws
+a token nobody reads. Drawing eagerly would fork the enumeration on every such draw and
+multiply the branches by ``vocab`` for nothing. Inside an audit, ``torch.multinomial`` (and
+``Tensor.multinomial``) therefore returns a :class:`LazyCategoricalTensor`: a real ``int64``
+tensor of the right shape whose entries are *pending draws*, each with its exact law (the
+weights normalised by their exact sum, as an ideal sampler would draw).
+
+A pending draw is drawn (the enumeration forks) the first time the tensor's values are read:
+``item()``, ``int()``, ``bool()``, ``tolist()``, ``numpy()``, indexing another tensor or a list
+with it, comparisons, arithmetic, ``torch.cat``, printing, any torch function other than the
+ones below. Reading only the shape (``shape``, ``size()``, ``dim()``, ``len()``, ``dtype``,
+``device``) never draws, and reshaping, indexing with real indices, ``unsqueeze``/``squeeze``,
+``view``/``reshape``/``flatten``, ``clone``/``detach``/``contiguous``, ``to``/``long``/``cpu``
+keep the draws pending (the result shares them: reading either draws each shared entry once).
+Entries are drawn in the order of the reads, element order within one read, so replaying a
+branch forks in the same order (the enumeration's replay stays deterministic). Draws without
+replacement of several samples from one row are drawn together, in sample order, on the first
+read of any of them.
+
+The argmax of a batch of exponential or Gumbel races (:mod:`exactspec.samplers.torch_rng`) is such a
+tensor too, one pending draw per row from its race's law. Operations that pick entries by position
+keep the picked entries pending when their other operands are ordinary integer tensors or numbers:
+``cat``/``stack``, ``gather``/``index_select``/``take_along_dim``/``take`` with real indices,
+``torch.where`` with a real condition, ``roll``, ``flip``, ``repeat``, ``masked_select``; their
+indices and conditions are read.
+
+Once read, the tensor holds its values in its own storage, and every later operation (in-place
+ones included) is an ordinary torch operation on those values. An operation that mixes it with
+another lazy tensor type (lazy uniforms, masks, races of :mod:`exactspec.samplers.torch_rng`)
+reads it first and leaves the operation to that type.
+
+>>> import torch
+>>> from fractions import Fraction as F
+>>> from exactspec.enumerate.rng import enumerate_program
+>>> from exactspec.fields import get_field
+>>> from exactspec.samplers.interception import bind, intercepting
+>>> from exactspec.samplers import torch_rng  # noqa: F401  (patches torch in audits)
+>>> def program(rng):
+...     with bind(rng):
+...         unread = torch.multinomial(torch.tensor([0.5, 0.5]), 1)     # never read: no fork
+...         read = torch.multinomial(torch.tensor([0.25, 0.75]), 1)
+...         return int(read)
+>>> with intercepting():
+...     law = enumerate_program(program, get_field(backend="python"), exact_floats=True)
+>>> law == {0: F(1, 4), 1: F(3, 4)}
+True
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any, Sequence
+
+import numpy as np
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - exercised only without the torch extra
+    torch = None
+
+__all__ = ["LazyCategoricalTensor", "PendingDraw", "lazy_multinomial", "exact_row", "exact_rows", "force"]
+
+
+class PendingDraw:
+    """``count`` draws from one row of exact weights, made on the first :meth:`values` call.
+
+    ``law`` is the row's first-draw law (``weights`` normalised by their exact sum). With
+    ``replacement=False`` each draw removes the token drawn, as ``torch.multinomial`` does.
+
+    >>> from exactspec.enumerate.rng import PathRng
+    >>> from exactspec.fields import get_field
+    >>> rng = PathRng((), 1, get_field(backend="python"), [], {})
+    >>> d = PendingDraw(rng, *exact_row([0.0, 2.0]), 1, True)
+    >>> d.drawn, d.values(), d.drawn
+    (False, [1], True)
+    """
+
+    __slots__ = ("rng", "weights", "law", "count", "replacement", "_values", "_ready")
+
+    def __init__(self, rng: Any, weights: tuple, law: tuple, count: int, replacement: bool) -> None:
+        self.rng, self.weights, self.law, self.count, self.replacement = rng, weights, law, count, replacement
+        self._values: list[int] | None = None
+        self._ready = False
+
+    @classmethod
+    def of_law(cls, rng: Any, law: Any) -> "PendingDraw":
+        """One draw of ``rng.categorical(law)``, ``law`` as the rng takes it (e.g. a race's winner law), or an ``int``:
+        a value known already (a certain winner, an entry of an ordinary tensor mixed into a lazy one), or a function
+        returning either, called on the first read.
+
+        >>> PendingDraw.of_law(None, 2).values()
+        [2]
+        """
+        d = cls(rng, (), law, 1, True)
+        if isinstance(law, int):
+            d._values = [law]
+        d._ready = True
+        return d
+
+    @property
+    def drawn(self) -> bool:
+        """Whether the draws were made (their values read)."""
+        return self._values is not None
+
+    def values(self) -> list[int]:
+        """The drawn tokens (drawing them now, forking the enumeration, if not yet drawn)."""
+        if self._values is None and self._ready:
+            if callable(self.law):
+                self.law = self.law()
+            self._values = [self.law if isinstance(self.law, int) else self.rng.categorical(self.law)]
+        if self._values is None:
+            rng, out = self.rng, []
+            field = rng._field
+            law = self.law if getattr(field, "Q", None) is Fraction else tuple(field.convert(x) for x in self.law)
+            weights = list(self.weights)
+            for s in range(self.count):
+                if s:
+                    total = sum(weights)
+                    law = tuple(field.convert(x / total) for x in weights)
+                k = rng.categorical(law)
+                out.append(k)
+                weights[k] = Fraction(0)
+            self._values = out
+        return self._values
+
+
+#: exact weights and first-draw law per float row (its bytes): loops replayed once per branch ask again and again
+_ROWS: dict[bytes, tuple[tuple, tuple]] = {}
+
+
+#: per float weight matrix (shape and bytes): its checked rows (:func:`exact_row`) and fewest positive weights of a row
+_MATRICES: dict[tuple, tuple[list, int]] = {}
+
+
+def exact_rows(w: np.ndarray) -> tuple[list, int]:
+    """The rows of a float64 weight array (1-D or 2-D) as :func:`exact_row` pairs, and a row's fewest positive entries.
+
+    Raises torch's errors for weights ``torch.multinomial`` refuses (non-finite, negative, a row
+    summing to 0). Memoised on the array's bytes: a loop replayed once per branch asks again and again.
+
+    >>> rows, positive = exact_rows(np.array([[1.0, 0.0], [1.0, 1.0]]))
+    >>> rows[1][1], positive
+    ((Fraction(1, 2), Fraction(1, 2)), 1)
+    """
+    key = (w.shape, w.tobytes())
+    hit = _MATRICES.get(key)
+    if hit is None:
+        rows = w.reshape(-1, w.shape[-1])
+        if not np.isfinite(rows).all():
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        if (rows < 0).any() or (rows.sum(axis=-1) <= 0).any():
+            raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+        hit = ([exact_row(row) for row in rows], int((rows > 0).sum(axis=-1).min()))
+        if len(_MATRICES) > 1 << 16:
+            _MATRICES.clear()
+        _MATRICES[key] = hit
+    return hit
+
+
+def exact_row(row: Sequence[float]) -> tuple[tuple, tuple]:
+    """(exact weights, their law) of a row of float weights, each float taken as the rational it is; memoised.
+
+    The caller checks the row first (finite, no negative entry, positive sum).
+
+    >>> exact_row([1.0, 3.0])[1]
+    (Fraction(1, 4), Fraction(3, 4))
+    """
+    arr = np.asarray(row, dtype=np.float64)
+    key = arr.tobytes()
+    hit = _ROWS.get(key)
+    if hit is None:
+        weights = tuple(Fraction(float(x)) for x in arr)
+        total = sum(weights)
+        hit = (weights, tuple(x / total for x in weights))
+        if len(_ROWS) > 1 << 16:
+            _ROWS.clear()
+        _ROWS[key] = hit
+    return hit
+
+
+if torch is not None:
+    #: torch functions that only read a tensor's metadata: never draw
+    _QUERIES = frozenset({"__len__", "size", "dim", "numel", "ndimension", "nelement", "is_floating_point",
+                          "is_complex", "element_size", "get_device", "is_contiguous", "stride", "storage_offset",
+                          "is_inference", "__hash__"})
+    #: attributes read through ``__get__`` that are metadata
+    _ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "is_cpu", "is_meta", "layout", "requires_grad",
+                        "is_sparse", "is_quantized", "is_mkldnn", "is_nested", "names", "grad_fn", "is_leaf",
+                        "_base", "grad", "output_nr", "_version", "itemsize", "nbytes", "is_mps", "is_xpu"})
+    #: torch functions that move or reshape entries without reading them: the result keeps them pending
+    _STRUCTURAL = frozenset({"view", "reshape", "squeeze", "unsqueeze", "flatten", "clone", "contiguous", "detach",
+                             "to", "long", "cpu", "__getitem__", "expand", "expand_as", "view_as", "reshape_as",
+                             "permute", "transpose", "t", "select", "narrow", "unflatten", "movedim", "squeeze_",
+                             "unsqueeze_", "type_as"})
+
+    #: torch functions that pick entries of their value operands by position (the indices, conditions and shifts
+    #: they take are read as ordinary values): the picked entries stay pending
+    _PICKS = frozenset({"gather", "index_select", "take_along_dim", "take", "roll", "flip", "fliplr", "flipud",
+                        "repeat", "tile", "cat", "concat", "concatenate", "stack", "hstack", "vstack", "where",
+                        "masked_select", "broadcast_to"})
+    _SEQUENCES = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack"})
+
+    class LazyCategoricalTensor(torch.Tensor):
+        """A tensor of pending categorical draws, drawn when read (see the module docstring)."""
+
+        _cells: np.ndarray      # per entry, (PendingDraw, sample index)
+        _read: bool             # whether the values are in the storage
+
+        @staticmethod
+        def __new__(cls, cells: np.ndarray, base: Any = None, dtype: Any = None) -> "LazyCategoricalTensor":
+            if base is None:
+                base = torch.zeros(cells.shape, dtype=dtype or torch.int64)
+            t = torch.Tensor._make_subclass(cls, base)
+            t._cells = cells
+            t._read = False
+            return t
+
+        def __repr__(self, *args: Any, **kwargs: Any) -> str:  # noqa: D105
+            return _plain_call(torch.Tensor.__repr__, (force(self),), {})
+
+        @classmethod
+        def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", "")
+            if name in _QUERIES:
+                return _plain_call(func, args, kwargs)
+            if name == "__get__":
+                attr = getattr(getattr(func, "__self__", None), "__name__", "")
+                if attr in _ATTRS:
+                    return _plain_call(func, args, kwargs)
+            if any(not issubclass(t, LazyCategoricalTensor) for t in types):
+                # another lazy tensor type takes part (lazy uniforms, masks, races): read ours, whose storage then
+                # holds the values, and let that type's handler run the operation
+                _force_all(args)
+                _force_all(tuple(kwargs.values()))
+                return NotImplemented
+            first = args[0] if args else None
+            if name in _PICKS and "out" not in kwargs:
+                picked = _pick(func, name, args, kwargs)
+                if picked is not NotImplemented:
+                    return picked
+            if name in _STRUCTURAL and isinstance(first, LazyCategoricalTensor) and not first._read:
+                rest = tuple(force(a) for a in args[1:])   # a pending tensor used as an index is read
+                return _restructure(func, name, first, rest, kwargs)
+            _force_all(args)
+            _force_all(tuple(kwargs.values()))
+            return _plain_call(func, args, kwargs)
+
+    def _plain_call(func: Any, args: tuple, kwargs: dict) -> Any:
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
+
+    def _restructure(func: Any, name: str, t: "LazyCategoricalTensor", rest: tuple, kwargs: dict) -> Any:
+        """Apply a reshaping op to the storage and, through an index tensor, to the pending entries."""
+        out = _plain_call(func, (t,) + rest, kwargs)
+        if name in ("squeeze_", "unsqueeze_"):       # in place: the entries keep their order
+            t._cells = t._cells.reshape(tuple(t.shape))
+            return out
+        if out is t or not isinstance(out, torch.Tensor):
+            return out
+        positions = torch.arange(t._cells.size, dtype=torch.int64).reshape(t._cells.shape)
+        if name in ("to", "long", "cpu", "type_as", "clone", "contiguous", "detach"):
+            where = positions
+        else:
+            where = _plain_call(func, (positions,) + rest, {k: v for k, v in kwargs.items() if k != "dtype"})
+        cells = np.asarray(t._cells.reshape(-1)[where.reshape(-1).numpy()], dtype=object).reshape(tuple(out.shape))
+        return LazyCategoricalTensor(cells, base=out.detach() if out.requires_grad else out)
+
+    class _NotPositional(Exception):
+        """A value operand that is neither pending nor an integer tensor or number: the operation reads its operands."""
+
+    #: cells of values known already (entries of ordinary integer tensors mixed into lazy ones)
+    _KNOWN: dict[int, tuple] = {}
+
+    def _known(v: int) -> tuple:
+        cell = _KNOWN.get(v)
+        if cell is None:
+            if len(_KNOWN) > 4096:
+                _KNOWN.clear()
+            cell = _KNOWN[v] = (PendingDraw.of_law(None, v), 0)
+        return cell
+
+    def _pick(func: Any, name: str, args: tuple, kwargs: dict) -> Any:
+        """An operation that picks entries of its value operands by position, done on the entries' positions.
+
+        The value operands (the tensors of ``cat``/``stack``, ``input`` and ``other`` of ``where``, the
+        input of ``gather``, ``roll``, ...) may mix pending tensors with ordinary integer tensors and
+        numbers; every other operand (indices, a condition) is read. The result's entries are the
+        picked cells, still pending; NotImplemented when an operand does not allow it.
+        """
+        args = list(args)
+        if name in _SEQUENCES:
+            slots = [("a", 0)] if args else [("k", "tensors")]
+        elif name == "where":
+            if func is torch.Tensor.where:
+                slots = [("a", 0), ("a", 2) if len(args) > 2 else ("k", "other")]
+            elif len(args) + len(kwargs) < 3:
+                return NotImplemented
+            else:
+                slots = [("a", 1) if len(args) > 1 else ("k", "input"), ("a", 2) if len(args) > 2 else ("k", "other")]
+        else:
+            slots = [("a", 0) if args else ("k", "input")]
+        cells: list = []
+
+        def positions(x: Any) -> Any:
+            if isinstance(x, LazyCategoricalTensor) and not x._read:
+                flat, shape = list(x._cells.reshape(-1)), tuple(x.shape)
+            elif isinstance(x, torch.Tensor):
+                if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+                    raise _NotPositional
+                plain = _plain_call(torch.Tensor.tolist, (_plain_call(torch.Tensor.reshape, (x, -1), {}),), {})
+                flat, shape = [_known(int(v)) for v in plain], tuple(x.shape)
+            elif isinstance(x, int) and not isinstance(x, bool):
+                flat, shape = [_known(x)], ()
+            else:
+                raise _NotPositional
+            start = len(cells)
+            cells.extend(flat)
+            return torch.arange(start, start + len(flat), dtype=torch.int64).reshape(shape)
+
+        pos_args, pos_kwargs = list(args), dict(kwargs)
+        try:
+            for kind, key in slots:
+                holder, other = (args, pos_args) if kind == "a" else (kwargs, pos_kwargs)
+                if (kind == "a" and key >= len(args)) or (kind == "k" and key not in kwargs):
+                    return NotImplemented
+                value = holder[key]
+                if name in _SEQUENCES:
+                    if not isinstance(value, (list, tuple)):
+                        return NotImplemented
+                    other[key] = [positions(v) for v in value]
+                else:
+                    other[key] = positions(value)
+        except _NotPositional:
+            return NotImplemented
+        if not any(isinstance(c[0], PendingDraw) and not c[0].drawn for c in cells):
+            return NotImplemented
+        # every operand that is not a value operand (indices, conditions) is read
+        for i, a in enumerate(args):
+            if not any(k == "a" and j == i for k, j in slots):
+                args[i] = force(a) if isinstance(a, LazyCategoricalTensor) else a
+                pos_args[i] = args[i]
+        for k in kwargs:
+            if not any(kk == "k" and j == k for kk, j in slots):
+                kwargs[k] = pos_kwargs[k] = force(kwargs[k]) if isinstance(kwargs[k], LazyCategoricalTensor) \
+                    else kwargs[k]
+        out = _plain_call(func, tuple(args), kwargs)
+        where = _plain_call(func, tuple(pos_args), {k: v for k, v in pos_kwargs.items() if k != "dtype"})
+        if not isinstance(out, torch.Tensor) or not isinstance(where, torch.Tensor) or where.shape != out.shape:
+            return NotImplemented
+        picked = np.empty(len(where.reshape(-1)), dtype=object)
+        for i, p in enumerate(_plain_call(torch.Tensor.tolist, (where.reshape(-1),), {})):
+            picked[i] = cells[p]
+        return LazyCategoricalTensor(picked.reshape(tuple(out.shape)), base=out.detach() if out.requires_grad else out)
+
+    def force(x: Any) -> Any:
+        """Read a pending tensor: draw its pending entries (element order) into its storage; other values pass.
+
+        >>> force(3)
+        3
+        """
+        if not isinstance(x, LazyCategoricalTensor) or x._read:
+            return x
+        vals = [cell[0].values()[cell[1]] for cell in x._cells.reshape(-1)]
+        with torch._C.DisableTorchFunctionSubclass():
+            if x.is_inference() and not torch.is_inference_mode_enabled():   # made in inference mode, read outside
+                with torch.inference_mode():
+                    _write(x, vals)
+            else:
+                _write(x, vals)
+        x._read = True
+        return x
+
+    def _write(x: Any, vals: list) -> None:
+        if len(vals) == 1:
+            x.fill_(vals[0])
+        elif vals:
+            x.copy_(torch.tensor(vals, dtype=torch.int64).reshape(tuple(x.shape)))
+
+    def _force_all(items: Any) -> None:
+        for a in items:
+            if isinstance(a, LazyCategoricalTensor):
+                force(a)
+            elif isinstance(a, (list, tuple)):
+                _force_all(a)
+            elif isinstance(a, dict):
+                _force_all(tuple(a.values()))
+else:  # pragma: no cover
+    LazyCategoricalTensor = None  # type: ignore[assignment,misc]
+
+    def force(x: Any) -> Any:
+        return x
+
+
+def lazy_multinomial(rng: Any, rows: Sequence[tuple[tuple, tuple]], num_samples: int, replacement: bool,
+                     shape: tuple) -> Any:
+    """A :class:`LazyCategoricalTensor` of ``num_samples`` pending draws per row.
+
+    ``rows`` holds, per row, its exact weights and their law (:func:`exact_row`; already
+    checked: no negative entry, positive sums, enough categories without replacement);
+    ``shape`` is the result's shape. Draws with replacement are pending one by one; without
+    replacement a row's samples are drawn together.
+
+    >>> from exactspec.enumerate.rng import PathRng
+    >>> from exactspec.fields import get_field
+    >>> stack = []
+    >>> rng = PathRng((), 1, get_field(backend="python"), stack, {})
+    >>> t = lazy_multinomial(rng, [exact_row([0.5, 0.5])], 1, True, (1,))
+    >>> t.shape, len(stack)          # nothing drawn yet
+    (torch.Size([1]), 0)
+    >>> t.tolist(), len(stack)       # read: one fork
+    ([0], 1)
+    """
+    n = len(rows)
+    cells = np.empty((n, num_samples), dtype=object)
+    for r, (weights, law) in enumerate(rows):
+        if replacement:
+            for s in range(num_samples):
+                cells[r, s] = (PendingDraw(rng, weights, law, 1, True), 0)
+        else:
+            draw = PendingDraw(rng, weights, law, num_samples, False)
+            for s in range(num_samples):
+                cells[r, s] = (draw, s)
+    return LazyCategoricalTensor(cells.reshape(shape))
