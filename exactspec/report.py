@@ -134,8 +134,9 @@ class AuditReport:
         if self.tv == 0:
             return f"lossless {where}: TV == 0 exactly"
         if "rounding_tv" in self.extra:
-            return (f"lossless up to float rounding {where}: exact TV {tv} <= {tol} (twice what rounding costs a "
-                    "correct float sampler on the same pipeline); not TV == 0")
+            basis = self.extra.get("tolerance_from", "twice what rounding costs a correct float sampler on the same "
+                                                     "pipeline")
+            return f"lossless up to float rounding {where}: exact TV {tv} <= {tol} ({basis}); not TV == 0"
         return f"lossless within the stated tolerance {tol} {where}: exact TV {tv}; not TV == 0"
 
     def _claim_tag(self) -> str:
@@ -154,6 +155,10 @@ class AuditReport:
             out.append(f"horizon: {note}")
         if self.lossless and not self.exact:
             out.append(f"inexact field: {self.field.describe()}; a bias below the tolerance would not show")
+        approx = self.extra.get("approximations")
+        if approx:
+            what = ", ".join(f"{n} {kind}" for kind, n in sorted(approx.items()))
+            out.append(f"irrational probabilities ({what}) were computed to 320 bits, not as exact rationals")
         return out
 
     @property
@@ -341,7 +346,8 @@ class AuditReport:
         for o in self.worst:
             lines.append(f"  {o.tokens}: output {s(o.output, 24, False)} vs expected {s(o.expected, 24, False)}")
         if "rounding_tv" in self.extra:
-            lines.append(f"  rounding (a correct sampler through the same float pipeline and generator): TV "
+            at = f", at {self.extra['precision']}" if "precision" in self.extra else ""
+            lines.append(f"  rounding (a correct sampler through the same float pipeline and generator{at}): TV "
                          f"{self._short(Fraction(self.extra['rounding_tv']))}; this sampler vs that one: TV "
                          f"{self._short(Fraction(self.extra['algorithmic_tv']))}")
         lines.append(f"  {self.paths} branches, {self.step_laws} step laws, {self.seconds:.3f} s")

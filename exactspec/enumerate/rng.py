@@ -41,7 +41,7 @@ class PathRng:
     """
 
     __slots__ = ("_prefix", "_n", "_pos", "_choices", "_kinds", "weight", "_field", "_stack", "_supports",
-                 "_one", "_zero", "_exact", "max_depth", "lattice", "exact_floats", "_head")
+                 "_one", "_zero", "_exact", "max_depth", "lattice", "exact_floats", "_head", "observe")
 
     def __init__(self, prefix: tuple, weight: Any, field: Field, stack: list, supports: dict,
                  max_depth: int | None = None, lattice: "Lattice | None" = None, exact_floats: bool = False) -> None:
@@ -67,6 +67,8 @@ class PathRng:
         self.max_depth = max_depth
         self.lattice = lattice
         self.exact_floats = exact_floats
+        #: called with every number compared with or combined with a uniform (None: nothing observes)
+        self.observe: Callable[[Any], None] | None = None
 
     # -- bookkeeping -------------------------------------------------------------------------
     @property
@@ -177,6 +179,8 @@ class PathRng:
 
     def number(self, x: Any, what: str) -> Any:
         """``x`` as a number of the field; floats become their exact rational when ``exact_floats``."""
+        if self.observe is not None:   # e.g. a sampler audit noting the dtypes a sampler compares its uniforms with
+            self.observe(x)
         if self.exact_floats and self._exact and not isinstance(x, (int, Fraction)):
             try:
                 fx = float(x)

@@ -13,6 +13,16 @@ the two together measure what floating-point rounding alone costs) and
             out = sampler(p, q, drafts, generator=es.samplers.EnumGenerator(rng))
             return self.tokens(out)                          # drop padding (negative ids)
 
+Precision: the rounding baseline is the reference sampler run at the precision the sampler
+computes in. An adapter that knows it sets ``precision = "float32"`` (or has a ``dtype``
+attribute); otherwise the audit takes the coarsest float dtype it sees handed to the sampler or
+compared with its uniforms. ``reference_at(precision)`` gives the reference at either precision
+(``at_precision``: the reference with its float arguments cast); a custom adapter may override it
+or pick ``reference_numpy_chain`` at ``"float32"`` or ``"float64"``, and may give a
+``fast_reference(precision)`` rule with the same law (the transformers adapter does).
+``call_key(step)`` says what a call depends on (drafts and laws), so calls with equal inputs are
+enumerated once; an adapter whose ``call`` reads more of the step sets ``cacheable = False``.
+
 >>> numpy_chain.name, numpy_chain.family
 ('numpy', 'chain')
 """
@@ -65,6 +75,49 @@ class NumpyChainAdapter(Adapter):
         drafts, q, p = self.chain_arrays(step)
         return self.tokens(sampler(drafts, q, p, EnumGenerator(rng)))
 
+    def fast_reference(self, precision: str) -> Callable[[Step, Rng], list[int]] | None:
+        """``reference_numpy_chain`` at ``precision`` as a rule: its arithmetic (ratios, residuals) done once per
+        input, its draws (``random``, ``choice``) made through the same :class:`EnumGenerator` code; None for a
+        subclass that calls samplers differently.
+
+        >>> import exactspec as es
+        >>> from fractions import Fraction as F
+        >>> p, q = es.models.context_free((F(3, 5), F(2, 5))), es.models.context_free((F(1, 2), F(1, 2)))
+        >>> law = es.audit(rule=numpy_chain.fast_reference("float32"), target=p, draft=q,
+        ...                proposer=es.drafts.chain(1), tokens=1, exact_floats=True).output
+        >>> 0 < abs(law[(0,)] - F(3, 5)) < F(1, 10 ** 7)     # 3/5 up to float32 rounding
+        True
+        """
+        if type(self).call is not NumpyChainAdapter.call or self.reference is not reference_numpy_chain:
+            return None
+        dtype = np.dtype(precision)
+        memo: dict = {}
+
+        def reference(step: Step, rng: Rng) -> list[int]:
+            key, laws = self.call_key(step)
+            hit = memo.get(key)
+            if hit is None:
+                drafts, q, p = self.chain_arrays(step)
+                q, p = q.astype(dtype), p.astype(dtype)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ratios = [p[j][x] / q[j][x] for j, x in enumerate(drafts)]
+                hit = memo[key] = (laws, [int(x) for x in drafts], ratios, p, q, {})
+            _, drafts, ratios, p, q, residuals = hit
+            gen = EnumGenerator(rng)
+            out: list[int] = []
+            for j, x in enumerate(drafts):
+                if rng.uniform() < ratios[j]:
+                    out.append(x)
+                    continue
+                if j not in residuals:
+                    residual = np.maximum(p[j] - q[j], 0.0)
+                    residuals[j] = residual / residual.sum()
+                out.append(int(gen.choice(len(p[j]), p=residuals[j])))
+                return out
+            out.append(int(gen.choice(p.shape[1], p=p[-1])))
+            return out
+        return reference
+
 
 numpy_chain = NumpyChainAdapter()
 ADAPTERS = {"numpy": numpy_chain}
@@ -86,6 +139,12 @@ def get_adapter(adapter: Any) -> Adapter:
         except ImportError:
             raise ExactSpecError(f"the {adapter} adapter needs torch: pip install torch==2.13.0") from None
         return {"transformers": transformers_chain, "vllm": vllm_chain, "flashinfer": flashinfer_chain}[adapter]
+    if adapter == "torch-tree":
+        try:
+            from .torch_tree_adapter import torch_tree
+        except ImportError:
+            raise ExactSpecError("the torch-tree adapter needs torch: pip install torch==2.13.0") from None
+        return torch_tree
     try:
         return ADAPTERS[adapter]
     except (KeyError, TypeError):

@@ -3,6 +3,12 @@
 The registry (``get_adapter``, ``ADAPTERS``) imports the adapter modules, and each adapter module
 subclasses :class:`Adapter`: the base class lives here, so neither side imports the other.
 
+Precision: a float sampler's law carries the rounding of the precision it computes in. The
+audit measures that rounding with a correct reference sampler run *at the same precision*
+(:meth:`Adapter.reference_at`): the precision an adapter declares (``precision``, or a ``dtype``
+attribute), else the lowest float precision seen in the sampler's inputs
+(:func:`float_precision`) and in the numbers it compares its uniforms with.
+
 >>> class Mine(Adapter):
 ...     name, family = "mine", "chain"
 >>> Mine().reference_rule.name
@@ -11,18 +17,127 @@ subclasses :class:`Adapter`: the base class lives here, so neither side imports 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import dataclasses
+import functools
+import sys
+import threading
+from types import SimpleNamespace
+from typing import Any, Callable, Hashable
 
 import numpy as np
 
 from ..laws import memoised
 from ..protocols import Rng, Step, TreeStep
 
-__all__ = ["Adapter"]
+__all__ = ["Adapter", "PRECISIONS", "float_precision", "precision_of", "cast_floats", "at_precision", "lowest"]
+
+#: float precisions from the coarsest to the finest (bits of significand: 8, 11, 24, 53)
+PRECISIONS = ("bfloat16", "float16", "float32", "float64")
+
+
+def precision_of(x: Any) -> str | None:
+    """The float precision of one numpy array or scalar or torch tensor (None for anything else).
+
+    >>> precision_of(np.float32(0.5)), precision_of(np.zeros(2)), precision_of(0.5), precision_of(np.arange(2))
+    ('float32', 'float64', None, None)
+    """
+    if isinstance(x, (np.ndarray, np.generic, SimpleNamespace)):
+        dtype = x.dtype
+    else:
+        torch = sys.modules.get("torch")
+        if torch is None or not isinstance(x, torch.Tensor):
+            return None
+        dtype = x.dtype
+    name = str(dtype).replace("torch.", "")
+    return {"half": "float16", "float": "float32", "double": "float64"}.get(name, name) if name in (
+        *PRECISIONS, "half", "float", "double") else None
+
+
+def lowest(precisions: Any) -> str | None:
+    """The coarsest of some precision names (None when there is none).
+
+    >>> lowest({"float64", "float32"}), lowest(())
+    ('float32', None)
+    """
+    seen = set(precisions)
+    ranked = [p for p in PRECISIONS if p in seen]
+    return ranked[0] if ranked else None
+
+
+def _children(obj: Any) -> list:
+    if isinstance(obj, (list, tuple)):
+        return list(obj)
+    if isinstance(obj, dict):
+        return list(obj.values())
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return [getattr(obj, f.name) for f in dataclasses.fields(obj)]
+    return []
+
+
+def float_precision(obj: Any, depth: int = 3) -> str | None:
+    """The coarsest float precision among the arrays and tensors in ``obj`` (lists, tuples, dicts and
+    dataclasses are searched ``depth`` levels deep); None when it holds no float array.
+
+    >>> float_precision((np.zeros(2), [np.zeros(1, dtype=np.float32)], 3))
+    'float32'
+    """
+    own = precision_of(obj)
+    if own is not None or depth == 0:
+        return own
+    return lowest(p for p in (float_precision(c, depth - 1) for c in _children(obj)) if p)
+
+
+def cast_floats(obj: Any, precision: str, depth: int = 3) -> Any:
+    """``obj`` with every float numpy array or torch tensor in it cast to ``precision`` (copies; other values kept).
+
+    >>> cast_floats([np.zeros(2), 1], "float32")[0].dtype
+    dtype('float32')
+    """
+    if precision_of(obj) is not None:
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(obj, torch.Tensor):
+            return obj.to(getattr(torch, precision))
+        if isinstance(obj, np.ndarray):
+            return obj.astype(precision)
+        return np.dtype(precision).type(obj)
+    if depth == 0:
+        return obj
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(cast_floats(c, precision, depth - 1) for c in obj)
+    if isinstance(obj, dict):
+        return {k: cast_floats(v, precision, depth - 1) for k, v in obj.items()}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: cast_floats(getattr(obj, f.name), precision, depth - 1)
+                                           for f in dataclasses.fields(obj) if f.init})
+    return obj
+
+
+def at_precision(fn: Callable, precision: str) -> Callable:
+    """``fn`` called with its float array and tensor arguments cast to ``precision``: a float64 reference
+    sampler becomes a float32 one (and back). ``__wrapped__`` is ``fn``.
+
+    >>> f = at_precision(lambda a: a.dtype, "float32")
+    >>> f(np.zeros(3)), f.__wrapped__(np.zeros(3))
+    (dtype('float32'), dtype('float64'))
+    """
+    @functools.wraps(fn)
+    def cast(*args: Any, **kwargs: Any) -> Any:
+        return fn(*cast_floats(args, precision, 4), **cast_floats(kwargs, precision, 4))
+    cast.precision = precision  # type: ignore[attr-defined]
+    return cast
+
+
+#: per thread, the last step a call key was made for and its key
+_LAST = threading.local()
 
 
 class Adapter:
     """Base class of adapters (see :mod:`exactspec.samplers.adapters`).
+
+    ``precision`` (``"float32"``, ``"float64"``, ...) declares the precision the sampler computes
+    in; None (the default) lets the audit detect it (the coarsest float dtype among the arrays
+    handed to the sampler and the numbers compared with its uniforms). An adapter with a
+    ``dtype`` attribute (a torch or numpy dtype) declares that one.
 
     >>> Adapter.tokens([[3, 1, -1]])
     [3, 1]
@@ -34,11 +149,79 @@ class Adapter:
     reference: Callable | None = None
     #: the catalog rule the reference sampler implements (its exact law, for the rounding figure)
     reference_rule_name = "speculative_sampling"
+    #: the precision the sampler computes in, when the adapter knows it (None: detected during the audit)
+    precision: str | None = None
+    #: whether ``call`` depends on nothing but the step's drafts and laws and the rng (sampler calls cached)
+    cacheable = True
 
     @property
     def reference_rule(self) -> Any:
         from ..rules import get
         return get(self.reference_rule_name) if self.reference_rule_name else None
+
+    def declared_precision(self) -> str | None:
+        """``precision``, or the precision of a ``dtype`` attribute, or None.
+
+        >>> Adapter().declared_precision() is None
+        True
+        """
+        if self.precision is not None:
+            return self.precision
+        dtype = getattr(self, "dtype", None)
+        if dtype is None:
+            return None
+        return precision_of(SimpleNamespace(dtype=np.dtype(dtype) if isinstance(dtype, type) else dtype))
+
+    def reference_at(self, precision: str) -> Callable | None:
+        """The reference sampler computing at ``precision``: ``reference`` with its float inputs cast
+        (:func:`at_precision`). Override for a reference that needs more than a cast.
+
+        >>> from exactspec.samplers import numpy_chain
+        >>> numpy_chain.reference_at("float32").__wrapped__ is numpy_chain.reference
+        True
+        """
+        return None if self.reference is None else at_precision(self.reference, precision)
+
+    def fast_reference(self, precision: str) -> Callable[[Any, Rng], list[int]] | None:
+        """A rule ``fn(step, rng)`` whose law is exactly that of ``reference_at(precision)`` through this
+        adapter, computed without the interception (faster); None: the reference runs through the pipeline."""
+        return None
+
+    def call_key(self, step: Any) -> Hashable | None:
+        """What ``call(sampler, step, rng)`` depends on besides the rng: the drafted tokens and the identities
+        of the laws (a chain step: ``gamma`` claimed, ``gamma + 1`` target; a tree step: every node's token,
+        parent and laws, which draws the whole tree). None: not cached. Equal keys mean equal inputs.
+
+        The laws themselves are kept alive by the caller's cache (``call_laws``), so an id is never reused
+        while its key is held.
+        """
+        if not self.cacheable:
+            return None
+        last = _LAST.__dict__
+        if last.get("step") is step:    # asked again for the same step (the audit, then the adapter's arrays)
+            return last["key"]
+        key = self._call_key(step)
+        last["step"], last["key"] = step, key
+        return key
+
+    @staticmethod
+    def _call_key(step: Any) -> Hashable | None:
+        if hasattr(step, "drafts") and hasattr(step, "gamma"):
+            laws = [step.claimed(j) for j in range(step.gamma)] + [step.target(j) for j in range(step.gamma + 1)]
+            return ("chain", tuple(step.drafts), tuple(map(id, laws))), laws
+        if hasattr(step, "root") and hasattr(step, "children"):
+            nodes, laws = [], []
+
+            def visit(n: Any, depth: int) -> None:
+                for c in step.children(n):
+                    nodes.append((step.token(c), depth, id(step.claimed(c)), id(step.target(c))))
+                    laws.extend((step.claimed(c), step.target(c)))
+                    visit(c, depth + 1)
+                nodes.append(None)   # end of n's children: the tree's shape, not just its nodes
+            laws.append(step.target(step.root))
+            visit(step.root, 0)
+            return ("tree", id(laws[0]), tuple(nodes)), laws
+        return None
 
     @staticmethod
     def floats(law: tuple) -> np.ndarray:
@@ -48,6 +231,10 @@ class Adapter:
     def chain_arrays(self, step: Step) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(drafted ids [gamma], claimed draft laws [gamma, V], target laws [gamma + 1, V]) in float64."""
         drafts = np.array(step.drafts, dtype=np.int64)
+        got = self.call_key(step) if self.cacheable else None
+        if got is not None:   # the step's laws, already gathered for the key
+            laws, g = got[1], step.gamma
+            return drafts, np.stack([self.floats(x) for x in laws[:g]]), np.stack([self.floats(x) for x in laws[g:]])
         q = np.stack([self.floats(step.claimed(j)) for j in range(step.gamma)])
         p = np.stack([self.floats(step.target(j)) for j in range(step.gamma + 1)])
         return drafts, q, p
@@ -59,3 +246,4 @@ class Adapter:
 
     def call(self, sampler: Callable, step: Step | TreeStep, rng: Rng) -> list[int]:  # pragma: no cover - abstract
         raise NotImplementedError
+

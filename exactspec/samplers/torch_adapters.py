@@ -6,6 +6,9 @@
 
 from __future__ import annotations
 
+import inspect
+import threading
+from fractions import Fraction
 from typing import Any, Callable
 
 import numpy as np
@@ -43,15 +46,22 @@ class TransformersChainAdapter(Adapter):
     """``sampler(candidate_input_ids [1, n + gamma], candidate_logits [1, gamma, V], gamma,
     new_logits [1, gamma + 1, V], **kwargs) -> (valid_tokens [1, k], n_matches)``, the signature of
     ``transformers.generation.utils._speculative_sampling``; laws are handed over as float32 logits
-    (``log p``, ``-inf`` where ``p = 0``)."""
+    (``log p``, ``-inf`` where ``p = 0``), so the sampler's precision is float32.
+
+    The tensors of a step are built once per input (drafts and laws) and handed again to later
+    calls with the same input; a sampler that modifies them in place (torch's version counter
+    moves) gets fresh ones on its next call.
+    """
 
     name = "transformers"
     family = "chain"
     needs_torch = True
     reference = staticmethod(reference_transformers_style)
+    precision = "float32"
 
     def __init__(self, **sampler_kwargs: Any) -> None:
         self.kwargs = sampler_kwargs
+        self._local = threading.local()
 
     @staticmethod
     def logits(law: tuple) -> Any:
@@ -61,16 +71,87 @@ class TransformersChainAdapter(Adapter):
             return torch.log(probs)
         return memoised("float32 logits", law, None, compute)
 
-    def call(self, sampler: Callable, step: Step, rng: Rng) -> list[int]:
+    def _tensors(self, step: Step) -> tuple[Any, Any, Any, tuple]:
+        """(ids, candidate logits, new logits, their version counters), cached by the step's drafts and laws."""
         import torch
-        drafts = step.drafts
+        key, laws = self.call_key(step)
+        local = self.__dict__.get("_local")
+        if local is None:                  # a subclass that did not call __init__
+            local = self._local = threading.local()
+        cache = getattr(local, "tensors", None)
+        if cache is None:
+            cache = local.tensors = {}
+        hit = cache.get(key)
+        if hit is not None and tuple(t._version for t in hit[1][:3]) == hit[1][3]:
+            return hit[1]
         cand_logits = torch.stack([self.logits(step.claimed(j)) for j in range(step.gamma)])[None]
         new_logits = torch.stack([self.logits(step.target(j)) for j in range(step.gamma + 1)])[None]
-        ids = torch.tensor([list(drafts)], dtype=torch.long)
-        kwargs = self.kwargs if sampler is not self.reference else {}
+        ids = torch.tensor([list(step.drafts)], dtype=torch.long)
+        made = (ids, cand_logits, new_logits, (ids._version, cand_logits._version, new_logits._version))
+        if len(cache) >= 4096:
+            cache.clear()
+        cache[key] = (laws, made)      # the laws stay alive while their ids key the cache
+        return made
+
+    def call(self, sampler: Callable, step: Step, rng: Rng) -> list[int]:
+        ids, cand_logits, new_logits, _ = self._tensors(step)
+        kwargs = self.kwargs if inspect.unwrap(sampler) is not self.reference else {}
         with bind(rng):
             valid, _ = sampler(ids, cand_logits, step.gamma, new_logits, **kwargs)
         return self.tokens(np.asarray(valid))
+
+    def fast_reference(self, precision: str) -> Callable[[Step, Rng], list[int]]:
+        """``reference_transformers_style`` at ``precision`` as a rule: the same torch arithmetic (softmax,
+        ratios, residuals), done once per input, and the same draws made on the rng directly.
+
+        >>> import exactspec as es
+        >>> from fractions import Fraction as F
+        >>> p, q = es.models.context_free((F(3, 5), F(2, 5))), es.models.context_free((F(1, 2), F(1, 2)))
+        >>> law = es.audit(rule=transformers_chain.fast_reference("float32"), target=p, draft=q,
+        ...                proposer=es.drafts.chain(1), tokens=1, exact_floats=True).output
+        >>> 0 < abs(law[(0,)] - F(3, 5)) < F(1, 10 ** 7)     # 3/5 up to float32 rounding
+        True
+        """
+        import torch
+        dtype = getattr(torch, precision)
+        memo: dict = {}
+
+        def prepared(step: Step) -> tuple:
+            key, laws = self.call_key(step)
+            hit = memo.get(key)
+            if hit is None:
+                _, cand_logits, new_logits, _ = self._tensors(step)
+                q = cand_logits.to(dtype).softmax(dim=-1)[0]
+                p = new_logits.to(dtype).softmax(dim=-1)[0]
+                drafts = step.drafts
+                ratios = [float(p[j, x] / q[j, x]) for j, x in enumerate(drafts)]
+                hit = memo[key] = (laws, drafts, ratios, p, q, {})
+            return hit
+
+        def law(row: Any) -> tuple:
+            weights = [Fraction(x) for x in row.double().tolist()]     # raises on nan, as the pipeline does
+            total = sum(weights)
+            if any(x < 0 for x in weights) or total <= 0:
+                raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+            return tuple(x / total for x in weights)
+
+        def reference(step: Step, rng: Rng) -> list[int]:
+            _, drafts, ratios, p, q, laws = prepared(step)
+            out = []
+            for j, x in enumerate(drafts):
+                if rng.uniform() < ratios[j]:
+                    out.append(x)
+                    continue
+                if j not in laws:
+                    residual = torch.clamp(p[j] - q[j], min=0)
+                    laws[j] = law(residual / residual.sum())
+                out.append(rng.categorical(laws[j]))
+                return out
+            if "bonus" not in laws:
+                laws["bonus"] = law(p[len(drafts)])
+            out.append(rng.categorical(laws["bonus"]))
+            return out
+        return reference
 
 
 transformers_chain = TransformersChainAdapter()
@@ -106,14 +187,35 @@ def reference_vllm_style(target_probs: Any, draft_probs: Any, draft_token_ids: A
 
 class VllmChainAdapter(Adapter):
     """``sampler(target_probs [B, k, V], draft_probs [B, k, V], draft_token_ids [B, k], bonus_token_ids [B, 1])
-    -> [B, k + 1]`` token ids padded with ``-1``: a vLLM-style batched rejection sampler, called with
-    ``B = 1``; laws are float32 probabilities, and the bonus token is drawn from the target law at
-    the bonus position before the call, as the serving engine does."""
+    -> [B, k + 1]`` token ids padded with ``-1``: a vLLM-style batched rejection sampler; laws are float32
+    probabilities, and the bonus token is drawn from the target law at the bonus position before the
+    call, as the serving engine does.
+
+    ``batch`` (default 1) rows are handed over, each an independent request: row ``i`` holds the step's
+    laws and drafts with the vocabulary shifted by ``i`` (token ``t`` is ``(t + i) mod V``), so rows
+    differ and a sampler that reads one row's values for another is caught. The audit reads row
+    ``row`` (default the last), mapped back; every row's draws are enumerated (rows other than the
+    audited one get the target's most likely bonus token, not a draw). Audit each row with ``row=i``
+    to check them all.
+
+    >>> VllmChainAdapter(batch=3).row
+    2
+    """
 
     name = "vllm"
     family = "chain"
     needs_torch = True
     reference = staticmethod(reference_vllm_style)
+    precision = "float32"
+
+    def __init__(self, batch: int = 1, row: int | None = None) -> None:
+        from ..errors import ExactSpecError
+        if not isinstance(batch, int) or batch < 1:
+            raise ExactSpecError(f"VllmChainAdapter batch must be an integer >= 1, got {batch!r}")
+        row = batch - 1 if row is None else row
+        if not isinstance(row, int) or not 0 <= row < batch:
+            raise ExactSpecError(f"VllmChainAdapter row must be in 0 .. {batch - 1}, got {row!r}")
+        self.batch, self.row = batch, row
 
     @staticmethod
     def probs(law: tuple) -> Any:
@@ -127,10 +229,22 @@ class VllmChainAdapter(Adapter):
         target = torch.stack([self.probs(step.target(j)) for j in range(step.gamma)])[None]
         draft = torch.stack([self.probs(step.claimed(j)) for j in range(step.gamma)])[None]
         bonus = rng.categorical(step.target(step.gamma))
+        ids = torch.tensor([list(drafts)], dtype=torch.long)
+        if self.batch == 1:
+            with bind(rng):
+                out = sampler(target, draft, ids, torch.tensor([[bonus]], dtype=torch.long))
+            return self.tokens(np.asarray(out))
+        vocab = target.shape[-1]
+        likely = int(np.argmax([float(x) for x in step.target(step.gamma)]))
+        shifts = range(self.batch)
+        target_b = torch.cat([torch.roll(target, i, dims=-1) for i in shifts])
+        draft_b = torch.cat([torch.roll(draft, i, dims=-1) for i in shifts])
+        ids_b = torch.cat([(ids + i) % vocab for i in shifts])
+        bonus_b = torch.tensor([[((bonus if i == self.row else likely) + i) % vocab] for i in shifts], dtype=torch.long)
         with bind(rng):
-            out = sampler(target, draft, torch.tensor([list(drafts)], dtype=torch.long),
-                          torch.tensor([[bonus]], dtype=torch.long))
-        return self.tokens(np.asarray(out))
+            out = sampler(target_b, draft_b, ids_b, bonus_b)
+        mine = np.asarray(out)[self.row]
+        return [(int(t) - self.row) % vocab for t in mine if int(t) >= 0]
 
 
 vllm_chain = VllmChainAdapter()
