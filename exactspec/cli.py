@@ -1,10 +1,11 @@
-"""The ``exactspec`` command: ``check`` (the main job), ``audit``, ``search``, ``audit-sampler`` and ``rules``.
+"""The ``exactspec`` command: ``check`` (the main job), ``audit``, ``search``, ``audit-sampler``, ``audit-loop``,
+``sweep``, ``prove`` and ``rules``.
 
 Exit codes, the same for every command:
 
 - 0: every claim checked holds (``check``) / the law is kept (``audit``, ``search``,
-  ``audit-sampler``), decided in exact arithmetic over everything the command says it covered;
-- 1: a bias was found (``audit``, ``search``, ``audit-sampler``) or a claim is broken (``check``);
+  ``audit-sampler``, ``audit-loop``), decided in exact arithmetic over everything the command says it covered;
+- 1: a bias was found (``audit``, ``search``, ``audit-sampler``, ``audit-loop``) or a claim is broken (``check``);
 - 2: bad input, or user code failed (raised, called ``sys.exit``, drew randomness the audit
   cannot see, could not be imported);
 - 3: the check is not complete: a budget (time, paths, depth, memory) ran out first, a search
@@ -13,11 +14,13 @@ Exit codes, the same for every command:
 - 130: interrupted (Ctrl-C).
 
 ``check`` exits on the rules' claims (a rule claimed ``biased`` that is found biased holds);
-``audit``, ``search`` and ``audit-sampler`` exit on the law itself (1 whenever the output law
+``audit``, ``search``, ``audit-sampler`` and ``audit-loop`` exit on the law itself (1 whenever the output law
 differs from the expected law, whatever the rule claims; the summary says when a claim is broken).
 A closed pipe (``exactspec search ... | head -1``) does not change the exit code.
 
-``--json --no-timings`` (``check``, ``audit``, ``search``, ``audit-sampler``) leaves out every
+``audit-sampler`` and ``audit-loop`` search small instances by default (``--instance``: one
+seeded instance). ``--json --no-timings`` (``check``, ``audit``, ``search``, ``audit-sampler``,
+``audit-loop``) leaves out every
 wall-clock field, so two runs print byte-identical JSON (for diffing in CI). ``check`` prints a
 table that fits 120 columns; ``check --wide`` adds the full proposer descriptions and the
 efficiency and time columns. ``python -m exactspec`` is the same command.
@@ -44,6 +47,7 @@ from . import __version__
 from ._audit import audit, default_tokens
 from ._numbers import finite_float
 from .enumerate import Budget
+from ._loading import load_object
 from .errors import BudgetExceeded, ExactSpecError
 from .instances import check_cases, default_instance, make_instance
 from .rules import Rule, as_rule, catalog, get
@@ -243,55 +247,7 @@ def _ints(text: str, flag: str, what: str) -> tuple[int, ...]:
         raise ExactSpecError(f"{flag} must be {what}, got {text!r}") from None
 
 
-_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-
-
-def _load(spec: str, what: str, preload: Sequence[str] = ()) -> Any:
-    """The object ``MODULE:NAME`` names, imported with the current directory on ``sys.path`` for the import only.
-
-    ``preload`` modules (the audit's own dependencies, e.g. torch) are imported first, so a file
-    of the same name in the current directory cannot stand in for them. Anything the import
-    raises (SyntaxError, an exception, ``sys.exit``) becomes one ExactSpecError line.
-    """
-    import importlib
-    mod_name, _, name = spec.partition(":")
-    if not _DOTTED.fullmatch(mod_name) or not _DOTTED.fullmatch(name):
-        raise ExactSpecError(f"{what} must be MODULE:FUNCTION (dotted Python names), got {spec!r}")
-    for dep in preload:
-        try:
-            importlib.import_module(dep)
-        except ImportError:
-            pass
-    cwd = os.getcwd()
-    added = cwd not in sys.path
-    if added:  # MODULE is looked up from the current directory too, as `python -m` does, for this import only
-        sys.path.insert(0, cwd)
-    try:
-        obj: Any = importlib.import_module(mod_name)
-    except SystemExit as exc:
-        raise ExactSpecError(f"cannot load {spec}: importing {mod_name} called sys.exit({exc.code!r})") from None
-    except SyntaxError as exc:
-        raise ExactSpecError(f"cannot load {spec}: syntax error in {exc.filename}, line {exc.lineno}: "
-                             f"{exc.msg}") from None
-    except ImportError as exc:
-        raise ExactSpecError(f"cannot load {spec}: {exc}") from None
-    except Exception as exc:  # the user's module raised at import: one line naming it
-        raise ExactSpecError(f"cannot load {spec}: importing {mod_name} raised {type(exc).__name__}: "
-                             f"{exc}") from None
-    finally:
-        if added:
-            try:
-                sys.path.remove(cwd)
-            except ValueError:
-                pass
-    for part in name.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ExactSpecError(f"cannot load {spec}: {mod_name} has no attribute {name!r}") from None
-    if not callable(obj):
-        raise ExactSpecError(f"{spec} is {type(obj).__name__}, not a function")
-    return obj
+_load = load_object
 
 
 def _rule(spec: str) -> Rule:
@@ -632,6 +588,39 @@ def _cmd_sweep(args: Any) -> int:
     return table.exit_code
 
 
+def _sampler_search_space(args: Any, family: str) -> Any:
+    """``audit-sampler``'s search space: --vocab, --gamma / --expansion bound the default, --tokens sets the horizon."""
+    import itertools
+    import math
+    from .drafts import chain, tree
+    from .samplers.sampler_search import sampler_space
+    if args.order != 1:
+        raise ExactSpecError("--order applies with --instance (the search covers context-free, per-position and "
+                             "order-1 models)")
+    proposer = chain(1, sampling=args.sampling or "sample", claim=args.claim) if family == "chain" else tree(
+        (1,), children=args.children or "iid", claim=args.claim)
+    space = sampler_space(family, proposer)
+    changes: dict[str, Any] = {}
+    if args.vocab < 2:
+        raise ExactSpecError(f"--vocab (the search's largest vocabulary) must be >= 2, got {args.vocab}")
+    changes["vocabs"] = tuple(range(2, args.vocab + 1))
+    if args.gamma is not None:
+        if args.gamma < 1:
+            raise ExactSpecError(f"--gamma (the search's largest gamma) must be >= 1, got {args.gamma}")
+        changes["shapes"] = tuple((g,) for g in range(1, args.gamma + 1))
+    if args.expansion is not None:
+        top = _ints(args.expansion, "--expansion", "ints like '2 1'")
+        if not top or min(top) < 1:
+            raise ExactSpecError(f"--expansion must be ints >= 1 like '2 1', got {args.expansion!r}")
+        shapes = [s for d in range(1, len(top) + 1) for s in itertools.product(*(range(1, k + 1) for k in top[:d]))]
+        changes["shapes"] = tuple(sorted(shapes, key=lambda s: (sum(math.prod(s[:i + 1]) for i in range(len(s))), s)))
+    if args.tokens is not None:  # every cell at this horizon (fewer tokens are its marginals)
+        if args.tokens < 1:
+            raise ExactSpecError(f"--tokens (the search's horizon) must be >= 1, got {args.tokens}")
+        changes.update(tokens=(args.tokens,), extra_tokens=None, only_longest=False)
+    return space.with_(**changes)
+
+
 def _cmd_audit_sampler(args: Any) -> int:
     from .samplers import audit_sampler, get_adapter
     _no_timings_needs_json(args)
@@ -639,10 +628,67 @@ def _cmd_audit_sampler(args: Any) -> int:
     _family_options(args, adapter.family, f"the {adapter.name} adapter")
     needs_torch = getattr(adapter, "needs_torch", False)
     sampler = _load(args.target, "the sampler", preload=("numpy",) + (("torch",) if needs_torch else ()))
+    if not args.instance:  # the default: an exact search over small instances, exit codes as `search`
+        from dataclasses import replace
+        from .samplers.sampler_search import search_sampler
+        space = _sampler_search_space(args, adapter.family)
+        found = search_sampler(sampler, adapter=adapter, space=space, rng_model=args.rng_model, seed=args.seed,
+                               budget=args.time_limit)
+        if found.found:
+            found = replace(found, sampler_ref=args.target)
+        if args.json:
+            _print(_dump(found.to_dict(), args))
+        else:
+            _print(str(found))
+            if found.found:
+                _print("\nregression test (fails while the bias exists):\n")
+                _print(found.to_pytest())
+        return found.exit_code
     inst, proposer = _instance(args, adapter.family, None)
     rep = audit_sampler(sampler, adapter=adapter, target=inst.target, draft=inst.draft, proposer=proposer,
                         prompt=inst.prompt, tokens=_horizon(args, proposer), rng_model=args.rng_model,
                         budget=Budget(seconds=args.time_limit))
+    return _report_out(args, rep)
+
+
+def _cmd_audit_loop(args: Any) -> int:
+    """``exactspec audit-loop``: search small instances for a whole loop's bias (default), or audit one (--instance)."""
+    _no_timings_needs_json(args)
+    if args.reference is not None and args.reference < 1:
+        raise ExactSpecError(f"--reference (the gamma of the correct reference loop) must be >= 1, got "
+                             f"{args.reference}")
+    if args.tokens is not None and args.tokens < 1:
+        raise ExactSpecError(f"--tokens must be >= 1, got {args.tokens}")
+    fn = _load(args.target, "the loop", preload=("numpy", "torch") + (
+        ("transformers",) if args.kind == "transformers" else ()))
+    import torch
+    from .samplers.loop_audit import DEFAULT_TOKENS, _loop_space, audit_loop
+    options = dict(kind=args.kind, dtype=getattr(torch, args.dtype), output=args.output, on_error=args.on_error,
+                   reference=args.reference)
+    if not args.instance:  # the default: an exact search over small instances, exit codes as `search`
+        from dataclasses import replace
+        if args.order != 1:
+            raise ExactSpecError("--order applies with --instance (the search covers context-free, per-position and "
+                                 "order-1 models)")
+        if args.vocab < 2:
+            raise ExactSpecError(f"--vocab (the search's largest vocabulary) must be >= 2, got {args.vocab}")
+        space = _loop_space(None, args.tokens).with_(vocabs=tuple(range(2, args.vocab + 1)))
+        found = audit_loop(fn, target=None, search=True, space=space, seed=args.seed, budget=args.time_limit,
+                           **options)
+        if found.found:
+            found = replace(found, sampler_ref=args.target)
+        if args.json:
+            _print(_dump(found.to_dict(), args))
+        else:
+            _print(str(found))
+            if found.found:
+                _print("\nregression test (fails while the bias exists):\n")
+                _print(found.to_pytest())
+        return found.exit_code
+    inst = make_instance(vocab=args.vocab, order=args.order, gamma=1, tokens=1, seed=args.seed)
+    rep = audit_loop(fn, target=inst.target, draft=inst.draft, prompt=inst.prompt or (0,),
+                     tokens=DEFAULT_TOKENS if args.tokens is None else args.tokens,
+                     budget=Budget(seconds=args.time_limit), **options)
     return _report_out(args, rep)
 
 
@@ -843,7 +889,14 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--csv", action="store_true", help="print CSV, one row per cell (default: text)")
     sw.add_argument("--no-timings", action="store_true", help="with --json or --csv: leave out the seconds column")
     parallel_options(sw)
-    sa = sub.add_parser("audit-sampler", help="audit a third-party sampler MODULE:FUNCTION exactly")
+    sa = sub.add_parser("audit-sampler", help="audit a third-party sampler MODULE:FUNCTION exactly",
+                        description="Search small instances (vocab 2..4, gamma 1..3 or small trees, depth + 1 "
+                                    "tokens, context-free, per-position and order-1 models) for the smallest one on "
+                                    "which the sampler is biased, exit codes as `search` (0: none in the stated "
+                                    "space, 1: a minimal counterexample with a regression test calling the sampler, "
+                                    "3: incomplete). Without --instance, --vocab and --gamma / --expansion bound the "
+                                    "search, --tokens sets its horizon and --seed seeds its random part; --instance "
+                                    "audits the one seeded instance they describe.")
     sa.add_argument("target", metavar="MODULE:FUNCTION",
                     help="the sampler, e.g. exactspec.bugzoo.numpy_samplers:shared_uniform (MODULE is imported with "
                          "the current directory on sys.path)")
@@ -855,9 +908,59 @@ def _parser() -> argparse.ArgumentParser:
     models = ", ".join(f"{n} ({_lattice_text(LATTICES.get(n))})" for n in RNG_MODELS)
     sa.add_argument("--rng-model", choices=list(RNG_MODELS), default="continuous", metavar="RNG_MODEL",
                     help=f"what a uniform draw is, one of {models} (default continuous)")
-    sa.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT, help=limit)
+    sa.add_argument("--instance", action="store_true",
+                    help="audit one seeded instance (--vocab, --order, --gamma, --tokens, --seed) instead of searching")
+    sa.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT,
+                    help=limit + "; a search stopped early is incomplete (exit 3), never 'no counterexample'")
     sa.add_argument("--json", action="store_true", help=json_help)
     sa.add_argument("--no-timings", action="store_true", help=no_timings)
+    lo = sub.add_parser("audit-loop", help="audit a whole generation loop MODULE:FUNCTION (drafting included) on "
+                                           "stand-in models",
+                        description="Run the loop fn(target, draft, prompt_ids) on stand-in language models with "
+                                    "exact laws, every branch of its randomness enumerated, and compare the law of "
+                                    "the tokens it returns with the target's. By default, search small instances "
+                                    "(vocab 2..4, context-free, per-position and order-1 models, prompt (0,), "
+                                    "1..4 tokens) for the smallest one on which the loop is biased, exit codes as "
+                                    "`search` (0: none in the stated space, 1: a minimal counterexample with a "
+                                    "regression test calling the loop, 3: incomplete); --vocab bounds the search, "
+                                    "--tokens sets its horizon and --seed seeds its random part. --instance audits "
+                                    "the one seeded instance they describe.")
+    lo.add_argument("target", metavar="MODULE:FUNCTION",
+                    help="the loop, e.g. exactspec.bugzoo.loops:bonus_from_draft, called as fn(target, draft, "
+                         "prompt_ids) (MODULE is imported with the current directory on sys.path)")
+    lo.add_argument("--kind", choices=["torch-lm", "transformers"], default="torch-lm",
+                    help="the stand-in models handed to the loop: torch-lm (torch.nn.Module returning logits "
+                         "[B, T, V]) or transformers (PreTrainedModel stand-ins for generate; needs transformers) "
+                         "(default torch-lm)")
+    lo.add_argument("--dtype", choices=["float64", "float32"], default="float64",
+                    help="dtype of the stand-ins' logits, float64 or float32 (default float64; at float32 pass "
+                         "--reference so float rounding is not read as bias)")
+    lo.add_argument("--output", choices=["full", "new"], default="full",
+                    help="what the loop returns: full (prompt + continuation, as generate does) or new (the "
+                         "continuation only) (default full)")
+    lo.add_argument("--on-error", choices=["raise", "record"], default="raise",
+                    help="a branch on which the loop raises: raise (an error stating that branch's probability: "
+                         "exit 2 with --instance; in the search that instance is not covered, exit 3) or record (the "
+                         "exact probability of the failing branches is reported, a finding: never lossless) "
+                         "(default raise)")
+    lo.add_argument("--reference", type=int, default=None, metavar="GAMMA",
+                    help="also audit a correct speculative sampling loop drafting GAMMA tokens per step on the same "
+                         "stand-ins, and allow twice its rounding TV (default: none; the tolerance is 2**-40)")
+    lo.add_argument("--vocab", type=int, default=4,
+                    help="vocabulary size: the search's largest, or the --instance's (default 4)")
+    lo.add_argument("--order", type=int, default=1,
+                    help="with --instance: context length the seeded target tables read (default 1)")
+    lo.add_argument("--seed", type=int, default=0,
+                    help="seed of the search's random part, or of the --instance's target tables (the draft uses "
+                         "seed + 1) (default 0)")
+    lo.add_argument("--tokens", type=int, default=None,
+                    help="horizon: new tokens whose law is audited (default: 1..4 in the search, 3 with --instance)")
+    lo.add_argument("--instance", action="store_true",
+                    help="audit one seeded instance (--vocab, --order, --tokens, --seed) instead of searching")
+    lo.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT,
+                    help=limit + "; a search stopped early is incomplete (exit 3), never 'no counterexample'")
+    lo.add_argument("--json", action="store_true", help=json_help)
+    lo.add_argument("--no-timings", action="store_true", help=no_timings)
     pr = sub.add_parser("prove", help="prove a rule lossless for every target and draft law, or refute it with a "
                                       "witness (needs exactspec[prove])")
     pr.add_argument("--rule", required=True, help="catalog name or MODULE:FUNCTION (required: no default)")
@@ -896,6 +999,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     cmd: Callable[[Any], int] = {"check": _cmd_check, "audit": _cmd_audit, "rules": _cmd_rules,
                                  "search": _cmd_search, "sweep": _cmd_sweep, "audit-sampler": _cmd_audit_sampler,
+                                 "audit-loop": _cmd_audit_loop,
                                  "prove": _cmd_prove}[args.cmd]
     try:
         return _guarded(cmd, args)

@@ -87,10 +87,11 @@ def subparsers() -> dict[str, argparse.ArgumentParser]:
 
 
 def test_every_subcommand_is_walked():
-    assert set(subparsers()) == {"check", "audit", "search", "audit-sampler", "rules", "prove", "sweep"}
+    assert set(subparsers()) == {"check", "audit", "search", "audit-sampler", "audit-loop", "rules", "prove", "sweep"}
 
 
-@pytest.mark.parametrize("name", ["check", "audit", "search", "audit-sampler", "rules", "prove", "sweep"])
+@pytest.mark.parametrize("name", ["check", "audit", "search", "audit-sampler", "audit-loop", "rules", "prove",
+                                  "sweep"])
 def test_every_option_has_help_with_its_default(name):
     sp = subparsers()[name]
     for action in sp._actions:
@@ -265,9 +266,10 @@ def test_check_json_no_timings_is_byte_identical(capsys, monkeypatch):
     assert code == 0 and len(json.loads(out)["rules"]) == 4
 
 
-def test_audit_sampler_json_no_timings_is_byte_identical(capsys):
+@pytest.mark.parametrize("mode", [[], ["--instance"]])
+def test_audit_sampler_json_no_timings_is_byte_identical(capsys, mode):
     code, out, _ = twice(capsys, "audit-sampler", "exactspec.bugzoo.numpy_samplers:shared_uniform", "--vocab", "3",
-                         "--gamma", "2", "--json", "--no-timings")
+                         "--gamma", "2", "--json", "--no-timings", *mode)
     assert code == 1
 
 
@@ -293,10 +295,14 @@ def test_bug_zoo_runs_from_any_directory(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".") and pathlib.Path(p).resolve() != ROOT])
     monkeypatch.delitem(sys.modules, "exactspec.bugzoo.numpy_samplers", raising=False)
     monkeypatch.delitem(sys.modules, "exactspec.bugzoo", raising=False)
-    code, out, err = run(capsys, "audit-sampler", "exactspec.bugzoo.numpy_samplers:shared_uniform", "--vocab", "3")
+    code, out, err = run(capsys, "audit-sampler", "exactspec.bugzoo.numpy_samplers:shared_uniform", "--vocab", "3",
+                         "--instance")
     assert code == 1 and "BIASED" in out, err
-    code, out, _ = run(capsys, "audit-sampler", "exactspec.bugzoo.numpy_samplers:correct", "--vocab", "3")
+    code, out, _ = run(capsys, "audit-sampler", "exactspec.bugzoo.numpy_samplers:correct", "--vocab", "3", "--instance")
     assert code == 0
+    # the default is a search: the README's command finds the minimal counterexample from here too
+    code, out, err = run(capsys, "audit-sampler", "exactspec.bugzoo.numpy_samplers:shared_uniform", "--vocab", "3")
+    assert code == 1 and "counterexample for shared_uniform" in out, err
 
 
 def test_the_readme_names_the_installed_zoo():

@@ -148,7 +148,7 @@ def test_help_states_the_default_time_limit(capsys, sub):
 
 def test_audit_sampler_time_limit_exits_3(capsys):
     code, out, err = run(capsys, "audit-sampler", "exactspec.bugzoo.numpy_samplers:correct", "--vocab", "5",
-                         "--gamma", "4", "--time-limit", "0.05")
+                         "--gamma", "4", "--time-limit", "0.05", "--instance")
     assert code == 3, (out, err)
     one_line(err)
     assert "budget exceeded" in err

@@ -143,7 +143,8 @@ def test_cli_audit_sampler_default_horizon_sees_the_bonus(capsys, tmp_path, monk
             return out
     '''))
     monkeypatch.chdir(tmp_path)
-    code = cli.main(["audit-sampler", "bonus_sampler_mod:bonus_from_draft", "--vocab", "3", "--gamma", "1"])
+    code = cli.main(["audit-sampler", "bonus_sampler_mod:bonus_from_draft", "--vocab", "3", "--gamma", "1",
+                     "--instance"])
     out = capsys.readouterr().out
     assert code == 1, out
     assert "over the first 3 tokens" in out

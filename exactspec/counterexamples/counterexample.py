@@ -44,6 +44,27 @@ _RULE_NAME_MAX = 200
 #: ``rule_ref`` is rendered as an import line: a dotted path of Python identifiers, nothing else
 _RULE_REF = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*", re.ASCII)
 _FACTORY_CALL = re.compile(r"(\w+)\((.*)\)", re.ASCII)
+#: ``sampler_ref`` is rendered as an import and an attribute path: ``module.path:Qual.name``, identifiers only
+_SAMPLER_REF = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:"
+                          r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*", re.ASCII)
+#: an adapter or rng-model name (rendered through ``str.__repr__`` only)
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", re.ASCII)
+#: what was searched: a rule (``es.audit``), a sampler (``es.audit_sampler``), a whole generation loop
+#: (``es.audit_loop``), or any per-instance audit (:func:`exactspec.samplers.sampler_search.search_instances`;
+#: no regression test can be rendered for it)
+KINDS = ("rule", "sampler", "audit", "loop")
+#: the replay options of a loop counterexample (``Counterexample.loop``), each rendered as an ``es.audit_loop`` keyword
+LOOP_OPTIONS = ("stand_in", "dtype", "output", "on_error", "tolerance", "reference")
+#: what else ``Counterexample.loop`` holds (optional in JSON, default "0"): the probability that the loop raised on the
+#: instance (``on_error="record"``); the output law then sums to one minus it
+LOOP_RESULTS = ("error_probability",)
+#: what a loop counterexample's options may hold (allow-lists; the stand-in kinds are those of ``es.stand_in``)
+_LOOP_STAND_INS = ("torch-lm", "transformers")
+_LOOP_DTYPES = ("float64", "float32", "float16", "bfloat16")
+_LOOP_OUTPUTS = ("full", "new")
+_LOOP_ON_ERROR = ("raise", "record")
+#: the largest reference gamma a loop counterexample may name (``reference_loop(gamma)``)
+_LOOP_MAX_GAMMA = 64
 
 
 def _rule_name(x: Any, where: str = "rule", strict: bool = True) -> str:
@@ -79,8 +100,101 @@ def _rule_ref(x: Any, where: str = "rule_ref") -> str:
     return str.__str__(x)
 
 
-def _law_dict(rows: Any, where: str, vocab: int, tokens: int) -> dict[tuple[int, ...], Fraction]:
-    """``[[tokens, "p/q"], ...]`` as a law over token sequences (ids < vocab, length tokens, sums to 1)."""
+def _sampler_ref(x: Any, where: str = "sampler_ref") -> str:
+    """``""`` or ``module.path:qual.name`` (identifiers only, no keywords): how a generated test imports the sampler.
+
+    >>> _sampler_ref("exactspec.bugzoo.numpy_samplers:shared_uniform")
+    'exactspec.bugzoo.numpy_samplers:shared_uniform'
+    >>> _sampler_ref("os:system; rm")
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.ExactSpecError: sampler_ref: 'os:system; rm' is not MODULE:FUNCTION (dotted Python identifiers) like 'mypkg.samplers:my_sampler'
+    """
+    if not isinstance(x, str):
+        raise _fail(where, f"expected 'MODULE:FUNCTION' (a string), got {_kind(x)}")
+    parts = re.split(r"[.:]", x)
+    if x and (len(x) > 300 or not _SAMPLER_REF.fullmatch(x) or any(keyword.iskeyword(p) for p in parts)):
+        shown = repr(x) if len(x) <= 40 else repr(x[:37] + "...")
+        raise _fail(where, f"{shown} is not MODULE:FUNCTION (dotted Python identifiers) like "
+                           "'mypkg.samplers:my_sampler'")
+    return str.__str__(x)
+
+
+def _name(x: Any, where: str) -> str:
+    """A short name (letters, digits, ``_ . -``): an adapter or an rng model, rendered through ``repr`` only."""
+    if not isinstance(x, str) or not _NAME.fullmatch(x):
+        shown = repr(x)[:40] if isinstance(x, str) else _kind(x)
+        raise _fail(where, f"expected a name of letters, digits, '_', '.' or '-', got {shown}")
+    return str.__str__(x)
+
+
+def _loop_options(x: Any, where: str = "loop") -> dict:
+    """The replay options of a loop counterexample, validated: allow-listed names, a rational, a gamma or a reference.
+
+    ``stand_in`` (``torch-lm`` or ``transformers``), ``dtype`` (a torch float dtype's name),
+    ``output`` (``full``/``new``), ``on_error`` (``raise``/``record``), ``tolerance`` (a rational
+    >= 0 as a string) and ``reference``: ``None`` (none), a gamma (an int,
+    :func:`exactspec.samplers.loop_audit.reference_loop`), ``module:qualname`` (a correct loop a test
+    can import) or ``""`` (a reference loop no test can import). ``error_probability`` (optional,
+    default ``"0"``): the probability, a rational string in [0, 1], that the loop raised on the
+    instance (``on_error="record"``).
+
+    >>> _loop_options({"stand_in": "torch-lm", "dtype": "float64", "output": "full", "on_error": "raise",
+    ...                "tolerance": "1/1099511627776", "reference": 2})["reference"]
+    2
+    >>> _loop_options({"stand_in": "torch-lm", "dtype": "float64; import os", "output": "full",
+    ...                "on_error": "raise", "tolerance": "0", "reference": None})
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.ExactSpecError: loop.dtype: must be one of float64, float32, float16, bfloat16, got 'float64; import os'
+    """
+    if not isinstance(x, dict):
+        raise _fail(where, f"expected an object with the keys {', '.join(LOOP_OPTIONS)}, got {_kind(x)}")
+    missing = [k for k in LOOP_OPTIONS if k not in x]
+    if missing:
+        raise _fail(where, f"missing field(s) {', '.join(missing)}")
+    unknown = [k for k in x if k not in LOOP_OPTIONS + LOOP_RESULTS]
+    if unknown:
+        raise _fail(where, f"unknown field {str(unknown[0])[:40]!r}")
+    tol = x["tolerance"]
+    if not isinstance(tol, str):
+        raise _fail(f"{where}.tolerance", f"expected a rational written as a string like '1/1024', got {_kind(tol)}")
+    tolerance = parse_rational(tol, f"{where}.tolerance")
+    if tolerance < 0:
+        raise _fail(f"{where}.tolerance", f"must be >= 0, got {_s(tolerance)}")
+    err = x.get("error_probability", "0")
+    if not isinstance(err, str):
+        raise _fail(f"{where}.error_probability", f"expected a rational written as a string like '1/4', got "
+                                                   f"{_kind(err)}")
+    error_probability = parse_rational(err, f"{where}.error_probability")
+    if not 0 <= error_probability <= 1:
+        raise _fail(f"{where}.error_probability", f"must be a probability in [0, 1], got {_s(error_probability)}")
+    ref = x["reference"]
+    if ref is not None:
+        if isinstance(ref, int) and not isinstance(ref, bool):
+            ref = _int(ref, f"{where}.reference", lo=1, hi=_LOOP_MAX_GAMMA)
+        elif isinstance(ref, str):
+            ref = _sampler_ref(ref, f"{where}.reference")
+        else:
+            raise _fail(f"{where}.reference", f"expected null, a gamma (an int) or 'MODULE:FUNCTION', got {_kind(ref)}")
+    return {"stand_in": _choice(x["stand_in"], f"{where}.stand_in", _LOOP_STAND_INS),
+            "dtype": _choice(x["dtype"], f"{where}.dtype", _LOOP_DTYPES),
+            "output": _choice(x["output"], f"{where}.output", _LOOP_OUTPUTS),
+            "on_error": _choice(x["on_error"], f"{where}.on_error", _LOOP_ON_ERROR),
+            "tolerance": _s(tolerance), "reference": ref, "error_probability": _s(error_probability)}
+
+
+def _law_dict(rows: Any, where: str, vocab: int, tokens: int,
+              total: Fraction = Fraction(1)) -> dict[tuple[int, ...], Fraction]:
+    """``[[tokens, "p/q"], ...]`` as a law over token sequences (ids < vocab, length tokens, sums to ``total``).
+
+    ``total`` is 1 but for a loop's output law, which misses the mass of the branches on which the
+    loop raised (``on_error="record"``); a total of 0 is the empty list.
+    """
+    if isinstance(rows, (list, tuple)) and not rows:
+        if total == 0:
+            return {}
+        raise _fail(where, f"is empty, but its probabilities must sum to {total}")
     if not isinstance(rows, (list, tuple)) or not rows:
         raise _fail(where, f"expected a non-empty list of [tokens, probability] pairs, got {_kind(rows)}")
     out: dict[tuple[int, ...], Fraction] = {}
@@ -102,8 +216,8 @@ def _law_dict(rows: Any, where: str, vocab: int, tokens: int) -> dict[tuple[int,
         if v < 0:
             raise _fail(f"{w}[1]", f"negative probability {v}")
         out[key] = v
-    if sum(out.values()) != 1:
-        raise _fail(where, f"sums to {sum(out.values())}, not exactly 1")
+    if sum(out.values()) != total:
+        raise _fail(where, f"sums to {sum(out.values())}, not exactly {total}")
     return out
 
 
@@ -124,6 +238,14 @@ def _s(x: Any) -> str:
 def _short(x: Any) -> str:
     s = _s(x)
     return s if len(s) <= 24 else f"~{float(x):.6g}"
+
+
+def _maybe_short(x: Any) -> str:
+    """:func:`_short` of a rational (or its string), else the text itself, cut to 80 characters."""
+    try:
+        return _short(Fraction(x))
+    except (TypeError, ValueError, ZeroDivisionError):
+        return str(x)[:80]
 
 
 @dataclass
@@ -154,6 +276,17 @@ class Counterexample:
     extra: dict = field(default_factory=dict)
     complete: bool = True
     stopped: str = ""
+    #: "rule" (found by :func:`~exactspec.counterexamples.search`) or "sampler" (found by a sampler search,
+    #: :func:`exactspec.samplers.sampler_search.search_sampler`: ``rule`` is then the sampler's name)
+    kind: str = "rule"
+    #: samplers: ``module:qualname`` the regression test imports the sampler from ("" when it is not importable)
+    sampler_ref: str = ""
+    #: samplers: the adapter's name, and the rng model of the audits (loops: the rng model)
+    adapter: str = ""
+    rng_model: str = "continuous"
+    #: loops (kind "loop", found by ``es.audit_loop(..., search=True)``; ``sampler_ref`` is then the loop's
+    #: ``module:qualname``): the ``es.audit_loop`` options the regression test replays, keys :data:`LOOP_OPTIONS`
+    loop: dict = field(default_factory=dict)
 
     @property
     def found(self) -> bool:
@@ -193,7 +326,7 @@ class Counterexample:
 
     # -- rendering ------------------------------------------------------------------------------------
     def __str__(self) -> str:
-        lines = [f"counterexample for {self.rule} (claim: {self.claim}): {self.instance.describe()}",
+        lines = [f"counterexample for {self.rule} (claim: {self.claim}): {self._describe_instance()}",
                  f"  {self.explanation}"]
         inst = self.instance
         for name, laws in (("target", inst.target), ("draft", inst.draft)):
@@ -202,6 +335,14 @@ class Counterexample:
         for o in self._rows()[:6]:
             if o.output != o.expected:
                 lines.append(f"  {o.tokens}: output {_short(o.output)} vs expected {_short(o.expected)}")
+        if self.kind != "rule" and "rounding_tv" in self.extra:
+            lines.append(f"  not rounding: a correct {'loop' if self.kind == 'loop' else 'sampler'} through the "
+                         "same float pipeline is within TV "
+                         f"{_maybe_short(self.extra['rounding_tv'])} of the target; this sampler is at TV "
+                         f"{_maybe_short(self.extra.get('algorithmic_tv', self.tv))} from it")
+        if self.kind == "loop" and self.loop.get("error_probability", "0") != "0":
+            lines.append(f"  the loop raised with probability {_maybe_short(self.loop['error_probability'])} on this "
+                         "instance (on_error='record'); the output law holds the branches that returned")
         if self.space:
             lines.append(f"  found after {self.audited} audits in {self.seconds:.2f} s over: {self.space}")
         if not self.complete:
@@ -209,12 +350,26 @@ class Counterexample:
                          "TV found so far, not necessarily the largest in the space")
         return "\n".join(lines)
 
+    def _returned_mass(self) -> Fraction:
+        """The mass of the output law: 1, or for a loop one minus the probability that it raised."""
+        if self.kind != "loop":
+            return Fraction(1)
+        return 1 - Fraction(_loop_options(self.loop, "loop")["error_probability"])
+
+    def _describe_instance(self) -> str:
+        """The instance in words; a loop's instance without the proposer (the loop drafts with its own gamma)."""
+        inst = self.instance
+        if self.kind != "loop":
+            return inst.describe()
+        return (f"vocab {inst.vocab}, {inst.tokens} token(s), {inst.family.replace('_', '-')} models, prompt "
+                f"{inst.prompt} (a whole run of the loop, drafting included)")
+
     def _repr_html_(self) -> str:
         e = html.escape
         rows = "".join(f"<tr><td>{e(str(o.tokens))}</td><td>{e(_short(o.output))}</td><td>{e(_short(o.expected))}"
                        f"</td><td>{e(_short(o.output - o.expected))}</td></tr>" for o in self._rows()[:10])
         return (f"<div><b>{e(self.rule)}</b> (claim {e(self.claim)}): counterexample, exact TV "
-                f"<b>{e(_short(self.tv))}</b><br>{e(self.instance.describe())}<br><i>{e(self.explanation)}</i>"
+                f"<b>{e(_short(self.tv))}</b><br>{e(self._describe_instance())}<br><i>{e(self.explanation)}</i>"
                 f"<table><tr><th>tokens</th><th>output</th><th>expected</th><th>difference</th></tr>{rows}</table></div>")
 
     def check(self) -> "Counterexample":
@@ -228,6 +383,15 @@ class Counterexample:
         _rule_name(self.rule, "rule", strict=False)  # any str: rendered through str.__repr__ only
         _choice(self.claim, "claim", RULE_CLAIMS)
         _rule_ref(self.rule_ref, "rule_ref")
+        _choice(self.kind, "kind", KINDS)
+        if self.kind == "sampler":
+            _sampler_ref(self.sampler_ref, "sampler_ref")
+            _name(self.adapter, "adapter")
+            _name(self.rng_model, "rng_model")
+        if self.kind == "loop":
+            _sampler_ref(self.sampler_ref, "sampler_ref")
+            _name(self.rng_model, "rng_model")
+            _loop_options(self.loop, "loop")
         if not isinstance(self.instance, SearchInstance):
             raise _fail("instance", f"expected a SearchInstance, got {_kind(self.instance)}")
         inst = self.instance.check("instance")
@@ -236,7 +400,8 @@ class Counterexample:
             if not isinstance(law, dict) or not all(
                     isinstance(k, tuple) and isinstance(v, Fraction) for k, v in law.items()):
                 raise _fail(name, "expected a dict from tuples of token ids to Fractions")
-            _law_dict([[list(k), v] for k, v in law.items()], name, inst.vocab, inst.tokens)
+            _law_dict([[list(k), v] for k, v in law.items()], name, inst.vocab, inst.tokens,
+                      total=self._returned_mass() if name == "output" else Fraction(1))
         if not isinstance(self.tv, Fraction) or self.tv <= 0 or self.tv != _tv_of(self.output, self.expected):
             raise _fail("tv", f"{self.tv!r} is not the (positive) exact TV between output and expected")
         return self
@@ -249,6 +414,16 @@ class Counterexample:
         an ``import`` of ``rule_ref`` only when it is a dotted path of identifiers.
         """
         self.check()
+        if self.kind == "sampler":
+            return self._sampler_pytest()
+        if self.kind == "loop":
+            return self._loop_pytest()
+        if self.kind == "audit":
+            raise ExactSpecError(f"to_pytest: this counterexample of {str.__repr__(str(self.rule))} came from a "
+                                 "generic per-instance search (search_instances), which does not know how to call the "
+                                 "audited code from a test; search a sampler with search_sampler / "
+                                 "es.audit_sampler(..., search=True), or a loop with es.audit_loop(..., "
+                                 "search=True), to get one")
         inst = self.instance
         name, rule_ref = _rule_name(self.rule, strict=False), _rule_ref(self.rule_ref)
         ref = rule_ref or f"es.rules.get({str.__repr__(name)})"
@@ -274,7 +449,108 @@ class Counterexample:
             "",
         ])
 
+    def _sampler_pytest(self) -> str:
+        """The regression test of a sampler counterexample: ``es.audit_sampler`` on the user's sampler, imported."""
+        inst = self.instance
+        name = _rule_name(self.rule, strict=False)
+        if not self.sampler_ref:
+            raise ExactSpecError(
+                f"to_pytest: the sampler {str.__repr__(name)} cannot be imported by a test (a lambda, a closure, a "
+                "method of an instance, or a function defined in __main__ or inside another function): define it at "
+                "the top level of an importable module, or search with the sampler given as 'module:function', to "
+                "get a regression test")
+        module, qual = _sampler_ref(self.sampler_ref).split(":")
+        adapter, rng_model = _name(self.adapter, "adapter"), _name(self.rng_model, "rng_model")
+        from ..samplers.adapters import get_adapter
+        try:
+            get_adapter(adapter)
+        except ExactSpecError:
+            raise ExactSpecError(f"to_pytest: the adapter {adapter!r} is not built in, so a generated test cannot "
+                                 "build it by name; audit the sampler on this instance in your own test with "
+                                 "es.audit_sampler(sampler, adapter=<your adapter object>, ...)") from None
+        fname = "".join(c if c.isascii() and c.isalnum() else "_" for c in name).strip("_").lower() or "sampler"
+        prompt, tokens = tuple(int(t) for t in inst.prompt), int(inst.tokens)
+        return "\n".join([
+            "from fractions import Fraction as F",
+            "",
+            "import exactspec as es",
+            f"import {module} as sampler_module",
+            "",
+            "",
+            f"def test_{fname}_keeps_the_target_law():",
+            f"    # minimal counterexample from exactspec's sampler search: {_one_line(inst.describe())}",
+            f"    # {_one_line(self.explanation)}",
+            "    " + inst.model_source(inst.target, "target").replace("\n", "\n    "),
+            "    " + inst.model_source(inst.draft, "draft").replace("\n", "\n    "),
+            f"    report = es.audit_sampler(sampler_module.{qual}, adapter={adapter!r}, target=target, draft=draft,",
+            f"                              proposer={inst.proposer_source()},",
+            f"                              prompt={prompt!r}, tokens={tokens!r}, rng_model={rng_model!r})",
+            "    assert report.verdict == \"lossless\", report.summary()",
+            "",
+        ])
+
+    def _loop_pytest(self) -> str:
+        """The regression test of a loop counterexample: ``es.audit_loop`` on the user's loop, imported."""
+        inst = self.instance
+        name = _rule_name(self.rule, strict=False)
+        if not self.sampler_ref:
+            raise ExactSpecError(
+                f"to_pytest: the loop {str.__repr__(name)} cannot be imported by a test (a lambda, a closure, a "
+                "method of an instance, or a function defined in __main__ or inside another function): define it at "
+                "the top level of an importable module, or search it from the command line as 'module:function' "
+                "(exactspec audit-loop), to get a regression test")
+        module, qual = _sampler_ref(self.sampler_ref).split(":")
+        opts = _loop_options(self.loop, "loop")
+        rng_model = _name(self.rng_model, "rng_model")
+        ref = opts["reference"]
+        ref_import: list[str] = []
+        if ref == "":
+            raise ExactSpecError(
+                f"to_pytest: the reference loop of the search of {str.__repr__(name)} cannot be imported by a test "
+                "(a lambda, a closure or a function defined in __main__): pass reference=<gamma> "
+                "(es.samplers.loop_audit.reference_loop) or a top-level function of an importable module")
+        if isinstance(ref, str):
+            ref_module, ref_qual = ref.split(":")
+            ref_import = [f"import {ref_module} as reference_module"]
+            ref_src = f"reference_module.{ref_qual}"
+        else:
+            ref_src = repr(None if ref is None else int(ref))
+        tol = Fraction(opts["tolerance"])
+        fname = "".join(c if c.isascii() and c.isalnum() else "_" for c in name).strip("_").lower() or "loop"
+        prompt, tokens = tuple(int(t) for t in inst.prompt), int(inst.tokens)
+        return "\n".join([
+            "from fractions import Fraction as F",
+            "",
+            "import torch",
+            "",
+            "import exactspec as es",
+            f"import {module} as loop_module",
+            *ref_import,
+            "",
+            "",
+            f"def test_{fname}_keeps_the_target_law():",
+            f"    # minimal counterexample from exactspec's whole-loop search: {_one_line(self._describe_instance())}",
+            f"    # {_one_line(self.explanation)}",
+            "    " + inst.model_source(inst.target, "target").replace("\n", "\n    "),
+            "    " + inst.model_source(inst.draft, "draft").replace("\n", "\n    "),
+            f"    report = es.audit_loop(loop_module.{qual}, target=target, draft=draft, prompt={prompt!r},",
+            f"                           tokens={tokens!r}, kind={opts['stand_in']!r}, dtype=torch.{opts['dtype']},",
+            f"                           output={opts['output']!r}, on_error={opts['on_error']!r},",
+            f"                           tolerance=F({int(tol.numerator)!r}, {int(tol.denominator)!r}), "
+            f"reference={ref_src}, rng_model={rng_model!r})",
+            "    assert report.verdict == \"lossless\", report.summary()",
+            "",
+        ])
+
     def to_dict(self) -> dict:
+        sampler = {} if self.kind == "rule" else {"kind": self.kind, "sampler_ref": self.sampler_ref,
+                                                  "adapter": self.adapter, "rng_model": self.rng_model,
+                                                  "extra": {str(k): str(v) for k, v in self.extra.items()}}
+        if self.kind == "loop":
+            sampler["loop"] = dict(self.loop)
+        return {**self._to_dict(), **sampler}
+
+    def _to_dict(self) -> dict:
         return {"rule": self.rule, "claim": self.claim, "instance": self.instance.to_dict(),
                 "output": [[list(k), _s(v)] for k, v in sorted(self.output.items())],
                 "expected": [[list(k), _s(v)] for k, v in sorted(self.expected.items())],
@@ -318,7 +594,9 @@ class Counterexample:
         if missing:
             raise ExactSpecError(f"missing field(s) {', '.join(missing)}")
         inst = SearchInstance.from_dict(d["instance"], "instance")
-        output = _law_dict(d["output"], "output", inst.vocab, inst.tokens)
+        loop = _loop_options(d.get("loop"), "loop") if d.get("kind") == "loop" else {}
+        output = _law_dict(d["output"], "output", inst.vocab, inst.tokens,
+                           total=1 - Fraction(loop.get("error_probability", "0")))
         expected = _law_dict(d["expected"], "expected", inst.vocab, inst.tokens)
         tv = parse_rational(d["tv"], "tv")
         if tv <= 0 or tv != _tv_of(output, expected):
@@ -339,16 +617,26 @@ class Counterexample:
         for key in ("explanation", "stopped"):
             if not isinstance(d.get(key, ""), str):
                 raise _fail(key, f"expected a string, got {_kind(d[key])}")
+        kind = _choice(d.get("kind", "rule"), "kind", KINDS)
+        sampler: dict = {} if kind == "rule" else dict(
+            kind=kind, sampler_ref=_sampler_ref(d.get("sampler_ref", ""), "sampler_ref"),
+            rng_model=_name(d.get("rng_model", "continuous"), "rng_model"))
+        if kind == "sampler":
+            sampler["adapter"] = _name(d.get("adapter"), "adapter")
+        if kind == "loop":
+            sampler["loop"] = loop
         ce = cls(rule=_rule_name(d["rule"], "rule"), claim=_choice(d["claim"], "claim", RULE_CLAIMS), instance=inst,
                  output=output, expected=expected, tv=tv, space=space,
                  audited=_int(d.get("audited", 0), "audited", lo=0), seconds=float(seconds),
                  shrink_steps=_int(d.get("shrink_steps", 0), "shrink_steps", lo=0),
-                 rule_ref=_rule_ref(d.get("rule_ref", ""), "rule_ref"), complete=complete, stopped=stopped)
+                 rule_ref=_rule_ref(d.get("rule_ref", ""), "rule_ref"), complete=complete, stopped=stopped, **sampler)
         return ce.check()
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Counterexample) and (self.rule, self.instance, self.output, self.expected, self.tv) == (
-            other.rule, other.instance, other.output, other.expected, other.tv)
+        return isinstance(other, Counterexample) and (
+            self.rule, self.instance, self.output, self.expected, self.tv, self.kind, self.sampler_ref, self.adapter,
+            self.rng_model, self.loop) == (other.rule, other.instance, other.output, other.expected, other.tv,
+                                           other.kind, other.sampler_ref, other.adapter, other.rng_model, other.loop)
 
 
 @dataclass

@@ -37,7 +37,7 @@ from .counterexample import Counterexample, EmptySearch, IncompleteSearch
 from .counterexample import _rule_ref as _valid_rule_ref
 from .space import SearchInstance, Space, _denominator, default_space, random_law, simplex_grid
 
-__all__ = ["search", "worst", "shrink", "evaluate"]
+__all__ = ["search", "worst", "shrink", "shrink_by", "evaluate"]
 
 #: how many (instance, message) pairs of instances where the rule raised a result keeps
 ERROR_SAMPLES = 5
@@ -161,18 +161,24 @@ def _tv(rule: Rule, inst: SearchInstance, clock: _Clock, timed: bool = False) ->
     rep = _audit_one(rule, inst, clock.audit_budget() if timed else None)
     if not isinstance(rep, ExactSpecError):
         return rep.tv
-    if isinstance(rep, BudgetExceeded) and timed and rep.what == "seconds" and clock.deadline is not None \
+    _tally_failure(clock, rep, inst, timed)
+    return None
+
+
+def _tally_failure(clock: "_Clock", exc: ExactSpecError, inst: SearchInstance, timed: bool) -> None:
+    """Count an instance whose audit raised: cut by the search's own time limit (not audited), over a
+    budget (exit code 3: covered incompletely), or an error of the rule (sampled for the report)."""
+    if isinstance(exc, BudgetExceeded) and timed and exc.what == "seconds" and clock.deadline is not None \
             and time.perf_counter() >= clock.deadline:
         clock.audited -= 1
         clock.stop_reason = clock.stop_reason or f"time limit {clock.seconds:g} s reached"
-    elif rep.exit_code == 3:
+    elif exc.exit_code == 3:
         clock.over_budget += 1
     else:
         clock.errors += 1
-        clock.first_error = clock.first_error or rep
+        clock.first_error = clock.first_error or exc
         if len(clock.error_samples) < ERROR_SAMPLES:
-            clock.error_samples.append((_describe(inst), f"{type(rep).__name__}: {rep}"))
-    return None
+            clock.error_samples.append((_describe(inst), f"{type(exc).__name__}: {exc}"))
 
 
 def _raise_if_all_raised(rule: Rule, clock: _Clock) -> None:
@@ -624,13 +630,31 @@ def shrink(rule: Any, inst: SearchInstance, *, space: Space | None = None,
     """
     rule = as_rule(rule)
     clock = _clock or _Clock(None, None, None)
-    steps = 0
 
-    def biased(cand: SearchInstance | None) -> bool:
-        if cand is None or not cand.key() < inst.key():
-            return False
+    def biased(cand: SearchInstance) -> bool:
         tv = _tv(rule, cand, clock)
         return tv is not None and tv > 0
+    return shrink_by(biased, inst)
+
+
+def shrink_by(biased: Callable[[SearchInstance], bool], inst: SearchInstance) -> tuple[SearchInstance, int]:
+    """:func:`shrink` with any test of bias: ``biased(candidate)`` says whether a smaller candidate is still biased.
+
+    Candidates are tried in shrink order (one token fewer, fewer drafts, fewer tokens, a simpler
+    family, smaller denominators); the first biased one is kept and shrinking starts again from
+    it. Returns the smallest instance reached and the number of accepted steps.
+
+    >>> from fractions import Fraction as F
+    >>> big = SearchInstance(vocab=3, family="context_free", target=((F(1, 3), F(1, 3), F(1, 3)),),
+    ...                      draft=((F(1, 3), F(1, 3), F(1, 3)),), shape=(2,), tokens=3)
+    >>> small, steps = shrink_by(lambda cand: cand.tokens >= 2, big)   # "biased" from 2 tokens on
+    >>> small.vocab, small.shape, small.tokens, steps
+    (2, (1,), 2, 3)
+    """
+    steps = 0
+
+    def smaller_and_biased(cand: SearchInstance | None) -> bool:
+        return cand is not None and cand.key() < inst.key() and biased(cand)
 
     improved = True
     while improved:
@@ -644,7 +668,7 @@ def shrink(rule: Any, inst: SearchInstance, *, space: Space | None = None,
         ]
         for make in candidates:
             for cand in make():
-                if biased(cand):
+                if smaller_and_biased(cand):
                     inst, steps, improved = cand, steps + 1, True
                     break
             if improved:

@@ -376,6 +376,11 @@ class Space:
     claim: str = "draft"
     decoding: str = "sample"
     per_position_laws: int = 2
+    #: when set, only cells whose tokens <= depth + ``extra_tokens`` (depth: gamma, or the tree's depth)
+    extra_tokens: int | None = None
+    #: with ``extra_tokens``: each shape only at its longest horizon, depth + ``extra_tokens`` (the law of
+    #: fewer tokens is a marginal of it, so a bias there shows here too; shrinking tries fewer tokens)
+    only_longest: bool = False
 
     def __post_init__(self) -> None:
         if not self.vocabs or min(self.vocabs) < 2:
@@ -387,20 +392,43 @@ class Space:
             raise ExactSpecError(f"Space: unknown model family {bad[0]!r}; choose from {', '.join(FAMILIES)}")
         if self.exhaustive_denominator < 1 or self.max_denominator < self.exhaustive_denominator:
             raise ExactSpecError("Space: need 1 <= exhaustive_denominator <= max_denominator")
+        if self.extra_tokens is not None and (isinstance(self.extra_tokens, bool) or not isinstance(
+                self.extra_tokens, int) or self.extra_tokens < 0):
+            raise ExactSpecError(f"Space: extra_tokens must be None or an int >= 0, got {self.extra_tokens!r}")
+        if self.only_longest and self.extra_tokens is None:
+            raise ExactSpecError("Space: only_longest needs extra_tokens (the longest horizon is depth + extra_tokens)")
 
     def cells(self) -> list[tuple[int, tuple[int, ...], int, str]]:
         """(vocab, shape, tokens, family) in shrink order."""
         def size(shape: tuple[int, ...]) -> int:
             return shape[0] if self.proposer_kind == "chain" else sum(
                 _prod(shape[: i + 1]) for i in range(len(shape)))
-        cells = [(v, s, t, f) for v in self.vocabs for s in self.shapes for t in self.tokens for f in self.families]
+        def horizons(shape: tuple[int, ...]) -> Sequence[int]:
+            if self.extra_tokens is None:
+                return self.tokens
+            longest = self._depth(shape) + self.extra_tokens
+            return (longest,) if self.only_longest else [t for t in self.tokens if t <= longest]
+        cells = [(v, s, t, f) for v in self.vocabs for s in self.shapes for t in horizons(s) for f in self.families]
         return sorted(cells, key=lambda c: (c[0], size(c[1]), c[2], FAMILIES.index(c[3])))
 
+    def _depth(self, shape: tuple[int, ...]) -> int:
+        return shape[0] if self.proposer_kind == "chain" else len(shape)
+
     def describe(self) -> str:
+        """The space in words (what an empty search is a statement about).
+
+        >>> Space(vocabs=(2,), shapes=((1,), (2,)), tokens=(1, 2, 3), extra_tokens=1).describe()[:60]
+        'vocab 2..2, gamma {1, 2}, tokens 1..3 (at most gamma + 1), f'
+        """
         shapes = ", ".join(str(s[0]) if self.proposer_kind == "chain" else str(s) for s in self.shapes)
+        depth = "gamma" if self.proposer_kind == "chain" else "depth"
+        upto = "" if self.extra_tokens is None else f" (at most {depth} + {self.extra_tokens})"
+        tokens = f"tokens {min(self.tokens)}..{max(self.tokens)}{upto}"
+        if self.only_longest:
+            tokens = f"tokens {depth} + {self.extra_tokens} (shorter horizons are its marginals)"
         return (f"vocab {min(self.vocabs)}..{max(self.vocabs)}, "
                 f"{'gamma' if self.proposer_kind == 'chain' else 'expansion'} {{{shapes}}}, "
-                f"tokens {min(self.tokens)}..{max(self.tokens)}, families {', '.join(self.families)}; "
+                f"{tokens}, families {', '.join(self.families)}; "
                 f"every context-free (p, q) with denominators <= {self.exhaustive_denominator} "
                 f"(at most {self.exhaustive_limit} pairs per cell), {self.random_points} random rational instances "
                 f"per cell with denominators <= {self.max_denominator}")

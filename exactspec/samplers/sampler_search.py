@@ -1,0 +1,346 @@
+"""A single instance is not an audit: search small instances for the smallest one on which a sampler is biased.
+
+:func:`search_sampler` runs :func:`exactspec.audit_sampler` (with its rounding-aware verdict) on
+every instance of a small space, smallest first, as :func:`exactspec.counterexamples.search`
+does for rules, and returns
+
+- a minimal :class:`~exactspec.counterexamples.Counterexample` (exit code 1) whose
+  :meth:`~exactspec.counterexamples.Counterexample.to_pytest` imports the sampler and audits it
+  on that instance through the same adapter,
+- an :class:`~exactspec.counterexamples.EmptySearch` (falsy, exit code 0) stating the space
+  it covered, every instance of it lossless up to rounding,
+- or an :class:`~exactspec.counterexamples.IncompleteSearch` (exit code 3, ``bool()`` raises)
+  when a time limit or ``max_instances`` stopped it, or the sampler raised on some instances:
+  never an empty result.
+
+:func:`search_instances` is the generic search under it: any per-instance audit
+``audit_one(instance) -> AuditReport`` (a whole-loop audit, say) is searched the same way.
+
+>>> import exactspec as es
+>>> from exactspec.bugzoo import numpy_samplers as zoo
+>>> ce = search_sampler(zoo.shared_uniform, adapter="numpy")
+>>> ce.instance.vocab, ce.instance.shape, ce.instance.tokens, ce.sampler_ref
+(2, (2,), 2, 'exactspec.bugzoo.numpy_samplers:shared_uniform')
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import replace
+from typing import Any, Callable
+
+from ..counterexamples.counterexample import Counterexample, EmptySearch, IncompleteSearch, _sampler_ref
+from ..counterexamples.searching import (_cell_instances, _Clock, _count, _default_progress, _incomplete,
+                                         _seconds, _tally_failure, shrink_by)
+from ..counterexamples.space import SearchInstance, Space
+from ..enumerate import Budget
+from ..errors import ExactSpecError, InexactArithmetic, UnsupportedRandomness
+from ..report import AuditReport
+from . import sampler_audit as _sampler_audit
+
+__all__ = ["search_sampler", "search_instances", "sampler_space", "sampler_reference"]
+
+#: the keys of the instance dict handed to ``audit_one`` (see :func:`search_instances`)
+INSTANCE_KEYS = ("target", "draft", "proposer", "prompt", "tokens", "budget")
+
+
+def sampler_space(family: str = "chain", proposer: Any = None) -> Space:
+    """The space a sampler search covers by default: small vocabularies and steps, tokens up to depth + 1.
+
+    Chains: vocab 2..4, gamma 1..3; trees: vocab 2..3, expansions (1,) (2,) (1, 1) (3,) (2, 1). Each
+    at the horizon depth + 1 (gamma + 1 for chains: a first step's bonus position is observed):
+    the law of fewer tokens is a marginal of it, so its exact TV to the target is at most the TV
+    at depth + 1 and a support violation there is one at depth + 1 too (a counterexample is then
+    shrunk to the fewest tokens). Context-free, per-position and order-1 models; per cell, the
+    first 9 context-free (p, q) pairs of the grid of denominators <= 2 (all of them for vocab 2,
+    point masses for larger vocabularies) and 6 random rational instances with denominators <= 7
+    (zeros included): 243 instances for chains, 270 for trees. A given ``proposer`` fixes how
+    drafts are made and what the verifier is told (chains: ``sampling`` and ``claim``; trees:
+    ``children`` and ``claim``).
+
+    >>> sampler_space().describe()[:82]
+    'vocab 2..4, gamma {1, 2, 3}, tokens gamma + 1 (shorter horizons are its marginals)'
+    >>> len(sampler_space().cells()), len(sampler_space("tree").cells())   # 3 x 3 x 3 and 2 x 5 x 3
+    (27, 30)
+    """
+    if family not in ("chain", "tree"):
+        raise ExactSpecError(f"sampler_space: family must be 'chain' or 'tree', got {family!r}")
+    common = dict(tokens=(1, 2, 3, 4), extra_tokens=1, only_longest=True, exhaustive_denominator=2,
+                  exhaustive_limit=9, max_denominator=7, random_points=6)
+    claim = getattr(proposer, "claim", "draft") if proposer is not None else "draft"
+    if family == "tree":
+        children = getattr(proposer, "children", "iid") if proposer is not None else "iid"
+        return Space(vocabs=(2, 3), shapes=((1,), (2,), (1, 1), (3,), (2, 1)), proposer_kind="tree",
+                     sampling=children, claim=claim, **common)
+    sampling = getattr(proposer, "sampling", "sample") if proposer is not None else "sample"
+    return Space(vocabs=(2, 3, 4), shapes=((1,), (2,), (3,)), sampling=sampling, claim=claim, **common)
+
+
+def _fatal(exc: ExactSpecError) -> bool:
+    """Errors that say the audit cannot follow the code at all (not this instance's fault): never skipped.
+
+    Randomness the audit cannot see, inexact arithmetic, and ``sys.exit`` in the audited code
+    (a RuleError caused, at any depth, by SystemExit).
+    """
+    if isinstance(exc, (UnsupportedRandomness, InexactArithmetic)):
+        return True
+    cause: BaseException | None = exc
+    for _ in range(16):
+        if cause is None:
+            return False
+        if isinstance(cause, SystemExit):
+            return True
+        cause = cause.__cause__
+    return False
+
+
+def _instance_kwargs(inst: SearchInstance, budget: Budget) -> dict:
+    kw = inst.audit_kwargs()
+    kw.pop("decoding", None)
+    kw["budget"] = budget
+    return kw
+
+
+def _budget(limits: Budget | None, seconds: Budget | None) -> Budget:
+    """One audit's budget: the per-audit ``limits`` (paths, depth, outcomes), seconds capped by the search's clock."""
+    if limits is None:
+        return seconds or Budget()
+    left = limits.seconds if seconds is None else (
+        seconds.seconds if limits.seconds is None else min(limits.seconds, seconds.seconds))
+    return Budget(paths=limits.paths, depth=limits.depth, outcomes=limits.outcomes, seconds=left)
+
+
+def _run(audit_one: Callable[[dict], AuditReport], inst: SearchInstance, clock: _Clock,
+         timed: bool, limits: Budget | None = None) -> AuditReport | None:
+    """The report on ``inst``, or None when it is unknown (the code raised, or the audit ran past its budget).
+
+    As :func:`exactspec.counterexamples.searching._tv` for rules: an audit cut by the search's time
+    limit is not counted, and sets the clock's ``stop_reason``.
+    """
+    clock.audited += 1
+    if clock.progress is not None and not clock.audited % 50:
+        clock.progress(clock.audited, clock.elapsed())
+    budget = _budget(limits, clock.audit_budget() if timed else None)
+    try:
+        return audit_one(_instance_kwargs(inst, budget))
+    except ExactSpecError as exc:
+        if _fatal(exc):
+            raise
+        _tally_failure(clock, exc, inst, timed)
+    return None
+
+
+class _Named:
+    """What the counterexample helpers read of a rule: its name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _is_biased(rep: AuditReport) -> bool:
+    return rep.verdict == "biased"
+
+
+def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space | None = None, name: str = "sampler",
+                     seed: int = 0, budget: float | None = None, max_instances: int | None = None,
+                     progress: Callable[[int, float], None] | bool | None = None,
+                     biased: Callable[[AuditReport], bool] | None = None, instance_budget: Budget | None = None
+                     ) -> Counterexample | EmptySearch | IncompleteSearch:
+    """Search ``space`` for the smallest instance on which ``audit_one``'s report is biased; shrink it.
+
+    ``audit_one(instance) -> AuditReport`` audits one instance; ``instance`` is a dict with the
+    keys ``target`` and ``draft`` (:class:`exactspec.models.Model`), ``proposer`` (a chain or a
+    tree proposer), ``prompt`` (a tuple of token ids), ``tokens`` (the horizon) and ``budget``
+    (an :class:`exactspec.Budget` holding what is left of the search's time limit), the keywords
+    of :func:`exactspec.audit_sampler`: ``lambda inst: es.audit_sampler(fn, adapter="numpy", **inst)``.
+    ``biased(report)`` decides (default: ``report.verdict == "biased"``, the rounding-aware verdict).
+    ``instance_budget`` (an :class:`exactspec.Budget`): limits on each audit (its seconds, if any,
+    capped by what is left of ``budget``); an audit past them is counted as not covered.
+
+    Cells of ``space`` (default :func:`sampler_space`) are visited in shrink order (vocab, drafts,
+    tokens, family), then instances by denominator, as :func:`exactspec.counterexamples.search`
+    does; the first biased instance is shrunk (:func:`exactspec.counterexamples.shrink_by`) and
+    returned as a :class:`~exactspec.counterexamples.Counterexample` of ``kind`` ``"audit"``
+    (:func:`search_sampler` makes it a sampler's, with a runnable ``to_pytest()``). Without one:
+    an :class:`~exactspec.counterexamples.EmptySearch` stating the space, or an
+    :class:`~exactspec.counterexamples.IncompleteSearch` when ``budget`` seconds or
+    ``max_instances`` audits stopped the search, or the audit raised on some instances (their
+    verdict is unknown); one that raised on every instance raises :class:`~exactspec.RuleError`.
+    Randomness the audit cannot follow (:class:`~exactspec.UnsupportedRandomness`), inexact
+    arithmetic and ``sys.exit`` in the audited code are raised at once, never skipped.
+
+    >>> import exactspec as es
+    >>> from exactspec.bugzoo import numpy_samplers as zoo
+    >>> small = Space(vocabs=(2,), shapes=((1,),), tokens=(1, 2), random_points=2, exhaustive_denominator=2)
+    >>> found = search_instances(lambda inst: es.audit_sampler(zoo.correct, **inst), space=small, name="correct")
+    >>> bool(found), found.audited   # 2 context-free cells of 9 grid pairs + 2 random, 4 other cells of 2
+    (False, 30)
+    """
+    seconds = _seconds(budget, "search_instances: budget")
+    max_instances = _count(max_instances, "search_instances: max_instances", 1)
+    if not callable(audit_one):
+        raise ExactSpecError(f"search_instances: audit_one must be a function instance -> AuditReport, got "
+                             f"{type(audit_one).__name__}")
+    space = space or sampler_space()
+    biased = biased or _is_biased
+    rng = random.Random(f"search|{seed}")
+    clock = _Clock(seconds, max_instances, _default_progress() if progress is None or progress is True
+                   else (progress or None))
+    who = _Named(name)
+    cells = space.cells()
+    covered: list[str] = []
+    try:
+        for cell in cells:
+            for inst in _cell_instances(space, cell, rng):
+                if clock.spent():
+                    return _incomplete(who, space, clock, cells, covered, cell)
+                rep = _run(audit_one, inst, clock, timed=True, limits=instance_budget)
+                if rep is not None and biased(rep):
+                    return _shrunk(audit_one, biased, name, inst, rep, space, clock, instance_budget)
+            if clock.stop_reason:  # the cell's last audit was cut by the time limit
+                return _incomplete(who, space, clock, cells, covered, cell)
+            covered.append(space.describe_cell(cell))
+        if clock.errors or clock.over_budget:
+            return _incomplete(who, space, clock, cells, covered, None)
+        return EmptySearch(name, space.describe(), clock.audited, clock.elapsed())
+    finally:
+        if clock.progress is not None and clock.audited >= 50:
+            sys.stderr.write("\n")
+
+
+def _shrunk(audit_one: Callable[[dict], AuditReport], biased: Callable[[AuditReport], bool], name: str,
+            inst: SearchInstance, rep: AuditReport, space: Space, clock: _Clock,
+            limits: Budget | None) -> Counterexample:
+    reports = {inst: rep}
+
+    def still_biased(cand: SearchInstance) -> bool:
+        r = _run(audit_one, cand, clock, timed=False, limits=limits)
+        if r is not None and biased(r):
+            reports[cand] = r
+            return True
+        return False
+    small, steps = shrink_by(still_biased, inst)
+    r = reports[small]
+    extra = {k: str(r.extra[k]) for k in ("algorithmic_tv", "rounding_tv", "tolerance", "precision") if k in r.extra}
+    return Counterexample(rule=name, claim="lossless", instance=small, output=dict(r.output),
+                          expected=dict(r.expected), tv=r.tv, space=space.describe(), audited=clock.audited,
+                          seconds=clock.elapsed(), shrink_steps=steps, kind="audit", extra=extra)
+
+
+def sampler_reference(sampler: Any) -> str:
+    """``module:qualname`` a test can import ``sampler`` from, or ``""`` (a lambda, a closure, ``__main__``).
+
+    >>> from exactspec.bugzoo import numpy_samplers as zoo
+    >>> sampler_reference(zoo.correct)
+    'exactspec.bugzoo.numpy_samplers:correct'
+    >>> sampler_reference(lambda *a: [0])
+    ''
+    """
+    mod, qual = getattr(sampler, "__module__", None), getattr(sampler, "__qualname__", None)
+    if not isinstance(mod, str) or not isinstance(qual, str) or mod == "__main__" or "<" in qual:
+        return ""
+    obj: Any = sys.modules.get(mod)
+    for part in qual.split("."):
+        obj = getattr(obj, part, None)
+    if obj is not sampler:
+        return ""
+    try:
+        return _sampler_ref(f"{mod}:{qual}")
+    except ExactSpecError:
+        return ""
+
+
+def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None = None, proposer: Any = None,
+                   rng_model: str = "continuous", seed: int = 0, budget: float | None = None,
+                   max_instances: int | None = None, progress: Callable[[int, float], None] | bool | None = None,
+                   instance_budget: Budget | None = None, **audit_kwargs: Any
+                   ) -> Counterexample | EmptySearch | IncompleteSearch:
+    """The smallest small instance on which ``sampler`` is biased: what ``audit_sampler(..., search=True)`` does.
+
+    ``sampler``: a function, or ``"module:function"`` (imported, the current directory on
+    ``sys.path`` for the import only). Each instance is audited by
+    :func:`exactspec.audit_sampler` through ``adapter`` under ``rng_model``; ``space`` defaults to
+    :func:`sampler_space` for the adapter's family (``proposer`` fixes its sampling / children and
+    claim). ``budget``: seconds (``None``: no limit), ``max_instances``: audits; see
+    :func:`search_instances` for the three results. A counterexample's ``to_pytest()`` imports
+    the sampler from ``sampler_ref`` (``module:qualname``) and audits it on the minimal instance;
+    for a sampler no test can import (a lambda, a closure, ``__main__``) ``sampler_ref`` is ``""``
+    and ``to_pytest()`` raises an :class:`~exactspec.ExactSpecError` saying so. ``audit_kwargs`` go
+    to every :func:`exactspec.audit_sampler` call unchanged (the generated test does not repeat them).
+
+    >>> from exactspec.bugzoo import numpy_samplers as zoo
+    >>> ce = search_sampler(zoo.zero_uniform)
+    >>> ce.instance.shape, ce.instance.tokens, ce.instance.target, ce.instance.draft   # u = 0 accepts every draft
+    ((1,), 1, ((Fraction(1, 2), Fraction(1, 2)),), ((Fraction(0, 1), Fraction(1, 1)),))
+    """
+    from .adapters import get_adapter
+    audit_sampler = _sampler_audit.audit_sampler
+    if isinstance(sampler, str):
+        from .._loading import load_object as _load
+        ref = sampler
+        sampler = _load(sampler, "the sampler", preload=("numpy",))
+        ref = _sampler_ref(ref) if ":" in ref else sampler_reference(sampler)
+    else:
+        if not callable(sampler):
+            raise ExactSpecError(f"search_sampler: the sampler must be a function or 'module:function', got "
+                                 f"{type(sampler).__name__}")
+        ref = sampler_reference(sampler)
+    adapter = get_adapter(adapter)
+    if proposer is not None and (hasattr(proposer, "expansion") != (adapter.family == "tree")):
+        raise ExactSpecError(f"search_sampler: the {adapter.name} adapter verifies {adapter.family}s; the proposer "
+                             f"{getattr(proposer, 'describe', lambda: proposer)()} is not a {adapter.family} proposer")
+    space = space or sampler_space(adapter.family, proposer)
+    if (space.proposer_kind == "tree") != (adapter.family == "tree"):
+        raise ExactSpecError(f"search_sampler: the {adapter.name} adapter verifies {adapter.family}s but the space "
+                             f"has {space.proposer_kind} proposers")
+    name = getattr(sampler, "__name__", "sampler")
+
+    def audit_one(inst: dict) -> AuditReport:
+        return audit_sampler(sampler, adapter=adapter, rng_model=rng_model, **audit_kwargs, **inst)
+    found = search_instances(audit_one, space=space, name=name, seed=seed, budget=budget,
+                             max_instances=max_instances, progress=progress, instance_budget=instance_budget)
+    if isinstance(found, Counterexample):
+        return replace(found, kind="sampler", sampler_ref=ref, adapter=adapter.name, rng_model=rng_model)
+    return found
+
+
+def search_from_audit_sampler(sampler: Any, *, adapter: Any = "numpy", proposer: Any = None,
+                              rng_model: str = "continuous", budget: Budget | None = None, target: Any = None,
+                              draft: Any = None, prompt: Any = (), tokens: Any = None, expected: Any = None,
+                              reference: bool = True, tolerance: Any = None, **more: Any
+                              ) -> Counterexample | EmptySearch | IncompleteSearch:
+    """``es.audit_sampler(..., search=True)``: :func:`search_sampler` with audit_sampler's keywords.
+
+    The search chooses the laws, prompts and horizons: ``target``, ``draft``, ``prompt``, ``tokens``
+    and ``expected`` must be left out (a typed error says so), as must a non-default ``tolerance``
+    or ``reference`` (the search uses the rounding-aware verdict). ``proposer`` fixes how drafts
+    are made and scored (its gamma or expansion is varied); ``budget``'s ``seconds`` limit the
+    whole search, its other limits each audit. Any other keyword of ``audit_sampler`` is passed
+    to each audit unchanged.
+
+    >>> import exactspec as es
+    >>> from exactspec.bugzoo import numpy_samplers as zoo
+    >>> es.audit_sampler(zoo.correct, target=es.models.context_free(("1/2", "1/2")), search=True)
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.ExactSpecError: audit_sampler(search=True): target= does not apply: the search chooses the laws, prompts and horizons (use search=False to audit one instance)
+    """
+    ROUNDING_TOLERANCE = _sampler_audit.ROUNDING_TOLERANCE
+    given = [k for k, v in (("target", target), ("draft", draft), ("tokens", tokens), ("expected", expected))
+             if v is not None] + (["prompt"] if tuple(prompt) != () else [])
+    if not reference:
+        given.append("reference")
+    if tolerance is not None and tolerance is not ROUNDING_TOLERANCE and tolerance != ROUNDING_TOLERANCE:
+        given.append("tolerance")
+    if given:
+        raise ExactSpecError(f"audit_sampler(search=True): {'= and '.join(given)}= do"
+                             f"{'es' if len(given) == 1 else ''} not apply: the search chooses the laws, prompts and "
+                             "horizons (use search=False to audit one instance)")
+    seconds = None if budget is None else budget.seconds
+    return search_sampler(sampler, adapter=adapter, proposer=proposer, rng_model=rng_model, budget=seconds,
+                          instance_budget=None if budget is None else Budget(
+                              paths=budget.paths, depth=budget.depth, outcomes=budget.outcomes), **more)
+
+
+_sampler_audit._SEARCH[:] = [search_from_audit_sampler]
