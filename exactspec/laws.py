@@ -277,14 +277,16 @@ def _exact_rational(x: Any) -> Fraction | None:
     return None
 
 
-def exceeds_typical_threshold(value: Any, p: Sequence[Any], alpha: Any) -> bool:
+def exceeds_typical_threshold(value: Any, p: Sequence[Any], alpha: Any, shift: Any = 0) -> bool:
     """Decide ``value > alpha * exp(-H(p))`` (Medusa's typical-acceptance test), exactly for rationals.
 
     ``exp(-H(p)) = prod p_i ** p_i`` is irrational in general, so for rational inputs the test is
     decided with interval arithmetic at rising precision (64 bits, doubling to 4096) and, if the
-    two sides still cannot be told apart, by exact integer arithmetic: with ``b`` the common
-    denominator and ``p_i = a_i / b``, ``exp(-H) = (prod a_i ** a_i) ** (1/b) / b``, so the test is
-    ``(value * b / alpha) ** b > prod a_i ** a_i``. Float and mpmath inputs are compared directly.
+    two sides still cannot be told apart, by exact rational arithmetic: with ``b`` the common
+    denominator and ``p_i = a_i / b``, ``exp(-H) = (prod p_i ** a_i) ** (1/b)``, so the test is
+    ``(value / alpha) ** b > prod p_i ** a_i``. ``shift`` (>= 0) gives the entropy as code with a
+    guard computes it, ``-sum p_i log(p_i + shift)`` (medusa-llm adds 1e-5). Float and mpmath
+    inputs are compared directly.
 
     >>> from fractions import Fraction as F
     >>> exceeds_typical_threshold(F(1, 2), (F(1, 2), F(1, 2)), 1)   # 1/2 > 1 * 1/2 is false: equality
@@ -293,14 +295,18 @@ def exceeds_typical_threshold(value: Any, p: Sequence[Any], alpha: Any) -> bool:
     False
     >>> exceeds_typical_threshold(F(53, 100), (F(1, 3), F(2, 3)), 1)
     True
+    >>> exceeds_typical_threshold(F(1, 2), (F(1, 2), F(1, 2)), F(199999, 200000), shift=F(1, 100000))
+    False
     """
-    v, a = _exact_rational(value), _exact_rational(alpha)
+    v, a, s = _exact_rational(value), _exact_rational(alpha), _exact_rational(shift)
     ps = [_exact_rational(x) for x in p]
-    if v is None or a is None or any(x is None for x in ps):
+    if v is None or a is None or s is None or any(x is None for x in ps):
         import mpmath
         ctx = getattr(value, "context", None) or mpmath.mp
-        log_term = sum((x * ctx.log(x) for x in p if x > 0), ctx.mpf(0))
+        log_term = sum((x * ctx.log(x + shift) for x in p if x > 0), ctx.mpf(0))
         return value > alpha * ctx.exp(log_term)
+    if s < 0:
+        raise ExactSpecError(f"the entropy shift must be >= 0, got {shift}")
     if a == 0:
         return v > 0          # the threshold is exactly 0
     if v <= 0:
@@ -314,8 +320,8 @@ def exceeds_typical_threshold(value: Any, p: Sequence[Any], alpha: Any) -> bool:
         rhs = iv.mpf(0)
         for x in ps:
             if x:
-                xi = iv.mpf(x.numerator) / x.denominator
-                rhs += xi * iv.log(xi)
+                y = x + s
+                rhs += (iv.mpf(x.numerator) / x.denominator) * iv.log(iv.mpf(y.numerator) / y.denominator)
         if lhs.a > rhs.b:
             return True
         if lhs.b < rhs.a:
@@ -324,9 +330,9 @@ def exceeds_typical_threshold(value: Any, p: Sequence[Any], alpha: Any) -> bool:
     b = 1
     for x in ps:
         b = b * x.denominator // math.gcd(b, x.denominator)
-    n = 1
+    rhs_exact = Fraction(1)
     for x in ps:
         ai = int(x * b)
         if ai:
-            n *= ai ** ai
-    return (v * b / a) ** b > n
+            rhs_exact *= (x + s) ** ai
+    return (v / a) ** b > rhs_exact

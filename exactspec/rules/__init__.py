@@ -26,6 +26,7 @@ from .chain import (CHAIN_RULES, TINY, ensemble, greedy_match, greedy_match_samp
                     sample_and_match, speculative_sampling, stale_draft_probs, tiny_clamp_residual,
                     unverified_first_draft)
 from .record import CLAIMS, FAMILIES, Rule, as_rule, rule
+from .medusa import typical_acceptance_medusa
 from .tree import (TREE_RULES, greedy_tree, mss, multi_sample_match, naive_tree_sampling, shared_coin_tree,
                    typical_acceptance)
 
@@ -33,9 +34,10 @@ __all__ = ["Rule", "rule", "as_rule", "catalog", "get", "names", "CLAIMS", "FAMI
            "speculative_sampling", "greedy_match", "greedy_match_sampled", "resample_from_target",
            "stale_draft_probs", "unverified_first_draft", "no_bonus", "tiny_clamp_residual", "sample_and_match",
            "ensemble", "mss", "naive_tree_sampling", "greedy_tree", "multi_sample_match", "shared_coin_tree",
-           "typical_acceptance"]
+           "typical_acceptance", "typical_acceptance_medusa"]
 
-_FACTORIES = {"ensemble": ensemble, "shared_coin_tree": shared_coin_tree, "typical_acceptance": typical_acceptance}
+_FACTORIES = {"ensemble": ensemble, "shared_coin_tree": shared_coin_tree, "typical_acceptance": typical_acceptance,
+              "typical_acceptance_medusa": typical_acceptance_medusa}
 
 
 def catalog() -> list[Rule]:
