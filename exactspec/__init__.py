@@ -12,7 +12,7 @@ from . import counterexamples, drafts, laws, models, rules, samplers, statistica
 from ._audit import audit
 from .assertions import HorizonWarning, LossAssertionError, assert_lossless
 from .counterexamples import Counterexample, EmptySearch, IncompleteSearch
-from .samplers import audit_sampler
+from .samplers import audit_loop, audit_sampler, stand_in
 from .statistical import audit_statistically
 from .sweep import sweep
 from .enumerate import Budget
@@ -33,6 +33,6 @@ def __getattr__(name: str):  # `es.strategies` imports hypothesis's strategies o
         return importlib.import_module(".strategies", __name__)
     raise AttributeError(f"module 'exactspec' has no attribute {name!r}")
 
-__all__ = ["audit", "prove", "Proof", "Refutation", "audit_sampler", "HorizonWarning", "Counterexample", "EmptySearch", "IncompleteSearch", "audit_statistically", "statistical", "samplers", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "Step", "TreeStep", "Rng", "models", "drafts", "rules", "laws",
+__all__ = ["audit", "prove", "Proof", "Refutation", "audit_sampler", "audit_loop", "stand_in", "HorizonWarning", "Counterexample", "EmptySearch", "IncompleteSearch", "audit_statistically", "statistical", "samplers", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "Step", "TreeStep", "Rng", "models", "drafts", "rules", "laws",
            "theory", "trees", "counterexamples", "strategies", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
            "RuleError", "ModelError", "UnsupportedRandomness", "__version__"]

@@ -202,3 +202,14 @@ def test_the_catalog_rules_are_typed_with_the_protocols():
 def test_the_protocols_are_public():
     assert (es.Step, es.TreeStep, es.Rng) == (Step, TreeStep, Rng)
     assert {"Step", "TreeStep", "Rng"} <= set(es.__all__)
+
+
+def test_importing_exactspec_does_not_import_torch():
+    # torch takes ~1 s to import: the CLI and the exact engine must not pay it (the torch-only names of
+    # exactspec.samplers are imported on first use)
+    import subprocess
+    import sys
+    code = "import sys, exactspec, exactspec.samplers as s; print('torch' in sys.modules, callable(s.stand_in))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]

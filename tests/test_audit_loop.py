@@ -1,0 +1,349 @@
+"""Whole-loop audits (exactspec.samplers.loop_audit) and lazy categorical draws (exactspec.samplers.lazy_draws).
+
+Most laws in these tests are powers of two, so the stand-ins' float64 softmax is exact and every
+float the loops compute is the exact rational the algorithm means: a correct loop reads TV == 0.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction as F
+from itertools import product
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import exactspec as es  # noqa: E402
+from exactspec.enumerate.rng import enumerate_program  # noqa: E402
+from exactspec.fields import get_field  # noqa: E402
+from exactspec.laws import total_variation  # noqa: E402
+from exactspec.samplers import torch_rng  # noqa: E402,F401  (torch patched in audits)
+from exactspec.samplers.interception import bind, intercepting  # noqa: E402
+from exactspec.samplers.lazy_draws import LazyCategoricalTensor  # noqa: E402
+from exactspec.samplers.loop_audit import DEFAULT_TOKENS, LoopReport, audit_loop  # noqa: E402
+
+P_TABLE = {0: (F(1, 2), F(1, 4), F(1, 4)), 1: (F(1, 4), F(1, 2), F(1, 4)), 2: (F(1, 4), F(1, 4), F(1, 2))}
+TARGET = es.models.from_function(vocab=3, order=1, fn=lambda c: P_TABLE[c[-1]], name="p")
+DRAFT = es.models.context_free((F(1, 4), F(1, 4), F(1, 2)), name="q")
+
+
+def leviathan(gamma: int, n: int, bonus_from_draft: bool = False, discard: bool = False):
+    """A hand-written speculative decoding loop (Leviathan et al., Algorithm 1), optionally broken."""
+    def probs_of(logits):
+        pr = logits.softmax(-1)
+        if discard:           # litgpt-style: draw a token at every position, read none of them
+            torch.multinomial(pr.reshape(-1, pr.shape[-1]), 1)
+        return pr
+
+    def loop(target, draft, prompt):
+        ids = prompt
+        while ids.shape[1] - prompt.shape[1] < n:
+            x, qs = ids, []
+            for _ in range(gamma):
+                q = probs_of(draft(x)[0])[-1]
+                qs.append(q)
+                x = torch.cat([x, torch.multinomial(q, 1)[None]], dim=1)
+            ps = probs_of(target(x)[0])[-(gamma + 1):]
+            k = ids.shape[1]
+            for i in range(gamma):
+                tok = int(x[0, k + i])
+                if torch.rand(1) < ps[i, tok] / qs[i][tok]:
+                    ids = x[:, :k + i + 1]
+                    continue
+                resid = torch.clamp(ps[i] - qs[i], min=0)
+                ids = torch.cat([ids, torch.multinomial(resid / resid.sum(), 1)[None]], dim=1)
+                break
+            else:
+                bonus = probs_of(draft(x)[0])[-1] if bonus_from_draft else ps[gamma]
+                ids = torch.cat([x, torch.multinomial(bonus, 1)[None]], dim=1)
+        return ids
+    loop.__name__ = f"leviathan_gamma{gamma}" + ("_bonus_from_draft" if bonus_from_draft else "")
+    return loop
+
+
+def autoregressive_law(model, prompt, n):
+    """The target's law of ``n`` tokens, by a plain product over every sequence (independent of the engine)."""
+    out = {}
+    for seq in product(range(model.vocab), repeat=n):
+        pr, ctx = F(1), tuple(prompt)
+        for t in seq:
+            pr *= model(ctx)[t]
+            ctx += (t,)
+        if pr:
+            out[seq] = pr
+    return out
+
+
+def test_a_correct_whole_loop_is_lossless_exactly():
+    r = audit_loop(leviathan(2, 3), target=TARGET, draft=DRAFT, prompt=(1,), tokens=3)
+    assert isinstance(r, LoopReport)
+    assert r.tv == 0 and r.verdict == "lossless" and r.proven
+    assert r.output == autoregressive_law(TARGET, (1,), 3) == r.expected
+    assert r.scope["of"].startswith("this instance (one whole run of the loop") and r.scope["tokens"] == 3
+    assert r.extra["error_probability"] == "0" and r.warnings == []
+    assert "TV == 0 exactly" in r.verdict_text
+    # every branch calls the target once per step: at least 1, at most 3 calls for 3 tokens
+    assert 1 <= r.target_calls <= 3
+
+
+def test_bonus_from_the_draft_is_biased_by_the_exact_amount_derived_by_hand():
+    p, q = (F(1, 2), F(1, 4), F(1, 4)), (F(1, 4), F(1, 4), F(1, 2))
+    target, draft = es.models.context_free(p), es.models.context_free(q)
+    r = audit_loop(leviathan(1, 2, bonus_from_draft=True), target=target, draft=draft, prompt=(0,), tokens=2)
+    # gamma 1: the first token has law p; it was an accepted draft with probability min(p_a, q_a), and then
+    # the second token is the (wrong) bonus from q, else it starts a new step and has law p
+    beta = {a: min(p[a], q[a]) for a in range(3)}
+    law = {(a, b): beta[a] * q[b] + (p[a] - beta[a]) * p[b] for a in range(3) for b in range(3)}
+    assert r.output == law
+    tv_pq = sum(abs(x - y) for x, y in zip(p, q)) / 2
+    assert r.tv == sum(beta.values()) * tv_pq == F(3, 16)
+    assert r.verdict == "biased"
+    # the same loop with the bonus from the target is lossless on the same instance
+    assert audit_loop(leviathan(1, 2), target=target, draft=draft, prompt=(0,), tokens=2).tv == 0
+
+
+def test_draws_that_are_never_read_do_not_fork():
+    kept = audit_loop(leviathan(2, 3), target=TARGET, draft=DRAFT, prompt=(1,), tokens=3)
+    discarding = audit_loop(leviathan(2, 3, discard=True), target=TARGET, draft=DRAFT, prompt=(1,), tokens=3)
+    assert discarding.output == kept.output and discarding.tv == 0
+    assert discarding.paths == kept.paths      # the discarded draws add no branch
+
+    def sample_every_position(target, draft, prompt):
+        ids = prompt
+        for _ in range(2):   # draws a token at every position, reads only the last
+            ids = torch.cat([ids, torch.multinomial(target(ids)[0].softmax(-1), 1)[-1:].T], dim=1)
+        return ids
+    r = audit_loop(sample_every_position, target=TARGET, prompt=(1, 0, 2), tokens=2)
+    assert r.tv == 0 and r.paths == 9         # 3 x 3 read draws; eager draws would make 3**3 * 3**4 branches
+
+
+def test_a_loop_that_crashes_on_some_branches_is_reported_with_the_exact_probability():
+    def fragile(target, draft, prompt):
+        ids = prompt
+        for _ in range(2):
+            ids = torch.cat([ids, torch.multinomial(target(ids)[0, -1].softmax(-1), 1)[None]], dim=1)
+            if ids[0, -2:].tolist() == [2, 1]:
+                raise ZeroDivisionError("a degenerate residual")
+        return ids
+    r = audit_loop(fragile, target=TARGET, prompt=(0,), tokens=2, on_error="record")
+    # (2, 1) after the prompt 0 is drawn with p(2 | 0) * p(1 | 2) = 1/4 * 1/4; (0, 2) then 1 never reached here
+    assert r.error_probability == F(1, 16) and r.extra["error_probability"] == "1/16"
+    assert r.extra["errors"] == {"ZeroDivisionError: a degenerate residual": "1/16"}
+    assert r.output == {k: v for k, v in autoregressive_law(TARGET, (0,), 2).items() if k != (2, 1)}
+    assert not r.lossless and r.verdict == "biased"
+    assert any("ZeroDivisionError" in w and "1/16" in w for w in r.warnings)
+    assert "crashes with probability 1/16" in r.verdict_text
+    with pytest.raises(es.RuleError, match=r"raised ZeroDivisionError: a degenerate residual on a branch of "
+                                           r"probability 1/16"):
+        audit_loop(fragile, target=TARGET, prompt=(0,), tokens=2)
+
+
+def test_bad_input_is_a_clear_typed_error():
+    good = leviathan(1, 2)
+    with pytest.raises(es.ExactSpecError, match="tokens must be an int >= 1, got 0"):
+        audit_loop(good, target=TARGET, draft=DRAFT, tokens=0)
+    with pytest.raises(es.ExactSpecError, match="fn must be a function"):
+        audit_loop("generate", target=TARGET, draft=DRAFT)
+    with pytest.raises(es.ExactSpecError, match=r"prompt\[1\] = 3 is outside the vocabulary 0..2"):
+        audit_loop(good, target=TARGET, draft=DRAFT, prompt=(0, 3))
+    with pytest.raises(es.ExactSpecError, match="draft model has vocab 2 but the target has vocab 3"):
+        audit_loop(good, target=TARGET, draft=es.models.context_free((F(1, 2), F(1, 2))))
+    with pytest.raises(es.ExactSpecError, match="on_error must be 'raise' or 'record'"):
+        audit_loop(good, target=TARGET, draft=DRAFT, on_error="ignore")
+    with pytest.raises(es.ExactSpecError, match="output must be 'full'"):
+        audit_loop(good, target=TARGET, draft=DRAFT, output="tokens")
+    with pytest.raises(es.RuleError, match=r"returned 2 new token\(s\) .* fewer than tokens=3"):
+        audit_loop(good, target=TARGET, draft=DRAFT, tokens=3)
+    with pytest.raises(es.RuleError, match="does not start with the prompt"):
+        audit_loop(lambda t, d, prompt: [2, 2, 2], target=TARGET, prompt=(0,), tokens=1)
+    with pytest.raises(es.RuleError, match="returned None"):
+        audit_loop(lambda t, d, prompt: None, target=TARGET, tokens=1)
+    with pytest.raises(es.RuleError, match=r"return the tokens only"):
+        audit_loop(lambda t, d, prompt: (torch.tensor([0, 1]), 0.5), target=TARGET, output="new", tokens=1)
+
+
+def test_output_new_and_lists_of_tensors_are_read():
+    def new_only(target, draft, prompt):
+        return [torch.multinomial(target(prompt)[0, -1].softmax(-1), 1)]
+    r = audit_loop(new_only, target=TARGET, prompt=(2,), tokens=1, output="new")
+    assert r.output == {(t,): P_TABLE[2][t] for t in range(3)} and r.tv == 0
+    # without tokens=, the documented default horizon of 3 tokens
+    r = audit_loop(leviathan(2, 3), target=TARGET, draft=DRAFT, prompt=(1,))
+    assert r.scope["tokens"] == r.instance["tokens"] == DEFAULT_TOKENS == 3 and len(next(iter(r.output))) == 3
+
+
+def test_randomness_the_audit_cannot_follow_is_an_error_not_a_verdict():
+    def gaussian(target, draft, prompt):
+        return torch.cat([prompt, (torch.randn(1) > 0).long()[None]], dim=1)
+    with pytest.raises(es.UnsupportedRandomness, match="torch.randn"):
+        audit_loop(gaussian, target=TARGET, tokens=1)
+
+
+# -- lazy categorical draws -------------------------------------------------------------------------------
+
+def law_of(program, runs=None):
+    """The exact law of ``program()`` run under the interception; ``runs`` (a list) collects each branch's draws."""
+    def run(rng):
+        with bind(rng):
+            out = program()
+        if runs is not None:
+            runs.append(rng.trace)
+        return out
+    with intercepting():
+        return enumerate_program(run, get_field(backend="python"), exact_floats=True)
+
+
+def test_a_pending_draw_forks_once_when_read_and_views_share_it():
+    w = torch.tensor([0.5, 0.25, 0.25])
+
+    def program():
+        t = torch.multinomial(w, 1)
+        assert isinstance(t, LazyCategoricalTensor) and t.shape == (1,) and len(t) == 1 and t.dtype == torch.int64
+        view = t.unsqueeze(0).clone()[0]         # still pending, sharing the draw
+        return int(view), t.item(), t.tolist()[0]
+    runs = []
+    assert law_of(program, runs) == {(0, 0, 0): F(1, 2), (1, 1, 1): F(1, 4), (2, 2, 2): F(1, 4)}
+    assert [len(trace) for trace in runs] == [1, 1, 1]     # one draw per branch, read three times
+
+
+def test_reads_fork_in_read_order_and_unread_rows_never_fork():
+    w = torch.tensor([[0.5, 0.5], [0.25, 0.75], [0.75, 0.25]])
+
+    def program():
+        t = torch.multinomial(w, 1)                  # three pending rows
+        second, first = int(t[1]), int(t[0])         # read row 1 before row 0; row 2 never
+        return first, second
+    runs = []
+    law = law_of(program, runs)
+    assert law == {(a, b): F(1, 2) * (F(1, 4), F(3, 4))[b] for a in range(2) for b in range(2)}
+    assert len(runs) == 4                            # 2 x 2 branches: the unread row adds none
+    # every branch forks on row 1 first: its first choice is row 1's token (the replay order is the read order)
+    assert sorted(trace[0][1] for trace in runs) == [0, 0, 1, 1]
+    assert {(trace[1][1], trace[0][1]) for trace in runs} == set(law)
+
+
+def test_without_replacement_and_in_place_use_after_reading():
+    w = torch.tensor([0.5, 0.25, 0.25])
+
+    def program():
+        t = torch.multinomial(w, 2, replacement=False)
+        t.add_(10)                                   # an in-place op reads the draws, then updates them
+        return tuple(t.tolist())
+    law = law_of(program)
+    # first draw from w, the second from w without the first, renormalised
+    pw = (F(1, 2), F(1, 4), F(1, 4))
+    assert law == {(a + 10, b + 10): pw[a] * pw[b] / (1 - pw[a]) for a in range(3) for b in range(3) if a != b}
+
+
+def test_a_draw_made_in_inference_mode_can_be_read_outside_it():
+    def program():
+        with torch.inference_mode():
+            t = torch.multinomial(torch.tensor([0.5, 0.5]), 1)
+        return int(t[0]) + int(torch.cat([t, t]).sum())
+    assert law_of(program) == {0: F(1, 2), 3: F(1, 2)}
+
+
+# -- search=True: a single instance is not an audit ----------------------------------------------------------
+
+def small_space():
+    from exactspec.counterexamples.space import Space
+    return Space(vocabs=(2,), shapes=((1,),), tokens=(1, 2), random_points=2, exhaustive_denominator=2,
+                 max_denominator=4)
+
+
+def test_search_finds_the_smallest_instance_where_a_loop_is_biased():
+    found = audit_loop(leviathan(1, 2, bonus_from_draft=True), target=None, search=True, space=small_space(),
+                       progress=False)
+    assert isinstance(found, es.Counterexample)
+    inst = found.instance
+    assert (inst.vocab, inst.tokens, inst.prompt) == (2, 2, (0,))
+    # 1 token is always right (the first token of a step is verified); 2 tokens expose the bonus. By the formula of
+    # test_bonus_from_the_draft_is_biased_by_the_exact_amount_derived_by_hand: TV = sum_a min(p_a, q_a) * TV(p, q)
+    p, q = inst.target[0], inst.draft[0]
+    assert found.tv == sum(min(a, b) for a, b in zip(p, q)) * sum(abs(a - b) for a, b in zip(p, q)) / 2 > 0
+
+
+def test_search_over_a_correct_loop_states_the_space_it_covered():
+    empty = audit_loop(leviathan(1, 2), target=None, search=True, space=small_space(), progress=False)
+    assert isinstance(empty, es.EmptySearch) and not empty
+    assert empty.audited == 30 and "vocab 2..2" in empty.space
+    with pytest.raises(es.ExactSpecError, match="space must be an exactspec Space"):
+        audit_loop(leviathan(1, 2), target=None, search=True, space="small")
+    with pytest.raises(es.ExactSpecError, match="search options: pass search=True"):
+        audit_loop(leviathan(1, 2), target=TARGET, draft=DRAFT, max_instances=3)
+
+
+@pytest.mark.slow   # ~1 s of audit, ~6 s of transformers' first generate() in a fresh process
+def test_kind_transformers_hands_generate_ready_stand_ins():
+    pytest.importorskip("transformers")
+
+    def assisted(target, draft, prompt):
+        return target.generate(prompt, assistant_model=draft, do_sample=True, max_new_tokens=2,
+                               num_assistant_tokens=2, num_assistant_tokens_schedule="constant", pad_token_id=0)
+    r = audit_loop(assisted, target=TARGET, draft=DRAFT, prompt=(1,), tokens=2, kind="transformers")
+    assert r.tv == 0 and r.output == autoregressive_law(TARGET, (1,), 2)
+    assert r.instance["stand_in"] == "transformers" and r.instance["dtype"] == "float64"
+
+
+def test_budgets_and_replay_divergence_are_typed_errors():
+    with pytest.raises(es.BudgetExceeded, match="paths"):
+        audit_loop(leviathan(2, 3), target=TARGET, draft=DRAFT, prompt=(1,), tokens=3, budget=es.Budget(paths=2))
+    seen = []
+
+    def forgetful(target, draft, prompt):          # draws differently on a replay: not a function of its draws
+        seen.append(1)
+        if len(seen) == 1:
+            return [0, int(torch.multinomial(torch.tensor([0.5, 0.5]), 1))]
+        return [0, int(bool(torch.rand(1) < 0.5))]
+    with pytest.raises(es.RuleError, match="replay diverged"):
+        audit_loop(forgetful, target=es.models.context_free((F(1, 2), F(1, 2))), tokens=1)
+
+
+def test_multinomial_refuses_what_torch_refuses_and_the_method_is_lazy_too():
+    def program():
+        return int(torch.tensor([0.25, 0.75]).multinomial(1))       # Tensor.multinomial
+    assert law_of(program) == {0: F(1, 4), 1: F(3, 4)}
+    for bad, match in (([float("inf"), 1.0], "inf"), ([-0.5, 1.0], "invalid multinomial"),
+                       ([0.0, 0.0], "invalid multinomial")):
+        with pytest.raises(RuntimeError, match=match):
+            law_of(lambda: torch.multinomial(torch.tensor(bad), 1))
+    with pytest.raises(RuntimeError, match="not enough categories"):
+        law_of(lambda: torch.multinomial(torch.tensor([0.0, 1.0, 0.0]), 2))
+
+
+def test_a_pending_draw_mixed_with_lazy_uniforms_is_read_then_left_to_them():
+    w = torch.tensor([0.5, 0.5])
+
+    def added(first):
+        def program():
+            c, u = torch.multinomial(w, 1), torch.rand(1)
+            return bool(((c + u) if first == "draw" else (u + c))[0] < 1.5)   # c = 0: always; c = 1: when u < 1/2
+        return program
+    for first in ("draw", "uniform"):
+        assert law_of(added(first)) == {True: F(3, 4), False: F(1, 4)}
+
+    def indexed():
+        c, mask = torch.multinomial(w, 1), torch.rand(2) < 0.25
+        return int(mask[c][0])
+    assert law_of(indexed) == {1: F(1, 4), 0: F(3, 4)}
+
+
+def test_float32_stand_ins_are_judged_against_a_reference_loop_at_the_same_precision():
+    p, q = es.models.random_table(vocab=3, order=1, seed=5), es.models.random_table(vocab=3, order=1, seed=6)
+    plain = audit_loop(leviathan(2, 2), target=p, draft=q, prompt=(0,), tokens=2, dtype=torch.float32)
+    assert plain.tv > 0 and plain.verdict == "biased"          # float32 rounding alone is far above 2**-40
+    r = audit_loop(leviathan(2, 2), target=p, draft=q, prompt=(0,), tokens=2, dtype=torch.float32, reference=2)
+    rounding = F(r.extra["rounding_tv"])
+    assert r.extra["reference"] == "reference_loop(gamma=2)" and rounding > 0
+    assert r.tv == plain.tv and r.tolerance == 2 * rounding and r.verdict == "lossless"
+    assert r.extra["algorithmic_tv"] == str(total_variation(r.output, audit_loop(
+        es.samplers.loop_audit.reference_loop(2, tokens=2), target=p, draft=q, prompt=(0,), tokens=2,
+        dtype=torch.float32).output))
+    assert "lossless up to float rounding" in r.verdict_text
+    biased = audit_loop(leviathan(1, 2, bonus_from_draft=True), target=p, draft=q, prompt=(0,), tokens=2,
+                        dtype=torch.float32, reference=1)      # gamma 1: the second token is the bonus
+    assert biased.verdict == "biased" and biased.tv > 1000 * F(biased.extra["rounding_tv"]) > 0
+    with pytest.raises(es.ExactSpecError, match="needs a draft model"):
+        audit_loop(leviathan(2, 2), target=p, tokens=2, reference=2)
+    with pytest.raises(es.ExactSpecError, match="reference must be a loop"):
+        audit_loop(leviathan(2, 2), target=p, draft=q, tokens=2, reference="leviathan")

@@ -1,0 +1,287 @@
+"""Recipes: whole published speculative-decoding loops audited as they are written (exactspec.audit_loop).
+
+Each recipe is the few lines a user writes (marked ``# recipe``): the published function called
+on the stand-ins ``audit_loop`` hands over. Verdicts found here (package versions in
+``PUBLISHED``), on vocab 3 order-1 instances, float64 stand-ins:
+
+- litgpt 0.5.13 ``litgpt.generate.speculative_decoding.generate``: **biased** (TV ~0.31 on the
+  order-1 instance below, exact value asserted): it samples the first token from the target at
+  prefill and never returns it, while the tokens it does return are conditioned on it. The law
+  it returns is exactly "skip one token" (asserted to float64 rounding); on a context-free
+  instance, where skipping a token changes nothing, it is lossless. Algorithmic, not rounding.
+- litgpt 0.5.13 ``speculative_decoding`` (one step), driven by a loop that keeps every token:
+  **lossless** up to float64 rounding at temperature 1, at temperature 1/2 and with ``top_k``
+  (against the target tempered / cut to its top k, as both sides sample), at gamma 2 and 3, and
+  up to float32 rounding with float32 stand-ins (judged against ``reference_loop`` at float32);
+  with ``top_p < 1`` it
+  **crashes** with positive probability (exact value asserted): after a rejection it applies
+  top-p to the residual *probabilities* as if they were logits and masks them with ``-inf``, and
+  ``torch.multinomial`` refuses the ``-inf`` weights.
+- lucidrains' speculative-decoding 0.2.0 ``speculative_decoding``: its drafts use Gumbel-max
+  written ``-log(-log(u.clamp(min=1e-20)))``; the clamp changes the law on an event of probability
+  ~1e-20, so the audit refuses it with UnsupportedRandomness naming the package's line (never a
+  verdict). With ``gumbel_sample`` replaced by a draw from its law (the recipe's one-line patch),
+  the rest of the loop (verification, residual, bonus, cache slicing) is **lossless** up to
+  float64 rounding at temperature 1, at temperature 1/2 and with top-k (``filter_thres=0.5``),
+  against the target tempered / cut as both sides sample.
+
+The published packages are optional here: missing ones skip their tests, unless the environment
+variable ``EXACTSPEC_REQUIRE_PUBLISHED`` is set (CI sets it), which makes a missing package an error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from fractions import Fraction as F
+from itertools import product
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import exactspec as es  # noqa: E402
+from exactspec.laws import total_variation  # noqa: E402
+from exactspec.samplers.loop_audit import audit_loop  # noqa: E402
+
+REQUIRE = bool(os.environ.get("EXACTSPEC_REQUIRE_PUBLISHED"))
+
+
+def _published(module: str):
+    """The published module, or None (its tests skip) unless EXACTSPEC_REQUIRE_PUBLISHED is set."""
+    if REQUIRE:
+        return importlib.import_module(module)
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+litgpt_sd = _published("litgpt.generate.speculative_decoding")
+lucid = _published("speculative_decoding.speculative_decoding")
+needs_litgpt = pytest.mark.skipif(litgpt_sd is None, reason="litgpt not installed (pip install litgpt==0.5.13)")
+needs_lucid = pytest.mark.skipif(lucid is None, reason="speculative-decoding not installed "
+                                                       "(pip install speculative-decoding==0.2.0)")
+PUBLISHED = {"litgpt": "0.5.13", "speculative-decoding": "0.2.0"}
+
+TARGET = es.models.random_table(vocab=3, order=1, seed=1)
+DRAFT = es.models.random_table(vocab=3, order=1, seed=4)
+TOL = F(1, 2 ** 40)     # audit_loop's default tolerance: float64 rounding on these instances stays far below
+
+
+def test_published_versions_are_the_ones_recorded():
+    from importlib.metadata import PackageNotFoundError, version
+    for name, v in PUBLISHED.items():
+        try:
+            assert version(name) == v
+        except PackageNotFoundError:
+            if REQUIRE:
+                raise
+
+
+# -- exact declared laws the samplers are meant to follow (independent of the audited code) --------------------
+
+def filtered(model, keep, name):
+    """``model`` with each law passed through ``keep`` (a function law -> law), exactly."""
+    return es.models.from_function(vocab=model.vocab, order=model.order, fn=lambda c: keep(model(c)), name=name)
+
+
+def top_k(law, k):
+    kept = sorted(range(len(law)), key=lambda i: (-law[i], i))[:k]
+    total = sum(law[i] for i in kept)
+    return tuple(law[i] / total if i in kept else F(0) for i in range(len(law)))
+
+
+def autoregressive_law(model, prompt, n):
+    out = {}
+    for seq in product(range(model.vocab), repeat=n):
+        pr, ctx = F(1), tuple(prompt)
+        for t in seq:
+            pr *= model(ctx)[t]
+            ctx += (t,)
+        if pr:
+            out[seq] = pr
+    return out
+
+
+# -- litgpt ---------------------------------------------------------------------------------------------------
+
+def litgpt_generate(gamma, n):
+    def loop(target, draft, prompt):                                              # recipe
+        tokens, _ = litgpt_sd.generate(draft, target, prompt[0], speculative_k=gamma,  # recipe
+                                       max_returned_tokens=prompt.shape[1] + n + 1)   # recipe
+        return tokens                                                             # recipe
+    return loop
+
+
+def litgpt_steps(gamma, n, **sample_kwargs):
+    """A loop over litgpt's published step ``speculative_decoding`` that keeps every token it emits.
+
+    Like litgpt's ``generate``, it drafts no more than the tokens still missing (``min(gamma, missing)``).
+    """
+    def loop(target, draft, prompt):                                              # recipe
+        m = prompt.shape[1]                                                       # recipe
+        with torch.inference_mode():                                              # recipe
+            draft(prompt, torch.arange(m))                                        # recipe: prefill the caches
+            target(prompt, torch.arange(m))                                       # recipe
+            token, pos, out = prompt[0, -1:], torch.tensor([m - 1]), []           # recipe
+            while len(out) < n:                                                   # recipe
+                k = min(gamma, n - len(out))                                      # recipe: as generate does
+                new = litgpt_sd.speculative_decoding(draft, target, token, pos, int(pos) + 1,  # recipe
+                                                     speculative_k=k, **sample_kwargs)  # recipe
+                out += new.tolist()                                               # recipe
+                pos, token = pos + len(new), new[-1:]                             # recipe
+        return out                                                                # recipe
+    return loop
+
+
+@needs_litgpt
+def test_litgpt_generate_drops_its_first_token():
+    r = audit_loop(litgpt_generate(2, 2), target=TARGET, draft=DRAFT, prompt=(0,), tokens=2)
+    assert r.verdict == "biased" and r.tv > F(3, 10)
+    # what it returns is exactly the target's law one token later, the first sampled token unseen
+    skipped = {}
+    for first in range(3):
+        for seq, pr in autoregressive_law(TARGET, (0, first), 2).items():
+            skipped[seq] = skipped.get(seq, 0) + TARGET((0,))[first] * pr
+    assert total_variation(r.output, skipped) <= TOL
+    assert abs(r.tv - total_variation(skipped, r.expected)) <= TOL
+    # where skipping a token changes nothing (context-free models) it reads lossless
+    cf_p, cf_q = es.models.random_table(vocab=3, order=0, seed=1), es.models.random_table(vocab=3, order=0, seed=4)
+    assert audit_loop(litgpt_generate(2, 2), target=cf_p, draft=cf_q, prompt=(0,), tokens=2).verdict == "lossless"
+
+
+@needs_litgpt
+@pytest.mark.parametrize("kwargs, expected", [
+    ({}, None),
+    ({"temperature": 0.5}, es.models.sharpen(TARGET, 2)),
+    ({"top_k": 2}, filtered(TARGET, lambda law: top_k(law, 2), "top2(target)")),
+    ({"top_k": 2, "temperature": 0.5}, filtered(es.models.sharpen(TARGET, 2), lambda law: top_k(law, 2), "top2")),
+], ids=["t1", "t0.5", "top_k2", "top_k2_t0.5"])
+def test_litgpt_speculative_decoding_step_is_lossless(kwargs, expected):
+    r = audit_loop(litgpt_steps(2, 2, **kwargs), target=TARGET, draft=DRAFT, prompt=(0,), tokens=2, output="new",
+                   expected=expected)
+    assert r.verdict == "lossless" and r.tv <= TOL and not r.support_violations
+    assert r.output.keys() == r.expected.keys()
+    assert r.expected == autoregressive_law(expected or TARGET, (0,), 2)
+
+
+def litgpt_top_p(law, top_p):
+    """litgpt's nucleus on a law, exactly: drop the tokens whose ascending cumulative probability is <= 1 - top_p."""
+    order = sorted(range(len(law)), key=lambda i: (law[i], i))
+    cut, cum, drop = F(1) - F(top_p), F(0), set()
+    for i in order[:-1]:                         # the most probable token is always kept
+        cum += law[i]
+        if cum <= cut:
+            drop.add(i)
+    total = sum(law[i] for i in range(len(law)) if i not in drop)
+    return tuple(F(0) if i in drop else law[i] / total for i in range(len(law)))
+
+
+@needs_litgpt
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_litgpt_top_p_crashes_after_every_rejection(temperature):
+    r = audit_loop(litgpt_steps(2, 2, top_p=0.6, temperature=temperature), target=TARGET, draft=DRAFT, prompt=(0,),
+                   tokens=2, output="new", on_error="record")
+    assert not r.lossless and "crashes with probability" in r.verdict_text
+    (what, prob), = r.extra["errors"].items()
+    assert what.startswith("RuntimeError: probability tensor contains either `inf`, `nan` or element < 0")
+    assert F(prob) == r.error_probability
+    # by hand: after a rejection litgpt runs top-p on the residual *probabilities* as logits; over 3 tokens the
+    # smallest softmax weight is <= 1/3 < 1 - 0.6, so a token is always masked with -inf and multinomial raises:
+    # it crashes exactly when a rejection happens. Two tokens need the first step's two drafts accepted, each
+    # with probability sum_x min(p'(x), q'(x)) (p', q': the tempered, top-p cut laws both sides sample from).
+    k = 2 if temperature == 0.5 else 1
+    p_, q_ = es.models.sharpen(TARGET, k), es.models.sharpen(DRAFT, k)
+
+    def overlap(ctx):
+        return [min(a, b) for a, b in zip(litgpt_top_p(p_(ctx), 0.6), litgpt_top_p(q_(ctx), 0.6))]
+    survive = sum(m1 * sum(overlap((0, x1))) for x1, m1 in enumerate(overlap((0,))))
+    assert abs(r.error_probability - (1 - survive)) <= TOL      # float64 rounding of the float program only
+    # the crash is real: plain torch, real random numbers, the same code
+    from exactspec.samplers.stand_in import stand_in
+    torch.manual_seed(0)
+    lm_p, lm_q = stand_in(TARGET, dtype=torch.float64), stand_in(DRAFT, dtype=torch.float64)
+    crashes = 0
+    for _ in range(20):
+        lm_p.reset(), lm_q.reset()
+        try:
+            litgpt_steps(2, 2, top_p=0.6, temperature=temperature)(lm_p, lm_q, torch.tensor([[0]]))
+        except RuntimeError as exc:
+            assert "probability tensor contains" in str(exc)
+            crashes += 1
+    assert crashes > 0
+
+
+@needs_litgpt
+def test_litgpt_speculative_decoding_step_at_float32_is_lossless_up_to_rounding():
+    r = audit_loop(litgpt_steps(2, 2), target=TARGET, draft=DRAFT, prompt=(0,), tokens=2, output="new",
+                   dtype=torch.float32, reference=2)
+    assert 0 < r.tv <= 2 * F(r.extra["rounding_tv"]) and r.verdict == "lossless" and not r.support_violations
+
+
+@needs_litgpt
+def test_litgpt_speculative_decoding_step_at_gamma_3():
+    r = audit_loop(litgpt_steps(3, 3), target=TARGET, draft=DRAFT, prompt=(0,), tokens=3, output="new")
+    assert r.verdict == "lossless" and r.tv <= TOL and r.output.keys() == r.expected.keys()
+
+
+@needs_litgpt
+@pytest.mark.slow
+def test_litgpt_generate_gamma_3_whole_loop_timing():
+    t0 = time.perf_counter()
+    r = audit_loop(litgpt_generate(3, 3), target=TARGET, draft=DRAFT, prompt=(0,), tokens=3)
+    seconds = time.perf_counter() - t0
+    assert r.verdict == "biased"
+    print(f"litgpt generate, gamma 3, vocab 3, 3 tokens: {r.paths} branches, {seconds:.1f} s")
+
+
+# -- lucidrains' speculative-decoding -------------------------------------------------------------------------
+
+class LucidNet(torch.nn.Module):                                                  # recipe
+    """lucidrains' nets take (ids, cache=, return_cache=, seq_start_pos=) and return (logits, cache)."""
+
+    def __init__(self, lm):                                                       # recipe
+        super().__init__()                                                        # recipe
+        self.lm = lm                                                              # recipe
+
+    def forward(self, x, cache=None, return_cache=False, **kwargs):              # recipe
+        logits = self.lm(x)                                                       # recipe
+        return (logits, (torch.zeros(1, 1, x.shape[-1], 1), None)) if return_cache else logits  # recipe
+
+
+def lucid_loop(gamma, n, **kwargs):
+    def loop(target, draft, prompt):                                              # recipe
+        out, _ = lucid.speculative_decoding(LucidNet(target), LucidNet(draft), prompt,  # recipe
+                                            seq_len=prompt.shape[1] + n, gamma=gamma, **kwargs)  # recipe
+        return out                                                                # recipe
+    return loop
+
+
+@needs_lucid
+def test_lucidrains_published_gumbel_draft_is_a_typed_error_naming_its_line():
+    # gumbel_noise is -log(-log(u.clamp(min=1e-20))): the clamp changes the law on an event of probability ~1e-20,
+    # so the exact law is not a categorical one; the audit refuses (never a verdict) and names the package's line
+    with pytest.raises(es.UnsupportedRandomness, match=r"clamp .*speculative_decoding\.py:29 in log"):
+        audit_loop(lucid_loop(2, 2, filter_thres=0.0), target=TARGET, draft=DRAFT, prompt=(0,), tokens=2,
+                   output="new")
+
+
+def gumbel_as_its_law(t, temperature=1., dim=-1):                                 # recipe
+    """Gumbel-max without the eps clamp: a draw from softmax(t / temperature), read lazily."""
+    return torch.multinomial((t / max(temperature, 1e-10)).softmax(dim), 1)[..., 0]  # recipe
+
+
+@needs_lucid
+@pytest.mark.parametrize("kwargs, expected", [
+    ({"filter_thres": 0.0}, None),
+    ({"filter_thres": 0.0, "temperature": 0.5}, es.models.sharpen(TARGET, 2)),
+    ({"filter_thres": 0.5}, filtered(TARGET, lambda law: top_k(law, 2), "top2(target)")),   # k = ceil(0.5 * 3)
+], ids=["t1", "t0.5", "top_k2"])
+def test_lucidrains_verification_is_lossless_with_the_gumbel_draw_replaced_by_its_law(monkeypatch, kwargs, expected):
+    monkeypatch.setattr(lucid, "gumbel_sample", gumbel_as_its_law)                # recipe
+    r = audit_loop(lucid_loop(2, 2, **kwargs), target=TARGET, draft=DRAFT, prompt=(0,), tokens=2, output="new",
+                   expected=expected)
+    assert r.verdict == "lossless" and r.tv <= TOL and not r.support_violations
+    assert r.expected == autoregressive_law(expected or TARGET, (0,), 2)

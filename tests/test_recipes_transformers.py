@@ -1,0 +1,351 @@
+"""Recipes: transformers' own ``generate`` audited whole, drafting included, on exact stand-in models.
+
+Each recipe is the few lines a user writes: a function ``fn(target, draft, prompt_ids)`` that calls
+``generate`` as any application would, handed to ``audit_loop(..., kind="transformers")``. The
+stand-ins' logits are the exact log-laws; ``generate`` itself turns them into float32 before it
+samples, so a correct loop lands ~1e-8 (float32 softmax rounding) from the target: the recipes
+pass ``tolerance=FLOAT32`` (2**-20), far below any algorithmic bias on these instances and far
+above float32 rounding. A support violation is ``biased`` whatever its size.
+
+Verdicts recorded here (transformers 5.24.0, vocab 3-4, 2-3 drafted tokens, 1-3 audited tokens):
+
+* assisted sampling (``assistant_model=``), temperature 1 / 0.5, top-k, top-p, all three together,
+  prompt lookup decoding, greedy assistance, universal assisted generation (different tokenizers)
+  greedy and sampling with an assistant vocabulary listed in id order: lossless up to float32
+  rounding (exact TV 1.7e-8 .. 6.6e-8, printed by each test with ``-s``);
+* assisted sampling on the torch float32 generator lattice (``torch.rand`` is ``k * 2**-24``, 0
+  included) with a draft token the target gives probability 0: **biased** (support violation).
+  ``_speculative_sampling`` accepts with ``r_i <= p_i / q_i``: with ``p_i = 0`` it accepts when
+  ``r_i == 0``, probability ``2**-24`` per such proposal. Algorithmic, not rounding;
+* universal assisted generation with sampling (``tokenizer=``/``assistant_tokenizer=``, draft
+  vocabulary not a subset of the target's, so transformers prunes the draft's LM head): **biased**
+  when the assistant tokenizer's ``get_vocab()`` does not list the shared tokens in increasing id
+  order (a Rust hash map's order for fast tokenizers): ``AssistantToTargetTranslator.get_target_logits``
+  writes the pruned logits (ordered as ``get_vocab()`` lists them) into target columns ordered by
+  assistant id, so the draft probabilities handed to the verifier are permuted. TV 3/8 on the
+  instance below (algorithmic);
+* universal assisted generation with sampling where the draft vocabulary *is* a subset of the
+  target's: crashes with probability 1 (``AttributeError: 'AssistantToTargetTranslator' object has no
+  attribute 'assistant_overlap_token_ids'``).
+
+Two usage notes the recipes follow: ``num_assistant_tokens=`` passed to the *target's*
+``generate`` is ignored in 5.24.0 (the candidate generator reads the assistant's
+``generation_config``), so the recipes set ``draft.generation_config.num_assistant_tokens``; the
+draft's default confidence threshold (0.4) may stop a draft early, which changes speed, not the law.
+"""
+
+from __future__ import annotations
+
+import time
+from fractions import Fraction as F
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import exactspec as es  # noqa: E402
+from exactspec.laws import argmax, point_mass, total_variation  # noqa: E402
+from exactspec.samplers.hf_stand_in import ExactLMForCausalLM, transformers_stand_in  # noqa: E402
+from exactspec.samplers.loop_audit import audit_loop  # noqa: E402
+from exactspec.samplers.stand_in import stand_in  # noqa: E402
+
+FLOAT32 = F(1, 2 ** 20)
+VERSION = transformers.__version__
+
+P3 = es.models.random_table(vocab=3, order=1, seed=1)
+Q3 = es.models.random_table(vocab=3, order=1, seed=2)
+
+
+def _record(name: str, report: object, t0: float) -> None:
+    """Print the verdict, the exact TV and the wall time (read with ``pytest -s``)."""
+    print(f"\n[transformers {VERSION}] {name}: {report.verdict}, exact TV {report.tv} (~{float(report.tv):.3e}), "
+          f"{report.paths} branches, {time.perf_counter() - t0:.2f} s")
+
+
+def _assisted(gamma: int, **sampling: object):
+    """The recipe: ``generate`` with an assistant model drafting ``gamma`` tokens per step."""
+    def fn(target, draft, ids):
+        draft.generation_config.num_assistant_tokens = gamma
+        out = target.generate(ids, assistant_model=draft, max_new_tokens=3, **sampling)
+        fn.longest = max(getattr(fn, "longest", 0), target.longest_forward)   # drafting really happened
+        return out
+    return fn
+
+
+def _topk(law: tuple, k: int) -> tuple:
+    """Keep the tokens at least as likely as the k-th most likely one (ties kept), renormalised."""
+    kth = sorted(law, reverse=True)[k - 1]
+    kept = [x if x >= kth else 0 for x in law]
+    return tuple(x / sum(kept) for x in kept)
+
+
+def _topp(law: tuple, top_p: F) -> tuple:
+    """Nucleus by hand: from the least likely up, drop tokens while their running mass stays <= 1 - top_p."""
+    mass, kept = F(0), list(law)
+    for i in sorted(range(len(law)), key=lambda i: law[i])[:-1]:
+        mass += law[i]
+        if mass <= 1 - top_p:
+            kept[i] = 0
+    return tuple(x / sum(kept) for x in kept)
+
+
+def _sequence_law(model: es.models.Model, prompt: tuple, n: int) -> dict:
+    """The model's own law of its next ``n`` tokens, by the product rule over every sequence."""
+    law = {(): F(1)}
+    for _ in range(n):
+        law = {seq + (x,): w * px for seq, w in law.items()
+               for x, px in enumerate(model(prompt + seq)) if px}
+    return law
+
+
+def _greedy(model: es.models.Model) -> es.models.Model:
+    """The point mass on the model's argmax at every context: its sequence law is the greedy sequence."""
+    return es.models.from_function(vocab=model.vocab, order=model.order,
+                                   fn=lambda c: point_mass(model.vocab, argmax(model(c))))
+
+
+# -- the stand-in itself ------------------------------------------------------------------------------------------
+
+def test_stand_in_logits_are_the_law_and_the_cache_tracks_positions():
+    m = transformers_stand_in(P3)
+    assert isinstance(m, transformers.PreTrainedModel) and isinstance(m, transformers.GenerationMixin)
+    ids = torch.tensor([[0, 2, 1]])
+    full = m(ids, use_cache=False).logits
+    for t, ctx in enumerate([(0,), (0, 2), (0, 2, 1)]):
+        want = torch.tensor([float(x) for x in P3(ctx)], dtype=torch.float64).log().float()
+        assert torch.equal(full[0, t], want)          # log of the law, rounded once to float32
+    # fed one token at a time through transformers' own cache: the same rows, and crop() rolls back
+    cache = transformers.DynamicCache(config=m.config)
+    rows = [m(ids[:, t:t + 1], cache=cache).logits[0, 0] for t in range(3)]
+    assert cache.get_seq_length() == 3 and all(torch.equal(r, full[0, t]) for t, r in enumerate(rows))
+    cache.crop(-2)
+    assert cache.get_seq_length() == 1 and torch.equal(m(ids[:, 1:], cache=cache).logits[0], full[0, 1:])
+
+
+def test_stand_in_zero_probability_is_an_exact_zero_and_bad_input_is_named():
+    m = transformers_stand_in(es.models.context_free(("1/2", "1/2", "0")), vocab_size=4)
+    logits = m(torch.tensor([[0]])).logits[0, 0]
+    assert logits.shape == (4,) and logits[2] == logits[3] == torch.finfo(torch.float32).min
+    assert logits.softmax(-1).tolist() == [0.5, 0.5, 0.0, 0.0]
+    with pytest.raises(es.ExactSpecError, match="token id 3 at position 1"):
+        m(torch.tensor([[0, 3]]))
+    with pytest.raises(es.ExactSpecError, match="vocab_size must be an int >= the model's vocab"):
+        transformers_stand_in(P3, vocab_size=2)
+    assert isinstance(stand_in(P3, kind="transformers"), ExactLMForCausalLM)   # the contract's dispatch
+
+
+def test_stand_in_batches_with_left_padding_read_only_the_unmasked_tokens():
+    # a law that reads the whole context's length: were the pad counted, the first argmax would flip
+    parity = es.models.from_function(vocab=3, order=None,
+                                     fn=lambda c: ("3/4", "1/8", "1/8") if len(c) % 2 else ("1/8", "3/4", "1/8"))
+    m = transformers_stand_in(parity, vocab_size=4, pad_token_id=3)
+    out = m.generate(torch.tensor([[3, 0], [1, 2]]), attention_mask=torch.tensor([[0, 1], [1, 1]]),
+                     do_sample=False, max_new_tokens=3)
+    # by hand: row 0 reads (0,), length 1 -> 0, then length 2 -> 1, length 3 -> 0; row 1 starts at length 2
+    assert out.tolist() == [[3, 0, 0, 1, 0], [1, 2, 1, 0, 1]]
+    with pytest.raises(es.ExactSpecError, match="DynamicCache; got a StaticCache"):
+        m.generate(torch.tensor([[0]]), max_new_tokens=1, cache_implementation="static")
+
+
+# -- recipes: assisted generation -----------------------------------------------------------------------------------
+
+def test_recipe_assisted_sampling_is_lossless():
+    t0 = time.perf_counter()
+    fn = _assisted(2, do_sample=True)
+    r = audit_loop(fn, target=P3, draft=Q3, kind="transformers", tokens=3, tolerance=FLOAT32)
+    _record("assisted sampling, T=1, gamma 2", r, t0)
+    assert r.verdict == "lossless" and r.tv <= FLOAT32 and r.paths > 1
+    assert r.expected == _sequence_law(P3, (0,), 3)      # judged against the target's own law
+    assert fn.longest == 3              # the target scored prompt + 2 drafted tokens in one call
+
+
+def test_recipe_assisted_sampling_at_temperature_one_half():
+    t0 = time.perf_counter()
+    r = audit_loop(_assisted(2, do_sample=True, temperature=0.5), target=P3, draft=Q3, kind="transformers",
+                   tokens=3, expected=es.models.sharpen(P3, 2), tolerance=FLOAT32)
+    _record("assisted sampling, temperature 0.5 (both sides)", r, t0)
+    assert r.verdict == "lossless" and r.tv <= FLOAT32
+    # judged against the untempered target the same law is far off: the audit sees the temperature
+    assert total_variation(r.output, _sequence_law(P3, (0,), 3)) > F(1, 100)
+
+
+@pytest.mark.parametrize("warp, law", [
+    (dict(top_k=2), lambda law: _topk(law, 2)),
+    (dict(top_p=0.75), lambda law: _topp(law, F(3, 4))),
+], ids=["top_k=2", "top_p=0.75"])
+def test_recipe_assisted_sampling_with_truncation_on_both_sides(warp, law):
+    t0 = time.perf_counter()
+    warped = es.models.from_function(vocab=3, order=1, fn=lambda c: law(P3(c)))
+    assert any(0 in warped((c,)) for c in range(3))     # the truncation removes tokens on this instance
+    r = audit_loop(_assisted(2, do_sample=True, **warp), target=P3, draft=Q3, kind="transformers", tokens=3,
+                   expected=warped, tolerance=FLOAT32)
+    _record(f"assisted sampling, {warp}", r, t0)
+    assert r.verdict == "lossless" and r.tv <= FLOAT32
+
+
+def test_recipe_assisted_sampling_temperature_top_k_top_p_together():
+    # temperature, then top-k, then top-p: the order transformers applies its warpers in
+    p, q = es.models.random_table(vocab=4, order=1, seed=1), es.models.random_table(vocab=4, order=1, seed=11)
+    tempered = es.models.sharpen(p, 2)
+    warped = es.models.from_function(vocab=4, order=1, fn=lambda c: _topp(_topk(tempered(c), 3), F(4, 5)))
+    assert [sum(1 for x in warped((c,)) if x) for c in range(4)] == [3, 2, 2, 2]
+    t0 = time.perf_counter()
+    r = audit_loop(_assisted(2, do_sample=True, temperature=0.5, top_k=3, top_p=0.8), target=p, draft=q,
+                   kind="transformers", tokens=2, expected=warped, tolerance=FLOAT32)
+    _record("assisted sampling, temperature 0.5 + top_k 3 + top_p 0.8, vocab 4", r, t0)
+    assert r.verdict == "lossless" and r.tv <= FLOAT32
+
+
+def test_recipe_greedy_assistance_is_the_targets_argmax_sequence():
+    t0 = time.perf_counter()
+    r = audit_loop(_assisted(2, do_sample=False), target=P3, draft=Q3, kind="transformers", tokens=3,
+                   expected=_greedy(P3), tolerance=0)
+    _record("greedy assistance", r, t0)
+    # no randomness at all: one branch, the argmax sequence of P3 from (0,): P3 after 0 is (2/17, 9/17, 6/17),
+    # after 1 it is (1/2, 2/9, 5/18): by hand 1, then 0, then 1
+    assert [P3((0,)), P3((1,))] == [(F(2, 17), F(9, 17), F(6, 17)), (F(1, 2), F(2, 9), F(5, 18))]
+    assert r.verdict == "lossless" and r.tv == 0 and r.paths == 1 and r.output == {(1, 0, 1): 1}
+
+
+def test_recipe_heuristic_schedule_does_not_leak_between_branches():
+    # the "heuristic" schedule writes num_assistant_tokens back into the draft's generation_config after every
+    # generate call (persistent across calls by design); reset(), which an audit calls before every branch,
+    # restores the config as it was at the audit's start, so every branch is one fresh generate call
+    target, draft = transformers_stand_in(P3), transformers_stand_in(Q3)
+    draft.reset()
+    draft.generation_config.num_assistant_tokens_schedule = "heuristic"
+    draft.generation_config.num_assistant_tokens = 1
+    torch.manual_seed(0)
+    target.generate(torch.tensor([[0]]), assistant_model=draft, do_sample=False, max_new_tokens=3)
+    # greedy, P3 and Q3 agree on the first token: 1 -> 3 after the full match, -> 5 after the last round (0 drafted,
+    # all "matched")
+    assert draft.generation_config.num_assistant_tokens == 5
+    draft.reset()
+    assert draft.generation_config.num_assistant_tokens is None
+    assert draft.generation_config.num_assistant_tokens_schedule is None
+
+    def fn(target, draft, ids, schedule="heuristic"):
+        draft.generation_config.num_assistant_tokens_schedule = schedule
+        draft.generation_config.num_assistant_tokens = 1
+        return target.generate(ids, assistant_model=draft, do_sample=True, max_new_tokens=3)
+    kw = dict(target=P3, draft=Q3, kind="transformers", tokens=3, tolerance=FLOAT32)
+    t0 = time.perf_counter()
+    heuristic = audit_loop(fn, **kw)
+    _record("assisted sampling, heuristic schedule", heuristic, t0)
+    # gamma is capped at 1 by max_length here, so the law is the constant schedule's
+    constant = audit_loop(lambda t, d, ids: fn(t, d, ids, "constant"), **kw)
+    assert heuristic.verdict == "lossless" and heuristic.output == constant.output
+
+
+# -- recipes: prompt lookup ----------------------------------------------------------------------------------------
+
+def test_recipe_prompt_lookup_decoding_is_lossless():
+    longest = []
+
+    def fn(target, draft, ids):
+        out = target.generate(ids, prompt_lookup_num_tokens=2, do_sample=True, max_new_tokens=3)
+        longest.append(target.longest_forward)
+        return out
+    prompt = (0, 1, 2, 0, 1)            # the trailing n-gram (0, 1) occurs earlier: candidates (2, 0)
+    t0 = time.perf_counter()
+    r = audit_loop(fn, target=P3, prompt=prompt, kind="transformers", tokens=3, tolerance=FLOAT32)
+    _record("prompt lookup decoding", r, t0)
+    assert r.verdict == "lossless" and r.tv <= FLOAT32 and max(longest) > len(prompt)
+
+
+# -- recipes: the float32 generator lattice --------------------------------------------------------------------------
+
+def test_recipe_zero_target_probability_on_the_float32_lattice_is_a_support_violation():
+    p = es.models.context_free((F(1, 2), F(1, 2), F(0)))
+    q = es.models.context_free((F(1, 3), F(1, 3), F(1, 3)))
+    fn = _assisted(1, do_sample=True)
+    t0 = time.perf_counter()
+    lattice = audit_loop(fn, target=p, draft=q, kind="transformers", tokens=2, rng_model="torch-float32",
+                         tolerance=FLOAT32)
+    _record("assisted sampling, torch float32 lattice, p(2) = 0 < q(2)", lattice, t0)
+    # by hand: the draft proposes token 2 with probability 1/3 (float32 thirds are equal, normalised exactly);
+    # r <= p/q = 0 accepts it iff r == 0, probability 2**-24 on the lattice
+    bad = sum(w for seq, w in lattice.output.items() if seq[0] == 2)
+    assert bad == F(1, 3) / 2 ** 24 and lattice.verdict == "biased"
+    continuous = audit_loop(fn, target=p, draft=q, kind="transformers", tokens=2, tolerance=0)
+    assert continuous.verdict == "lossless" and continuous.tv == 0   # ideal uniforms: no zero draw
+
+
+# -- recipes: universal assisted generation (a draft with another tokenizer) --------------------------------------
+
+def _tokenizer(words: list[str], order: list[str] | None = None):
+    """A word-level fast tokenizer over ``words`` (id = position); ``order``: the order get_vocab() lists them."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok)
+    if order is not None:    # a fast tokenizer lists its vocabulary in hash-map order: fix one, for a stable test
+        vocab = fast.get_vocab()
+        fast.get_vocab = lambda: {w: vocab[w] for w in order}
+    return fast
+
+
+P_UAG = es.models.context_free((F(1, 2), F(1, 4), F(1, 4)))              # over the target's words a, b, c
+Q_UAG = es.models.context_free((F(1, 2), F(1, 4), F(1, 8), F(1, 8)))     # over the draft's words c, a, b, d
+
+
+def _uag(assistant_order: list[str], do_sample: bool):
+    """The recipe: a draft with its own tokenizer (ids c=0, a=1, b=2, d=3; 'd' unknown to the target)."""
+    target_tok = _tokenizer(["a", "b", "c"])
+    draft_tok = _tokenizer(["c", "a", "b", "d"], assistant_order)
+    draft = transformers_stand_in(Q_UAG)
+    draft.generation_config.num_assistant_tokens = 1
+    kw = dict(assistant_model=draft, tokenizer=target_tok, assistant_tokenizer=draft_tok, do_sample=do_sample)
+    # transformers prunes the draft's LM head once per tokenizer pair, building an nn.Linear (a random
+    # initialisation): do that first call outside the audit
+    transformers_stand_in(P_UAG).generate(torch.tensor([[0]]), max_new_tokens=1, **kw)
+    return lambda target, _, ids: target.generate(ids, max_new_tokens=2, **kw)
+
+
+def test_recipe_universal_assisted_generation_greedy():
+    t0 = time.perf_counter()
+    r = audit_loop(_uag(["c", "a", "b", "d"], False), target=P_UAG, kind="transformers", tokens=2,
+                   expected=_greedy(P_UAG), tolerance=0)
+    _record("universal assisted generation, greedy", r, t0)
+    assert r.verdict == "lossless" and r.output == {(0, 0): 1}
+
+
+def test_recipe_universal_assisted_sampling_in_id_order_is_lossless():
+    t0 = time.perf_counter()
+    r = audit_loop(_uag(["c", "a", "b", "d"], True), target=P_UAG, kind="transformers", tokens=2,
+                   tolerance=FLOAT32)
+    _record("universal assisted sampling, get_vocab() in id order", r, t0)
+    assert r.verdict == "lossless" and r.tv <= FLOAT32
+
+
+def test_recipe_universal_assisted_sampling_out_of_id_order_is_biased():
+    t0 = time.perf_counter()
+    r = audit_loop(_uag(["b", "c", "a", "d"], True), target=P_UAG, kind="transformers", tokens=1,
+                   tolerance=FLOAT32)
+    _record("universal assisted sampling, get_vocab() out of id order", r, t0)
+    # by hand: pruned draft columns follow get_vocab(): b, c, a (assistant ids 2, 0, 1); the draft samples
+    # target tokens a, b, c with (2/7, 1/7, 4/7) (q restricted to the shared words), but the logits are
+    # written into target columns by assistant id (c->2, a->0, b->1), so the verifier is told
+    # q' = (a 4/7, b 2/7, c 1/7). Accept a w.p. (1/2)/(4/7) = 7/8, b w.p. (1/4)/(2/7) = 7/8, c always;
+    # the residual (p - q')+ is all on c. Law of the first token: a 2/7*7/8 = 1/4, b 1/7*7/8 = 1/8,
+    # c 4/7 + (2/7 + 1/7)/8 = 5/8: TV 3/8 from the target (1/2, 1/4, 1/4).
+    by_hand = {(0,): F(1, 4), (1,): F(1, 8), (2,): F(5, 8)}
+    assert r.verdict == "biased" and total_variation(r.output, by_hand) <= FLOAT32
+    assert abs(r.tv - F(3, 8)) <= FLOAT32
+
+
+def test_recipe_universal_assisted_sampling_with_a_subset_vocabulary_crashes():
+    target_tok, draft_tok = _tokenizer(["a", "b", "c", "d"]), _tokenizer(["c", "a", "b"])
+    p = es.models.context_free((F(1, 2), F(1, 4), F(1, 8), F(1, 8)))
+    draft = transformers_stand_in(es.models.context_free((F(1, 3), F(1, 3), F(1, 3))))
+
+    def fn(target, _, ids):
+        return target.generate(ids, assistant_model=draft, tokenizer=target_tok, assistant_tokenizer=draft_tok,
+                               do_sample=True, max_new_tokens=2)
+    t0 = time.perf_counter()
+    r = audit_loop(fn, target=p, kind="transformers", tokens=2, on_error="record", tolerance=FLOAT32)
+    _record("universal assisted sampling, draft vocabulary a subset of the target's", r, t0)
+    assert r.error_probability == 1 and r.verdict != "lossless"
+    assert list(r.extra["errors"]) == ["AttributeError: 'AssistantToTargetTranslator' object has no attribute "
+                                       "'assistant_overlap_token_ids'"]
