@@ -12,6 +12,7 @@ import importlib.util
 import os
 import pathlib
 import re
+from fractions import Fraction
 import subprocess
 import sys
 
@@ -156,6 +157,14 @@ def _check_samplers(ns: dict, printed: str) -> None:
     assert ns["r"].verdict == "lossless" and ns["r"].extra["algorithmic_tv"] == "0"
 
 
+def _check_real_code(ns: dict, printed: str) -> None:
+    # the hand-written loop is lossless up to float64 rounding, the draft bonus is biased, generate is lossless
+    assert ns["r"].verdict == "lossless" and ns["r"].tv <= ns["r"].tolerance
+    assert ns["bad"].verdict == "biased" and ns["bad"].tv > Fraction(1, 10)
+    assert ns["hf"].verdict == "lossless" and ns["hf"].tv <= Fraction(1, 2 ** 20)
+    assert "biased on this instance (one whole run of the loop" in printed
+
+
 def _check_proofs(ns: dict, printed: str) -> None:
     assert ns["proof"].proven is True and ns["refutation"].proven is False
     assert printed.startswith("PROVEN: speculative_sampling emits exactly the target law")
@@ -165,7 +174,7 @@ def _check_proofs(ns: dict, printed: str) -> None:
 #: what each page's examples say, checked right after the page ran (later pages reuse names)
 PAGE_CHECKS = {"getting-started.md": _check_getting_started, "writing-rules.md": _check_writing_rules,
                "trees.md": _check_trees, "counterexamples-ci.md": _check_counterexamples,
-               "samplers.md": _check_samplers, "proofs-scale-out.md": _check_proofs}
+               "samplers.md": _check_samplers, "real-code.md": _check_real_code, "proofs-scale-out.md": _check_proofs}
 
 
 @pytest.mark.slow

@@ -37,10 +37,19 @@ def test_readme_example_runs_and_prints_what_it_shows(capsys):
 def test_readme_carries_the_two_setup_commands():
     text = README.read_text()
     assert "python -m pip install '.[fast]' && exactspec check" in text
-    assert "python -m pip install -e '.[test,fast,audit,docs,dask]' && python -m pytest" in text
+    tests = ("python -m pip install -e '.[test,fast,audit,docs,dask]' -r tests/published.txt && "
+             "python -m pip install --no-deps -r tests/published-nodeps.txt && "
+             "EXACTSPEC_REQUIRE_PUBLISHED=1 python -m pytest")
+    assert tests in text
+    # CI runs the same steps (quietly), the main job between the installs and the tests
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "python -m pip install -q -e '.[test,fast,audit,docs,dask]'" in ci and "python -m pytest" in ci
+    assert "python -m pip install -q -e '.[test,fast,audit,docs,dask]' -r tests/published.txt" in ci
+    assert "python -m pip install -q --no-deps -r tests/published-nodeps.txt" in ci
+    assert "EXACTSPEC_REQUIRE_PUBLISHED=1 python -m pytest" in ci
     assert "exactspec check" in ci
+    for name in ("published.txt", "published-nodeps.txt"):
+        pins = [line for line in (ROOT / "tests" / name).read_text().splitlines() if line and not line.startswith("#")]
+        assert pins and all("==" in line for line in pins), f"tests/{name} pins every package to one release"
 
 
 def test_readme_links_point_to_existing_pages():
