@@ -342,7 +342,9 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
         instance["expected"] = expected.name
     scope = {"of": "this instance (one whole run of the loop, drafting included)", "tokens": tokens,
              "complete": True, "whole_loop": True,
-             "note": f"a whole-loop audit of {name} on one instance: the law of its first {tokens} new token(s)"}
+             "note": f"a whole-loop audit of {name} on one instance: the law of its first {tokens} new token(s); "
+                     f"every position of a first step is observed for a loop drafting at most {tokens - 1} token(s) "
+                     f"per step (its bonus included): a loop with gamma >= {tokens} needs tokens=gamma + 2"}
     target_calls = calls_total / ok if ok else fld.zero
     report = LoopReport(rule=name, claim="lossless", instance=instance, field=fld, output=law, expected=exp, tv=tv,
                         tolerance=tol, tokens_per_call=(Fraction(tokens) / target_calls) if target_calls else fld.zero,
