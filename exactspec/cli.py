@@ -629,26 +629,32 @@ def _cmd_audit_sampler(args: Any) -> int:
     needs_torch = getattr(adapter, "needs_torch", False)
     sampler = _load(args.target, "the sampler", preload=("numpy",) + (("torch",) if needs_torch else ()))
     if not args.instance:  # the default: an exact search over small instances, exit codes as `search`
-        from dataclasses import replace
         from .samplers.sampler_search import search_sampler
         space = _sampler_search_space(args, adapter.family)
         found = search_sampler(sampler, adapter=adapter, space=space, rng_model=args.rng_model, seed=args.seed,
                                budget=args.time_limit)
-        if found.found:
-            found = replace(found, sampler_ref=args.target)
-        if args.json:
-            _print(_dump(found.to_dict(), args))
-        else:
-            _print(str(found))
-            if found.found:
-                _print("\nregression test (fails while the bias exists):\n")
-                _print(found.to_pytest())
-        return found.exit_code
+        return _code_search_out(args, found)
     inst, proposer = _instance(args, adapter.family, None)
     rep = audit_sampler(sampler, adapter=adapter, target=inst.target, draft=inst.draft, proposer=proposer,
                         prompt=inst.prompt, tokens=_horizon(args, proposer), rng_model=args.rng_model,
                         budget=Budget(seconds=args.time_limit))
     return _report_out(args, rep)
+
+
+def _code_search_out(args: Any, found: Any) -> int:
+    """Print a search over a user's code (sampler or loop): the result, and for a counterexample the
+    regression test that imports the code by the ``MODULE:FUNCTION`` it was given; return the exit code."""
+    from dataclasses import replace
+    if found.found:
+        found = replace(found, sampler_ref=args.target)
+    if args.json:
+        _print(_dump(found.to_dict(), args))
+    else:
+        _print(str(found))
+        if found.found:
+            _print("\nregression test (fails while the bias exists):\n")
+            _print(found.to_pytest())
+    return found.exit_code
 
 
 def _cmd_audit_loop(args: Any) -> int:
@@ -666,7 +672,6 @@ def _cmd_audit_loop(args: Any) -> int:
     options = dict(kind=args.kind, dtype=getattr(torch, args.dtype), output=args.output, on_error=args.on_error,
                    reference=args.reference)
     if not args.instance:  # the default: an exact search over small instances, exit codes as `search`
-        from dataclasses import replace
         if args.order != 1:
             raise ExactSpecError("--order applies with --instance (the search covers context-free, per-position and "
                                  "order-1 models)")
@@ -675,16 +680,7 @@ def _cmd_audit_loop(args: Any) -> int:
         space = _loop_space(None, args.tokens).with_(vocabs=tuple(range(2, args.vocab + 1)))
         found = audit_loop(fn, target=None, search=True, space=space, seed=args.seed, budget=args.time_limit,
                            **options)
-        if found.found:
-            found = replace(found, sampler_ref=args.target)
-        if args.json:
-            _print(_dump(found.to_dict(), args))
-        else:
-            _print(str(found))
-            if found.found:
-                _print("\nregression test (fails while the bias exists):\n")
-                _print(found.to_pytest())
-        return found.exit_code
+        return _code_search_out(args, found)
     inst = make_instance(vocab=args.vocab, order=args.order, gamma=1, tokens=1, seed=args.seed)
     rep = audit_loop(fn, target=inst.target, draft=inst.draft, prompt=inst.prompt or (0,),
                      tokens=DEFAULT_TOKENS if args.tokens is None else args.tokens,

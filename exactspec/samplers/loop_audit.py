@@ -246,17 +246,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
                                  f"{target.vocab}")
     if tokens is None:
         tokens = DEFAULT_TOKENS
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise ExactSpecError(f"audit_loop: tokens must be an int >= 1, got {tokens!r}")
-    if kind not in KINDS:
-        raise ExactSpecError(f"audit_loop: kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    if output not in _OUTPUTS:
-        raise ExactSpecError(f"audit_loop: output must be 'full' (prompt + continuation) or 'new' (continuation "
-                             f"only), got {output!r}")
-    if on_error not in _ON_ERROR:
-        raise ExactSpecError(f"audit_loop: on_error must be 'raise' or 'record', got {on_error!r}")
-    if isinstance(worst, bool) or not isinstance(worst, int) or worst < 0:
-        raise ExactSpecError(f"audit_loop: worst must be an int >= 0, got {worst!r}")
+    _check_options("audit_loop", tokens=tokens, kind=kind, output=output, on_error=on_error, worst=worst)
     if isinstance(reference, int) and not isinstance(reference, bool):
         if draft is None:
             raise ExactSpecError("audit_loop: reference=<gamma> runs reference_loop, which needs a draft model: pass "
@@ -367,6 +357,22 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     return report
 
 
+def _check_options(where: str, *, tokens: Any, kind: Any, output: Any, on_error: Any, worst: Any) -> None:
+    """Refuse a bad option of :func:`audit_loop` (one instance or the search) with a typed error naming it."""
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        what = "tokens (the horizon of every instance)" if where.endswith("(search=True)") else "tokens"
+        raise ExactSpecError(f"{where}: {what} must be an int >= 1, got {tokens!r}")
+    if kind not in KINDS:
+        raise ExactSpecError(f"{where}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if output not in _OUTPUTS:
+        raise ExactSpecError(f"{where}: output must be 'full' (prompt + continuation) or 'new' (continuation only), "
+                             f"got {output!r}")
+    if on_error not in _ON_ERROR:
+        raise ExactSpecError(f"{where}: on_error must be 'raise' or 'record', got {on_error!r}")
+    if isinstance(worst, bool) or not isinstance(worst, int) or worst < 0:
+        raise ExactSpecError(f"{where}: worst must be an int >= 0, got {worst!r}")
+
+
 def reference_loop(gamma: int = 2, tokens: int = DEFAULT_TOKENS) -> Callable[..., Any]:
     """A correct speculative sampling loop (Leviathan et al., Algorithm 1) on stand-ins, for ``audit_loop(reference=)``.
 
@@ -473,17 +479,7 @@ def _search(fn: Callable, name: str, *, tokens: int | None, kind: str, dtype: An
     from ..counterexamples.counterexample import Counterexample, _loop_options
     from .sampler_search import sampler_reference, search_instances
     where = "audit_loop(search=True)"
-    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
-        raise ExactSpecError(f"{where}: tokens (the horizon of every instance) must be an int >= 1, got {tokens!r}")
-    if kind not in KINDS:
-        raise ExactSpecError(f"{where}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    if output not in _OUTPUTS:
-        raise ExactSpecError(f"{where}: output must be 'full' (prompt + continuation) or 'new' (continuation only), "
-                             f"got {output!r}")
-    if on_error not in _ON_ERROR:
-        raise ExactSpecError(f"{where}: on_error must be 'raise' or 'record', got {on_error!r}")
-    if isinstance(worst, bool) or not isinstance(worst, int) or worst < 0:
-        raise ExactSpecError(f"{where}: worst must be an int >= 0, got {worst!r}")
+    _check_options(where, tokens=tokens, kind=kind, output=output, on_error=on_error, worst=worst)
     tol = to_rational(tolerance, f"{where} tolerance")
     if tol < 0:
         raise ExactSpecError(f"{where}: tolerance must be >= 0, got {tolerance!r}")
