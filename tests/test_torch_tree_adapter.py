@@ -260,3 +260,12 @@ def test_the_reference_does_not_divide_by_a_rounded_away_residual():
     r = es.audit_sampler(reference_torch_tree, adapter="torch-tree", target=p, draft=q, proposer=prop, tokens=2,
                          prompt=(0,), reference=False)
     assert r.tv < F(1, 2 ** 20)
+
+
+def test_cli_audits_a_torch_tree_verifier_by_adapter_name(capsys):
+    from exactspec import cli
+    code = cli.main(["audit-sampler", "exactspec.samplers.torch_tree_adapter:reference_torch_tree",
+                     "--adapter", "torch-tree", "--instance", "--vocab", "3"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "LOSSLESS UP TO ROUNDING" in out and "float32 rounding" in out

@@ -148,7 +148,7 @@ def get_adapter(adapter: Any) -> Adapter:
     try:
         return ADAPTERS[adapter]
     except (KeyError, TypeError):
-        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of numpy, numpy-tree, transformers, vllm, flashinfer or pass an "
+        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of numpy, numpy-tree, transformers, vllm, flashinfer, torch-tree or pass an "
                              "es.samplers.Adapter") from None
 
 
