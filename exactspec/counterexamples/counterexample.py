@@ -453,13 +453,7 @@ class Counterexample:
         """The regression test of a sampler counterexample: ``es.audit_sampler`` on the user's sampler, imported."""
         inst = self.instance
         name = _rule_name(self.rule, strict=False)
-        if not self.sampler_ref:
-            raise ExactSpecError(
-                f"to_pytest: the sampler {str.__repr__(name)} cannot be imported by a test (a lambda, a closure, a "
-                "method of an instance, or a function defined in __main__ or inside another function): define it at "
-                "the top level of an importable module, or search with the sampler given as 'module:function', to "
-                "get a regression test")
-        module, qual = _sampler_ref(self.sampler_ref).split(":")
+        module, qual = self._user_code("sampler", name, "search with the sampler given as 'module:function'")
         adapter, rng_model = _name(self.adapter, "adapter"), _name(self.rng_model, "rng_model")
         from ..samplers.adapters import get_adapter
         try:
@@ -468,38 +462,19 @@ class Counterexample:
             raise ExactSpecError(f"to_pytest: the adapter {adapter!r} is not built in, so a generated test cannot "
                                  "build it by name; audit the sampler on this instance in your own test with "
                                  "es.audit_sampler(sampler, adapter=<your adapter object>, ...)") from None
-        fname = "".join(c if c.isascii() and c.isalnum() else "_" for c in name).strip("_").lower() or "sampler"
         prompt, tokens = tuple(int(t) for t in inst.prompt), int(inst.tokens)
-        return "\n".join([
-            "from fractions import Fraction as F",
-            "",
-            "import exactspec as es",
-            f"import {module} as sampler_module",
-            "",
-            "",
-            f"def test_{fname}_keeps_the_target_law():",
-            f"    # minimal counterexample from exactspec's sampler search: {_one_line(inst.describe())}",
-            f"    # {_one_line(self.explanation)}",
-            "    " + inst.model_source(inst.target, "target").replace("\n", "\n    "),
-            "    " + inst.model_source(inst.draft, "draft").replace("\n", "\n    "),
+        return self._code_test(name, "sampler", [f"import {module} as sampler_module"],
+                               f"exactspec's sampler search: {_one_line(inst.describe())}", [
             f"    report = es.audit_sampler(sampler_module.{qual}, adapter={adapter!r}, target=target, draft=draft,",
             f"                              proposer={inst.proposer_source()},",
-            f"                              prompt={prompt!r}, tokens={tokens!r}, rng_model={rng_model!r})",
-            "    assert report.verdict == \"lossless\", report.summary()",
-            "",
-        ])
+            f"                              prompt={prompt!r}, tokens={tokens!r}, rng_model={rng_model!r})"])
 
     def _loop_pytest(self) -> str:
         """The regression test of a loop counterexample: ``es.audit_loop`` on the user's loop, imported."""
         inst = self.instance
         name = _rule_name(self.rule, strict=False)
-        if not self.sampler_ref:
-            raise ExactSpecError(
-                f"to_pytest: the loop {str.__repr__(name)} cannot be imported by a test (a lambda, a closure, a "
-                "method of an instance, or a function defined in __main__ or inside another function): define it at "
-                "the top level of an importable module, or search it from the command line as 'module:function' "
-                "(exactspec audit-loop), to get a regression test")
-        module, qual = _sampler_ref(self.sampler_ref).split(":")
+        module, qual = self._user_code("loop", name, "search it from the command line as 'module:function' "
+                                                     "(exactspec audit-loop)")
         opts = _loop_options(self.loop, "loop")
         rng_model = _name(self.rng_model, "rng_model")
         ref = opts["reference"]
@@ -516,28 +491,47 @@ class Counterexample:
         else:
             ref_src = repr(None if ref is None else int(ref))
         tol = Fraction(opts["tolerance"])
-        fname = "".join(c if c.isascii() and c.isalnum() else "_" for c in name).strip("_").lower() or "loop"
         prompt, tokens = tuple(int(t) for t in inst.prompt), int(inst.tokens)
-        return "\n".join([
-            "from fractions import Fraction as F",
-            "",
-            "import torch",
-            "",
-            "import exactspec as es",
-            f"import {module} as loop_module",
-            *ref_import,
-            "",
-            "",
-            f"def test_{fname}_keeps_the_target_law():",
-            f"    # minimal counterexample from exactspec's whole-loop search: {_one_line(self._describe_instance())}",
-            f"    # {_one_line(self.explanation)}",
-            "    " + inst.model_source(inst.target, "target").replace("\n", "\n    "),
-            "    " + inst.model_source(inst.draft, "draft").replace("\n", "\n    "),
+        return self._code_test(name, "loop", [f"import {module} as loop_module", *ref_import],
+                               f"exactspec's whole-loop search: {_one_line(self._describe_instance())}", [
             f"    report = es.audit_loop(loop_module.{qual}, target=target, draft=draft, prompt={prompt!r},",
             f"                           tokens={tokens!r}, kind={opts['stand_in']!r}, dtype=torch.{opts['dtype']},",
             f"                           output={opts['output']!r}, on_error={opts['on_error']!r},",
             f"                           tolerance=F({int(tol.numerator)!r}, {int(tol.denominator)!r}), "
-            f"reference={ref_src}, rng_model={rng_model!r})",
+            f"reference={ref_src}, rng_model={rng_model!r})"], third_party=("torch",))
+
+    def _user_code(self, what: str, name: str, how: str) -> tuple[str, str]:
+        """``(module, qualname)`` of the user's sampler or loop, or a typed error saying how to make it importable."""
+        if not self.sampler_ref:
+            raise ExactSpecError(
+                f"to_pytest: the {what} {str.__repr__(name)} cannot be imported by a test (a lambda, a closure, a "
+                "method of an instance, or a function defined in __main__ or inside another function): define it at "
+                f"the top level of an importable module, or {how}, to get a regression test")
+        module, qual = _sampler_ref(self.sampler_ref).split(":")
+        return module, qual
+
+    def _code_test(self, name: str, what: str, imports: list[str], origin: str, call: list[str],
+                   third_party: tuple[str, ...] = ()) -> str:
+        """A regression test auditing the user's code on this instance: the imports (``third_party`` modules, then
+        exactspec, then ``imports``), the models, ``call`` (which binds ``report``), and the assertion that the
+        verdict is lossless."""
+        inst = self.instance
+        fname = "".join(c if c.isascii() and c.isalnum() else "_" for c in name).strip("_").lower() or what
+        return "\n".join([
+            "from fractions import Fraction as F",
+            "",
+            *(f"import {m}" for m in third_party),
+            *([""] if third_party else []),
+            "import exactspec as es",
+            *imports,
+            "",
+            "",
+            f"def test_{fname}_keeps_the_target_law():",
+            f"    # minimal counterexample from {origin}",
+            f"    # {_one_line(self.explanation)}",
+            "    " + inst.model_source(inst.target, "target").replace("\n", "\n    "),
+            "    " + inst.model_source(inst.draft, "draft").replace("\n", "\n    "),
+            *call,
             "    assert report.verdict == \"lossless\", report.summary()",
             "",
         ])
