@@ -20,6 +20,7 @@ from fractions import Fraction as F
 import torch
 
 import exactspec as es
+from exactspec.bugzoo.torch_samplers import race_kernel
 from exactspec.samplers.explicit_uniforms import FlashinferChainAdapter, reference_flashinfer_style, tensor_randomness
 
 
@@ -32,24 +33,6 @@ def counted(kernel):
         return kernel(*args)
     wrapped.__name__ = kernel.__name__
     return wrapped, stats
-
-
-def race_kernel(draft_probs, draft_token_ids, uniform_samples, target_probs, exponentials):
-    """Accept with u * q < p; the recovered or bonus token by the race argmax(law / E) (vLLM v1's shape)."""
-    batch, k, _ = draft_probs.shape
-    out = torch.full((batch, k + 1), -1, dtype=torch.long)
-    for b in range(batch):
-        n = k
-        for j in range(k):
-            x = int(draft_token_ids[b, j])
-            if uniform_samples[b, j] * draft_probs[b, j, x] < target_probs[b, j, x]:
-                out[b, j] = x
-                continue
-            n = j
-            break
-        law = target_probs[b, n] if n == k else torch.clamp(target_probs[b, n] - draft_probs[b, n], min=0)
-        out[b, n] = int((law / exponentials[b]).argmax())
-    return out
 
 
 def audit(kernel, adapter, gamma):

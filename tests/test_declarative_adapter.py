@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 
 import exactspec as es  # noqa: E402
 from exactspec.bugzoo import torch_samplers as tzoo  # noqa: E402
+from exactspec.bugzoo.torch_samplers import race_from_target, race_kernel  # noqa: E402
 from exactspec.samplers.explicit_uniforms import (FlashinferChainAdapter, reference_flashinfer_style,  # noqa: E402
                                                   tensor_randomness)
 
@@ -89,41 +90,6 @@ def test_a_declared_kernel_with_keywords_and_its_own_argument_order():
     assert accept[0] and not accept[-1]
     expected_0 = F(3, 4) * F(c0 + int(accept.sum()), 2 ** 24)
     assert r.output[(0,)] == expected_0 and r.output[(1,)] == 1 - expected_0
-
-
-def race_kernel(draft_probs, draft_token_ids, uniform_samples, target_probs, exponentials):
-    """vLLM v1's shape: coins from k uniforms, the recovered or bonus token by argmax(law / E)."""
-    batch, k, _ = draft_probs.shape
-    out = torch.full((batch, k + 1), -1, dtype=torch.long)
-    for b in range(batch):
-        n = k
-        for j in range(k):
-            x = int(draft_token_ids[b, j])
-            if uniform_samples[b, j] * draft_probs[b, j, x] < target_probs[b, j, x]:
-                out[b, j] = x
-                continue
-            n = j
-            break
-        law = target_probs[b, n] if n == k else torch.clamp(target_probs[b, n] - draft_probs[b, n], min=0)
-        out[b, n] = int((law / exponentials[b]).argmax())
-    return out
-
-
-def race_from_target(draft_probs, draft_token_ids, uniform_samples, target_probs, exponentials):
-    """The bug: the recovered token races the target law, not the residual."""
-    batch, k, _ = draft_probs.shape
-    out = torch.full((batch, k + 1), -1, dtype=torch.long)
-    for b in range(batch):
-        n = k
-        for j in range(k):
-            x = int(draft_token_ids[b, j])
-            if uniform_samples[b, j] * draft_probs[b, j, x] < target_probs[b, j, x]:
-                out[b, j] = x
-                continue
-            n = j
-            break
-        out[b, n] = int((target_probs[b, n] / exponentials[b]).argmax())
-    return out
 
 
 RACE_ARGS = ("draft_probs", "draft_token_ids", "uniform_samples", "target_probs", "exponentials")

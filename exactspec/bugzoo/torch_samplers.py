@@ -76,3 +76,34 @@ def flashinfer_accept_at_zero(draft_probs, draft_token_ids, uniform_samples, tar
 
 ZOO.append((flashinfer_accept_at_zero, None, "u * q <= p in a kernel fed uniforms that include 0: "
                                              "sgl-project/sglang#35771's pattern, through explicit uniforms"))
+
+
+def _race_kernel(draft_probs, draft_token_ids, uniform_samples, target_probs, exponentials, residual: bool):
+    """Coins ``u * q(x) < p(x)`` from k uniforms; the recovered or bonus token by the race ``argmax(law / E)``."""
+    import torch
+    batch, k, _ = draft_probs.shape
+    out = torch.full((batch, k + 1), -1, dtype=torch.long)
+    for b in range(batch):
+        n = k
+        for j in range(k):
+            x = int(draft_token_ids[b, j])
+            if uniform_samples[b, j] * draft_probs[b, j, x] < target_probs[b, j, x]:
+                out[b, j] = x
+                continue
+            n = j
+            break
+        law = target_probs[b, n] if n == k or not residual else torch.clamp(target_probs[b, n] - draft_probs[b, n],
+                                                                           min=0)
+        out[b, n] = int((law / exponentials[b]).argmax())
+    return out
+
+
+def race_kernel(draft_probs, draft_token_ids, uniform_samples, target_probs, exponentials):
+    """A kernel fed k uniforms and V exponentials per row (vLLM v1's shape), correct: the declarative
+    adapter's example (``tensor_randomness(..., {"uniform_samples": "uniform k", "exponentials": "exponential V"})``)."""
+    return _race_kernel(draft_probs, draft_token_ids, uniform_samples, target_probs, exponentials, residual=True)
+
+
+def race_from_target(draft_probs, draft_token_ids, uniform_samples, target_probs, exponentials):
+    """The same kernel with the bug: the recovered token races the target law, not the residual."""
+    return _race_kernel(draft_probs, draft_token_ids, uniform_samples, target_probs, exponentials, residual=False)
