@@ -1,12 +1,12 @@
 """``audit_sampler``: the exact law of a third-party sampler, run under the enumerating randomness.
 
 >>> import exactspec as es
->>> from fractions import Fraction as F
+>>> from fractions import Fraction as F, Fraction
 >>> p, q = es.models.context_free((F(3, 5), F(2, 5))), es.models.context_free((F(1, 2), F(1, 2)))
 >>> r = es.audit_sampler(es.samplers.reference_numpy_chain, adapter="numpy", target=p, draft=q,
 ...                      proposer=es.drafts.chain(1), tokens=1)
->>> r.verdict, r.extra["algorithmic_tv"]
-('lossless', '0')
+>>> r.verdict, 0 < Fraction(r.extra["algorithmic_tv"]) < Fraction(1, 2 ** 40)    # float64 rounding
+('lossless', True)
 """
 
 from __future__ import annotations
@@ -29,18 +29,18 @@ from ..models import Model
 from ..report import AuditReport
 from ..rules import Rule
 from .adapters import get_adapter
-from .base import PRECISIONS, float_precision, lowest, precision_of
+from ..enumerate.rng import lattice_for
+from .base import PRECISIONS, at_precision, float_precision, lowest, precision_of
+from .float_boundary import (F64_ALLOWANCE, ROUNDING_CAP, Boundary, coarser_than_float64, decide,
+                             rounding_allowance)
 from .interception import current_session, intercepting, private_generators, watch
 
 __all__ = ["audit_sampler", "ROUNDING_TOLERANCE"]
 
 #: a float64 implementation of a correct rule lands within this TV of the target on small instances;
 #: biases above it are algorithmic (stated in every sampler report)
-ROUNDING_TOLERANCE = Fraction(1, 2 ** 40)
+ROUNDING_TOLERANCE = F64_ALLOWANCE
 
-#: the most float rounding may cost a correct reference sampler on the small instances audits run:
-#: a reference further than this from its exact rule makes the audit refuse (a broken baseline)
-ROUNDING_CAP = Fraction(1, 2 ** 12)
 
 #: the search behind ``audit_sampler(search=True)``; :mod:`exactspec.samplers.sampler_search` installs it
 #: when imported (``exactspec.samplers`` imports it), so this module does not import the search above it
@@ -283,7 +283,6 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
     declared = precision or adapter.declared_precision()
     calls = _Calls(sampler, adapter, name, cache=cache, seen=None if declared else set())
     report = run_audit(replace(inputs, rule=calls.rule()), budget=shared.next(), exact_floats=True)
-    report.tolerance = tolerance
     extra = report.extra
     if declared:
         prec, source = declared, "given" if precision else f"declared by the {adapter.name} adapter"
@@ -292,50 +291,16 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
         source = ("detected: the coarsest float dtype handed to the sampler or compared with its uniforms"
                   if calls.seen else "default: no float array or float dtype seen")
     extra["precision"], extra["precision_from"] = prec, source
+    boundary = _float_boundary(sampler, adapter, name, inputs, report, prec, calls, shared, tolerance, cache)
+    extra["float_boundary"] = boundary.to_dict()
+    extra["algorithmic_tv"] = str(boundary.algorithmic_tv)
+    extra["algorithmic_tv_against"] = ("the declared law (expected=)" if expected is not None else "the target law") + (
+        " from the run on float64 inputs" if boundary.f64_tv is not None else "")
+    report.tolerance = boundary.allowance
+    extra["tolerance_from"] = boundary.reason
     if reference and adapter.reference is not None and adapter.reference_rule is not None:
-        exact = audit(rule=adapter.reference_rule, budget=shared.next(), target=inputs.target, draft=inputs.draft,
-                      proposer=inputs.proposer, prompt=inputs.prompt, tokens=inputs.tokens, expected=expected,
-                      rng_model=inputs.rng_model, exact_floats=True)
-        extra["exact_rule"] = adapter.reference_rule.name
-        ref_law = None
-        for p in sorted({prec, "float32", "float64"}, key=PRECISIONS.index):
-            try:
-                ref = _reference(adapter, p, inputs, shared, cache)
-            except BudgetExceeded:
-                raise
-            except ExactSpecError as exc:   # the baseline at the sampler's precision is needed; another is a figure
-                if p == prec:
-                    raise
-                extra[f"rounding_tv_{p}"] = f"unavailable: the reference at {p} failed ({exc})"
-                continue
-            extra[f"rounding_tv_{p}"] = str(total_variation(ref.output, exact.output))
-            if p == prec:
-                ref_law = ref.output
-        rounding = Fraction(extra[f"rounding_tv_{prec}"])
-        if rounding > ROUNDING_CAP:
-            # a correct sampler far from its exact rule is a broken baseline, not rounding: allowing twice it
-            # would pass a biased sampler (no false pass)
-            raise ExactSpecError(
-                f"the {adapter.name} adapter's reference sampler at {prec} lands TV {float(rounding):.6g} from its "
-                f"exact rule {adapter.reference_rule.name} on this instance, more than float rounding can cost "
-                f"(at most 2**-{ROUNDING_CAP.denominator.bit_length() - 1}): the rounding baseline is unusable, so "
-                "no verdict (check the adapter's reference and reference_rule; reference=False audits without one)")
-        extra["rounding_tv"] = str(rounding)
-        if expected is None:
-            extra["algorithmic_tv"] = str(total_variation(report.output, ref_law))
-            extra["algorithmic_tv_against"] = f"the reference sampler at {prec}"
-        else:   # the reference sampler implements the target: the bias is measured against the declared law
-            extra["algorithmic_tv"] = str(report.tv)
-            extra["algorithmic_tv_against"] = "the declared law (expected=)"
-        # what the float pipeline and the generator cost a correct sampler is not the sampler's bias
-        if 2 * rounding > tolerance:
-            report.tolerance = 2 * rounding
-            extra["tolerance_from"] = f"twice what {prec} rounding costs a correct sampler on the same pipeline"
-        else:
-            extra["tolerance_from"] = (f"{_floor_text(tolerance)}, above twice what {prec} rounding costs a correct "
-                                       "sampler on the same pipeline")
-    else:
-        extra["tolerance_from"] = _floor_text(tolerance)
+        ref_law = _rounding_figures(adapter, prec, inputs, expected, shared, cache, extra)
+        extra["reference_tv"] = str(total_variation(report.output, ref_law))
     extra["sampler_calls"] = calls.runs
     if calls.hits:
         extra["cached_calls"] = calls.hits
@@ -347,18 +312,81 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
     return report
 
 
-def _floor_text(tolerance: Fraction) -> str:
-    """How the tolerance floor reads in a report: "the 2**-40 floor", "exactness (tolerance 0)", ...
+def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInputs, report: AuditReport,
+                    prec: str, calls: "_Calls", shared: "_Shared", tolerance: Fraction, cache: bool) -> Boundary:
+    """Rounding or bias: the sampler run again on float64 inputs and a float64 generator when it computed coarser.
 
-    >>> _floor_text(ROUNDING_TOLERANCE), _floor_text(Fraction(0)), _floor_text(Fraction(1, 10))
-    ('the 2**-40 floor', 'exactness (tolerance 0)', 'the tolerance 1/10')
+    The run at the sampler's own precision is ``report``; a second run hands the same sampler float64
+    laws (:meth:`~.base.Adapter.with_precision`) and draws its uniforms on the float64 lattice (or the
+    continuous model, as the first run did), noting the float dtypes it meets: something coarser than
+    float64 there means the sampler casts down (``forced``). The decision is
+    :func:`~.float_boundary.decide`'s.
     """
-    if tolerance == 0:
-        return "exactness (tolerance 0)"
-    n = tolerance.denominator.bit_length() - 1
-    if tolerance.numerator == 1 and tolerance.denominator == 1 << n:
-        return f"the 2**-{n} floor"
-    return f"the tolerance {tolerance}"
+    coarse_generator = inputs.lattice is not None and inputs.rng_model != "float64"
+    adapter64 = adapter.with_precision("float64")
+    extra = report.extra
+    if adapter64 is adapter and not coarse_generator and calls.seen is not None:
+        # the first run already had float64 inputs and generator, its dtypes noted: it is the float64 run
+        forced = coarser_than_float64(prec)
+        f64 = None if not forced else report
+    else:
+        fn = sampler if adapter64 is not None else at_precision(sampler, "float64")
+        calls64 = _Calls(fn, adapter64 or adapter, name, cache=cache, seen=set())
+        model = "float64" if inputs.lattice is not None else "continuous"
+        f64 = run_audit(replace(inputs, rule=calls64.rule(), rng_model=model, lattice=lattice_for(model)),
+                        budget=shared.next(), exact_floats=True)
+        forced = adapter64 is None or coarser_than_float64(lowest(calls64.seen))
+        extra["float64_sampler_calls"] = calls64.runs
+        if calls64.hits:
+            extra["float64_cached_calls"] = calls64.hits
+        extra["float64_run"] = {"tv": str(f64.tv), "rng_model": model,
+                                "inputs": "float64" if adapter64 is not None else
+                                f"{prec} laws cast to float64 (the {adapter.name} adapter cannot hand float64)",
+                                "coarsest_dtype_seen": lowest(calls64.seen) or "none"}
+    allowance_at = prec if coarser_than_float64(prec) else "float32" if forced else "float64"
+    allowance = rounding_allowance(allowance_at, vocab=inputs.target.vocab,
+                                   positions=inputs.tokens * inputs.proposer.max_tokens())
+    if f64 is None:
+        return decide(precision="float64", own_tv=report.tv, own_violations=bool(report.support_violations),
+                      f64_tv=None, f64_violations=False, forced=False, tolerance=tolerance,
+                      allowance=max(tolerance, allowance))
+    return decide(precision=allowance_at, own_tv=report.tv, own_violations=bool(report.support_violations),
+                  f64_tv=f64.tv, f64_violations=bool(f64.support_violations), forced=forced, tolerance=tolerance,
+                  allowance=max(tolerance, allowance))
+
+
+def _rounding_figures(adapter: Any, prec: str, inputs: AuditInputs, expected: Model | None, shared: "_Shared",
+                      cache: bool, extra: dict) -> dict:
+    """What rounding costs the adapter's correct reference sampler at each precision on this instance (figures only:
+    the verdict is the float boundary's); a reference further than ROUNDING_CAP from its exact rule is refused.
+    Returns the reference's law at the sampler's precision."""
+    exact = audit(rule=adapter.reference_rule, budget=shared.next(), target=inputs.target, draft=inputs.draft,
+                  proposer=inputs.proposer, prompt=inputs.prompt, tokens=inputs.tokens, expected=expected,
+                  rng_model=inputs.rng_model, exact_floats=True)
+    extra["exact_rule"] = adapter.reference_rule.name
+    for p in sorted({prec, "float32", "float64"}, key=PRECISIONS.index):
+        try:
+            ref = _reference(adapter, p, inputs, shared, cache)
+        except BudgetExceeded:
+            raise
+        except ExactSpecError as exc:   # the baseline at the sampler's precision is needed; another is a figure
+            if p == prec:
+                raise
+            extra[f"rounding_tv_{p}"] = f"unavailable: the reference at {p} failed ({exc})"
+            continue
+        extra[f"rounding_tv_{p}"] = str(total_variation(ref.output, exact.output))
+        if p == prec:
+            ref_law = ref.output
+    rounding = Fraction(extra[f"rounding_tv_{prec}"])
+    if rounding > ROUNDING_CAP:
+        # a correct sampler far from its exact rule is a broken reference, not rounding (no false pass)
+        raise ExactSpecError(
+            f"the {adapter.name} adapter's reference sampler at {prec} lands TV {float(rounding):.6g} from its "
+            f"exact rule {adapter.reference_rule.name} on this instance, more than float rounding can cost "
+            f"(at most 2**-{ROUNDING_CAP.denominator.bit_length() - 1}): the reference is broken, so "
+            "no verdict (check the adapter's reference and reference_rule; reference=False audits without one)")
+    extra["rounding_tv"] = str(rounding)
+    return ref_law
 
 
 def _reference(adapter: Any, precision: str, inputs: AuditInputs, shared: "_Shared", cache: bool) -> AuditReport:
