@@ -41,11 +41,14 @@ import re
 import sys
 import textwrap
 import time
+from fractions import Fraction
 from typing import Any, Callable, Sequence
 
 from . import __version__
 from ._audit import audit, default_tokens
 from ._numbers import finite_float
+from .laws import to_rational
+from .samplers.base import PRECISIONS
 from .enumerate import Budget
 from ._loading import load_object
 from .errors import BudgetExceeded, ExactSpecError
@@ -99,6 +102,22 @@ def _print(text: str = "") -> None:
 
 def _warn(text: str) -> None:
     _Out.write(f"exactspec: warning: {text}", err=True)
+
+
+def _tolerance(text: str) -> Any:
+    """argparse type of ``--tolerance``: a rational TV >= 0, like ``1/1000``, ``1e-12`` or ``2**-40``.
+
+    >>> _tolerance("2**-40") == Fraction(1, 2 ** 40), _tolerance("0")
+    (True, Fraction(0, 1))
+    """
+    m = re.fullmatch(r"\s*2\s*\*\*\s*-\s*(\d{1,4})\s*", text)
+    try:
+        v = Fraction(1, 2 ** int(m.group(1))) if m else to_rational(text, "--tolerance", floats=False)
+    except ExactSpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"--tolerance must be >= 0, got {text!r}")
+    return v
 
 
 def _seconds(text: str) -> float:
@@ -628,16 +647,17 @@ def _cmd_audit_sampler(args: Any) -> int:
     _family_options(args, adapter.family, f"the {adapter.name} adapter")
     needs_torch = getattr(adapter, "needs_torch", False)
     sampler = _load(args.target, "the sampler", preload=("numpy",) + (("torch",) if needs_torch else ()))
+    precision = {k: v for k, v in (("precision", args.precision), ("tolerance", args.tolerance)) if v is not None}
     if not args.instance:  # the default: an exact search over small instances, exit codes as `search`
         from .samplers.sampler_search import search_sampler
         space = _sampler_search_space(args, adapter.family)
         found = search_sampler(sampler, adapter=adapter, space=space, rng_model=args.rng_model, seed=args.seed,
-                               budget=args.time_limit)
+                               budget=args.time_limit, **precision)
         return _code_search_out(args, found)
     inst, proposer = _instance(args, adapter.family, None)
     rep = audit_sampler(sampler, adapter=adapter, target=inst.target, draft=inst.draft, proposer=proposer,
                         prompt=inst.prompt, tokens=_horizon(args, proposer), rng_model=args.rng_model,
-                        budget=Budget(seconds=args.time_limit))
+                        budget=Budget(seconds=args.time_limit), **precision)
     return _report_out(args, rep)
 
 
@@ -904,6 +924,13 @@ def _parser() -> argparse.ArgumentParser:
     models = ", ".join(f"{n} ({_lattice_text(LATTICES.get(n))})" for n in RNG_MODELS)
     sa.add_argument("--rng-model", choices=list(RNG_MODELS), default="continuous", metavar="RNG_MODEL",
                     help=f"what a uniform draw is, one of {models} (default continuous)")
+    sa.add_argument("--precision", choices=list(PRECISIONS), default=None,
+                    help="the float precision the sampler computes in (default: what the adapter declares, else the "
+                         "coarsest float dtype seen); a sampler coarser than float64 is also run on float64 inputs, "
+                         "and only what stays there is bias")
+    sa.add_argument("--tolerance", type=_tolerance, default=None, metavar="TV",
+                    help="what float64 rounding may cost, a TV like 1e-12 or 2**-40 (default 2**-40; 0 demands "
+                         "exactness)")
     sa.add_argument("--instance", action="store_true",
                     help="audit one seeded instance (--vocab, --order, --gamma, --tokens, --seed) instead of searching")
     sa.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT,

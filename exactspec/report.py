@@ -381,11 +381,17 @@ class AuditReport:
                          f"emits, e.g. {self.support_violations[0]}")
         for o in self.worst:
             lines.append(f"  {o.tokens}: output {s(o.output, 24, False)} vs expected {s(o.expected, 24, False)}")
+        b = self.boundary
+        if b is not None and b.get("f64_tv") is not None:
+            lines.append(f"  float64 run (the same code on float64 inputs{', casting down' if b.get('forced') else ''})"
+                         f": TV {self._short(Fraction(b['f64_tv']))}; at {b.get('precision')}: TV "
+                         f"{self._short(Fraction(b['own_tv']))}")
         if "rounding_tv" in self.extra:
             at = f", at {self.extra['precision']}" if "precision" in self.extra else ""
+            vs = self.extra.get("reference_tv", self.extra.get("algorithmic_tv"))
             lines.append(f"  rounding (a correct sampler through the same float pipeline and generator{at}): TV "
-                         f"{self._short(Fraction(self.extra['rounding_tv']))}; this sampler vs that one: TV "
-                         f"{self._short(Fraction(self.extra['algorithmic_tv']))}")
+                         f"{self._short(Fraction(self.extra['rounding_tv']))}" + (
+                             f"; this sampler vs that one: TV {self._short(Fraction(vs))}" if vs is not None else ""))
         lines.append(f"  {self.paths} branches, {self.step_laws} step laws, {self.seconds:.3f} s")
         return "\n".join(lines)
 

@@ -166,7 +166,8 @@ def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space |
     an :class:`~exactspec.counterexamples.EmptySearch` stating the space, or an
     :class:`~exactspec.counterexamples.IncompleteSearch` when ``budget`` seconds or
     ``max_instances`` audits stopped the search, or the audit raised on some instances (their
-    verdict is unknown); one that raised on every instance raises :class:`~exactspec.RuleError`.
+    verdict is unknown) or some were ``undecided`` (float code whose bias could not be told from its rounding);
+    one that raised on every instance raises :class:`~exactspec.RuleError`.
     Randomness the audit cannot follow (:class:`~exactspec.UnsupportedRandomness`), inexact
     arithmetic and ``sys.exit`` in the audited code are raised at once, never skipped.
 
@@ -198,10 +199,12 @@ def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space |
                 rep = _run(audit_one, inst, clock, timed=True, limits=instance_budget)
                 if rep is not None and biased(rep):
                     return _shrunk(audit_one, biased, name, inst, rep, space, clock, instance_budget)
+                if rep is not None and rep.undecided:     # not covered: the search cannot end empty
+                    clock.undecided += 1
             if clock.stop_reason:  # the cell's last audit was cut by the time limit
                 return _incomplete(who, space, clock, cells, covered, cell)
             covered.append(space.describe_cell(cell))
-        if clock.errors or clock.over_budget:
+        if clock.errors or clock.over_budget or clock.undecided:
             return _incomplete(who, space, clock, cells, covered, None)
         return EmptySearch(name, space.describe(), clock.audited, clock.elapsed())
     finally:
@@ -223,6 +226,8 @@ def _shrunk(audit_one: Callable[[dict], AuditReport], biased: Callable[[AuditRep
     small, steps = shrink_by(still_biased, inst)
     r = reports[small]
     extra = {k: str(r.extra[k]) for k in ("algorithmic_tv", "rounding_tv", "tolerance", "precision") if k in r.extra}
+    if r.boundary is not None:      # why this instance is biased: the float64 run, not float32 rounding
+        extra["verdict_reason"] = r.boundary["reason"]
     return Counterexample(rule=name, claim="lossless", instance=small, output=dict(r.output),
                           expected=dict(r.expected), tv=r.tv, space=space.describe(), audited=clock.audited,
                           seconds=clock.elapsed(), shrink_steps=steps, kind="audit", extra=extra)
@@ -296,8 +301,12 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
                              f"has {space.proposer_kind} proposers")
     name = getattr(sampler, "__name__", "sampler")
 
+    # the reference sampler's rounding figures inform a report but not its verdict (the float64 run decides):
+    # a search does without them unless asked
+    options = {"reference": False, **audit_kwargs}
+
     def audit_one(inst: dict) -> AuditReport:
-        return audit_sampler(sampler, adapter=adapter, rng_model=rng_model, **audit_kwargs, **inst)
+        return audit_sampler(sampler, adapter=adapter, rng_model=rng_model, **options, **inst)
     found = search_instances(audit_one, space=space, name=name, seed=seed, budget=budget,
                              max_instances=max_instances, progress=progress, instance_budget=instance_budget)
     if isinstance(found, Counterexample):
