@@ -176,3 +176,28 @@ def test_cli_audit_sampler_precision_and_tolerance(capsys):
     assert d["extra"]["precision"] == "float32" and d["extra"]["precision_from"] == "given"
     assert cli.main(base + ["--tolerance", "-1"]) == 2
     assert "--tolerance must be >= 0" in capsys.readouterr().err
+
+
+def cast_multinomial(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
+    """Correct, casting down before the draw: the float64 run must see the cast in the multinomial's weights."""
+    def recover(p, q):
+        residual = torch.clamp(p.float() - q.float(), min=0)
+        return torch.multinomial(residual / residual.sum(), 1)[0]
+    return z._chain(target_probs, draft_probs, draft_token_ids, bonus_token_ids, recover)
+
+
+def test_a_cast_before_torch_multinomial_is_seen_in_the_float64_run():
+    # two positive residual entries whose float32 ratio is not exact: the float64 run keeps float32 rounding
+    p, q = es.models.context_free((F(1, 2), F(3, 10), F(1, 5))), es.models.context_free((F(1, 5), F(1, 5), F(3, 5)))
+    r = es.audit_sampler(cast_multinomial, adapter="vllm", target=p, draft=q, proposer=es.drafts.chain(1), tokens=1)
+    b = r.extra["float_boundary"]
+    assert b["forced"] is True and F(b["f64_tv"]) > F64_ALLOWANCE and r.verdict == "lossless"
+
+
+def test_a_float32_mask_among_the_adapters_tensors_is_not_a_cast():
+    # the torch-tree adapter hands TreeBuffers with a float attention mask: not the sampler casting down
+    p, q = es.models.context_free((F(1, 2), F(1, 3), F(1, 6))), es.models.context_free((F(1, 4), F(1, 2), F(1, 4)))
+    r = es.audit_sampler(z.mss_from_logits, adapter="torch-tree", target=p, draft=q, tokens=2,
+                         proposer=es.drafts.tree((2,), children="without_replacement", claim="renormalized"))
+    b = r.extra["float_boundary"]
+    assert r.verdict == "lossless" and b["forced"] is False and F(b["f64_tv"]) <= F64_ALLOWANCE < r.tv

@@ -134,6 +134,31 @@ def bonus_from_first_position(candidate_input_ids: Any, candidate_logits: Any, c
                                lambda logits: logits.softmax(dim=-1), lambda k: 0)
 
 
+def mss_from_logits(candidates: Any, logits: Any, tree: Any) -> list[int]:
+    """Correct (``torch-tree`` adapter): SpecInfer's multi-step speculative sampling with the target laws taken
+    from the tree's logits by a softmax and acceptance written ``u * q(x) < r(x)`` (no division)."""
+    import torch
+    tokens = tree.tree_candidates[0]
+    node, out = 0, []
+    while True:
+        r = tree.tree_logits[0, node].softmax(dim=-1)
+        for c in tree.buffers.children(node):
+            x, q = int(tokens[c]), tree.claimed[c]
+            if torch.rand(1)[0] * q[x] < r[x]:
+                out.append(x)
+                node = c
+                break
+            rest = torch.clamp(r - q, min=0)
+            if not rest.sum() > 0:      # r == q up to rounding: the rejection is rounding's; accept
+                out.append(x)
+                node = c
+                break
+            r = rest / rest.sum()
+        else:
+            out.append(int(torch.multinomial(r, 1)[0]))
+            return out
+
+
 #: (sampler, adapter, what an audit must say)
 ZOO = [
     (gumbel_residual, "vllm", "lossless"),

@@ -70,7 +70,7 @@ class _Calls:
     """
 
     def __init__(self, sampler: Callable, adapter: Any, name: str, *, cache: bool = False,
-                 seen: set | None = None) -> None:
+                 seen: set | None = None, arguments: bool = True) -> None:
         self.sampler, self.adapter, self.name, self.cache, self.seen = sampler, adapter, name, cache, seen
         self.private = private_generators(getattr(sampler, "__wrapped__", sampler))
         self.session = current_session()
@@ -80,7 +80,9 @@ class _Calls:
         #             [True, laws kept alive, outputs, their probabilities] once complete
         self._laws: dict = {}
         self._open: list | None = None
-        self.fn = self._observed(sampler) if seen is not None else sampler
+        # the dtypes handed over are noted too unless the caller chose them (the float64 run: a float32 mask
+        # among the adapter's tensors is not the sampler casting down)
+        self.fn = self._observed(sampler) if seen is not None and arguments else sampler
 
     def rule(self) -> Rule:
         return Rule(self.run if self.cache else self.direct, name=self.name, family=self.adapter.family,
@@ -331,7 +333,7 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
         f64 = None if not forced else report
     else:
         fn = sampler if adapter64 is not None else at_precision(sampler, "float64")
-        calls64 = _Calls(fn, adapter64 or adapter, name, cache=cache, seen=set())
+        calls64 = _Calls(fn, adapter64 or adapter, name, cache=cache, seen=set(), arguments=False)
         model = "float64" if inputs.lattice is not None else "continuous"
         f64 = run_audit(replace(inputs, rule=calls64.rule(), rng_model=model, lattice=lattice_for(model)),
                         budget=shared.next(), exact_floats=True)
