@@ -155,6 +155,9 @@ def _check_samplers(ns: dict, printed: str) -> None:
     # the bug zoo's shared uniform is biased; transformers' own sampler is lossless, algorithmic TV exactly 0
     assert "biased on this instance over the first 4 tokens" in printed
     assert ns["r"].verdict == "lossless" and ns["r"].extra["reference_tv"] == "0"
+    # the worked example of the float boundary: float32 rounding, decided by the float64 run
+    assert "(TV 7.18e-18 <= the 2**-40 floor); the TV at float32, 1.37e-08, is float32 rounding" in printed
+    assert ns["rep"].verdict == "lossless" and ns["rep"].extra["rounding_tv"] == "0"
 
 
 def _check_real_code(ns: dict, printed: str) -> None:
