@@ -172,21 +172,22 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
     """Audit a real sampler exactly: every draw it makes forks the enumeration, floats are exact rationals.
 
     The report's law is the exact law of the implementation as it computes in its own floating
-    point (the adapter hands it the laws as float arrays). To separate algorithmic bias from
-    rounding, the adapter's correct reference sampler runs on the same instance *at the precision
-    the sampler computes in*: ``precision`` if given, else the one the adapter declares
-    (``Adapter.precision`` or its ``dtype``), else the coarsest float dtype seen in the arrays
-    handed to the sampler and in the numbers it compares its uniforms with (float64 when none is
-    seen). ``extra`` holds ``precision`` (and ``precision_from``, how it was found),
-    ``rounding_tv`` (the reference sampler at that precision vs the exact rule it implements, same
-    proposer and generator: what float arithmetic alone costs), ``rounding_tv_float32`` and
-    ``rounding_tv_float64`` (the same at each precision), ``algorithmic_tv`` (this sampler vs that
-    reference sampler; with ``expected=``, vs the declared law, since the reference implements the
-    target: ``algorithmic_tv_against`` says which) and ``sampler_calls``. The verdict is
-    ``lossless`` (up to rounding) when the TV to the target is at most ``max(tolerance,
-    2 * rounding_tv)`` (``tolerance`` 2**-40 by default; 0 with ``reference=False`` demands
-    exactness; ``extra["tolerance_from"]`` says which of the two applied); a support violation (an
-    outcome the target never emits) always makes it ``biased``, whatever its size.
+    point (the adapter hands it the laws as float arrays). Rounding is told from bias by one
+    definition, algorithmic bias is what stays at higher precision
+    (:mod:`exactspec.samplers.float_boundary`): a sampler computing coarser than float64 (the
+    ``precision`` given, else the one the adapter declares, else the coarsest float dtype seen
+    handed to it or compared with its uniforms) runs a second time on float64 inputs
+    (:meth:`~exactspec.samplers.Adapter.with_precision`) with its uniforms on the float64 lattice,
+    and the dtypes meeting its randomness there say whether it casts down. ``biased`` iff that run
+    is further than ``tolerance`` (what float64 rounding may cost, 2**-40 by default; 0 demands
+    exactness) from the target (or ``expected=``), or an outcome the target never emits appears at
+    either precision; a sampler that casts down is held to size-derived float32 bounds instead, and
+    between them the verdict is ``undecided`` (exit 3). ``extra["float_boundary"]`` holds the
+    decision, ``extra["algorithmic_tv"]`` the TV it rests on, ``extra["float64_run"]`` the second
+    run. With ``reference=True`` the adapter's correct reference sampler is audited too, as figures
+    only: ``rounding_tv`` (at the sampler's precision, vs the exact rule it implements),
+    ``rounding_tv_float32`` / ``rounding_tv_float64``, and ``reference_tv`` (this sampler vs that
+    reference); a reference further than 2**-12 from its exact rule is refused as broken.
 
     ``cache`` (default True): sampler calls with the same inputs are enumerated once (see
     :class:`_Calls`) and the references run as fast rules where the adapter has them
