@@ -166,7 +166,7 @@ class _Calls:
 
 def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | None = None,
                   draft: Model | None = None, proposer: Any = None, prompt: Sequence[int] = (), tokens: int | None = None,
-                  rng_model: str = "continuous", expected: Model | None = None, reference: bool = True,
+                  rng_model: str = "continuous", expected: Model | None = None, reference: bool | None = None,
                   tolerance: Any = ROUNDING_TOLERANCE, budget: Budget | None = None, search: bool = False,
                   precision: str | None = None, cache: bool = True) -> Any:
     """Audit a real sampler exactly: every draw it makes forks the enumeration, floats are exact rationals.
@@ -184,7 +184,8 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
     either precision; a sampler that casts down is held to size-derived float32 bounds instead, and
     between them the verdict is ``undecided`` (exit 3). ``extra["float_boundary"]`` holds the
     decision, ``extra["algorithmic_tv"]`` the TV it rests on, ``extra["float64_run"]`` the second
-    run. With ``reference=True`` the adapter's correct reference sampler is audited too, as figures
+    run. With ``reference`` (default True for one instance, False for a search) the adapter's
+    correct reference sampler is audited too, as figures
     only: ``rounding_tv`` (at the sampler's precision, vs the exact rule it implements),
     ``rounding_tv_float32`` / ``rounding_tv_float64``, and ``reference_tv`` (this sampler vs that
     reference); a reference further than 2**-12 from its exact rule is refused as broken.
@@ -212,7 +213,9 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
     """
     if search:  # the search chooses target, draft, prompt and tokens; it audits each instance through here
         given = {k: v for k, v in locals().items() if k not in ("sampler", "search")}
+        given["reference"] = bool(reference)        # the rounding figures cost four audits an instance: asked for
         return _SEARCH[0](sampler, **given)
+    reference = True if reference is None else bool(reference)
     adapter = get_adapter(adapter)
     name = getattr(sampler, "__name__", "sampler")
     tol = to_rational(tolerance, "audit_sampler tolerance")

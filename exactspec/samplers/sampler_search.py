@@ -317,16 +317,16 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
 def search_from_audit_sampler(sampler: Any, *, adapter: Any = "numpy", proposer: Any = None,
                               rng_model: str = "continuous", budget: Budget | None = None, target: Any = None,
                               draft: Any = None, prompt: Any = (), tokens: Any = None, expected: Any = None,
-                              reference: bool = True, tolerance: Any = None, **more: Any
+                              reference: bool = False, tolerance: Any = None, **more: Any
                               ) -> Counterexample | EmptySearch | IncompleteSearch:
     """``es.audit_sampler(..., search=True)``: :func:`search_sampler` with audit_sampler's keywords.
 
     The search chooses the laws, prompts and horizons: ``target``, ``draft``, ``prompt``, ``tokens``
-    and ``expected`` must be left out (a typed error says so), as must a non-default ``tolerance``
-    or ``reference`` (the search uses the rounding-aware verdict). ``proposer`` fixes how drafts
-    are made and scored (its gamma or expansion is varied); ``budget``'s ``seconds`` limit the
-    whole search, its other limits each audit. Any other keyword of ``audit_sampler`` is passed
-    to each audit unchanged.
+    and ``expected`` must be left out (a typed error says so). ``tolerance`` (what float64 rounding
+    may cost) and ``precision`` apply to every audit; ``reference`` (the rounding figures) is off
+    unless asked for. ``proposer`` fixes how drafts are made and scored (its gamma or expansion is
+    varied); ``budget``'s ``seconds`` limit the whole search, its other limits each audit. Any
+    other keyword of ``audit_sampler`` is passed to each audit unchanged.
 
     >>> import exactspec as es
     >>> from exactspec.bugzoo import numpy_samplers as zoo
@@ -335,19 +335,17 @@ def search_from_audit_sampler(sampler: Any, *, adapter: Any = "numpy", proposer:
     ...
     exactspec.errors.ExactSpecError: audit_sampler(search=True): target= does not apply: the search chooses the laws, prompts and horizons (use search=False to audit one instance)
     """
-    ROUNDING_TOLERANCE = _sampler_audit.ROUNDING_TOLERANCE
     given = [k for k, v in (("target", target), ("draft", draft), ("tokens", tokens), ("expected", expected))
              if v is not None] + (["prompt"] if tuple(prompt) != () else [])
-    if not reference:
-        given.append("reference")
-    if tolerance is not None and tolerance is not ROUNDING_TOLERANCE and tolerance != ROUNDING_TOLERANCE:
-        given.append("tolerance")
+    if tolerance is not None:
+        more["tolerance"] = tolerance
     if given:
         raise ExactSpecError(f"audit_sampler(search=True): {'= and '.join(given)}= do"
                              f"{'es' if len(given) == 1 else ''} not apply: the search chooses the laws, prompts and "
                              "horizons (use search=False to audit one instance)")
     seconds = None if budget is None else budget.seconds
     return search_sampler(sampler, adapter=adapter, proposer=proposer, rng_model=rng_model, budget=seconds,
+                          reference=bool(reference),
                           instance_budget=None if budget is None else Budget(
                               paths=budget.paths, depth=budget.depth, outcomes=budget.outcomes), **more)
 
