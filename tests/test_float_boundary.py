@@ -201,3 +201,20 @@ def test_a_float32_mask_among_the_adapters_tensors_is_not_a_cast():
                          proposer=es.drafts.tree((2,), children="without_replacement", claim="renormalized"))
     b = r.extra["float_boundary"]
     assert r.verdict == "lossless" and b["forced"] is False and F(b["f64_tv"]) <= F64_ALLOWANCE < r.tv
+
+
+def test_a_wrong_position_bonus_shrinks_to_an_instance_that_shows_it():
+    # the bonus token is drawn from the target law at the first position: invisible on context-free laws, where
+    # the previous rule still read float32 rounding as "biased, not rounding" and shrank there
+    from exactspec.counterexamples.space import Space
+    from exactspec.samplers.sampler_search import search_sampler
+    space = Space(vocabs=(2, 3), shapes=((1,),), tokens=(2,), random_points=3, exhaustive_denominator=2)
+    ce = search_sampler(z.bonus_from_first_position, adapter="transformers", space=space, progress=False)
+    assert ce.found and ce.instance.family != "context_free" and ce.instance.tokens == 2
+    # what stays at float64 (the minimal instance has a zero where the bonus position's law has none)
+    assert ce.extra["verdict_reason"] in ("a support violation at float32 and at float64: an outcome the expected "
+                                          "law never emits",) or ce.extra["verdict_reason"].startswith(
+                                              "algorithmic: the same code on float64 inputs")
+    assert F(ce.extra["algorithmic_tv"]) > F(1, 100)
+    # and the regression test it prints audits the sampler on that instance
+    assert "bonus_from_first_position" in ce.to_pytest()
