@@ -218,3 +218,13 @@ def test_a_wrong_position_bonus_shrinks_to_an_instance_that_shows_it():
     assert F(ce.extra["algorithmic_tv"]) > F(1, 100)
     # and the regression test it prints audits the sampler on that instance
     assert "bonus_from_first_position" in ce.to_pytest()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampler, adapter", [(f, a) for f, a, claim in z.ZOO if claim == "lossless"]
+                         + [(z.mss_from_logits, "torch-tree")])
+def test_correct_float32_code_is_lossless_under_the_default_search(sampler, adapter):
+    # issue 16: correct float32 code written in common ways came out "biased" from the default search
+    from exactspec.samplers.sampler_search import search_sampler
+    found = search_sampler(sampler, adapter=adapter, progress=False)
+    assert isinstance(found, es.EmptySearch) and found.exit_code == 0, str(found)
