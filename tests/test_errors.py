@@ -15,6 +15,7 @@ from fractions import Fraction as F
 import pytest
 
 import exactspec as es
+from exactspec.enumerate.step import Meter
 
 HALF = es.models.context_free((F(1, 2), F(1, 2)), name="half")
 QUARTER = es.models.context_free((F(1, 4), F(3, 4)), name="quarter")
@@ -372,14 +373,39 @@ def test_depth_budget_exceeded():
 
 
 def test_time_budget_exceeded_while_enumerating():
-    # the deadline is checked every 256 branches; a microsecond is over by then
+    # the deadline is checked every 256 branches. On a clock the test controls, where each branch (one
+    # call of the rule) costs one second, a 100 s budget is found spent at the 256th branch, on any machine
+    now = [0]
+
+    def costly(step, rng):
+        now[0] += 1
+        return es.rules.speculative_sampling.fn(step, rng)
+
     big = es.models.random_table(vocab=4, order=1)
     with pytest.raises(es.BudgetExceeded) as info:
         es.audit(target=big, draft=es.models.perturbed(big), proposer=es.drafts.chain(3),
-                 rule="speculative_sampling", prompt=(0,), tokens=3, budget=es.Budget(seconds=1e-6),
+                 rule=costly, prompt=(0,), tokens=3, budget=es.Budget(seconds=100, clock=lambda: now[0]),
                  closed_form=False)
-    assert info.value.what == "seconds"
-    assert info.value.covered["paths"] == 256
+    assert info.value.what == "seconds" and info.value.limit == 100
+    # the 256th branch is counted, and the clock read, before the rule runs on it: 255 calls, 255 s
+    assert info.value.covered["paths"] == 256 and info.value.covered["seconds"] == 255
+    # the same audit on the same clock with time to spare is complete: the budget, not the rule, stopped it
+    now[0] = 0
+    rep = es.audit(target=big, draft=es.models.perturbed(big), proposer=es.drafts.chain(3), rule=costly,
+                   prompt=(0,), tokens=3, budget=es.Budget(seconds=10 ** 9, clock=lambda: now[0]), closed_form=False)
+    assert rep.lossless and rep.paths == now[0] > 256
+
+
+def test_a_budget_clock_of_the_callers_starts_no_watchdog():
+    # a clock that is not real time is read at the engine's checkpoints only: no thread, no async raise
+    import threading
+    before = threading.active_count()
+    meter = Meter(es.Budget(seconds=1, clock=lambda: 0.0))
+    with meter.guard():
+        assert threading.active_count() == before
+        meter.check_time()      # the clock stands still: never spent
+    with pytest.raises(es.ExactSpecError, match="clock must be a function"):
+        es.Budget(seconds=1, clock=5)
 
 
 @pytest.mark.parametrize("kwargs, fragment", [

@@ -31,21 +31,38 @@ class Budget:
     expected law) hold together, which is what their memory grows with: the law of ``tokens``
     tokens can have ``vocab ** tokens`` of them.
 
+    ``clock`` is the time source ``seconds`` are measured on (default :func:`time.perf_counter`).
+    With the default clock a watchdog thread also stops code that never returns to the engine (a
+    rule's busy loop); a clock of your own (a test's, to check the budget without depending on the
+    machine's speed) is read only at the engine's checkpoints: every 256 branches and before each
+    step law, and no watchdog thread is started.
+
     >>> Budget(paths=1000).paths
     1000
+    >>> now = [0.0]
+    >>> Budget(seconds=2, clock=lambda: now[0]).clock()
+    0.0
     """
 
     def __init__(self, *, paths: int | None = 5_000_000, depth: int | None = 10_000,
-                 seconds: float | None = None, outcomes: int | None = 5_000_000) -> None:
+                 seconds: float | None = None, outcomes: int | None = 5_000_000,
+                 clock: Callable[[], float] | None = None) -> None:
         for name, v in (("paths", paths), ("depth", depth), ("outcomes", outcomes)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ExactSpecError(f"Budget: {name} must be a positive int or None, got {v!r}")
         if seconds is not None and not (isinstance(seconds, (int, float)) and seconds > 0):
             raise ExactSpecError(f"Budget: seconds must be a positive number or None, got {seconds!r}")
+        if clock is not None and not callable(clock):
+            raise ExactSpecError(f"Budget: clock must be a function returning seconds (like time.perf_counter) "
+                                 f"or None, got {clock!r}")
         self.paths, self.depth, self.seconds, self.outcomes = paths, depth, seconds, outcomes
+        self.custom_clock = clock is not None
+        self.clock: Callable[[], float] = time.perf_counter if clock is None else clock
 
     def __repr__(self) -> str:
-        return f"Budget(paths={self.paths}, depth={self.depth}, seconds={self.seconds}, outcomes={self.outcomes})"
+        clock = f", clock={self.clock!r}" if self.custom_clock else ""
+        return (f"Budget(paths={self.paths}, depth={self.depth}, seconds={self.seconds}, "
+                f"outcomes={self.outcomes}{clock})")
 
 
 class Meter:
@@ -56,12 +73,13 @@ class Meter:
         self.paths = 0
         self.steps = 0
         self.outcomes = 0
-        self.start = time.perf_counter()
+        self.clock = budget.clock
+        self.start = self.clock()
         self.deadline = None if budget.seconds is None else self.start + budget.seconds
 
     def covered(self) -> dict[str, Any]:
         return {"paths": self.paths, "step laws": self.steps,
-                "seconds": round(time.perf_counter() - self.start, 3)}
+                "seconds": round(self.clock() - self.start, 3)}
 
     def tick(self) -> None:
         """Count one more branch, or raise BudgetExceeded if the paths or time budget is spent."""
@@ -81,7 +99,7 @@ class Meter:
 
     def check_time(self) -> None:
         """Raise BudgetExceeded if the time budget is spent."""
-        if self.deadline is not None and time.perf_counter() > self.deadline:
+        if self.deadline is not None and self.clock() > self.deadline:
             raise BudgetExceeded("seconds", self.budget.seconds, covered=self.covered())
 
     def guard(self) -> guard:
@@ -90,7 +108,8 @@ class Meter:
         It stops the block when the time budget (counted from the meter's start) is spent,
         wherever it is (a rule's busy loop, a closed form, the expected law), and turns
         ``MemoryError`` and ``RecursionError`` into BudgetExceeded; each error carries ``covered()``.
-        Without a time budget no thread is started.
+        Without a time budget, or with a clock of the caller's (``Budget(clock=...)``: not real time),
+        no thread is started.
 
         >>> meter = Meter(Budget(seconds=0.05))
         >>> try:
@@ -101,7 +120,9 @@ class Meter:
         ...     print(e.what, e.limit, sorted(e.covered)[:2])
         seconds 0.05 ['paths', 'seconds']
         """
-        left = None if self.deadline is None else max(0.0, self.deadline - time.perf_counter())
+        if self.deadline is None or self.budget.custom_clock:
+            return guard(None, covered=self.covered, limit=self.budget.seconds)
+        left = max(0.0, self.deadline - self.clock())
         return guard(left, covered=self.covered, limit=self.budget.seconds)
 
 
