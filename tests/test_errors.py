@@ -16,6 +16,7 @@ import pytest
 
 import exactspec as es
 from exactspec.enumerate.step import Meter
+from exactspec.fields import get_field
 
 HALF = es.models.context_free((F(1, 2), F(1, 2)), name="half")
 QUARTER = es.models.context_free((F(1, 4), F(3, 4)), name="quarter")
@@ -417,6 +418,50 @@ def test_a_budget_clock_of_the_callers_starts_no_watchdog():
 def test_bad_budget(kwargs, fragment):
     with pytest.raises(es.ExactSpecError, match=re.escape(fragment)):
         es.Budget(**kwargs)
+
+
+def _bare_number_budget_calls():
+    from exactspec.bugzoo import numpy_samplers as zoo
+    half = es.models.context_free(("1/2", "1/2"))
+    return {
+        "audit": lambda b: es.audit(target=half, draft=half, rule="speculative_sampling", tokens=1, budget=b),
+        "audit_sampler": lambda b: es.audit_sampler(zoo.correct, target=half, draft=half, tokens=1, budget=b),
+        "audit_sampler(search=True)": lambda b: es.audit_sampler(zoo.correct, search=True, budget=b),
+        "audit_loop": lambda b: es.audit_loop(lambda t, d, p: None, target=half, draft=half, prompt=(0,),
+                                              budget=b),
+        "Engine": lambda b: es.enumerate.Engine("speculative_sampling", es.drafts.chain(1), half, half,
+                                                get_field(), budget=b),
+    }
+
+
+@pytest.mark.parametrize("entry", ["audit", "audit_sampler", "audit_sampler(search=True)", "audit_loop", "Engine"])
+@pytest.mark.parametrize("bad, hint", [(5, "budget=es.Budget(seconds=5)"), (2.5, "budget=es.Budget(seconds=2.5)"),
+                                       ("10s", "e.g. budget=es.Budget(seconds=5)")])
+def test_a_bare_number_as_budget_is_a_typed_error_saying_what_to_pass(entry, bad, hint):
+    # was: AttributeError: 'int' object has no attribute 'clock' (or 'seconds') from deep inside the audit
+    where = entry.split("(")[0]
+    with pytest.raises(es.ExactSpecError) as info:
+        _bare_number_budget_calls()[entry](bad)
+    assert type(info.value) is es.ExactSpecError and info.value.exit_code == 2
+    assert str(info.value).startswith(f"{where}: budget must be an es.Budget or None, got {bad!r} "
+                                      f"({type(bad).__name__}); ")
+    assert hint in str(info.value)
+
+
+def test_a_bare_number_as_instance_budget_is_a_typed_error():
+    from exactspec.bugzoo import numpy_samplers as zoo
+    with pytest.raises(es.ExactSpecError, match=re.escape(
+            "search_instances: instance_budget must be an es.Budget or None, got 5 (int); for a time limit of 5 "
+            "seconds pass instance_budget=es.Budget(seconds=5)")):
+        es.samplers.search_sampler(zoo.correct, instance_budget=5)
+
+
+def test_searches_still_take_their_budget_in_seconds():
+    # search / search_sampler document budget as seconds: a number stays valid there
+    from exactspec.bugzoo import numpy_samplers as zoo
+    for found in (es.counterexamples.search("speculative_sampling", budget=5, max_instances=3),
+                  es.samplers.search_sampler(zoo.correct, budget=5, max_instances=2)):
+        assert isinstance(found, es.IncompleteSearch) and "max_instances" in found.reason
 
 
 # -- UnsupportedRandomness ------------------------------------------------------------------------------

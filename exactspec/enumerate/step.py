@@ -20,7 +20,7 @@ from ..errors import BudgetExceeded, ExactSpecError, RuleError
 from .rng import PathRng, _Diverged
 from .watchdog import guard
 
-__all__ = ["Budget", "StepEnumerator", "run_rule"]
+__all__ = ["Budget", "StepEnumerator", "run_rule", "check_budget"]
 
 
 class Budget:
@@ -65,10 +65,35 @@ class Budget:
                 f"outcomes={self.outcomes}{clock})")
 
 
+def check_budget(budget: Any, where: str, name: str = "budget") -> Budget | None:
+    """``budget`` if it is a :class:`Budget` or None; otherwise a typed error naming ``where``, ``name`` and what to pass.
+
+    A bare number is refused rather than guessed at (seconds? paths?): ``es.Budget(seconds=5)``
+    says which limit it is.
+
+    >>> check_budget(None, "audit") is None
+    True
+    >>> check_budget(5, "audit")
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.ExactSpecError: audit: budget must be an es.Budget or None, got 5 (int); for a time limit of 5 seconds pass budget=es.Budget(seconds=5) (es.Budget also limits paths, depth and outcomes)
+    """
+    if budget is None or isinstance(budget, Budget):
+        return budget
+    hint = ""
+    if isinstance(budget, (int, float)) and not isinstance(budget, bool):
+        hint = f"; for a time limit of {budget!r} seconds pass {name}=es.Budget(seconds={budget!r})"
+    else:
+        hint = f"; e.g. {name}=es.Budget(seconds=5)"
+    raise ExactSpecError(f"{where}: {name} must be an es.Budget or None, got {budget!r} ({type(budget).__name__})"
+                         f"{hint} (es.Budget also limits paths, depth and outcomes)")
+
+
 class Meter:
     """Counts branches and watches the clock for one audit."""
 
     def __init__(self, budget: Budget) -> None:
+        check_budget(budget, "Meter")
         self.budget = budget
         self.paths = 0
         self.steps = 0
