@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from types import GeneratorType
 from typing import Any, Callable
@@ -175,8 +176,10 @@ def run_rule(fn: Callable, step: Any, rng: Any, horizon: int | None, vocab: int,
 
     A generator rule is stopped as soon as ``horizon`` tokens are out, so nothing after the
     horizon is drawn; a rule returning a sequence is cut after it returns. A step emitting more
-    than ``cap`` tokens (the proposer's ``max_tokens()``) is a RuleError, raised as soon as the
-    token past ``cap`` is out, so an endless generator stops at once even uncut.
+    than ``cap`` tokens (the proposer's ``max_tokens()``: ``gamma + 1`` for a chain, ``depth + 1``
+    for a tree) is a RuleError, raised as soon as the token past ``cap`` is out, so an endless
+    generator stops at once even uncut. Whatever iterable a rule returns is read the same way, at
+    most ``cap + 1`` items (``horizon`` without a cap): an endless iterator is never materialised.
 
     >>> def endless(step, rng):
     ...     while True:
@@ -187,6 +190,11 @@ def run_rule(fn: Callable, step: Any, rng: Any, horizon: int | None, vocab: int,
     Traceback (most recent call last):
     ...
     exactspec.errors.RuleError: rule endless emitted more than 5 tokens in one step (at most 4 accepted drafts plus one correction or bonus)
+    >>> import itertools
+    >>> run_rule(lambda step, rng: itertools.repeat(1), None, None, None, 2, "repeats", cap=2)
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.RuleError: rule repeats emitted more than 2 tokens in one step (at most 1 accepted drafts plus one correction or bonus)
     """
     res = fn(step, rng)
     out: list[int] = []
@@ -207,9 +215,11 @@ def run_rule(fn: Callable, step: Any, rng: Any, horizon: int | None, vocab: int,
         if res is None:
             raise RuleError(f"rule {name} returned None: return (or yield) the emitted tokens")
         try:
-            seq = list(res)
+            items = iter(res)
         except TypeError:
             raise RuleError(f"rule {name} returned {res!r}: return (or yield) the emitted tokens") from None
+        # an iterator may be endless (itertools.count()): read no more than can be legal, plus one to tell
+        seq = list(items if stop is None else itertools.islice(items, stop if cap is None else cap + 1))
         if cap is not None and len(seq) > cap:
             raise _too_many(name, cap)
         out = [_token(t, vocab, name) for t in (seq if horizon is None else seq[:horizon])]
