@@ -1063,6 +1063,32 @@ def _guarded(cmd: Callable[[Any], int], args: Any) -> int:
         return cmd(args)
 
 
+#: seconds the command waits, once it has its exit code, for threads user code started to end by themselves
+THREAD_GRACE = 2.0
+
+
+def _lingering_threads(grace: float) -> list[Any]:
+    """Non-daemon threads other than the main one still alive ``grace`` seconds from now (joined meanwhile).
+
+    Python waits for every non-daemon thread before the process exits, so one that user code started
+    and never ends (a module that starts a thread drawing random numbers in a loop) would keep the
+    command from ever returning its exit code.
+
+    >>> _lingering_threads(0.0)
+    []
+    """
+    import threading
+    end = time.monotonic() + grace
+    alive = []
+    for t in threading.enumerate():
+        if t is threading.main_thread() or t.daemon:
+            continue
+        t.join(max(0.0, end - time.monotonic()))
+        if t.is_alive():
+            alive.append(t)
+    return alive
+
+
 def entry() -> None:
     """Console-script entry point."""
     code = main()
@@ -1073,4 +1099,15 @@ def entry() -> None:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except OSError:
             pass
+    lingering = _lingering_threads(THREAD_GRACE)
+    if lingering:   # the verdict is out: do not wait forever on threads user code started and never ends
+        names = ", ".join(t.name for t in lingering[:5]) + (", ..." if len(lingering) > 5 else "")
+        _Out.write(f"exactspec: note: {len(lingering)} thread(s) started by user code still running after "
+                   f"{THREAD_GRACE:g} s ({names}); exiting without waiting for them", err=True)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (BrokenPipeError, OSError):
+            pass
+        os._exit(code)
     sys.exit(code)
