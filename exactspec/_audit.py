@@ -10,6 +10,7 @@ from typing import Any, Sequence
 from .drafts import chain
 from .enumerate import Budget, Engine, greedy_sequence, target_law
 from .enumerate.rng import Lattice, lattice_for
+from .enumerate.step import check_budget
 from .errors import ExactSpecError
 from .fields import Field, get_field
 from .laws import total_variation
@@ -138,6 +139,7 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     (True, Fraction(0, 1), True)
     """
     t0 = time.perf_counter()
+    check_budget(budget, "audit")
     inputs = validate_audit(target=target, rule=rule, draft=draft, proposer=proposer, prompt=prompt, tokens=tokens,
                             decoding=decoding, field=field, precision=precision, tolerance=tolerance,
                             expected=expected, worst=worst, backend=backend, rng_model=rng_model)

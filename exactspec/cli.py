@@ -255,15 +255,41 @@ def adapter_names() -> tuple[str, ...]:
     return tuple(found)
 
 
-def _ints(text: str, flag: str, what: str) -> tuple[int, ...]:
-    """Parse '0 1' or '0,1' into ints, or a one-line error naming the flag."""
+def _ints(text: str, flag: str, what: str, *, empty: bool = False) -> tuple[int, ...]:
+    """Parse '0 1' or '0,1' into ints, or a one-line error naming the flag.
+
+    Every option given as a list goes through here (or :func:`_names`), so a given but empty value
+    (``--expansion ''``) is refused the same way everywhere, never taken for the default; only a
+    list that may be empty (``--prompt ''``: the empty prompt) passes ``empty=True``.
+
+    >>> _ints("2,1", "--expansion", "ints like '2 1'")
+    (2, 1)
+    >>> _ints(" ", "--expansion", "ints like '2 1'")
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.ExactSpecError: --expansion must be ints like '2 1', got ' ' (empty)
+    """
     parts = text.replace(",", " ").split()
+    if not parts and not empty:
+        raise ExactSpecError(f"{flag} must be {what}, got {text!r} (empty)")
     if any(len(t) > 12 for t in parts):
         raise ExactSpecError(f"{flag} must be {what}, got {text[:40]!r}")
     try:
         return tuple(int(t) for t in parts)
     except ValueError:
         raise ExactSpecError(f"{flag} must be {what}, got {text!r}") from None
+
+
+def _names(text: str, flag: str, what: str) -> list[str]:
+    """Parse 'a,b' or 'a b' into names, or a one-line error naming the flag when none is given.
+
+    >>> _names("speculative_sampling, mss", "--rules", "catalog names")
+    ['speculative_sampling', 'mss']
+    """
+    names = [n for n in text.replace(",", " ").split() if n]
+    if not names:
+        raise ExactSpecError(f"{flag} must be {what}, got {text!r} (empty)")
+    return names
 
 
 _load = load_object
@@ -298,7 +324,7 @@ def _instance(args: Any, family: str, prompt: tuple | None) -> tuple[Any, Any]:
     if family != "tree":
         return inst, inst.proposer
     from .drafts import tree
-    expansion = _ints(args.expansion or "2 1", "--expansion", "ints like '2 1'")
+    expansion = _ints("2 1" if args.expansion is None else args.expansion, "--expansion", "ints like '2 1'")
     return inst, tree(expansion, children=args.children or "iid", claim=args.claim)
 
 
@@ -485,7 +511,7 @@ def _cmd_audit(args: Any) -> int:
     _no_timings_needs_json(args)
     rule = _rule(args.rule)
     _family_options(args, rule.family, f"rule {rule.name}")
-    prompt = None if args.prompt is None else _ints(args.prompt, "--prompt", "token ids like '0 1'")
+    prompt = None if args.prompt is None else _ints(args.prompt, "--prompt", "token ids like '0 1'", empty=True)
     inst, proposer = _instance(args, rule.family, prompt)
     rep = audit(target=inst.target, draft=inst.draft, proposer=proposer, rule=rule, prompt=inst.prompt,
                 tokens=_horizon(args, proposer), decoding=args.decoding, field=args.field, precision=args.precision,
@@ -563,7 +589,8 @@ def _cmd_prove(args: Any) -> int:
     if rule.family == "tree":
         if args.gamma is not None or args.sampling is not None:
             raise ExactSpecError(f"--gamma and --sampling do not apply to rule {rule.name}, which verifies trees")
-        exp = _ints(args.expansion, "--expansion", "children per depth like '2' or '2 1'") if args.expansion else (2,)
+        exp = (2,) if args.expansion is None else _ints(args.expansion, "--expansion",
+                                                          "children per depth like '2' or '2 1'")
         proposer = tree(tuple(exp), children=args.children or "iid", claim=args.claim or "draft")
     else:
         if args.expansion is not None or args.children is not None:
@@ -591,8 +618,9 @@ def _cmd_sweep(args: Any) -> int:
         raise ExactSpecError("--no-timings applies to --json or --csv output")
     if args.workers is not None and args.workers < 0:
         raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {args.workers}")
-    rules = None if args.rules is None else [r for r in args.rules.replace(",", " ").split() if r]
-    proposers = None if args.proposers is None else [p for p in args.proposers.replace(",", " ").split() if p]
+    rules = None if args.rules is None else _names(args.rules, "--rules", "catalog names like 'speculative_sampling,mss'")
+    proposers = None if args.proposers is None else _names(args.proposers, "--proposers", "proposers like "
+                                                           "'sample/draft argmax/point_mass'")
     tokens: tuple = (None,) if args.tokens is None else _ints(args.tokens, "--tokens", "ints like '3 6'")
     table = sweep(rules, proposers, _ints(args.vocabs, "--vocabs", "ints like '2 3'"),
                   _ints(args.gammas, "--gammas", "ints like '1 2 4'"), tokens, family=args.family, order=args.order,
@@ -1062,6 +1090,32 @@ def _guarded(cmd: Callable[[Any], int], args: Any) -> int:
         return cmd(args)
 
 
+#: seconds the command waits, once it has its exit code, for threads user code started to end by themselves
+THREAD_GRACE = 2.0
+
+
+def _lingering_threads(grace: float) -> list[Any]:
+    """Non-daemon threads other than the main one still alive ``grace`` seconds from now (joined meanwhile).
+
+    Python waits for every non-daemon thread before the process exits, so one that user code started
+    and never ends (a module that starts a thread drawing random numbers in a loop) would keep the
+    command from ever returning its exit code.
+
+    >>> _lingering_threads(0.0)
+    []
+    """
+    import threading
+    end = time.monotonic() + grace
+    alive = []
+    for t in threading.enumerate():
+        if t is threading.main_thread() or t.daemon:
+            continue
+        t.join(max(0.0, end - time.monotonic()))
+        if t.is_alive():
+            alive.append(t)
+    return alive
+
+
 def entry() -> None:
     """Console-script entry point."""
     code = main()
@@ -1072,4 +1126,15 @@ def entry() -> None:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except OSError:
             pass
+    lingering = _lingering_threads(THREAD_GRACE)
+    if lingering:   # the verdict is out: do not wait forever on threads user code started and never ends
+        names = ", ".join(t.name for t in lingering[:5]) + (", ..." if len(lingering) > 5 else "")
+        _Out.write(f"exactspec: note: {len(lingering)} thread(s) started by user code still running after "
+                   f"{THREAD_GRACE:g} s ({names}); exiting without waiting for them", err=True)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (BrokenPipeError, OSError):
+            pass
+        os._exit(code)
     sys.exit(code)

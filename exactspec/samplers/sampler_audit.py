@@ -23,6 +23,7 @@ import numpy as np
 
 from .._audit import AuditInputs, audit, run_audit, validate_audit
 from ..enumerate import Budget
+from ..enumerate.step import check_budget
 from ..errors import BudgetExceeded, ExactSpecError, RuleError
 from ..laws import to_rational, total_variation
 from ..models import Model
@@ -211,6 +212,7 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
     ``search=True``: no single instance but an exact search over small ones, returning a minimal
     Counterexample, an EmptySearch or an IncompleteSearch (:mod:`exactspec.samplers.sampler_search`).
     """
+    check_budget(budget, "audit_sampler")
     if search:  # the search chooses target, draft, prompt and tokens; it audits each instance through here
         given = {k: v for k, v in locals().items() if k not in ("sampler", "search")}
         given["reference"] = bool(reference)        # the rounding figures cost four audits an instance: asked for

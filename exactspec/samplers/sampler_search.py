@@ -35,6 +35,7 @@ from ..counterexamples.searching import (_cell_instances, _Clock, _count, _defau
                                          _seconds, _tally_failure, shrink_by)
 from ..counterexamples.space import SearchInstance, Space
 from ..enumerate import Budget
+from ..enumerate.step import check_budget
 from ..errors import ExactSpecError, InexactArithmetic, UnsupportedRandomness
 from ..report import AuditReport
 from . import sampler_audit as _sampler_audit
@@ -179,6 +180,7 @@ def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space |
     (False, 30)
     """
     seconds = _seconds(budget, "search_instances: budget")
+    check_budget(instance_budget, "search_instances", "instance_budget")
     max_instances = _count(max_instances, "search_instances: max_instances", 1)
     if not callable(audit_one):
         raise ExactSpecError(f"search_instances: audit_one must be a function instance -> AuditReport, got "
