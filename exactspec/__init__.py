@@ -19,6 +19,7 @@ from .sweep import sweep
 from .enumerate import Budget
 from .errors import (BudgetExceeded, ExactSpecError, InexactArithmetic, InvalidDistribution, ModelError, RuleError,
                      UnsupportedRandomness)
+from .errors import NotARule
 from .fields import get_field
 from .protocols import Rng, Step, TreeStep
 from .report import AuditReport, Outcome
@@ -37,4 +38,4 @@ def __getattr__(name: str):  # `es.strategies` imports hypothesis's strategies o
 __all__ = ["audit", "prove", "Proof", "Refutation", "audit_sampler", "audit_loop", "stand_in", "HorizonWarning", "Counterexample", "EmptySearch", "IncompleteSearch", "audit_statistically", "statistical", "samplers", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "Step", "TreeStep", "Rng", "models", "drafts", "rules", "laws",
            "theory", "trees", "counterexamples", "strategies", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
            "RuleError", "ModelError", "UnsupportedRandomness", "__version__"]
-__all__ += ["assert_sampler_lossless", "assert_loop_lossless", "IncompleteCheckError"]
+__all__ += ["assert_sampler_lossless", "assert_loop_lossless", "IncompleteCheckError", "NotARule"]
