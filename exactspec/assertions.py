@@ -118,7 +118,8 @@ def _audit_options(fn: Callable[..., Any], given: dict, where: str) -> dict:
     bad = sorted(k for k in given if k not in known)
     if bad:
         from .errors import ExactSpecError
-        raise ExactSpecError(f"{where}: unknown option(s) {', '.join(bad)} (options: {', '.join(sorted(known | set(_OWN) - {'progress', 'instance_budget'}))})")
+        options = sorted(known | set(_OWN) - {"progress", "instance_budget"})
+        raise ExactSpecError(f"{where}: unknown option(s) {', '.join(bad)} (options: {', '.join(options)})")
     return dict(given)
 
 
@@ -174,15 +175,22 @@ def _regression(result: Any) -> list[str]:
 
 
 def _judge(result: Any, what: str, *, stacklevel: int = 3) -> Any:
-    """Pass (return ``result``) only on a complete check that found no bias; otherwise raise with the text."""
-    from .counterexamples import Counterexample, EmptySearch, IncompleteSearch
-    if isinstance(result, EmptySearch):
-        return result
-    if isinstance(result, Counterexample):
-        lines = [f"{what} is biased: an exact search over small instances found this minimal counterexample", "",
-                 str(result)] + _regression(result)
-        raise LossAssertionError("\n".join(lines), None, result)
-    if isinstance(result, IncompleteSearch):
+    """Pass (return ``result``) only on a complete check that found no bias (exit code 0); otherwise raise.
+
+    Decided by the result's ``exit_code``, as the CLI is: 0 passes, 1 (a bias) raises
+    :class:`LossAssertionError`, anything else (3: incomplete or undecided) :class:`IncompleteCheckError`.
+    """
+    from .report import AuditReport
+    code = getattr(result, "exit_code", None)
+    if not isinstance(result, AuditReport):      # a search: a Counterexample, an EmptySearch, an IncompleteSearch
+        if code == 0 and result.complete and not result.found:
+            return result
+        if code == 1 and result.found:
+            kind = getattr(result, "kind", "")
+            verdict = "crashes on valid inputs" if kind == "crash" else "is biased"
+            lines = [f"{what} {verdict}: an exact search over small instances found this minimal counterexample", "",
+                     str(result)] + _regression(result)
+            raise LossAssertionError("\n".join(lines), None, result)
         lines = [f"{what}: the exact search did not cover its space, so nothing was proven and this assertion fails "
                  "(an incomplete check never passes)", "", str(result), "",
                  "to finish it: raise budget= (seconds) or max_instances=, or bound the space (vocab=, gamma=, "
@@ -191,7 +199,6 @@ def _judge(result: Any, what: str, *, stacklevel: int = 3) -> Any:
         err.result = result
         raise err
     report = result    # one instance
-    code = report.exit_code
     if code == 0:
         if report.scope.get("note") and not report.scope.get("complete", True):
             warnings.warn(HorizonWarning(f"{what}: {report.scope['note']}"), stacklevel=stacklevel)

@@ -36,7 +36,7 @@ def test_the_default_is_the_search_of_audit_sampler_search_true():
     mine = info.value.result
     from exactspec.samplers.sampler_search import search_sampler
     theirs = search_sampler(zoo.correct, max_instances=30)
-    assert es.audit_sampler.__kwdefaults__["search"] is False and isinstance(theirs, IncompleteSearch)
+    assert isinstance(theirs, IncompleteSearch)
     assert (mine.audited, mine.space, mine.stopped_in, mine.cells_covered, mine.cells_total) == (
         theirs.audited, theirs.space, theirs.stopped_in, theirs.cells_covered, theirs.cells_total)
     assert mine.space == es.samplers.sampler_search.sampler_space().describe() and mine.cells_total == 27
@@ -50,7 +50,7 @@ def test_biased_sampler_fails_with_the_counterexample_and_its_regression_test():
     ce = err.counterexample
     assert isinstance(ce, Counterexample) and err.result is ce
     expected = es.audit_sampler(zoo.shared_uniform, search=True)      # the search the assertion runs
-    assert (ce.instance, ce.tv) == (expected.instance, expected.tv) and ce.tv == F(1, 4)
+    assert (ce.instance, ce.tv, ce.output) == (expected.instance, expected.tv, expected.output) and ce.tv > 0
     text = str(err)
     assert text.splitlines()[0] == ("sampler shared_uniform (adapter numpy) is biased: an exact search over small "
                                     "instances found this minimal counterexample")
