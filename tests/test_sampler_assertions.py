@@ -89,6 +89,15 @@ def test_a_spent_budget_is_an_incomplete_check():
     assert "ran past its budget" in str(info.value) and "paths limit 3" in str(info.value)
 
 
+def test_audits_past_their_budget_make_the_search_incomplete():
+    # es.Budget(paths=2): every audit of the search runs past 2 paths (a deterministic counter, not a clock)
+    with pytest.raises(es.IncompleteCheckError) as info:
+        es.assert_sampler_lossless(zoo.correct, vocab=2, gamma=1, budget=es.Budget(paths=2))
+    result = info.value.result
+    assert isinstance(result, IncompleteSearch) and result.over_budget > 0
+    assert "ran past the audit budget" in str(info.value)
+
+
 def test_one_instance_on_request():
     report = es.assert_sampler_lossless(zoo.correct, search=False, target=P, draft=Q, proposer=es.drafts.chain(1))
     assert report.verdict == "lossless" and report.tv == 0
