@@ -184,6 +184,12 @@ def broken(step, rng):
 
 half = es.models.context_free(("1/2", "1/2"))
 es.audit(target=half, draft=half, rule=broken, tokens=1)''',
+    "NotARule": '''\
+def my_sampler(draft_ids, draft_probs, target_probs, rng):   # a sampler, not a rule fn(step, rng)
+    ...
+
+half = es.models.context_free(("1/2", "1/2"))
+es.audit(target=half, draft=half, rule=my_sampler, tokens=1)''',
     "UnsupportedRandomness": '''\
 def uses_float(step, rng):
     u = float(rng.uniform())       # only comparisons and affine arithmetic can be enumerated

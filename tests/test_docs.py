@@ -205,6 +205,8 @@ def _check_counterexamples(ns: dict, printed: str) -> None:
                 prompt=(0,), tokens=2)
     ns["test_my_rule_is_lossless"].hypothesis.inner_test(inst)
     ns["test_my_rule"](es.assert_lossless)
+    ns["test_sampler_is_lossless"]()      # the sampler CI assertion: a search that comes back empty
+    assert ns["pytestmark"].kwargs == {"adapter": "numpy", "vocab": 3}
 
 
 def _check_samplers(ns: dict, printed: str) -> None:

@@ -242,6 +242,8 @@ class StepEnumerator:
         self._supports: dict = {}
         max_tokens = getattr(proposer, "max_tokens", None)
         self.cap: int | None = max_tokens() if callable(max_tokens) else None
+        #: the rule has returned at least once (a binding TypeError after that is not about its signature)
+        self._ran = False
 
     def law(self, context: tuple, horizon: int | None, stats: dict | None = None) -> dict:
         """Exact law of the emitted tokens (each tuple cut at ``horizon``) of one step from ``context``.
@@ -275,8 +277,10 @@ class StepEnumerator:
                 raise   # resources run out are budget errors (see watchdog.guard), not the rule's fault
             except Exception as exc:
                 trace = rng.trace
+                from ..rules._shape import binding_hint   # a sampler or loop whose first call as fn(step, rng) failed
+                hint = binding_hint(fn, exc, run_rule.__code__, not self._ran)
                 raise RuleError(
-                    f"rule {name} raised {type(exc).__name__}: {exc} (context {context}, draws {trace}); "
+                    f"rule {name} raised {type(exc).__name__}: {exc}{hint} (context {context}, draws {trace}); "
                     "call .replay() on this error to re-run that branch",
                     rule=name, trace=trace, replay=self._replayer(context, horizon, rng.choices)) from exc
             except SystemExit as exc:   # user code ending the process is a failure (exit 2), never a verdict
@@ -284,6 +288,7 @@ class StepEnumerator:
                 raise RuleError(f"rule {name} called sys.exit({exc.code!r}) (context {context}, draws {trace})",
                                 rule=name, trace=trace,
                                 replay=self._replayer(context, horizon, rng.choices)) from None
+            self._ran = True
             law[out] = law.get(out, 0) + rng.weight
             if stats is not None:
                 n = getattr(step, "accepted", 0)

@@ -37,6 +37,8 @@ class Rule:
             raise ExactSpecError(f"rule claim must be one of {', '.join(CLAIMS)}, got {claim!r}")
         if family not in FAMILIES:
             raise ExactSpecError(f"rule family must be one of {', '.join(FAMILIES)}, got {family!r}")
+        if closed_form is None:   # a sampler or a loop handed as a rule: say which call audits it, before any run
+            _refuse_non_rule(fn)
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "rule")
         self.family, self.claim = family, claim
@@ -70,6 +72,17 @@ class Rule:
 
     def __repr__(self) -> str:
         return f"<rule {self.name}: {self.family}, claim {self.claim}>"
+
+
+def _refuse_non_rule(fn: Any) -> None:
+    """Raise :class:`~exactspec.errors.NotARule` when ``fn`` cannot be called as ``fn(step, rng)`` and looks like
+    a sampler or a whole loop (see :mod:`exactspec.rules._shape`); anything callable with two arguments passes."""
+    from ._shape import looks_like_sampler, not_a_rule_message
+    shape = looks_like_sampler(fn)
+    if shape is not None:
+        from ..errors import NotARule
+        raise NotARule(not_a_rule_message(fn, shape), rule=getattr(fn, "__name__", type(fn).__name__),
+                       kind=shape.kind, adapter=shape.adapter, signature=shape.signature)
 
 
 def as_rule(obj: Any) -> Rule:
