@@ -973,9 +973,11 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--claim", choices=claims, default=None,
                     help=f"the law the verifier is told each draft came from, one of {', '.join(claims)} "
                          "(default draft)")
-    pr.add_argument("--family", choices=["context_free", "per_position", "table"], default="context_free",
+    pr.add_argument("--family", choices=["context_free", "per_position", "table"], default=None,
                     help="context_free: one symbolic p and q at every position; per_position: one p and q per "
-                         "position; table: order-1 tables, prompt (0,) (default context_free)")
+                         "position; table: order-1 tables, prompt (0,) (default: the most general one feasible at "
+                         "the size, named in the verdict: per_position at vocab 2 and 2 tokens, table at vocab 2 "
+                         "otherwise, context_free from vocab 3)")
     pr.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT, help=limit)
     pr.add_argument("--json", action="store_true", help=json_help)
     r = sub.add_parser("rules", help="list the catalog with claims and references")
