@@ -322,7 +322,8 @@ def test_proof_and_refutation_json_carry_the_family():
     d = json.loads(es.prove(R.speculative_sampling, proposer=chain(1), vocab=2, tokens=1).to_json())
     assert d["family"] == "table" == d["assumptions"]["family"] and d["assumptions"]["family_source"] == "default"
     assert "for every order-1 table target and draft" in d["summary"]
-    d = json.loads(es.prove(R.greedy_match_sampled, proposer=chain(1), vocab=2, tokens=1, family="context_free").to_json())
+    ref = es.prove(R.greedy_match_sampled, proposer=chain(1), vocab=2, tokens=1, family="context_free")
+    d = json.loads(ref.to_json())
     assert d["family"] == "context_free" and d["verdict"] == "refuted"
 
 
@@ -331,7 +332,8 @@ def test_cli_default_family_refutes_a_position_bug(capsys):
     assert main(["prove", "--rule", "stale_draft_probs", "--vocab", "2", "--gamma", "2", "--tokens", "2"]) == 1
     out = capsys.readouterr().out
     assert out.startswith("REFUTED") and "per-position target and draft" in out and "def test_" in out
-    assert main(["prove", "--rule", "stale_draft_probs", "--vocab", "2", "--gamma", "2", "--tokens", "2", "--json"]) == 1
+    assert main(["prove", "--rule", "stale_draft_probs", "--vocab", "2", "--gamma", "2", "--tokens", "2",
+                 "--json"]) == 1
     import json
     d = json.loads(capsys.readouterr().out)
     assert d["family"] == "per_position" and d["verdict"] == "refuted"
