@@ -99,6 +99,11 @@ class Proof:
     def __bool__(self) -> bool:
         return True
 
+    @property
+    def family(self) -> str:
+        """The family of target and draft laws the proof covers (``context_free``, ``per_position``, ``table``)."""
+        return self.assumptions["family"]
+
     def summary(self) -> str:
         a = self.assumptions
         return (f"PROVEN: {self.rule} emits exactly the {a['expected']} law for every {_family_words(a)} at "
@@ -144,6 +149,11 @@ class Refutation:
 
     def __bool__(self) -> bool:
         return False
+
+    @property
+    def family(self) -> str:
+        """The family of target and draft laws the witness was found in."""
+        return self.assumptions["family"]
 
     def summary(self) -> str:
         a = self.assumptions
