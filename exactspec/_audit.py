@@ -338,7 +338,11 @@ def assemble_report(inputs: AuditInputs, engine: Engine, laws: AuditLaws, *, sec
         instance["expected"] = inputs.expected.name
     scope = horizon_scope(proposer, inputs.tokens) | {"of": "this instance"}
     fld = inputs.field
-    return AuditReport(rule=rule_obj.name, claim=rule_obj.claim, instance=instance, field=fld, output=laws.output,
+    from .rules.record import configuration
+    # a claim with a condition (stale_draft_probs: biased when gamma >= 2 ...) is judged by the claim at this
+    # configuration
+    claim = rule_obj.claim_for(configuration(proposer, target=target, draft=draft, tokens=inputs.tokens))
+    return AuditReport(rule=rule_obj.name, claim=claim, instance=instance, field=fld, output=laws.output,
                        expected=laws.expected, tv=laws.tv, tolerance=fld.tolerance(),
                        tokens_per_call=laws.tokens_per_call, target_calls=laws.target_calls, seconds=seconds,
                        paths=engine.meter.paths, step_laws=engine.meter.steps, reference=rule_obj.reference,

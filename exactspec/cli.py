@@ -454,10 +454,13 @@ def _cmd_check(args: Any) -> int:
     inexact = [r for r in rows if r["holds"] in ("undecided", "within tol")]
     ok = not broken
     code = 1 if broken else (3 if inexact else 0)
+    conditional = {c.rule.name: c.rule.claim_text for c in cases if c.rule.condition is not None}
     if args.json:
         _print(_dump({"instance": {k: v for k, v in reports[0].instance.items() if k not in ("proposer", "tokens")},
                       "field": args.field, "ok": ok, "exact": not inexact, "exit_code": code,
-                      "rules": [r.to_dict() | {"output": None, "expected": None} for r in reports]}, args))
+                      "rules": [r.to_dict() | {"output": None, "expected": None} | (
+                          {"claim_condition": conditional[r.rule]} if r.rule in conditional else {})
+                          for r in reports]}, args))
         return code
     if args.wide:
         cols = [("rule", "rule"), ("proposer", "proposer"), ("tokens", "tokens"), ("claim", "claim"), ("TV", "tv"),
@@ -492,6 +495,9 @@ def _cmd_check(args: Any) -> int:
     for ln in prose(f"{held}/{len(rows)} claims hold on this instance, every position of a first and a second step "
                     "observed" + (f"; broken: {', '.join(broken)}" if broken else "")):
         _print(ln)
+    for name, text in conditional.items():   # the claim column gives the claim at this configuration
+        for ln in prose(f"conditional claim: {name}: {text}"):
+            _print(ln)
     if inexact and ok:
         tol = _sig4(reports[0].tolerance)
         for ln in prose(f"not an exact proof: {len(inexact)} claim(s) read lossless (within {tol}), the {args.field} "
@@ -739,15 +745,18 @@ def _cmd_audit_loop(args: Any) -> int:
 def rules_json() -> dict[str, list[dict[str, Any]]]:
     """What ``exactspec rules --json`` prints: the catalog and the configurations ``exactspec check`` audits.
 
-    ``rules``: one record per catalog rule (``name``, ``family``, ``claim``, ``description``,
-    ``reference``, ``params`` with values as strings); ``check``: ``rule``, ``proposer`` (its
+    ``rules``: one record per catalog rule (``name``, ``family``, ``claim``, ``condition`` and
+    ``otherwise`` for a claim that holds only under a condition, else None, ``claim_text``,
+    ``description``, ``reference``, ``params`` with values as strings); ``check``: ``rule``, ``proposer`` (its
     description), ``claim`` (the claim it must bear out) and ``tokens`` (the horizon).
 
     >>> d = rules_json()
     >>> d["rules"][0]["name"], d["rules"][0]["claim"], d["check"][0]["tokens"]
     ('speculative_sampling', 'lossless', 6)
     """
-    return {"rules": [{"name": r.name, "family": r.family, "claim": r.claim, "description": r.description,
+    return {"rules": [{"name": r.name, "family": r.family, "claim": r.claim,
+                       "condition": None if r.condition is None else str(r.condition), "otherwise": r.otherwise,
+                       "claim_text": r.claim_text, "description": r.description,
                        "reference": r.reference, "params": {str(k): str(v) for k, v in r.params.items()}}
                       for r in catalog()],
             "check": [{"rule": c.rule.name, "proposer": c.proposer.describe(), "claim": c.claim, "tokens": c.tokens}
@@ -763,7 +772,7 @@ def _cmd_rules(args: Any) -> int:
             _print(r.name)
         return 0
     for r in catalog():
-        _print(f"{r.name}  [{r.family}, claim: {r.claim}]\n    {r.description}\n    reference: {r.reference}")
+        _print(f"{r.name}  [{r.family}, claim: {r.claim_text}]\n    {r.description}\n    reference: {r.reference}")
     _print("\nconfigurations `exactspec check` audits (rule, proposer, the claim it must bear out):")
     for case in check_cases():
         _print(f"  {case.rule.name:32} {case.proposer.describe():78} {case.claim}")
@@ -1028,9 +1037,11 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--claim", choices=claims, default=None,
                     help=f"the law the verifier is told each draft came from, one of {', '.join(claims)} "
                          "(default draft)")
-    pr.add_argument("--family", choices=["context_free", "per_position", "table"], default="context_free",
+    pr.add_argument("--family", choices=["context_free", "per_position", "table"], default=None,
                     help="context_free: one symbolic p and q at every position; per_position: one p and q per "
-                         "position; table: order-1 tables, prompt (0,) (default context_free)")
+                         "position; table: order-1 tables, prompt (0,) (default: the most general one feasible at "
+                         "the size, named in the verdict: per_position at vocab 2 and 2 tokens, table at vocab 2 "
+                         "otherwise, context_free from vocab 3)")
     pr.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT, help=limit)
     pr.add_argument("--json", action="store_true", help=json_help)
     r = sub.add_parser("rules", help="list the catalog with claims and references")
