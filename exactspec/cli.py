@@ -962,9 +962,9 @@ def _parser() -> argparse.ArgumentParser:
     sa.add_argument("--rng-model", choices=list(RNG_MODELS), default="continuous", metavar="RNG_MODEL",
                     help=f"what a uniform draw is, one of {models} (default continuous)")
     sa.add_argument("--precision", choices=list(PRECISIONS), default=None,
-                    help="the float precision the sampler computes in (default: what the adapter declares, else the "
-                         "coarsest float dtype seen); a sampler coarser than float64 is also run on float64 inputs, "
-                         "and only what stays there is bias")
+                    help=f"the float precision the sampler computes in, one of {', '.join(PRECISIONS)} (default: "
+                         "what the adapter declares, else the coarsest float dtype seen); a sampler coarser than "
+                         "float64 is also run on float64 inputs, and only what stays there is bias")
     sa.add_argument("--tolerance", type=_tolerance, default=None, metavar="TV",
                     help="what float64 rounding may cost, a TV like 1e-12 or 2**-40 (default 2**-40; 0 demands "
                          "exactness)")
