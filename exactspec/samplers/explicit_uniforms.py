@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..enumerate.rng import LATTICES
+from ..enumerate.rng import LATTICES, NATIVE, Lattice
 from ..errors import ExactSpecError
 from ..protocols import Step
 from .base import Adapter
@@ -60,6 +60,18 @@ def reference_flashinfer_style(draft_probs: Any, draft_token_ids: Any, uniform_s
     return out
 
 
+def _kernel_lattice(rng: Any) -> Lattice:
+    """The lattice of a kernel's uniform inputs: the rng model's, torch's float32 one under ``continuous`` and
+    ``native`` (the kernels take float32 uniform tensors); a lattice that is not evenly spaced is refused."""
+    lat = getattr(rng, "lattice", None)
+    if lat is None or lat is NATIVE:
+        return LATTICES["torch-float32"]
+    if type(lat).cut is not Lattice.cut:
+        raise ExactSpecError(f"rng_model {lat.name!r}: kernels with explicit uniforms are audited on evenly spaced "
+                             "lattices only (torch-float32, float64, curand)")
+    return lat
+
+
 class FlashinferChainAdapter(Adapter):
     """``kernel(draft_probs [B, k, V], draft_token_ids [B, k], uniform_samples [B, k + 1], target_probs
     [B, k + 1, V]) -> [B, k + 1]`` (padded with -1): the law is recovered from the breakpoints of the kernel's
@@ -92,7 +104,7 @@ class FlashinferChainAdapter(Adapter):
 
     def _bisection(self, sampler: Callable, step: Step, rng: Any) -> list[int]:
         import torch
-        lat = rng.lattice or LATTICES["torch-float32"]
+        lat = _kernel_lattice(rng)
         k = step.gamma
         drafts = torch.tensor([list(step.drafts)], dtype=torch.long)
         q = torch.stack([torch.tensor(self.floats(step.claimed(j)), dtype=torch.float32) for j in range(k)])[None]
@@ -238,7 +250,7 @@ class TensorRandomnessAdapter(Adapter):
 
     def call(self, sampler: Callable, step: Step, rng: Any) -> list[int]:
         import torch
-        lat = rng.lattice or LATTICES["torch-float32"]
+        lat = _kernel_lattice(rng)
         k, dt = step.gamma, getattr(torch, self.dtype)
         vocab = len(step.target(0))
         p = [self.floats(step.target(j)) for j in range(k + 1)]

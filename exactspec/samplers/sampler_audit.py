@@ -30,7 +30,7 @@ from ..report import AuditReport
 from ..rules import Rule
 from .adapters import get_adapter
 from .base import PRECISIONS, float_precision, lowest, precision_of
-from .interception import current_session, intercepting, private_generators, watch
+from .interception import current_session, describe_rng_model, intercepting, private_generators, watch
 
 __all__ = ["audit_sampler", "ROUNDING_TOLERANCE"]
 
@@ -164,7 +164,7 @@ class _Calls:
 
 def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | None = None,
                   draft: Model | None = None, proposer: Any = None, prompt: Sequence[int] = (), tokens: int | None = None,
-                  rng_model: str = "continuous", expected: Model | None = None, reference: bool = True,
+                  rng_model: str = "native", expected: Model | None = None, reference: bool = True,
                   tolerance: Any = ROUNDING_TOLERANCE, budget: Budget | None = None, search: bool = False,
                   precision: str | None = None, cache: bool = True) -> Any:
     """Audit a real sampler exactly: every draw it makes forks the enumeration, floats are exact rationals.
@@ -185,6 +185,13 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
     2 * rounding_tv)`` (``tolerance`` 2**-40 by default; 0 with ``reference=False`` demands
     exactness; ``extra["tolerance_from"]`` says which of the two applied); a support violation (an
     outcome the target never emits) always makes it ``biased``, whatever its size.
+
+    ``rng_model`` (default ``"native"``): every draw the interception sees lies on the lattice of the
+    library it comes from (numpy and Python's ``random``: ``k * 2**-53``; torch CPU float32:
+    ``k * 2**-24``; 0 included), so code that misbehaves when the generator returns exactly 0 is
+    caught; ``"continuous"`` or a named lattice (``exactspec.enumerate.rng.RNG_MODELS``) applies one
+    model to every draw. ``extra["rng_model"]`` names it and ``extra["rng"]`` (also ``scope["rng"]``)
+    says which generators were drawn from, on which lattice.
 
     ``cache`` (default True): sampler calls with the same inputs are enumerated once (see
     :class:`_Calls`) and the references run as fast rules where the adapter has them
@@ -234,6 +241,7 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
                                 precision, bool(cache))
         if session.approximations:   # stated in the report and its warnings, never hidden in a verdict
             report.extra["approximations"] = dict(session.approximations)
+        report.extra["rng"] = report.scope["rng"] = describe_rng_model(inputs.rng_model, session.lattices)
         return report
 
 
