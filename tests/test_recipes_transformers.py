@@ -268,8 +268,11 @@ def test_recipe_zero_target_probability_on_the_float32_lattice_is_a_support_viol
     # r <= p/q = 0 accepts it iff r == 0, probability 2**-24 on the lattice
     bad = sum(w for seq, w in lattice.output.items() if seq[0] == 2)
     assert bad == F(1, 3) / 2 ** 24 and lattice.verdict == "biased"
-    continuous = audit_loop(fn, target=p, draft=q, kind="transformers", tokens=2, tolerance=0)
+    continuous = audit_loop(fn, target=p, draft=q, kind="transformers", tokens=2, tolerance=0, rng_model="continuous")
     assert continuous.verdict == "lossless" and continuous.tv == 0   # ideal uniforms: no zero draw
+    # the default (native) draws torch.rand_like on its float32 lattice: the same law, found without being asked
+    native = audit_loop(fn, target=p, draft=q, kind="transformers", tokens=2, tolerance=FLOAT32)
+    assert native.output == lattice.output and native.verdict == "biased" and native.extra["rng_model"] == "native"
 
 
 # -- recipes: universal assisted generation (a draft with another tokenizer) --------------------------------------

@@ -241,7 +241,6 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
                                 precision, bool(cache))
         if session.approximations:   # stated in the report and its warnings, never hidden in a verdict
             report.extra["approximations"] = dict(session.approximations)
-        report.extra["rng"] = report.scope["rng"] = describe_rng_model(inputs.rng_model, session.lattices)
         return report
 
 
@@ -293,6 +292,8 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
     report = run_audit(replace(inputs, rule=calls.rule()), budget=shared.next(), exact_floats=True)
     report.tolerance = tolerance
     extra = report.extra
+    session = current_session()     # the generators the sampler itself drew from (not the references below)
+    extra["rng"] = report.scope["rng"] = describe_rng_model(inputs.rng_model, session.lattices if session else ())
     if declared:
         prec, source = declared, "given" if precision else f"declared by the {adapter.name} adapter"
     else:
