@@ -724,7 +724,7 @@ def _cmd_audit_loop(args: Any) -> int:
     import torch
     from .samplers.loop_audit import DEFAULT_TOKENS, _loop_space, audit_loop
     options = dict(kind=args.kind, dtype=getattr(torch, args.dtype), output=args.output, on_error=args.on_error,
-                   reference=args.reference)
+                   reference=args.reference, rng_model=args.rng_model)
     if not args.instance:  # the default: an exact search over small instances, exit codes as `search`
         if args.order != 1:
             raise ExactSpecError("--order applies with --instance (the search covers context-free, per-position and "
@@ -800,6 +800,11 @@ def _lattice_text(lattice: Any) -> str:
     """
     if lattice is None:
         return "[0, 1)"
+    if getattr(lattice, "name", None) == "native":
+        return ("each draw on its generator's lattice: numpy and random k * 2**-53, torch CPU float32 k * 2**-24, "
+                "0 included")
+    if hasattr(lattice, "mantissa"):   # torch float16 / bfloat16: a float32 draw rounded to the dtype
+        return f"a float32 draw rounded to {lattice.name[6:]}, 1.0 mapped to 0"
     step = lattice.step
     lo, hi = lattice.offset + lattice.kmin * step, lattice.offset + lattice.kmax * step
     left = "[0" if lo == 0 else "(0"
@@ -814,7 +819,7 @@ def _lattice_text(lattice: Any) -> str:
 def _parser() -> argparse.ArgumentParser:
     from .drafts.chain import SAMPLINGS
     from .drafts.tree import CHILDREN
-    from .enumerate.rng import LATTICES, RNG_MODELS
+    from .enumerate.rng import RNG_MODELS, lattice_for
     claims = ["draft", "point_mass", "renormalized"]
     p = _Parser(prog="exactspec", description="Prove or refute, exactly, that speculative-decoding rules keep "
                                                "the target's law. Exit codes: 0 holds / lossless (exactly), "
@@ -958,9 +963,10 @@ def _parser() -> argparse.ArgumentParser:
                     help=f"how the sampler is called, one of {', '.join(names)} (default numpy; the torch adapters "
                          "need torch)")
     instance_options(sa, 4, 1, "adapters")
-    models = ", ".join(f"{n} ({_lattice_text(LATTICES.get(n))})" for n in RNG_MODELS)
-    sa.add_argument("--rng-model", choices=list(RNG_MODELS), default="continuous", metavar="RNG_MODEL",
-                    help=f"what a uniform draw is, one of {models} (default continuous)")
+    models = ", ".join(f"{n} ({_lattice_text(lattice_for(n))})" for n in RNG_MODELS)
+    rng_help = (f"what a uniform draw is, one of {models} (default native: bugs that live on an exact 0 from the "
+                "generator, such as u <= p/q or searchsorted(side='left'), show; continuous hides them)")
+    sa.add_argument("--rng-model", choices=list(RNG_MODELS), default="native", metavar="RNG_MODEL", help=rng_help)
     sa.add_argument("--precision", choices=list(PRECISIONS), default=None,
                     help=f"the float precision the sampler computes in, one of {', '.join(PRECISIONS)} (default: "
                          "what the adapter declares, else the coarsest float dtype seen); a sampler coarser than "
@@ -1015,6 +1021,7 @@ def _parser() -> argparse.ArgumentParser:
                          "seed + 1) (default 0)")
     lo.add_argument("--tokens", type=int, default=None,
                     help="horizon: new tokens whose law is audited (default: 1..4 in the search, 3 with --instance)")
+    lo.add_argument("--rng-model", choices=list(RNG_MODELS), default="native", metavar="RNG_MODEL", help=rng_help)
     lo.add_argument("--instance", action="store_true",
                     help="audit one seeded instance (--vocab, --order, --tokens, --seed) instead of searching")
     lo.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT,

@@ -392,6 +392,8 @@ class AuditReport:
             lines.append(f"  rounding (a correct sampler through the same float pipeline and generator{at}): TV "
                          f"{self._short(Fraction(self.extra['rounding_tv']))}" + (
                              f"; this sampler vs that one: TV {self._short(Fraction(vs))}" if vs is not None else ""))
+        if self.scope.get("rng"):
+            lines.append(f"  {self.scope['rng']}")
         lines.append(f"  {self.paths} branches, {self.step_laws} step laws, {self.seconds:.3f} s")
         return "\n".join(lines)
 

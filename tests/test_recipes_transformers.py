@@ -179,9 +179,19 @@ def test_recipe_assisted_sampling_with_truncation_on_both_sides(warp, law):
     warped = es.models.from_function(vocab=3, order=1, fn=lambda c: law(P3(c)))
     assert any(0 in warped((c,)) for c in range(3))     # the truncation removes tokens on this instance
     r = audit_loop(_assisted(2, do_sample=True, **warp), target=P3, draft=Q3, kind="transformers", tokens=3,
-                   expected=warped, tolerance=FLOAT32)
+                   expected=warped, tolerance=FLOAT32, rng_model="continuous")
     _record(f"assisted sampling, {warp}", r, t0)
-    assert r.verdict == "lossless" and r.tv <= FLOAT32
+    assert r.verdict == "lossless" and r.tv <= FLOAT32      # with ideal uniforms
+    _zero_draw_accepts_truncated_tokens(_assisted(2, do_sample=True, **warp), P3, Q3, 3, warped)
+
+
+def _zero_draw_accepts_truncated_tokens(fn, p, q, tokens, warped):
+    """On torch's float32 grid (the default rng model) transformers' r_i <= p/q accepts a drafted token the
+    truncated target gives probability 0 when torch.rand returns exactly 0 (probability 2**-24 per draft)."""
+    r = audit_loop(fn, target=p, draft=q, kind="transformers", tokens=tokens, expected=warped, tolerance=FLOAT32)
+    assert r.extra["rng_model"] == "native" and r.verdict == "biased" and r.support_violations
+    mass = sum(r.output[s] for s in r.support_violations)
+    assert 0 < mass <= tokens * F(1, 2 ** 24)                  # at most one zero draw per drafted position
 
 
 def test_recipe_assisted_sampling_temperature_top_k_top_p_together():
@@ -192,9 +202,11 @@ def test_recipe_assisted_sampling_temperature_top_k_top_p_together():
     assert [sum(1 for x in warped((c,)) if x) for c in range(4)] == [3, 2, 2, 2]
     t0 = time.perf_counter()
     r = audit_loop(_assisted(2, do_sample=True, temperature=0.5, top_k=3, top_p=0.8), target=p, draft=q,
-                   kind="transformers", tokens=2, expected=warped, tolerance=FLOAT32)
+                   kind="transformers", tokens=2, expected=warped, tolerance=FLOAT32, rng_model="continuous")
     _record("assisted sampling, temperature 0.5 + top_k 3 + top_p 0.8, vocab 4", r, t0)
-    assert r.verdict == "lossless" and r.tv <= FLOAT32
+    assert r.verdict == "lossless" and r.tv <= FLOAT32      # with ideal uniforms
+    _zero_draw_accepts_truncated_tokens(_assisted(2, do_sample=True, temperature=0.5, top_k=3, top_p=0.8), p, q, 2,
+                                        warped)
 
 
 def test_recipe_greedy_assistance_is_the_targets_argmax_sequence():
@@ -268,8 +280,11 @@ def test_recipe_zero_target_probability_on_the_float32_lattice_is_a_support_viol
     # r <= p/q = 0 accepts it iff r == 0, probability 2**-24 on the lattice
     bad = sum(w for seq, w in lattice.output.items() if seq[0] == 2)
     assert bad == F(1, 3) / 2 ** 24 and lattice.verdict == "biased"
-    continuous = audit_loop(fn, target=p, draft=q, kind="transformers", tokens=2, tolerance=0)
+    continuous = audit_loop(fn, target=p, draft=q, kind="transformers", tokens=2, tolerance=0, rng_model="continuous")
     assert continuous.verdict == "lossless" and continuous.tv == 0   # ideal uniforms: no zero draw
+    # the default (native) draws torch.rand_like on its float32 lattice: the same law, found without being asked
+    native = audit_loop(fn, target=p, draft=q, kind="transformers", tokens=2, tolerance=FLOAT32)
+    assert native.output == lattice.output and native.verdict == "biased" and native.extra["rng_model"] == "native"
 
 
 # -- recipes: universal assisted generation (a draft with another tokenizer) --------------------------------------

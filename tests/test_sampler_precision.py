@@ -146,10 +146,17 @@ def test_torch_adapters_declare_float32_and_report_both_figures():
     from exactspec.samplers.torch_adapters import reference_transformers_style, transformers_chain
     assert transformers_chain.declared_precision() == "float32"
     p, q = es.models.context_free((F(3, 5), F(2, 5))), es.models.context_free((F(1, 2), F(1, 2)))
+    # the float arithmetic's two figures differ when the uniform is ideal (continuous)...
     r = es.audit_sampler(reference_transformers_style, adapter="transformers", target=p, draft=q,
-                         proposer=es.drafts.chain(1), tokens=2)
+                         proposer=es.drafts.chain(1), tokens=2, rng_model="continuous")
     assert r.verdict == "lossless" and r.extra["precision"] == "float32" and r.extra["reference_tv"] == "0"
     assert r.extra["rounding_tv"] == r.extra["rounding_tv_float32"] != r.extra["rounding_tv_float64"]
+    # ...on torch's own generator (native, the default) the reference draws torch.rand(1) in float32 at either
+    # precision: P(u < 0.8) = ceil(0.8 * 2**24) / 2**24 is the same at both, and dominates
+    native = es.audit_sampler(reference_transformers_style, adapter="transformers", target=p, draft=q,
+                              proposer=es.drafts.chain(1), tokens=2)
+    assert native.extra["algorithmic_tv"] == "0" and native.extra["rng_model"] == "native"
+    assert native.extra["rounding_tv_float32"] == native.extra["rounding_tv_float64"] != r.extra["rounding_tv_float64"]
 
 
 def test_with_expected_the_algorithmic_tv_is_measured_against_the_declared_law():

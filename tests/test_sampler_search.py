@@ -44,11 +44,11 @@ def bonus_from_draft(draft_ids, draft_probs, target_probs, rng):
     return out
 
 
-def lossless_on_grid(sampler, gamma, tokens, denominator, vocab=2):
+def lossless_on_grid(sampler, gamma, tokens, denominator, vocab=2, rng_model="native"):
     """Audit ``sampler`` directly on every context-free (p, q) of the grid: True when every one is lossless."""
     grid = simplex_grid(vocab, denominator)
-    return all(es.audit_sampler(sampler, target=CF(p), draft=CF(q), proposer=es.drafts.chain(gamma),
-                                tokens=tokens).verdict == "lossless" for p, q in itertools.product(grid, grid))
+    return all(es.audit_sampler(sampler, target=CF(p), draft=CF(q), proposer=es.drafts.chain(gamma), tokens=tokens,
+                                rng_model=rng_model).verdict == "lossless" for p, q in itertools.product(grid, grid))
 
 
 def nonzero(law):
@@ -315,7 +315,11 @@ def test_cli_default_search_on_a_correct_sampler_covers_the_default_space(capsys
 def test_the_rng_model_is_searched_under_and_rendered_into_the_regression_test():
     # u <= p/q accepts a draft the target never emits only when u can be exactly 0: never for a continuous
     # uniform, with probability 2**-24 for torch's float32 lattice (p = (0, 1), q = (1, 0) at the first instance)
-    assert lossless_on_grid(zoo.accept_at_zero, 1, 1, 2)
+    assert lossless_on_grid(zoo.accept_at_zero, 1, 1, 2, rng_model="continuous")
+    # the default rng model (native) is numpy's own lattice k * 2**-53: the search finds it without being told
+    native = search_sampler(zoo.accept_at_zero)
+    assert native.found and native.rng_model == "native" and "rng_model='native'" in native.to_pytest()
+    assert nonzero(native.output) == {(0,): F(1, 2 ** 53), (1,): 1 - F(1, 2 ** 53)}
     ce = search_sampler(zoo.accept_at_zero, rng_model="torch-float32")
     assert ce.found and ce.rng_model == "torch-float32" and "rng_model='torch-float32'" in ce.to_pytest()
     assert (ce.instance.shape, ce.instance.tokens) == ((1,), 1)

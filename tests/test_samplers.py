@@ -104,7 +104,12 @@ def test_accept_at_zero_needs_a_generator_that_returns_zero():
     r = es.audit_sampler(zoo.accept_at_zero, target=P0, draft=Q0, rng_model="torch-float32", **ONE)
     assert r.output[(0,)] == F(1, 2 ** 25) and r.support_violations == [(0,)] and r.verdict == "biased"
     assert "SUPPORT VIOLATION" in r.summary()
-    assert es.audit_sampler(zoo.accept_at_zero, target=P0, draft=Q0, **ONE).support_violations == []
+    # a continuous uniform is never 0: that model hides the bug (it is no longer the default)
+    assert es.audit_sampler(zoo.accept_at_zero, target=P0, draft=Q0, rng_model="continuous",
+                            **ONE).support_violations == []
+    # the default (native) puts numpy's uniform on its own lattice k * 2**-53: 0 with probability 2**-53
+    native = es.audit_sampler(zoo.accept_at_zero, target=P0, draft=Q0, **ONE)
+    assert native.output[(0,)] == F(1, 2 ** 54) and native.support_violations == [(0,)] and native.verdict == "biased"
     fixed = es.audit_sampler(zoo.correct, target=P0, draft=Q0, rng_model="torch-float32", **ONE)
     assert fixed.support_violations == [] and fixed.verdict == "lossless"
 
@@ -112,12 +117,16 @@ def test_accept_at_zero_needs_a_generator_that_returns_zero():
 def test_tiny_clamp_gives_mass_to_a_token_the_target_never_emits():
     # draft 0 is always rejected; residual max(p - q, tiny) = (tiny, 1/4, 1/4) / sum in float64:
     # numpy's choice gives token 0 the float cdf[0], exactly, under the continuous model
-    r = es.audit_sampler(zoo.tiny_clamp, target=P0, draft=Q0, **ONE)
+    r = es.audit_sampler(zoo.tiny_clamp, target=P0, draft=Q0, rng_model="continuous", **ONE)
     p, q = np.array([0, 0.5, 0.5]), np.array([0.5, 0.25, 0.25])
     res = np.maximum(p - q, zoo.F32_TINY)
     cdf = np.cumsum(res / res.sum())
     assert r.output[(0,)] == F(1, 2) * F(cdf[0] / cdf[-1]) and r.support_violations == [(0,)]
     assert r.verdict == "biased" and 1e-39 < float(r.tv) < 1e-37
+    # on numpy's own lattice (the default) u < cdf[0] ~ 2.4e-38 holds only for u == 0: probability 2**-53
+    native = es.audit_sampler(zoo.tiny_clamp, target=P0, draft=Q0, **ONE)
+    assert native.output[(0,)] == F(1, 2) * F(1, 2 ** 53) and native.support_violations == [(0,)]
+    assert native.verdict == "biased"
 
 
 def test_argmax_drafts_with_soft_claims_through_a_real_sampler():

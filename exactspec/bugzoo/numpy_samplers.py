@@ -90,12 +90,72 @@ def tiny_clamp(draft_ids, draft_probs, target_probs, rng):
     return out
 
 
+def _inverse_cdf(law: np.ndarray, u: Any, side: str) -> int:
+    cdf = np.cumsum(law)
+    cdf /= cdf[-1]                  # as numpy's choice does: the float cumsum may end below 1, this ends at 1.0
+    return int(np.searchsorted(cdf, u, side=side))
+
+
+def searchsorted_left(draft_ids, draft_probs, target_probs, rng):
+    """Residual and bonus drawn by ``searchsorted(cumsum(law), u, side='left')``: the first token whose cumulative
+    probability is ``>= u``, so ``u == 0`` (which numpy's generator returns) emits a leading token of probability 0."""
+    out = []
+    for j, x in enumerate(draft_ids):
+        p, q = target_probs[j], draft_probs[j]
+        if rng.random() < p[x] / q[x]:
+            out.append(int(x))
+        else:
+            residual = np.maximum(p - q, 0.0)
+            out.append(_inverse_cdf(residual / residual.sum(), rng.random(), "left"))
+            return out
+    out.append(_inverse_cdf(target_probs[-1], rng.random(), "left"))
+    return out
+
+
+def searchsorted_right(draft_ids, draft_probs, target_probs, rng):
+    """The fix of :func:`searchsorted_left`: ``side='right'``, the first token whose cumulative probability is ``> u``
+    (what ``Generator.choice`` does)."""
+    out = []
+    for j, x in enumerate(draft_ids):
+        p, q = target_probs[j], draft_probs[j]
+        if rng.random() < p[x] / q[x]:
+            out.append(int(x))
+        else:
+            residual = np.maximum(p - q, 0.0)
+            out.append(_inverse_cdf(residual / residual.sum(), rng.random(), "right"))
+            return out
+    out.append(_inverse_cdf(target_probs[-1], rng.random(), "right"))
+    return out
+
+
+def cumsum_not_above(draft_ids, draft_probs, target_probs, rng):
+    """The bonus token counted as ``sum(cumsum(p) < u)``: with ``u == 0`` no entry is below, token 0 is emitted even
+    when the target gives it probability 0 (the fix counts ``cumsum(p) <= u``)."""
+    out = []
+    for j, x in enumerate(draft_ids):
+        p, q = target_probs[j], draft_probs[j]
+        if rng.random() < p[x] / q[x]:
+            out.append(int(x))
+        else:
+            out.append(_residual_draw(p, q, rng))
+            return out
+    cdf = np.cumsum(target_probs[-1])
+    cdf /= cdf[-1]                  # ends at 1.0: u < 1 is never counted past the last token
+    u = rng.random()
+    out.append(int(sum(bool(c < u) for c in cdf)))
+    return out
+
+
 #: (sampler, its fix, where the pattern was reported)
 ZOO = [
     (shared_uniform, correct, "one uniform reused at every position: a tutorial re-seeding inside its loop"),
     (zero_uniform, correct, "the uniform hard-coded to 0"),
     (accept_at_zero, correct, "u <= p/q with a generator that returns 0: sgl-project/sglang#35771 (fix: PR #35798)"),
     (tiny_clamp, correct, "residual clamped at float32 tiny: vLLM v0 rejection_sampler.py (vllm-project/vllm#2336)"),
+    (searchsorted_left, correct, "inverse-CDF draw with searchsorted(side='left'): u == 0 emits a leading "
+     "token of probability 0 (own example)"),
+    (cumsum_not_above, correct, "inverse-CDF by counting cumsum(p) < u: u == 0 emits token 0 whatever its "
+     "probability (own example)"),
 ]
 
 

@@ -46,10 +46,64 @@ def resample_target(target_probs, draft_probs, draft_token_ids, bonus_token_ids)
     return _run(target_probs, draft_probs, draft_token_ids, bonus_token_ids, lambda p, q: p)
 
 
+def ratio_not_below_uniform(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
+    """Acceptance written ``p/q >= u`` (non-strict) instead of ``u < p/q``: torch's float32 ``rand`` returns 0 with
+    probability 2**-24, and then a draft the target gives probability 0 is accepted."""
+    import torch
+    batch, k, _ = target_probs.shape
+    idx = draft_token_ids.unsqueeze(-1)
+    p_x = target_probs.gather(-1, idx).squeeze(-1)
+    q_x = draft_probs.gather(-1, idx).squeeze(-1)
+    accepted = p_x / q_x >= torch.rand(batch, k)
+    out = torch.full((batch, k + 1), -1, dtype=torch.long)
+    for b in range(batch):
+        row = accepted[b].tolist()
+        n = row.index(False) if False in row else k
+        out[b, :n] = draft_token_ids[b, :n]
+        if n == k:
+            out[b, k] = bonus_token_ids[b, 0]
+        else:
+            f = torch.clamp(target_probs[b, n] - draft_probs[b, n], min=0)
+            out[b, n] = torch.multinomial(f / f.sum(), 1)[0]
+    return out
+
+
+def searchsorted_left(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
+    """The recovered token drawn by ``torch.searchsorted(cumsum(f), u)`` (``right=False``): the first token whose
+    cumulative probability is ``>= u``, so ``u == 0`` emits a leading token of probability 0 (fix:
+    ``right=True``)."""
+    def law(p, q):
+        import torch
+        f = torch.clamp(p - q, min=0)
+        return f / f.sum()
+
+    import torch
+    batch, k, _ = target_probs.shape
+    idx = draft_token_ids.unsqueeze(-1)
+    p_x = target_probs.gather(-1, idx).squeeze(-1)
+    q_x = draft_probs.gather(-1, idx).squeeze(-1)
+    accepted = torch.rand(batch, k) < p_x / q_x
+    out = torch.full((batch, k + 1), -1, dtype=torch.long)
+    for b in range(batch):
+        row = accepted[b].tolist()
+        n = row.index(False) if False in row else k
+        out[b, :n] = draft_token_ids[b, :n]
+        if n == k:
+            out[b, k] = bonus_token_ids[b, 0]
+        else:
+            cdf = torch.cumsum(law(target_probs[b, n], draft_probs[b, n]), dim=-1)
+            cdf = cdf / cdf[-1]     # ends at 1.0 exactly, so u < 1 always lands on a token
+            out[b, n] = torch.searchsorted(cdf, torch.rand(1))[0]
+    return out
+
+
 ZOO = [
     (tiny_clamp, correct, "recovered probabilities clamped at float32 tiny: vLLM v0 rejection_sampler.py "
                           "(vllm-project/vllm#2336)"),
     (resample_target, correct, "resampling from the target after a rejection: ShopeeLLM/Spec-RL#14"),
+    (ratio_not_below_uniform, correct, "acceptance p/q >= u (non-strict): torch's rand returns 0 (own example)"),
+    (searchsorted_left, correct, "recovered token by torch.searchsorted(cumsum, u) with right=False: u == 0 emits a "
+                                 "leading token of probability 0 (own example)"),
 ]
 
 

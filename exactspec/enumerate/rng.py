@@ -23,7 +23,8 @@ from fractions import Fraction
 from ..errors import ExactSpecError, InvalidDistribution, UnsupportedRandomness
 from ..fields import Field, _caller
 
-__all__ = ["PathRng", "Uniform", "enumerate_program", "Lattice", "LATTICES", "RNG_MODELS", "lattice_for"]
+__all__ = ["PathRng", "Uniform", "enumerate_program", "Lattice", "RoundedLattice", "LATTICES", "NATIVE", "RNG_MODELS",
+           "lattice_for"]
 
 
 class _Diverged(ExactSpecError):
@@ -191,8 +192,12 @@ class PathRng:
             return self._field.convert(Fraction(fx))
         return self._field.check(x, what)
 
-    def uniform(self) -> "Uniform":
+    def uniform(self, lattice: "Lattice | None" = None) -> "Uniform":
         """A lazy uniform on [0, 1): compare it with thresholds; each comparison forks exactly.
+
+        ``lattice`` is the lattice of the generator the draw comes from (the interception of
+        numpy, Python's ``random`` and torch passes it); it applies under the ``native`` rng
+        model. Under ``continuous`` or a named lattice model the run's model applies to every draw.
 
         >>> from fractions import Fraction as F
         >>> from exactspec.fields import get_field
@@ -202,19 +207,22 @@ class PathRng:
         (True, Fraction(2, 3))
         """
         lat = self.lattice
+        if lat is NATIVE:
+            lat = lattice
         if lat is None:
-            return Uniform(_Cell(self, self._zero, self._one), self._one, self._zero)
-        return Uniform(_Cell(self, lat.kmin, lat.kmax), self._one, self._zero)
+            return Uniform(_Cell(self, self._zero, self._one, None), self._one, self._zero)
+        return Uniform(_Cell(self, lat.kmin, lat.kmax, lat), self._one, self._zero)
 
     random = uniform
 
     def _compare(self, cell: "_Cell", t: Any, strict: bool = True) -> bool:
         """Decide ``u < t`` (``u <= t`` when not ``strict``) for the uniform of ``cell``, forking when undecided.
 
-        On a lattice ``u`` takes the values ``offset + k * step`` for integer ``k``, ties have
-        positive probability, and branch probabilities are counts of lattice points.
+        On a lattice (the cell's: each draw carries the lattice of its generator) ``u`` takes the
+        values of the lattice's points, ties have positive probability, and branch probabilities
+        are counts of lattice points.
         """
-        lat = self.lattice
+        lat = cell.lat
         if lat is None:
             lo, hi = cell.lo, cell.hi
             if t <= lo:
@@ -232,8 +240,7 @@ class PathRng:
                 cell.lo = t
             return below
         klo, khi = cell.lo, cell.hi
-        kt = (Fraction(t) - lat.offset) / lat.step
-        kcut = (math.ceil(kt) - 1) if strict else math.floor(kt)   # the largest k with value below t
+        kcut = lat.cut(t, strict)   # the largest k with value below t
         kcut = min(max(kcut, klo - 1), khi)
         n_below, total = kcut - klo + 1, khi - klo + 1
         if n_below == 0:
@@ -254,7 +261,7 @@ class PathRng:
 
 
 class Lattice:
-    """The values a real generator's uniform takes: ``offset + k * step`` for ``k`` in ``kmin..kmax``.
+    """The values a real generator's uniform takes: ``offset + k * step`` for ``k`` in ``kmin..kmax``, equally likely.
 
     >>> LATTICES["torch-float32"].kmax == 2 ** 24 - 1
     True
@@ -263,32 +270,129 @@ class Lattice:
     def __init__(self, name: str, offset: Fraction, step: Fraction, kmin: int, kmax: int, note: str) -> None:
         self.name, self.offset, self.step, self.kmin, self.kmax, self.note = name, offset, step, kmin, kmax, note
 
+    def cut(self, t: Any, strict: bool) -> int:
+        """The largest ``k`` whose value is below ``t`` (``<= t`` when not ``strict``); may fall outside ``kmin..kmax``.
+
+        >>> LATTICES["torch-float32"].cut(Fraction(1, 2), True), LATTICES["torch-float32"].cut(Fraction(1, 2), False)
+        (8388607, 8388608)
+        """
+        kt = (Fraction(t) - self.offset) / self.step
+        return (math.ceil(kt) - 1) if strict else math.floor(kt)
+
+    def value(self, k: int) -> Fraction:
+        """The value of point ``k``.
+
+        >>> LATTICES["curand"].value(2 ** 24)
+        Fraction(1, 1)
+        """
+        return self.offset + k * self.step
+
     def __repr__(self) -> str:
         return f"<lattice {self.name}: {self.note}>"
 
+
+class RoundedLattice(Lattice):
+    """torch's float16 / bfloat16 uniforms on CPU: a float32 draw ``k * 2**-24`` rounded to nearest (even) in the
+    narrow dtype, a result of 1.0 mapped to 0 (measured on torch 2.13: the frequencies of 16 million draws
+    match this law within sampling noise).
+
+    The point ``k`` for ``k >= 0`` has the value ``round(k * 2**-24)``; the points that round to 1.0 are
+    renumbered ``-wrapped .. -1`` with the value 0, so values never decrease with ``k`` and the draw
+    is still an interval of points. Each point has probability ``2**-24``.
+
+    >>> lat = LATTICES["torch-bfloat16"]
+    >>> lat.value(lat.kmin), lat.value(lat.kmax), lat.kmax - lat.kmin + 1 == 2 ** 24
+    (Fraction(0, 1), Fraction(255, 256), True)
+    >>> lat.cut(Fraction(1, 256), True) - lat.kmin + 1    # 2**24 * P(u < 2**-8): 2**15 wrapped points and k < 65408
+    98176
+    """
+
+    def __init__(self, name: str, mantissa: int, note: str) -> None:
+        self.mantissa = mantissa               # significand bits of the narrow dtype (11 half, 8 bfloat16)
+        wrapped = 1 << (24 - mantissa - 1)      # k * 2**-24 >= 1 - 2**-(mantissa + 1) rounds to 1.0 (ties to even)
+        super().__init__(name, Fraction(0), Fraction(1, 2 ** 24), -wrapped, 2 ** 24 - 1 - wrapped, note)
+
+    def _round(self, k: int) -> Fraction:
+        """``k * 2**-24`` rounded to nearest (ties to even) with ``mantissa`` significand bits (subnormals: never
+        reached here, the narrow dtypes' exponent ranges hold every ``k * 2**-24``)."""
+        if k <= 0:
+            return Fraction(0)
+        e = k.bit_length() - self.mantissa      # drop e low bits of k
+        if e <= 0:
+            return Fraction(k, 2 ** 24)
+        q, r = divmod(k, 1 << e)
+        half = 1 << (e - 1)
+        if r > half or (r == half and q & 1):
+            q += 1
+        return Fraction(q << e, 2 ** 24)
+
+    def value(self, k: int) -> Fraction:
+        return self._round(k) if k >= 0 else Fraction(0)
+
+    def cut(self, t: Any, strict: bool) -> int:
+        t = Fraction(t)
+        if t < 0 or (strict and t == 0):
+            return self.kmin - 1
+        # the values never decrease with k: bisect for the largest k with value(k) < t (<= t)
+        lo, hi = self.kmin - 1, self.kmax      # value(lo) below t (lo may be kmin - 1: none), answer in lo..hi
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            v = self.value(mid)
+            if (v < t) if strict else (v <= t):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+class _Native:
+    """The ``native`` rng model: each draw lies on the lattice of the generator it comes from (see RNG_MODELS).
+
+    A draw that names no generator (``rng.uniform()`` in a rule, an ideal exponential) is continuous.
+    """
+
+    name = "native"
+    note = ("each draw on its own generator's lattice: numpy and Python's random k * 2**-53 (0 included), "
+            "torch CPU float32 k * 2**-24 (0 included), float64 k * 2**-53, float16 / bfloat16 a float32 draw "
+            "rounded to the dtype (1.0 mapped to 0); a draw of no known generator continuous")
+
+    def __repr__(self) -> str:
+        return f"<rng model native: {self.note}>"
+
+
+#: the ``native`` rng model (the default of sampler and loop audits)
+NATIVE = _Native()
 
 LATTICES = {
     "torch-float32": Lattice("torch-float32", Fraction(0), Fraction(1, 2 ** 24), 0, 2 ** 24 - 1,
                              "k * 2**-24 for k = 0 .. 2**24 - 1 (0 included), as torch.rand in float32"),
     "float64": Lattice("float64", Fraction(0), Fraction(1, 2 ** 53), 0, 2 ** 53 - 1,
-                       "k * 2**-53 for k = 0 .. 2**53 - 1, as numpy's and torch's float64 uniforms"),
+                       "k * 2**-53 for k = 0 .. 2**53 - 1 (0 included), as numpy's, Python random's and torch's "
+                       "float64 uniforms"),
     "curand": Lattice("curand", Fraction(0), Fraction(1, 2 ** 24), 1, 2 ** 24,
                       "k * 2**-24 for k = 1 .. 2**24: (0, 1], as curand_uniform (0 excluded, 1 included)"),
+    "torch-float16": RoundedLattice("torch-float16", 11, "a float32 draw k * 2**-24 rounded to float16 (ties to "
+                                    "even), 1.0 mapped to 0: P(0) = 4097 * 2**-24, as torch.rand in float16 on CPU"),
+    "torch-bfloat16": RoundedLattice("torch-bfloat16", 8, "a float32 draw k * 2**-24 rounded to bfloat16 (ties to "
+                                     "even), 1.0 mapped to 0: P(0) = 32769 * 2**-24, as torch.rand in bfloat16 on "
+                                     "CPU"),
 }
-RNG_MODELS = ("continuous",) + tuple(LATTICES)
+RNG_MODELS = ("continuous", "native") + tuple(LATTICES)
 
 
-def lattice_for(rng_model: str) -> Lattice | None:
-    """The lattice of an rng model name (None for "continuous").
+def lattice_for(rng_model: str) -> "Lattice | _Native | None":
+    """The lattice of an rng model name (None for "continuous", :data:`NATIVE` for "native").
 
-    >>> lattice_for("continuous") is None, lattice_for("curand").kmin
-    (True, 1)
+    >>> lattice_for("continuous") is None, lattice_for("curand").kmin, lattice_for("native") is NATIVE
+    (True, 1, True)
     """
     if rng_model == "continuous":
         return None
+    if rng_model == "native":
+        return NATIVE
     try:
         return LATTICES[rng_model]
-    except KeyError:
+    except (KeyError, TypeError):
         raise ExactSpecError(f"unknown rng_model {rng_model!r}: choose one of {', '.join(RNG_MODELS)}") from None
 
 
@@ -318,10 +422,11 @@ def _unwind(node: tuple) -> list:
 class _Cell:
     """The interval a uniform is known to lie in on the current branch."""
 
-    __slots__ = ("rng", "lo", "hi")
+    __slots__ = ("rng", "lo", "hi", "lat")
 
-    def __init__(self, rng: PathRng, lo: Any, hi: Any) -> None:
-        self.rng, self.lo, self.hi = rng, lo, hi
+    def __init__(self, rng: PathRng, lo: Any, hi: Any, lat: "Lattice | None" = None) -> None:
+        # ``lat``: the lattice the draw lies on (None: continuous, lo/hi are numbers; else lo/hi are point indices)
+        self.rng, self.lo, self.hi, self.lat = rng, lo, hi, lat
 
 
 def _where() -> str:

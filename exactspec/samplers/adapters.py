@@ -35,6 +35,7 @@ import numpy as np
 
 from ..protocols import Rng, Step, TreeStep
 from .base import Adapter
+from .interception import FLOAT64_LATTICE, native_uniform
 from .numpy_rng import EnumGenerator
 
 __all__ = ["Adapter", "NumpyChainAdapter", "numpy_chain", "reference_numpy_chain", "NumpyTreeAdapter", "numpy_tree",
@@ -106,7 +107,7 @@ class NumpyChainAdapter(Adapter):
             gen = EnumGenerator(rng)
             out: list[int] = []
             for j, x in enumerate(drafts):
-                if rng.uniform() < ratios[j]:
+                if native_uniform(rng, FLOAT64_LATTICE, "numpy") < ratios[j]:     # Generator.random(): k * 2**-53
                     out.append(x)
                     continue
                 if j not in residuals:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..enumerate.rng import LATTICES
+from ..enumerate.rng import LATTICES, NATIVE, Lattice
 from ..errors import ExactSpecError
 from ..protocols import Step
 from .base import Adapter
@@ -60,10 +60,17 @@ def reference_flashinfer_style(draft_probs: Any, draft_token_ids: Any, uniform_s
     return out
 
 
-def _default_lattice(precision: str) -> Any:
-    """The lattice of uniforms handed in ``precision`` under the continuous rng model: torch's float32 grid, or
-    the 53-bit one for float64."""
-    return LATTICES["float64" if precision == "float64" else "torch-float32"]
+def _kernel_lattice(rng: Any, precision: str = "float32") -> Lattice:
+    """The lattice of a kernel's uniform inputs: the rng model's; under ``continuous`` and ``native`` the grid of
+    the uniform tensors the kernel takes (torch's float32 one; the 53-bit one for float64, the float64 run of a
+    float32 audit); a lattice that is not evenly spaced is refused."""
+    lat = getattr(rng, "lattice", None)
+    if lat is None or lat is NATIVE:
+        return LATTICES["float64" if precision == "float64" else "torch-float32"]
+    if type(lat).cut is not Lattice.cut:
+        raise ExactSpecError(f"rng_model {lat.name!r}: kernels with explicit uniforms are audited on evenly spaced "
+                             "lattices only (torch-float32, float64, curand)")
+    return lat
 
 
 class FlashinferChainAdapter(Adapter):
@@ -108,7 +115,7 @@ class FlashinferChainAdapter(Adapter):
 
     def _bisection(self, sampler: Callable, step: Step, rng: Any) -> list[int]:
         import torch
-        lat = rng.lattice or _default_lattice(self.precision)
+        lat = _kernel_lattice(rng, self.precision)
         k, dt = step.gamma, getattr(torch, self.precision)
         drafts = torch.tensor([list(step.drafts)], dtype=torch.long)
         q = torch.stack([torch.tensor(self.floats(step.claimed(j)), dtype=dt) for j in range(k)])[None]
@@ -264,7 +271,7 @@ class TensorRandomnessAdapter(Adapter):
 
     def call(self, sampler: Callable, step: Step, rng: Any) -> list[int]:
         import torch
-        lat = rng.lattice or _default_lattice(self.dtype)
+        lat = _kernel_lattice(rng, self.dtype)
         k, dt = step.gamma, getattr(torch, self.dtype)
         vocab = len(step.target(0))
         p = [self.floats(step.target(j)) for j in range(k + 1)]

@@ -61,6 +61,7 @@ from fractions import Fraction
 from itertools import accumulate
 from typing import Any, Callable, Iterator, Sequence
 
+from ..enumerate.rng import LATTICES, NATIVE, Lattice, PathRng
 from ..errors import ExactSpecError, UnsupportedRandomness
 from .lazy_values import APPROXIMATIONS, lazy
 
@@ -164,6 +165,8 @@ class Session:
         self.own_moves: dict[int, dict[Any, Any]] = {}
         #: irrational probabilities rounded to 320 bits (what -> how many times; see lazy_values.RACE_PRECISION)
         self.approximations: dict[str, int] = {}
+        #: under the native rng model, the (generator, lattice) of the uniforms drawn (see :func:`native_uniform`)
+        self.lattices: set[tuple[str, Lattice]] = set()
 
 
 def current_session() -> "Session | None":
@@ -664,6 +667,57 @@ class watch:
 _MAX_CATEGORIES = 1 << 16
 
 
+#: the lattice of numpy's (Generator and legacy) and Python's ``random`` uniforms: ``k * 2**-53``, 0 included
+FLOAT64_LATTICE = LATTICES["float64"]
+
+
+def native_uniform(rng: Any, lattice: Lattice | None, source: str) -> Any:
+    """A uniform from ``rng`` drawn by the generator ``source`` (``"numpy"``, ``"torch float32"``, ...) whose values
+    lie on ``lattice``.
+
+    Under the ``native`` rng model the draw lies on ``lattice`` (and the audit's session notes
+    ``source``); under another model the model's lattice (or none) applies; an rng that is not the
+    enumerating one (a sampling rng) draws as it does.
+
+    >>> from fractions import Fraction as F
+    >>> from exactspec.enumerate.rng import enumerate_program
+    >>> from exactspec.fields import get_field
+    >>> law = enumerate_program(lambda rng: native_uniform(rng, FLOAT64_LATTICE, "numpy") <= 0,
+    ...                         get_field(backend="python"), rng_model="native")
+    >>> law[True] == F(1, 2 ** 53)          # numpy and random return exactly 0 with probability 2**-53
+    True
+    """
+    if type(rng) is PathRng:
+        if rng.lattice is NATIVE:
+            session = _SESSION.get()
+            if session is not None:
+                session.lattices.add((source, lattice))
+        return rng.uniform(lattice)
+    return rng.uniform()
+
+
+def describe_rng_model(rng_model: str, used: Any = ()) -> str:
+    """The rng model of an audit in words; for ``native``, the generators whose uniforms were drawn and their lattices.
+
+    >>> describe_rng_model("native", {("numpy", FLOAT64_LATTICE)})
+    'rng model native: numpy uniforms on k * 2**-53 for k = 0 .. 2**53 - 1 (0 included)'
+    >>> describe_rng_model("continuous")
+    'rng model continuous: every uniform an ideal draw on [0, 1) (no generator lattice, no exact 0)'
+    """
+    if rng_model == "continuous":
+        return "rng model continuous: every uniform an ideal draw on [0, 1) (no generator lattice, no exact 0)"
+    if rng_model != "native":
+        return f"rng model {rng_model}: every uniform on {LATTICES[rng_model].note}"
+    if not used:
+        return ("rng model native: no generator uniform drawn (numpy and random would be on k * 2**-53, torch "
+                "float32 on k * 2**-24, 0 included)")
+    parts = []
+    for source, lat in sorted(used, key=lambda x: (x[0], x[1].name)):
+        note = lat.note.split(", as ")[0]
+        parts.append(f"{source} uniforms on {note}")
+    return "rng model native: " + "; ".join(parts)
+
+
 @functools.lru_cache(maxsize=256)
 def uniform_law(n: int) -> tuple[Fraction, ...]:
     """The uniform law on ``n`` outcomes (one tuple per ``n``, so the engine caches its support).
@@ -726,8 +780,8 @@ class EnumRandom:
         self._owner = owner
 
     def random(self) -> Any:
-        """A lazy uniform on [0, 1)."""
-        return lazy(self._rng.uniform())
+        """A lazy uniform on [0, 1) (``k * 2**-53`` under the native rng model)."""
+        return lazy(native_uniform(self._rng, FLOAT64_LATTICE, "Python random"))
 
     def uniform(self, a: Any, b: Any) -> Any:
         """``a + (b - a) * u``, as CPython computes it."""
@@ -802,7 +856,7 @@ class EnumRandom:
 
     def _threshold(self, scale: Any, cuts: Sequence[Any]) -> int:
         """The first ``i`` with ``u * scale < cuts[i]`` (``len(cuts)`` if none): bisect_right of ``u * scale``."""
-        x = self._rng.uniform() * scale
+        x = native_uniform(self._rng, FLOAT64_LATTICE, "Python random") * scale
         for i, c in enumerate(cuts):
             if x < c:
                 return i

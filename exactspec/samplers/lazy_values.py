@@ -53,7 +53,7 @@ from typing import Any, Callable, Sequence
 
 import contextvars
 
-from ..enumerate.rng import Uniform
+from ..enumerate.rng import NATIVE, Lattice, Uniform
 from ..errors import UnsupportedRandomness
 from ..fields import _caller
 
@@ -110,7 +110,7 @@ class _RaceOwned:
     __slots__ = ("rng", "source", "lattice")
 
     def __init__(self, rng: Any, source: "_Source") -> None:
-        self.rng, self.source, self.lattice = rng, source, getattr(rng, "lattice", None)
+        self.rng, self.source, self.lattice = rng, source, getattr(rng, "lattice", None)   # the run's rng model
 
     def number(self, x: Any, what: str) -> Any:
         return self.rng.number(x, what)
@@ -235,7 +235,7 @@ class LazyUniform(Uniform):
                 raise _refuse("both u and 1 - u of one uniform in race values", "they are dependent draws")
         else:
             source = _Source(owner, cell, flip)
-            source.fresh = getattr(owner, "lattice", None) is None and cell.lo == 0 and cell.hi == 1
+            source.fresh = _untouched(cell)
             cell.rng = _RaceOwned(owner, source)
         return RaceValue(source, ("X", Fraction(1), -1, Fraction(0)), Fraction(1), Fraction(0))
 
@@ -261,10 +261,19 @@ def _scan_pair(a: Uniform, b: Any) -> bool:
 
     def ok(u: Uniform) -> bool:
         owner = u._cell.rng
-        return (u._a, u._b) in ((1, 0), (-1, 1)) and (
-            isinstance(owner, _RaceOwned) or (getattr(owner, "lattice", None) is None
-                                              and u._cell.lo == 0 and u._cell.hi == 1))
+        return (u._a, u._b) in ((1, 0), (-1, 1)) and (isinstance(owner, _RaceOwned) or _untouched(u._cell))
     return ok(a) and ok(b)
+
+
+def _untouched(cell: Any) -> bool:
+    """A uniform never compared yet, whose race law is the ideal one: a continuous draw, or under the ``native``
+    rng model a draw on its generator's lattice (its race is taken as that of an ideal continuous draw; the
+    lattice's own ties and its point 0 are not followed into an argmax, see docs/samplers.md)."""
+    lat = getattr(cell, "lat", None)
+    if lat is None:
+        return cell.lo == 0 and cell.hi == 1
+    owner = cell.rng.rng if isinstance(cell.rng, _RaceOwned) else cell.rng
+    return getattr(owner, "lattice", None) is NATIVE and cell.lo == lat.kmin and cell.hi == lat.kmax
 
 
 def lazy(u: Uniform) -> LazyUniform:
@@ -353,14 +362,19 @@ class _Source:
         if self.cell is None:
             self.cell = self.rng.uniform()._cell
         rng = self.cell.rng.rng if isinstance(self.cell.rng, _RaceOwned) else self.cell.rng
+        lat = getattr(self.cell, "lat", None)
         if self.flip:               # u = 1 - U:  1 - U < X  <=>  not (U <= 1 - X)
-            return not rng._compare(self.cell, _cut(rng, threshold, True, not strict), not strict)
-        return rng._compare(self.cell, _cut(rng, threshold, False, strict), strict)
+            return not rng._compare(self.cell, _cut(lat, threshold, True, not strict), not strict)
+        return rng._compare(self.cell, _cut(lat, threshold, False, strict), strict)
 
 
-def _cut(rng: Any, threshold: Callable[[int], Any], flip: bool, strict: bool) -> Fraction:
-    """A rational threshold deciding ``U < Y`` (``<=``) as the exact ``Y = X`` (``1 - X`` if ``flip``) does."""
-    lat = getattr(rng, "lattice", None)
+def _cut(lat: Any, threshold: Callable[[int], Any], flip: bool, strict: bool) -> Fraction:
+    """A rational threshold deciding ``U < Y`` (``<=``) as the exact ``Y = X`` (``1 - X`` if ``flip``) does,
+    for a uniform ``U`` on the lattice ``lat`` (None: continuous)."""
+    if lat is not None and type(lat).cut is not Lattice.cut:
+        raise _refuse("comparing log, ** or exp of a float16 / bfloat16 uniform with a number",
+                      "the audit decides such comparisons on evenly spaced lattices only; compare the uniform "
+                      "itself, or audit with rng_model='torch-float32' or 'continuous'")
     prec = RACE_PRECISION + 64 if lat is None else 64
     while True:
         from mpmath.libmp import to_rational
@@ -874,10 +888,11 @@ def race_outcome(values: Sequence[RaceValue], smaller_wins: bool = True, deferre
             raise _refuse(f"{what} over race values already used in another argmax or comparison",
                           "the two outcomes are dependent: the audit follows each race into one argmax")
         if not src.fresh:
-            lattice = isinstance(src.rng, _RaceOwned) or getattr(src.rng, "lattice", None) is not None
+            lattice = src.cell is not None and getattr(src.cell, "lat", None) is not None
             raise _refuse(f"{what} over log, ** or exp of uniforms that were compared before, or under a lattice "
                           "rng model", "the race law w / sum(w) holds for fresh continuous uniforms"
-                          + ("; use rng_model='continuous'" if lattice else ""))
+                          + ("; use rng_model='native' (races over a generator's uniforms taken as ideal) or "
+                             "'continuous'" if lattice else ""))
     if any(v._form != form for v in values):
         raise _refuse(f"{what} over race values transformed differently (e.g. a shift added to some entries of "
                       "p / E)", "the argmax of such values is not a race")

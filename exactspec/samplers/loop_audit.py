@@ -46,7 +46,7 @@ from ..fields import get_field
 from ..laws import to_rational, total_variation
 from ..models import Model
 from ..report import AuditReport
-from .interception import intercepting, private_generators, watch
+from .interception import describe_rng_model, intercepting, private_generators, watch
 from .sampler_audit import ROUNDING_TOLERANCE, _one_torch_thread
 from .stand_in import KINDS, stand_in
 
@@ -169,7 +169,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
                prompt: Sequence[int] | None = None,
                tokens: int | None = None, kind: str = "torch-lm", dtype: Any = None, output: str = "full",
                on_error: str = "raise", expected: Model | None = None, budget: Budget | None = None,
-               tolerance: Any = ROUNDING_TOLERANCE, search: bool = False, rng_model: str = "continuous",
+               tolerance: Any = ROUNDING_TOLERANCE, search: bool = False, rng_model: str = "native",
                worst: int = 5, reference: Callable[..., Any] | None = None, **search_options: Any) -> Any:
     """Audit a whole generation loop exactly: ``fn(target_lm, draft_lm, prompt_ids)`` run on every branch.
 
@@ -195,6 +195,10 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     (that loop vs the expected law) and ``algorithmic_tv`` (this loop vs that one), and the
     verdict allows ``max(tolerance, 2 * rounding_tv)``, as :func:`exactspec.audit_sampler` does
     (a support violation stays biased).
+
+    ``rng_model`` (default ``"native"``): each draw on the lattice of its library (torch CPU float32
+    ``rand``: ``k * 2**-24``, 0 included; numpy and ``random``: ``k * 2**-53``), as in
+    :func:`exactspec.audit_sampler`; ``scope["rng"]`` says which were drawn.
 
     ``on_error="raise"`` (default): the first branch on which ``fn`` raises stops the audit with a
     :class:`~exactspec.RuleError` stating that branch's probability and the exception;
@@ -333,7 +337,8 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
              "complete": True, "whole_loop": True,
              "note": f"a whole-loop audit of {name} on one instance: the law of its first {tokens} new token(s); "
                      f"every position of a first step is observed for a loop drafting at most {tokens - 1} token(s) "
-                     f"per step (its bonus included): a loop with gamma >= {tokens} needs tokens=gamma + 2"}
+                     f"per step (its bonus included): a loop with gamma >= {tokens} needs tokens=gamma + 2",
+             "rng": describe_rng_model(rng_model, session.lattices)}
     target_calls = calls_total / ok if ok else fld.zero
     report = LoopReport(rule=name, claim="lossless", instance=instance, field=fld, output=law, expected=exp, tv=tv,
                         tolerance=tol, tokens_per_call=(Fraction(tokens) / target_calls) if target_calls else fld.zero,
@@ -341,7 +346,8 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
                         worst_count=worst, scope=scope)
     report.extra.update({"adapter": "whole loop", "stand_in": kind, "dtype": instance["dtype"],
                          "error_probability": str(err_p), "errors": {k: str(v) for k, v in errors.items()},
-                         "target_forward_calls": str(target_calls), "tolerance": str(tol), "rng_model": rng_model})
+                         "target_forward_calls": str(target_calls), "tolerance": str(tol), "rng_model": rng_model,
+                         "rng": scope["rng"]})
     if reference is not None:
         ref = audit_loop(reference, target=target, draft=draft, prompt=prompt_t, tokens=tokens, kind=kind,
                          dtype=dtype, output="full", expected=expected, budget=budget, tolerance=0,

@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from ..enumerate.rng import Uniform
+from ..enumerate.rng import LATTICES, Uniform
 from ..errors import UnsupportedRandomness
 from ..fields import _caller
-from .interception import current_rng, fisher_yates, unsupported
+from .interception import FLOAT64_LATTICE, current_rng, fisher_yates, native_uniform, unsupported
 from .lazy_values import exponential, gumbel, lazy
 
 __all__ = ["EnumGenerator", "EnumLegacy", "legacy_specs"]
@@ -69,11 +69,12 @@ class EnumGenerator:
         """Lazy uniforms on [0, 1) (a scalar, or an object array of them)."""
         if out is not None:
             raise UnsupportedRandomness(f"Generator.random(out=...) at {_caller(2)}: pass size= instead")
-        return self._fill(size, lambda: lazy(self._rng.uniform()))
+        lat = LATTICES["torch-float32"] if np.dtype(dtype) == np.float32 else FLOAT64_LATTICE   # k * 2**-24 in float32
+        return self._fill(size, lambda: lazy(native_uniform(self._rng, lat, "numpy")))
 
     def uniform(self, low: Any = 0.0, high: Any = 1.0, size: Any = None) -> Any:
         """Lazy uniforms on [low, high): ``low + (high - low) * u``."""
-        return self._fill(size, lambda: low + (high - low) * lazy(self._rng.uniform()))
+        return self._fill(size, lambda: low + (high - low) * lazy(native_uniform(self._rng, FLOAT64_LATTICE, "numpy")))
 
     def exponential(self, scale: Any = 1.0, size: Any = None) -> Any:
         """Exp(1) draws times ``scale``, as race values (followed into argmax: ``argmax(p / E)``).
@@ -140,7 +141,7 @@ class EnumGenerator:
         cdf /= cdf[-1]
 
         def draw() -> Any:
-            u = self._rng.uniform()
+            u = native_uniform(self._rng, FLOAT64_LATTICE, "numpy")
             for i in range(len(pool) - 1):   # searchsorted(cdf, u, side="right")
                 if u < cdf[i]:
                     return pool[i]
@@ -151,7 +152,7 @@ class EnumGenerator:
         """``n = 1`` only (a coin): ``u < p``."""
         if int(n) != 1:
             raise UnsupportedRandomness(f"Generator.binomial(n={n}) at {_caller(2)}: only n = 1 is intercepted")
-        return self._fill(size, lambda: int(self._rng.uniform() < p))
+        return self._fill(size, lambda: int(native_uniform(self._rng, FLOAT64_LATTICE, "numpy") < p))
 
     def permutation(self, x: Any, axis: int = 0) -> Any:
         """A uniformly permuted copy of ``x`` (or of ``arange(x)`` for an int), exactly (Fisher-Yates)."""

@@ -34,7 +34,8 @@ from ..enumerate.rng import lattice_for
 from .base import PRECISIONS, at_precision, float_precision, lowest, precision_of
 from .float_boundary import (F64_ALLOWANCE, ROUNDING_CAP, Boundary, coarser_than_float64, decide,
                              rounding_allowance)
-from .interception import current_session, intercepting, private_generators, watch
+from .interception import (FLOAT64_LATTICE, current_session, describe_rng_model, intercepting, private_generators,
+                           watch)
 
 __all__ = ["audit_sampler", "ROUNDING_TOLERANCE"]
 
@@ -167,7 +168,7 @@ class _Calls:
 
 def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | None = None,
                   draft: Model | None = None, proposer: Any = None, prompt: Sequence[int] = (), tokens: int | None = None,
-                  rng_model: str = "continuous", expected: Model | None = None, reference: bool | None = None,
+                  rng_model: str = "native", expected: Model | None = None, reference: bool | None = None,
                   tolerance: Any = ROUNDING_TOLERANCE, budget: Budget | None = None, search: bool = False,
                   precision: str | None = None, cache: bool = True) -> Any:
     """Audit a real sampler exactly: every draw it makes forks the enumeration, floats are exact rationals.
@@ -190,6 +191,13 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
     only: ``rounding_tv`` (at the sampler's precision, vs the exact rule it implements),
     ``rounding_tv_float32`` / ``rounding_tv_float64``, and ``reference_tv`` (this sampler vs that
     reference); a reference further than 2**-12 from its exact rule is refused as broken.
+
+    ``rng_model`` (default ``"native"``): every draw the interception sees lies on the lattice of the
+    library it comes from (numpy and Python's ``random``: ``k * 2**-53``; torch CPU float32:
+    ``k * 2**-24``; 0 included), so code that misbehaves when the generator returns exactly 0 is
+    caught; ``"continuous"`` or a named lattice (``exactspec.enumerate.rng.RNG_MODELS``) applies one
+    model to every draw. ``extra["rng_model"]`` names it and ``extra["rng"]`` (also ``scope["rng"]``)
+    says which generators were drawn from, on which lattice.
 
     ``cache`` (default True): sampler calls with the same inputs are enumerated once (see
     :class:`_Calls`) and the references run as fast rules where the adapter has them
@@ -292,6 +300,9 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
     calls = _Calls(sampler, adapter, name, cache=cache, seen=None if declared else set())
     report = run_audit(replace(inputs, rule=calls.rule()), budget=shared.next(), exact_floats=True)
     extra = report.extra
+    session = current_session()     # the generators the sampler itself drew from (not the references below)
+    used = set(session.lattices) if session else set()
+    extra["rng"] = report.scope["rng"] = describe_rng_model(inputs.rng_model, used)
     if declared:
         prec, source = declared, "given" if precision else f"declared by the {adapter.name} adapter"
     else:
@@ -299,7 +310,7 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
         source = ("detected: the coarsest float dtype handed to the sampler or compared with its uniforms"
                   if calls.seen else "default: no float array or float dtype seen")
     extra["precision"], extra["precision_from"] = prec, source
-    boundary = _float_boundary(sampler, adapter, name, inputs, report, prec, calls, shared, tolerance, cache)
+    boundary = _float_boundary(sampler, adapter, name, inputs, report, prec, calls, shared, tolerance, cache, used)
     extra["float_boundary"] = boundary.to_dict()
     extra["algorithmic_tv"] = str(boundary.algorithmic_tv)
     extra["algorithmic_tv_against"] = ("the declared law (expected=)" if expected is not None else "the target law") + (
@@ -321,16 +332,21 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
 
 
 def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInputs, report: AuditReport,
-                    prec: str, calls: "_Calls", shared: "_Shared", tolerance: Fraction, cache: bool) -> Boundary:
+                    prec: str, calls: "_Calls", shared: "_Shared", tolerance: Fraction, cache: bool,
+                    used: set) -> Boundary:
     """Rounding or bias: the sampler run again on float64 inputs and a float64 generator when it computed coarser.
 
     The run at the sampler's own precision is ``report``; a second run hands the same sampler float64
     laws (:meth:`~.base.Adapter.with_precision`) and draws its uniforms on the float64 lattice (or the
     continuous model, as the first run did), noting the float dtypes it meets: something coarser than
     float64 there means the sampler casts down (``forced``). The decision is
-    :func:`~.float_boundary.decide`'s.
+    :func:`~.float_boundary.decide`'s. ``used``: the (generator, lattice) pairs the first run drew from under
+    the ``native`` model (numpy's and Python's 53-bit lattice is already float64's).
     """
-    coarse_generator = inputs.lattice is not None and inputs.rng_model != "float64"
+    if inputs.rng_model == "native":
+        coarse_generator = any(lat is not FLOAT64_LATTICE for _, lat in used)
+    else:
+        coarse_generator = inputs.lattice is not None and inputs.rng_model != "float64"
     extra = report.extra
     if report.tv == 0:      # exactly the expected law as it ships: nothing for a second run to separate
         return decide(precision=prec, own_tv=report.tv, own_violations=False, f64_tv=None, f64_violations=False,

@@ -259,7 +259,7 @@ def sampler_reference(sampler: Any) -> str:
 
 
 def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None = None, proposer: Any = None,
-                   rng_model: str = "continuous", seed: int = 0, budget: float | None = None,
+                   rng_model: str = "native", seed: int = 0, budget: float | None = None,
                    max_instances: int | None = None, progress: Callable[[int, float], None] | bool | None = None,
                    instance_budget: Budget | None = None, **audit_kwargs: Any
                    ) -> Counterexample | EmptySearch | IncompleteSearch:
@@ -317,7 +317,7 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
 
 
 def search_from_audit_sampler(sampler: Any, *, adapter: Any = "numpy", proposer: Any = None,
-                              rng_model: str = "continuous", budget: Budget | None = None, target: Any = None,
+                              rng_model: str = "native", budget: Budget | None = None, target: Any = None,
                               draft: Any = None, prompt: Any = (), tokens: Any = None, expected: Any = None,
                               reference: bool = False, tolerance: Any = None, **more: Any
                               ) -> Counterexample | EmptySearch | IncompleteSearch:

@@ -123,6 +123,9 @@ class TransformersChainAdapter(Adapter):
         True
         """
         import torch
+        from ..enumerate.rng import LATTICES
+        from .interception import native_uniform
+        FLOAT32 = LATTICES["torch-float32"]
         dtype = getattr(torch, precision)
         memo: dict = {}
 
@@ -149,7 +152,7 @@ class TransformersChainAdapter(Adapter):
             _, drafts, ratios, p, q, laws = prepared(step)
             out = []
             for j, x in enumerate(drafts):
-                if rng.uniform() < ratios[j]:
+                if native_uniform(rng, FLOAT32, "torch float32") < ratios[j]:   # torch.rand(1): float32, always
                     out.append(x)
                     continue
                 if j not in laws:

@@ -61,9 +61,10 @@ from typing import Any
 
 import numpy as np
 
+from ..enumerate.rng import LATTICES, Lattice
 from ..errors import ExactSpecError, UnsupportedRandomness
 from .interception import (below, bind, current_rng, current_session, fisher_yates, generator_state, intercepting,
-                           note_dtype, unsupported, user_site)
+                           native_uniform, note_dtype, unsupported, user_site)
 from .lazy_draws import LazyCategoricalTensor, PendingDraw
 from .lazy_values import LazyBit, exponential, lazy, race_outcome, race_winner
 
@@ -72,9 +73,15 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the torch extra
     torch = None
 
-__all__ = ["intercept_torch", "bind", "LazyUniformTensor", "LazyExponentialTensor", "RaceTensor", "LazyMask"]
+__all__ = ["intercept_torch", "bind", "LazyUniformTensor", "LazyExponentialTensor", "RaceTensor", "LazyMask",
+           "torch_lattice"]
 
 _rng = current_rng
+#: torch's CPU uniform lattice by dtype (see :func:`torch_lattice`)
+_TORCH_LATTICES: dict = {}
+if torch is not None:
+    _TORCH_LATTICES = {torch.float32: LATTICES["torch-float32"], torch.float64: LATTICES["float64"],
+                       torch.float16: LATTICES["torch-float16"], torch.bfloat16: LATTICES["torch-bfloat16"]}
 #: race argmaxes are lazy per entry (each row's winner drawn when read); False draws every race at the argmax
 _LAZY_RACES = True
 if torch is not None:
@@ -727,11 +734,30 @@ else:  # pragma: no cover
     LazyUniformTensor = LazyExponentialTensor = RaceTensor = LazyMask = None  # type: ignore[assignment,misc]
 
 
-def _uniforms(shape: tuple) -> np.ndarray:
+def torch_lattice(dtype: Any) -> Lattice:
+    """The lattice of torch's CPU uniforms in ``dtype`` (the ``native`` rng model), measured on torch 2.13.
+
+    float32: ``k * 2**-24``, 0 included; float64: ``k * 2**-53``; float16 and bfloat16: a float32
+    draw rounded to the dtype, 1.0 mapped to 0 (:class:`~exactspec.enumerate.rng.RoundedLattice`).
+
+    >>> torch_lattice(torch.float32).name, torch_lattice(torch.float64).name, torch_lattice(torch.bfloat16).name
+    ('torch-float32', 'float64', 'torch-bfloat16')
+    """
+    if dtype is None:
+        dtype = torch.get_default_dtype()
+    return _TORCH_LATTICES.get(dtype, LATTICES["torch-float32"])
+
+
+def _torch_source(dtype: Any, lat: Lattice) -> str:
+    return "torch " + str(dtype if dtype is not None else torch.get_default_dtype()).replace("torch.", "")
+
+
+def _uniforms(shape: tuple, dtype: Any = None) -> np.ndarray:
     rng = _rng()
+    lat = torch_lattice(dtype)
     arr = np.empty(shape, dtype=object)
     for idx in np.ndindex(*shape):
-        arr[idx] = lazy(rng.uniform())
+        arr[idx] = lazy(native_uniform(rng, lat, _torch_source(dtype, lat)))
     return arr
 
 
@@ -780,19 +806,20 @@ def _rand(*args: Any, **kwargs: Any) -> Any:
     _fresh(kwargs)
     out = kwargs.get("out")
     if out is not None:   # torch.rand(..., out=t): t itself holds the draws
-        return _in_place(out, LazyUniformTensor, "torch.rand(out=...)", _u=_uniforms(_size(args, kwargs)))
-    return LazyUniformTensor(_uniforms(_size(args, kwargs)), kwargs.get("dtype"))
+        return _in_place(out, LazyUniformTensor, "torch.rand(out=...)", _u=_uniforms(_size(args, kwargs), out.dtype))
+    return LazyUniformTensor(_uniforms(_size(args, kwargs), kwargs.get("dtype")), kwargs.get("dtype"))
 
 
 def _rand_like(t: Any, **kwargs: Any) -> Any:
     _fresh(kwargs)
-    return LazyUniformTensor(_uniforms(tuple(t.shape)), kwargs.get("dtype") or t.dtype)
+    dtype = kwargs.get("dtype") or t.dtype
+    return LazyUniformTensor(_uniforms(tuple(t.shape), dtype), dtype)
 
 
 def _uniform_(self: Any, a: float = 0.0, b: float = 1.0, **kwargs: Any) -> Any:
     a, b = kwargs.pop("from", a), kwargs.pop("to", b)
     _fresh(kwargs)
-    uniforms = _uniforms(tuple(self.shape))
+    uniforms = _uniforms(tuple(self.shape), self.dtype)
     if (a, b) != (0.0, 1.0):   # a + (b - a) u, each uniform kept affine and exact
         scale, shift = _exact(b) - _exact(a), _exact(a)
         uniforms = np.vectorize(lambda u: u * scale + shift, otypes=[object])(uniforms)
@@ -812,23 +839,30 @@ def _exponential_(self: Any, lambd: float = 1.0, **kwargs: Any) -> Any:
     return _in_place(self, RaceTensor, "Tensor.exponential_()", _r=values)
 
 
-def _coins(probs: np.ndarray) -> np.ndarray:
+def _coins(probs: np.ndarray, lattice: Lattice) -> np.ndarray:
+    """``u < p`` for each entry, ``u`` on ``lattice`` under the native model (torch's CPU bernoulli: a float32
+    uniform for float32 / float16 / bfloat16 probabilities, a float64 one for float64)."""
     rng = _rng()
     out = np.zeros(probs.shape)
     for idx in np.ndindex(*probs.shape):
-        out[idx] = 1.0 if rng.uniform() < _exact(probs[idx]) else 0.0
+        out[idx] = 1.0 if native_uniform(rng, lattice, "torch bernoulli") < _exact(probs[idx]) else 0.0
     return out
+
+
+def _coin_lattice(p: Any) -> Lattice:
+    return LATTICES["float64"] if isinstance(p, torch.Tensor) and p.dtype == torch.float64 else \
+        LATTICES["torch-float32"]
 
 
 def _bernoulli(p: Any, *args: Any, **kwargs: Any) -> Any:
     _fresh(kwargs)
-    return torch.from_numpy(_coins(p.detach().cpu().double().numpy())).to(p.dtype)
+    return torch.from_numpy(_coins(p.detach().cpu().double().numpy(), _coin_lattice(p))).to(p.dtype)
 
 
 def _bernoulli_(self: Any, p: Any = 0.5, **kwargs: Any) -> Any:
     _fresh(kwargs)
     probs = p.detach().cpu().double().numpy() if isinstance(p, torch.Tensor) else np.array(float(p))
-    coins = torch.from_numpy(_coins(np.broadcast_to(probs, tuple(self.shape)))).to(self.dtype)
+    coins = torch.from_numpy(_coins(np.broadcast_to(probs, tuple(self.shape)), _coin_lattice(p))).to(self.dtype)
     with torch.no_grad():
         self.copy_(coins)
     return self
