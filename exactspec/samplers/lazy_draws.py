@@ -375,10 +375,32 @@ if torch is not None:
         return x
 
     def _write(x: Any, vals: list) -> None:
+        """Put the drawn values in ``x``'s storage, also when entries share memory (an ``expand``/``broadcast_to`` view).
+
+        Entries that share a memory location are the same pending draw (the view was made from one
+        entry), so each location is written once: along a dimension of stride 0 the first slice
+        stands for all (plain torch reads the same memory there); any other overlap is written entry
+        by entry. ``copy_`` into such a view is refused by torch, and the user's code never asked for
+        that write: the audit must not fail where plain torch runs.
+        """
         if len(vals) == 1:
             x.fill_(vals[0])
-        elif vals:
-            x.copy_(torch.tensor(vals, dtype=torch.int64).reshape(tuple(x.shape)))
+            return
+        if not vals:
+            return
+        src = torch.tensor(vals, dtype=torch.int64).reshape(tuple(x.shape))
+        if torch._debug_has_internal_overlap(x) == 0:
+            x.copy_(src)
+            return
+        dst = x
+        for d, (size, stride) in enumerate(zip(x.shape, x.stride())):
+            if stride == 0 and size > 1:
+                dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
+        if torch._debug_has_internal_overlap(dst) == 0:
+            dst.copy_(src)
+            return
+        for idx in np.ndindex(*tuple(dst.shape)):   # overlap of another kind (as_strided): one entry at a time
+            dst[idx].fill_(int(src[idx]))
 
     def _force_all(items: Any) -> None:
         for a in items:
