@@ -15,7 +15,7 @@ import contextlib
 import functools
 import sys
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from fractions import Fraction
 from typing import Any, Callable, Iterator, Sequence
 
@@ -166,7 +166,7 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
                   draft: Model | None = None, proposer: Any = None, prompt: Sequence[int] = (), tokens: int | None = None,
                   rng_model: str = "continuous", expected: Model | None = None, reference: bool = True,
                   tolerance: Any = ROUNDING_TOLERANCE, budget: Budget | None = None, search: bool = False,
-                  precision: str | None = None, cache: bool = True) -> Any:
+                  precision: str | None = None, cache: bool = True, on_error: str = "raise") -> Any:
     """Audit a real sampler exactly: every draw it makes forks the enumeration, floats are exact rationals.
 
     The report's law is the exact law of the implementation as it computes in its own floating
@@ -204,8 +204,18 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
     raises RuleError; neither ever yields a verdict. Audits in several threads at once are safe:
     each thread's draws go to its own audit, and threads with no audit get the real functions.
 
+    ``on_error``: a branch on which the sampler raises is a crash of the sampler on this (valid)
+    instance. ``"raise"`` (default): the first one stops the audit with a
+    :class:`~exactspec.RuleError` (exit 2) naming the exception, the branch's draws and the
+    sampler's line; ``"record"``: every crashing branch is an outcome of its own, reported with
+    its exact probability (``extra["error_probability"]``, ``extra["errors"]``,
+    ``extra["error_sites"]``) in a :class:`~exactspec.samplers.loop_audit.LoopReport`, never
+    ``lossless`` (as ``es.audit_loop(on_error="record")``). An exception raised calling the
+    sampler, not inside it (a wrong signature), is always an error.
+
     ``search=True``: no single instance but an exact search over small ones, returning a minimal
-    Counterexample, an EmptySearch or an IncompleteSearch (:mod:`exactspec.samplers.sampler_search`).
+    Counterexample (of kind ``"crash"`` when the sampler raises on some instance), an EmptySearch
+    or an IncompleteSearch (:mod:`exactspec.samplers.sampler_search`).
     """
     if search:  # the search chooses target, draft, prompt and tokens; it audits each instance through here
         given = {k: v for k, v in locals().items() if k not in ("sampler", "search")}
@@ -226,12 +236,14 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
                             rule=Rule(_stand_in, name=name, family=adapter.family, claim="lossless"))
     if getattr(adapter, "needs_torch", False):
         from . import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
+    if on_error not in ("raise", "record"):
+        raise ExactSpecError(f"audit_sampler on_error must be 'raise' or 'record', got {on_error!r}")
     if precision is not None and precision not in PRECISIONS:
         raise ExactSpecError(f"audit_sampler precision must be one of {', '.join(PRECISIONS)} (or None: detected), "
                              f"got {precision!r}")
     with intercepting() as session, _one_torch_thread():
         report = _audit_sampler(sampler, adapter, name, inputs, expected, _Shared(budget), tol, reference,
-                                precision, bool(cache))
+                                precision, bool(cache), on_error)
         if session.approximations:   # stated in the report and its warnings, never hidden in a verdict
             report.extra["approximations"] = dict(session.approximations)
         return report
@@ -279,10 +291,14 @@ class _Shared:
 
 def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInputs, expected: Model | None,
                    shared: "_Shared", tolerance: Any, reference: bool, precision: str | None = None,
-                   cache: bool = True) -> AuditReport:
+                   cache: bool = True, on_error: str = "raise") -> AuditReport:
     declared = precision or adapter.declared_precision()
     calls = _Calls(sampler, adapter, name, cache=cache, seen=None if declared else set())
-    report = run_audit(replace(inputs, rule=calls.rule()), budget=shared.next(), exact_floats=True)
+    report = run_audit(replace(inputs, rule=calls.rule()), budget=shared.next(), exact_floats=True,
+                       on_error=on_error)
+    if on_error == "record":   # crashes recorded with their probability: never lossless while there are any
+        from .loop_audit import LoopReport
+        report = LoopReport(**{f.name: getattr(report, f.name) for f in fields(report)})
     report.tolerance = tolerance
     extra = report.extra
     if declared:

@@ -1,0 +1,70 @@
+"""Whose exception is it: the audited code's (a crash, a finding) or exactspec's calling it wrongly (bad input).
+
+A sampler or a loop that raises on a branch of its randomness crashes on a valid input with that
+branch's probability: a defect of that code, which a search reports as a counterexample of kind
+``"crash"``. An exception that never entered the audited code (a ``TypeError`` because the
+function does not take the arguments its adapter hands it) is not a crash of that code: it stays
+an error (exit 2).
+
+:func:`crash_site` tells the two apart from the exception's traceback and names the line of the
+audited code where the crash happened (``file:line in function``): the innermost frame that is
+neither exactspec's own code (its bug zoo excepted: those samplers are audited code) nor torch's
+or numpy's Python code (an error torch raises is reported at the user's line that called torch).
+
+>>> def sampler():
+...     return [1, 2][5]
+>>> try:
+...     sampler()
+... except IndexError as exc:
+...     site = crash_site(exc)
+>>> site.split(":")[0].startswith("<doctest"), site.endswith("in sampler")
+(True, True)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+__all__ = ["crash_site"]
+
+#: the package folder; its bug zoo holds audited code (deliberately broken samplers), not the tool's
+_PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_ZOO = os.path.join(_PKG, "bugzoo") + os.sep
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """The package folders of torch and numpy: frames in them are between the user's line and the error."""
+    dirs = [_PKG]
+    for mod in ("torch", "numpy"):
+        f = getattr(sys.modules.get(mod), "__file__", None)
+        if f:
+            dirs.append(os.path.dirname(os.path.abspath(f)) + os.sep)
+    return tuple(dirs)
+
+
+def _tool(filename: str, libs: tuple[str, ...]) -> bool:
+    name = os.path.abspath(filename) if not filename.startswith("<") else filename
+    return name.startswith(libs) and not name.startswith(_ZOO)
+
+
+def crash_site(exc: BaseException) -> str | None:
+    """``file:line in function`` of the audited code's innermost frame in ``exc``'s traceback, or None.
+
+    None when the traceback never enters code outside exactspec, torch and numpy: the exception
+    was raised calling the audited code (a wrong signature), not inside it, so it is no crash of
+    that code.
+
+    >>> crash_site(ValueError("never raised: no traceback")) is None
+    True
+    """
+    libs = _library_dirs()
+    tb: Any = exc.__traceback__
+    site = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not _tool(code.co_filename, libs):
+            site = f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}"
+        tb = tb.tb_next
+    return site
