@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import os
 import sys
+from fractions import Fraction
 from typing import Any
 
-__all__ = ["crash_site"]
+from .report import AuditReport
+
+__all__ = ["crash_site", "CrashReport"]
 
 #: the package folder; its bug zoo holds audited code (deliberately broken samplers), not the tool's
 _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -68,3 +71,54 @@ def crash_site(exc: BaseException) -> str | None:
             site = f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}"
         tb = tb.tb_next
     return site
+
+
+class CrashReport(AuditReport):
+    """An :class:`~exactspec.AuditReport` that also reports the branches on which the audited code raised.
+
+    What ``es.audit_loop(..., on_error="record")`` and ``es.audit_sampler(..., on_error="record")``
+    return: ``extra["error_probability"]`` (a string, exact) is the probability that the code
+    raises on this instance, ``extra["errors"]`` the probability of each exception (``"Type:
+    message"``) and ``extra["error_sites"]`` the line of the audited code each came from. Code that
+    raises with positive probability is never ``lossless``; the ``output`` law holds the branches
+    that returned (it sums to ``1 - error_probability``), so the TV is at least half that.
+
+    >>> import exactspec as es
+    >>> from exactspec.bugzoo import numpy_samplers as zoo
+    >>> def fragile(draft_ids, draft_probs, target_probs, rng):
+    ...     if rng.random() < 0.25:
+    ...         raise ValueError("unlucky")
+    ...     return zoo.correct(draft_ids, draft_probs, target_probs, rng)
+    >>> half = es.models.context_free(("1/2", "1/2"))
+    >>> r = es.audit_sampler(fragile, target=half, draft=half, proposer=es.drafts.chain(1), tokens=1,
+    ...                      on_error="record")
+    >>> r.error_probability, r.lossless, r.warnings[-1]
+    (Fraction(1, 4), False, 'the sampler raised ValueError: unlucky with probability 1/4 on this instance')
+    """
+
+    @property
+    def error_probability(self) -> Fraction:
+        """The exact probability that the audited code raised (0 when it never did)."""
+        return Fraction(self.extra.get("error_probability", "0"))
+
+    @property
+    def lossless(self) -> bool:  # noqa: D102
+        return self.error_probability == 0 and super().lossless
+
+    @property
+    def warnings(self) -> list[str]:  # noqa: D102
+        out = list(super().warnings)
+        code = "loop" if self.extra.get("adapter") == "whole loop" else "sampler"
+        for what, prob in self.extra.get("errors", {}).items():
+            out.append(f"the {code} raised {what} with probability {prob} on this instance")
+        return out
+
+    @property
+    def verdict_text(self) -> str:  # noqa: D102
+        text = super().verdict_text
+        if self.error_probability:
+            sites = sorted(set(self.extra.get("error_sites", {}).values()))
+            at = f" at {sites[0]}" + (f" and {len(sites) - 1} other line(s)" if len(sites) > 1 else "") if sites else ""
+            text = (f"this code crashes with probability {self.extra['error_probability']} on this instance{at} "
+                    f"(see warnings); {text}")
+        return text

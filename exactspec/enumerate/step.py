@@ -187,12 +187,20 @@ def crash_outcome(index: int, horizon: int | None) -> tuple:
 
 
 def is_crash(outcome: tuple) -> bool:
-    """Whether an outcome of a recorded law stands for a crash (see :func:`crash_outcome`)."""
+    """Whether an outcome of a recorded law stands for a crash (see :func:`crash_outcome`).
+
+    >>> is_crash((0, 1)), is_crash((0, -1)), is_crash(())
+    (False, True, False)
+    """
     return bool(outcome) and outcome[-1] < 0
 
 
 def crash_index(outcome: tuple) -> int:
-    """Which crash (an index into ``StepEnumerator.crashes``) a crash outcome stands for."""
+    """Which crash (an index into ``StepEnumerator.crashes``) a crash outcome stands for.
+
+    >>> crash_index(crash_outcome(4, 2))
+    4
+    """
     return -1 - outcome[-1]
 
 

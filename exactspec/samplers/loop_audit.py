@@ -41,7 +41,7 @@ from ..enumerate import Budget
 from ..enumerate.rng import PathRng, _Diverged, lattice_for
 from ..enumerate.step import Meter
 from ..enumerate.stream import target_law
-from .._crash import crash_site
+from .._crash import CrashReport, crash_site
 from ..errors import ExactSpecError, RuleError
 from ..fields import get_field
 from ..laws import to_rational, total_variation
@@ -62,7 +62,7 @@ _OUTPUTS = ("full", "new")
 _ON_ERROR = ("raise", "record")
 
 
-class LoopReport(AuditReport):
+class LoopReport(CrashReport):
     """An :class:`~exactspec.AuditReport` of a whole-loop audit; it also reports the branches on which the loop raised.
 
     ``extra["error_probability"]`` (a string, exact) is the probability that the loop raises on
@@ -71,8 +71,8 @@ class LoopReport(AuditReport):
     function``). A loop that raises with positive probability is never ``lossless``; its ``output``
     law holds the branches that returned (it sums to ``1 - error_probability``), so its TV (that
     sub-law against the target's law, as written in ``to_json()``) is at least ``error_probability / 2``.
-    A sampler audited with ``es.audit_sampler(..., on_error="record")`` reports its crashes the same
-    way, in a report of this class.
+    (The crash-aware verdict, shared with ``es.audit_sampler(..., on_error="record")``, is
+    ``exactspec._crash.CrashReport``'s.)
 
     >>> import torch, exactspec as es
     >>> def fragile(target, draft, prompt):
@@ -84,33 +84,6 @@ class LoopReport(AuditReport):
     >>> r.error_probability, r.lossless, r.warnings
     (Fraction(1, 4), False, ['the loop raised ValueError: no residual left with probability 1/4 on this instance'])
     """
-
-    @property
-    def error_probability(self) -> Fraction:
-        """The exact probability that the loop raised (0 when it never did)."""
-        return Fraction(self.extra.get("error_probability", "0"))
-
-    @property
-    def lossless(self) -> bool:  # noqa: D102
-        return self.error_probability == 0 and super().lossless
-
-    @property
-    def warnings(self) -> list[str]:  # noqa: D102
-        out = list(super().warnings)
-        code = "loop" if self.extra.get("adapter") == "whole loop" else "sampler"
-        for what, prob in self.extra.get("errors", {}).items():
-            out.append(f"the {code} raised {what} with probability {prob} on this instance")
-        return out
-
-    @property
-    def verdict_text(self) -> str:  # noqa: D102
-        text = super().verdict_text
-        if self.error_probability:
-            sites = sorted(set(self.extra.get("error_sites", {}).values()))
-            at = f" at {sites[0]}" + (f" and {len(sites) - 1} other line(s)" if len(sites) > 1 else "") if sites else ""
-            text = (f"this code crashes with probability {self.extra['error_probability']} on this instance{at} "
-                    f"(see warnings); {text}")
-        return text
 
 
 def _check_fn(fn: Any) -> str:

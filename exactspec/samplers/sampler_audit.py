@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from .._audit import AuditInputs, audit, run_audit, validate_audit
+from .._crash import CrashReport
 from ..enumerate import Budget
 from ..errors import BudgetExceeded, ExactSpecError, RuleError
 from ..laws import to_rational, total_variation
@@ -209,8 +210,8 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
     :class:`~exactspec.RuleError` (exit 2) naming the exception, the branch's draws and the
     sampler's line; ``"record"``: every crashing branch is an outcome of its own, reported with
     its exact probability (``extra["error_probability"]``, ``extra["errors"]``,
-    ``extra["error_sites"]``) in a :class:`~exactspec.samplers.loop_audit.LoopReport`, never
-    ``lossless`` (as ``es.audit_loop(on_error="record")``). An exception raised calling the
+    ``extra["error_sites"]``) in a report that is never ``lossless`` while it has any (as
+    ``es.audit_loop(on_error="record")`` reports a loop's). An exception raised calling the
     sampler, not inside it (a wrong signature), is always an error.
 
     ``search=True``: no single instance but an exact search over small ones, returning a minimal
@@ -297,8 +298,7 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
     report = run_audit(replace(inputs, rule=calls.rule()), budget=shared.next(), exact_floats=True,
                        on_error=on_error)
     if on_error == "record":   # crashes recorded with their probability: never lossless while there are any
-        from .loop_audit import LoopReport
-        report = LoopReport(**{f.name: getattr(report, f.name) for f in fields(report)})
+        report = CrashReport(**{f.name: getattr(report, f.name) for f in fields(report)})
     report.tolerance = tolerance
     extra = report.extra
     if declared:
