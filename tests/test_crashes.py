@@ -58,15 +58,51 @@ def broadcast_then_mask(target, draft, prompt):
     return [int(prompt[0, 0]), int(is_one[1, 2])]
 
 
+def write_view_read_base(target, draft, prompt):
+    """A write through an expanded view is seen through the tensor it views (plain torch: always 1)."""
+    tok = torch.multinomial(target(prompt)[0, -1].softmax(-1), 1)
+    tok.expand(3)[0] = 1
+    return [int(prompt[0, 0]), int(tok)]
+
+
+def read_view_write_base_read_view(target, draft, prompt):
+    """A view read first, then the base written: the view sees the write (plain torch: always 0)."""
+    toks = torch.multinomial(target(prompt)[0, -1].softmax(-1), 2, replacement=True)
+    tail = toks[1:]
+    int(tail[0])
+    toks[1] = 0
+    return [int(prompt[0, 0]), int(tail[0])]
+
+
+def fill_a_slice(target, draft, prompt):
+    """``fill_`` on a slice (a view) of the draws writes into the draws (plain torch: always 1)."""
+    toks = torch.multinomial(target(prompt)[0, -1].softmax(-1), 2, replacement=True)
+    toks[1:].fill_(1)
+    return [int(prompt[0, 0]), int(toks[1])]
+
+
+def expanded_mask_written(target, draft, prompt):
+    """A comparison of a uniform, expanded, written in place: every entry is the one location (plain torch: 1)."""
+    coin = (torch.rand(1) < 0.5).expand(3)
+    coin[0] = True
+    return [int(prompt[0, 0]), int(coin[2])]
+
+
 @pytest.mark.parametrize("loop, law", [
     (expand_then_read, {(0,): F(1, 2), (1,): F(1, 4), (2,): F(1, 4)}),      # the target's own law
     (expand_then_write, {(1,): F(1)}),                                      # the write lands in the shared entry
     (broadcast_then_mask, {(0,): F(3, 4), (1,): F(1, 4)}),                  # is_one[1, 2] reads the draw == 1
+    # these ran under the audit on old code, but read the draws, not what was written: a wrong law, silently
+    (write_view_read_base, {(1,): F(1)}),
+    (read_view_write_base_read_view, {(0,): F(1)}),
+    (fill_a_slice, {(1,): F(1)}),
+    (expanded_mask_written, {(1,): F(1)}),
 ])
 def test_expanded_pending_draws_run_under_the_audit_as_in_plain_torch(loop, law):
     torch.manual_seed(0)
-    plain = loop(stand_in(P3), None, torch.tensor([[0]]))                  # plain torch runs it
-    assert plain[0] == 0 and (plain[1],) in law
+    for _ in range(8):                                                     # plain torch runs it, within the law
+        plain = loop(stand_in(P3), None, torch.tensor([[0]]))
+        assert plain[0] == 0 and (plain[1],) in law
     r = es.audit_loop(loop, target=P3, tokens=1)                           # was: RuleError "more than one element
     assert r.output == law                                                 # of the written-to tensor ..."
     assert r.tv == es.laws.total_variation(law, {(0,): F(1, 2), (1,): F(1, 4), (2,): F(1, 4)})
