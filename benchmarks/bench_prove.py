@@ -34,7 +34,8 @@ def run(rule, gamma: int, vocab: int, tokens: int, on: set, timeout: float) -> t
     kw = _set(on)
     t0 = time.perf_counter()
     try:
-        res = es.prove(rule, proposer=es.drafts.chain(gamma), vocab=vocab, tokens=tokens, timeout=timeout, **kw)
+        res = es.prove(rule, proposer=es.drafts.chain(gamma), vocab=vocab, tokens=tokens, timeout=timeout,
+                       family="context_free", **kw)
     except es.ExactSpecError as exc:
         return f"gave up ({type(exc).__name__})", time.perf_counter() - t0, {}
     finally:

@@ -134,7 +134,7 @@ def catalog_markdown() -> str:
         name = f"`{r.name}`"
         if hasattr(es.rules, base):
             name = f"[{name}][exactspec.rules.{base}]"
-        claim = r.claim + (f" (for `{r.proposer.describe()}`)" if r.proposer is not None else "")
+        claim = r.claim_text + (f" (for `{r.proposer.describe()}`)" if r.proposer is not None else "")
         rows.append(f"| {name} | {r.family} | {claim} | {_cell(r.description)} | {_cell(r.reference)} |")
     factories = [n for n in es.rules.names() if n.endswith("(<args>)")]
     rows += ["", f"{len(es.rules.catalog())} rules, generated from `es.rules.catalog()` when these pages were "
@@ -155,6 +155,10 @@ def check_configurations_markdown() -> str:
     for c in cases:
         rows.append(f"| `{c.rule.name}` | `{c.proposer.describe()}` | {c.tokens} | {c.claim} |")
     rows += ["", f"{len(cases)} configurations, generated from `exactspec.instances.check_cases()`."]
+    conditional = {c.rule.name: c.rule.claim_text for c in cases if c.rule.condition is not None}
+    if conditional:
+        rows += ["", "Claims with a condition (the table gives the claim at each configuration): "
+                 + "; ".join(f"`{name}`: {text}" for name, text in conditional.items()) + "."]
     return "\n".join(rows)
 
 
@@ -184,6 +188,12 @@ def broken(step, rng):
 
 half = es.models.context_free(("1/2", "1/2"))
 es.audit(target=half, draft=half, rule=broken, tokens=1)''',
+    "NotARule": '''\
+def my_sampler(draft_ids, draft_probs, target_probs, rng):   # a sampler, not a rule fn(step, rng)
+    ...
+
+half = es.models.context_free(("1/2", "1/2"))
+es.audit(target=half, draft=half, rule=my_sampler, tokens=1)''',
     "UnsupportedRandomness": '''\
 def uses_float(step, rng):
     u = float(rng.uniform())       # only comparisons and affine arithmetic can be enumerated

@@ -11,6 +11,7 @@
 from . import counterexamples, drafts, laws, models, rules, samplers, statistical, theory, trees
 from ._audit import audit
 from .assertions import HorizonWarning, LossAssertionError, assert_lossless
+from .assertions import IncompleteCheckError, assert_loop_lossless, assert_sampler_lossless
 from .counterexamples import Counterexample, EmptySearch, IncompleteSearch
 from .samplers import audit_loop, audit_sampler, stand_in
 from .statistical import audit_statistically
@@ -18,6 +19,7 @@ from .sweep import sweep
 from .enumerate import Budget
 from .errors import (BudgetExceeded, ExactSpecError, InexactArithmetic, InvalidDistribution, ModelError, RuleError,
                      UnsupportedRandomness)
+from .errors import NotARule
 from .fields import get_field
 from .protocols import Rng, Step, TreeStep
 from .report import AuditReport, Outcome
@@ -36,3 +38,4 @@ def __getattr__(name: str):  # `es.strategies` imports hypothesis's strategies o
 __all__ = ["audit", "prove", "Proof", "Refutation", "audit_sampler", "audit_loop", "stand_in", "HorizonWarning", "Counterexample", "EmptySearch", "IncompleteSearch", "audit_statistically", "statistical", "samplers", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "Step", "TreeStep", "Rng", "models", "drafts", "rules", "laws",
            "theory", "trees", "counterexamples", "strategies", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
            "RuleError", "ModelError", "UnsupportedRandomness", "__version__"]
+__all__ += ["assert_sampler_lossless", "assert_loop_lossless", "IncompleteCheckError", "NotARule"]

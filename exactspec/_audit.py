@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from .drafts import chain
 from .enumerate import Budget, Engine, greedy_sequence, target_law
 from .enumerate.rng import Lattice, lattice_for
-from .enumerate.step import crash_index, is_crash
+from .enumerate.step import check_budget, crash_index, is_crash
 from .errors import ExactSpecError
 from .fields import Field, get_field
 from .laws import total_variation
@@ -139,6 +139,7 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     (True, Fraction(0, 1), True)
     """
     t0 = time.perf_counter()
+    check_budget(budget, "audit")
     inputs = validate_audit(target=target, rule=rule, draft=draft, proposer=proposer, prompt=prompt, tokens=tokens,
                             decoding=decoding, field=field, precision=precision, tolerance=tolerance,
                             expected=expected, worst=worst, backend=backend, rng_model=rng_model)
@@ -352,7 +353,11 @@ def assemble_report(inputs: AuditInputs, engine: Engine, laws: AuditLaws, *, sec
         instance["expected"] = inputs.expected.name
     scope = horizon_scope(proposer, inputs.tokens) | {"of": "this instance"}
     fld = inputs.field
-    report = AuditReport(rule=rule_obj.name, claim=rule_obj.claim, instance=instance, field=fld, output=laws.output,
+    from .rules.record import configuration
+    # a claim with a condition (stale_draft_probs: biased when gamma >= 2 ...) is judged by the claim at this
+    # configuration
+    claim = rule_obj.claim_for(configuration(proposer, target=target, draft=draft, tokens=inputs.tokens))
+    report = AuditReport(rule=rule_obj.name, claim=claim, instance=instance, field=fld, output=laws.output,
                          expected=laws.expected, tv=laws.tv, tolerance=fld.tolerance(),
                          tokens_per_call=laws.tokens_per_call, target_calls=laws.target_calls, seconds=seconds,
                          paths=engine.meter.paths, step_laws=engine.meter.steps, reference=rule_obj.reference,

@@ -106,6 +106,10 @@ class CrashReport(AuditReport):
         return self.error_probability == 0 and super().lossless
 
     @property
+    def undecided(self) -> bool:  # noqa: D102  (a crash is a defect whatever the float rounding: never undecided)
+        return self.error_probability == 0 and bool(getattr(super(), "undecided", False))
+
+    @property
     def warnings(self) -> list[str]:  # noqa: D102
         out = list(super().warnings)
         code = "loop" if self.extra.get("adapter") == "whole loop" else "sampler"

@@ -41,11 +41,14 @@ import re
 import sys
 import textwrap
 import time
+from fractions import Fraction
 from typing import Any, Callable, Sequence
 
 from . import __version__
 from ._audit import audit, default_tokens
 from ._numbers import finite_float
+from .laws import to_rational
+from .samplers.base import PRECISIONS
 from .enumerate import Budget
 from ._loading import load_object
 from .errors import BudgetExceeded, ExactSpecError
@@ -99,6 +102,22 @@ def _print(text: str = "") -> None:
 
 def _warn(text: str) -> None:
     _Out.write(f"exactspec: warning: {text}", err=True)
+
+
+def _tolerance(text: str) -> Any:
+    """argparse type of ``--tolerance``: a rational TV >= 0, like ``1/1000``, ``1e-12`` or ``2**-40``.
+
+    >>> _tolerance("2**-40") == Fraction(1, 2 ** 40), _tolerance("0")
+    (True, Fraction(0, 1))
+    """
+    m = re.fullmatch(r"\s*2\s*\*\*\s*-\s*(\d{1,4})\s*", text)
+    try:
+        v = Fraction(1, 2 ** int(m.group(1))) if m else to_rational(text, "--tolerance", floats=False)
+    except ExactSpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"--tolerance must be >= 0, got {text!r}")
+    return v
 
 
 def _seconds(text: str) -> float:
@@ -236,15 +255,41 @@ def adapter_names() -> tuple[str, ...]:
     return tuple(found)
 
 
-def _ints(text: str, flag: str, what: str) -> tuple[int, ...]:
-    """Parse '0 1' or '0,1' into ints, or a one-line error naming the flag."""
+def _ints(text: str, flag: str, what: str, *, empty: bool = False) -> tuple[int, ...]:
+    """Parse '0 1' or '0,1' into ints, or a one-line error naming the flag.
+
+    Every option given as a list goes through here (or :func:`_names`), so a given but empty value
+    (``--expansion ''``) is refused the same way everywhere, never taken for the default; only a
+    list that may be empty (``--prompt ''``: the empty prompt) passes ``empty=True``.
+
+    >>> _ints("2,1", "--expansion", "ints like '2 1'")
+    (2, 1)
+    >>> _ints(" ", "--expansion", "ints like '2 1'")
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.ExactSpecError: --expansion must be ints like '2 1', got ' ' (empty)
+    """
     parts = text.replace(",", " ").split()
+    if not parts and not empty:
+        raise ExactSpecError(f"{flag} must be {what}, got {text!r} (empty)")
     if any(len(t) > 12 for t in parts):
         raise ExactSpecError(f"{flag} must be {what}, got {text[:40]!r}")
     try:
         return tuple(int(t) for t in parts)
     except ValueError:
         raise ExactSpecError(f"{flag} must be {what}, got {text!r}") from None
+
+
+def _names(text: str, flag: str, what: str) -> list[str]:
+    """Parse 'a,b' or 'a b' into names, or a one-line error naming the flag when none is given.
+
+    >>> _names("speculative_sampling, mss", "--rules", "catalog names")
+    ['speculative_sampling', 'mss']
+    """
+    names = [n for n in text.replace(",", " ").split() if n]
+    if not names:
+        raise ExactSpecError(f"{flag} must be {what}, got {text!r} (empty)")
+    return names
 
 
 _load = load_object
@@ -279,7 +324,7 @@ def _instance(args: Any, family: str, prompt: tuple | None) -> tuple[Any, Any]:
     if family != "tree":
         return inst, inst.proposer
     from .drafts import tree
-    expansion = _ints(args.expansion or "2 1", "--expansion", "ints like '2 1'")
+    expansion = _ints("2 1" if args.expansion is None else args.expansion, "--expansion", "ints like '2 1'")
     return inst, tree(expansion, children=args.children or "iid", claim=args.claim)
 
 
@@ -409,10 +454,13 @@ def _cmd_check(args: Any) -> int:
     inexact = [r for r in rows if r["holds"] in ("undecided", "within tol")]
     ok = not broken
     code = 1 if broken else (3 if inexact else 0)
+    conditional = {c.rule.name: c.rule.claim_text for c in cases if c.rule.condition is not None}
     if args.json:
         _print(_dump({"instance": {k: v for k, v in reports[0].instance.items() if k not in ("proposer", "tokens")},
                       "field": args.field, "ok": ok, "exact": not inexact, "exit_code": code,
-                      "rules": [r.to_dict() | {"output": None, "expected": None} for r in reports]}, args))
+                      "rules": [r.to_dict() | {"output": None, "expected": None} | (
+                          {"claim_condition": conditional[r.rule]} if r.rule in conditional else {})
+                          for r in reports]}, args))
         return code
     if args.wide:
         cols = [("rule", "rule"), ("proposer", "proposer"), ("tokens", "tokens"), ("claim", "claim"), ("TV", "tv"),
@@ -447,6 +495,9 @@ def _cmd_check(args: Any) -> int:
     for ln in prose(f"{held}/{len(rows)} claims hold on this instance, every position of a first and a second step "
                     "observed" + (f"; broken: {', '.join(broken)}" if broken else "")):
         _print(ln)
+    for name, text in conditional.items():   # the claim column gives the claim at this configuration
+        for ln in prose(f"conditional claim: {name}: {text}"):
+            _print(ln)
     if inexact and ok:
         tol = _sig4(reports[0].tolerance)
         for ln in prose(f"not an exact proof: {len(inexact)} claim(s) read lossless (within {tol}), the {args.field} "
@@ -466,7 +517,7 @@ def _cmd_audit(args: Any) -> int:
     _no_timings_needs_json(args)
     rule = _rule(args.rule)
     _family_options(args, rule.family, f"rule {rule.name}")
-    prompt = None if args.prompt is None else _ints(args.prompt, "--prompt", "token ids like '0 1'")
+    prompt = None if args.prompt is None else _ints(args.prompt, "--prompt", "token ids like '0 1'", empty=True)
     inst, proposer = _instance(args, rule.family, prompt)
     rep = audit(target=inst.target, draft=inst.draft, proposer=proposer, rule=rule, prompt=inst.prompt,
                 tokens=_horizon(args, proposer), decoding=args.decoding, field=args.field, precision=args.precision,
@@ -544,7 +595,8 @@ def _cmd_prove(args: Any) -> int:
     if rule.family == "tree":
         if args.gamma is not None or args.sampling is not None:
             raise ExactSpecError(f"--gamma and --sampling do not apply to rule {rule.name}, which verifies trees")
-        exp = _ints(args.expansion, "--expansion", "children per depth like '2' or '2 1'") if args.expansion else (2,)
+        exp = (2,) if args.expansion is None else _ints(args.expansion, "--expansion",
+                                                          "children per depth like '2' or '2 1'")
         proposer = tree(tuple(exp), children=args.children or "iid", claim=args.claim or "draft")
     else:
         if args.expansion is not None or args.children is not None:
@@ -572,8 +624,9 @@ def _cmd_sweep(args: Any) -> int:
         raise ExactSpecError("--no-timings applies to --json or --csv output")
     if args.workers is not None and args.workers < 0:
         raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {args.workers}")
-    rules = None if args.rules is None else [r for r in args.rules.replace(",", " ").split() if r]
-    proposers = None if args.proposers is None else [p for p in args.proposers.replace(",", " ").split() if p]
+    rules = None if args.rules is None else _names(args.rules, "--rules", "catalog names like 'speculative_sampling,mss'")
+    proposers = None if args.proposers is None else _names(args.proposers, "--proposers", "proposers like "
+                                                           "'sample/draft argmax/point_mass'")
     tokens: tuple = (None,) if args.tokens is None else _ints(args.tokens, "--tokens", "ints like '3 6'")
     table = sweep(rules, proposers, _ints(args.vocabs, "--vocabs", "ints like '2 3'"),
                   _ints(args.gammas, "--gammas", "ints like '1 2 4'"), tokens, family=args.family, order=args.order,
@@ -628,16 +681,17 @@ def _cmd_audit_sampler(args: Any) -> int:
     _family_options(args, adapter.family, f"the {adapter.name} adapter")
     needs_torch = getattr(adapter, "needs_torch", False)
     sampler = _load(args.target, "the sampler", preload=("numpy",) + (("torch",) if needs_torch else ()))
+    precision = {k: v for k, v in (("precision", args.precision), ("tolerance", args.tolerance)) if v is not None}
     if not args.instance:  # the default: an exact search over small instances, exit codes as `search`
         from .samplers.sampler_search import search_sampler
         space = _sampler_search_space(args, adapter.family)
         found = search_sampler(sampler, adapter=adapter, space=space, rng_model=args.rng_model, seed=args.seed,
-                               budget=args.time_limit)
+                               budget=args.time_limit, **precision)
         return _code_search_out(args, found)
     inst, proposer = _instance(args, adapter.family, None)
     rep = audit_sampler(sampler, adapter=adapter, target=inst.target, draft=inst.draft, proposer=proposer,
                         prompt=inst.prompt, tokens=_horizon(args, proposer), rng_model=args.rng_model,
-                        budget=Budget(seconds=args.time_limit), on_error=args.on_error)
+                        budget=Budget(seconds=args.time_limit), on_error=args.on_error, **precision)
     return _report_out(args, rep)
 
 
@@ -692,15 +746,18 @@ def _cmd_audit_loop(args: Any) -> int:
 def rules_json() -> dict[str, list[dict[str, Any]]]:
     """What ``exactspec rules --json`` prints: the catalog and the configurations ``exactspec check`` audits.
 
-    ``rules``: one record per catalog rule (``name``, ``family``, ``claim``, ``description``,
-    ``reference``, ``params`` with values as strings); ``check``: ``rule``, ``proposer`` (its
+    ``rules``: one record per catalog rule (``name``, ``family``, ``claim``, ``condition`` and
+    ``otherwise`` for a claim that holds only under a condition, else None, ``claim_text``,
+    ``description``, ``reference``, ``params`` with values as strings); ``check``: ``rule``, ``proposer`` (its
     description), ``claim`` (the claim it must bear out) and ``tokens`` (the horizon).
 
     >>> d = rules_json()
     >>> d["rules"][0]["name"], d["rules"][0]["claim"], d["check"][0]["tokens"]
     ('speculative_sampling', 'lossless', 6)
     """
-    return {"rules": [{"name": r.name, "family": r.family, "claim": r.claim, "description": r.description,
+    return {"rules": [{"name": r.name, "family": r.family, "claim": r.claim,
+                       "condition": None if r.condition is None else str(r.condition), "otherwise": r.otherwise,
+                       "claim_text": r.claim_text, "description": r.description,
                        "reference": r.reference, "params": {str(k): str(v) for k, v in r.params.items()}}
                       for r in catalog()],
             "check": [{"rule": c.rule.name, "proposer": c.proposer.describe(), "claim": c.claim, "tokens": c.tokens}
@@ -716,7 +773,7 @@ def _cmd_rules(args: Any) -> int:
             _print(r.name)
         return 0
     for r in catalog():
-        _print(f"{r.name}  [{r.family}, claim: {r.claim}]\n    {r.description}\n    reference: {r.reference}")
+        _print(f"{r.name}  [{r.family}, claim: {r.claim_text}]\n    {r.description}\n    reference: {r.reference}")
     _print("\nconfigurations `exactspec check` audits (rule, proposer, the claim it must bear out):")
     for case in check_cases():
         _print(f"  {case.rule.name:32} {case.proposer.describe():78} {case.claim}")
@@ -905,6 +962,13 @@ def _parser() -> argparse.ArgumentParser:
     models = ", ".join(f"{n} ({_lattice_text(LATTICES.get(n))})" for n in RNG_MODELS)
     sa.add_argument("--rng-model", choices=list(RNG_MODELS), default="continuous", metavar="RNG_MODEL",
                     help=f"what a uniform draw is, one of {models} (default continuous)")
+    sa.add_argument("--precision", choices=list(PRECISIONS), default=None,
+                    help=f"the float precision the sampler computes in, one of {', '.join(PRECISIONS)} (default: "
+                         "what the adapter declares, else the coarsest float dtype seen); a sampler coarser than "
+                         "float64 is also run on float64 inputs, and only what stays there is bias")
+    sa.add_argument("--tolerance", type=_tolerance, default=None, metavar="TV",
+                    help="what float64 rounding may cost, a TV like 1e-12 or 2**-40 (default 2**-40; 0 demands "
+                         "exactness)")
     sa.add_argument("--instance", action="store_true",
                     help="audit one seeded instance (--vocab, --order, --gamma, --tokens, --seed) instead of searching")
     sa.add_argument("--on-error", choices=["raise", "record"], default="raise",
@@ -979,9 +1043,11 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--claim", choices=claims, default=None,
                     help=f"the law the verifier is told each draft came from, one of {', '.join(claims)} "
                          "(default draft)")
-    pr.add_argument("--family", choices=["context_free", "per_position", "table"], default="context_free",
+    pr.add_argument("--family", choices=["context_free", "per_position", "table"], default=None,
                     help="context_free: one symbolic p and q at every position; per_position: one p and q per "
-                         "position; table: order-1 tables, prompt (0,) (default context_free)")
+                         "position; table: order-1 tables, prompt (0,) (default: the most general one feasible at "
+                         "the size, named in the verdict: per_position at vocab 2 and 2 tokens, table at vocab 2 "
+                         "otherwise, context_free from vocab 3)")
     pr.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT, help=limit)
     pr.add_argument("--json", action="store_true", help=json_help)
     r = sub.add_parser("rules", help="list the catalog with claims and references")
@@ -1041,6 +1107,32 @@ def _guarded(cmd: Callable[[Any], int], args: Any) -> int:
         return cmd(args)
 
 
+#: seconds the command waits, once it has its exit code, for threads user code started to end by themselves
+THREAD_GRACE = 2.0
+
+
+def _lingering_threads(grace: float) -> list[Any]:
+    """Non-daemon threads other than the main one still alive ``grace`` seconds from now (joined meanwhile).
+
+    Python waits for every non-daemon thread before the process exits, so one that user code started
+    and never ends (a module that starts a thread drawing random numbers in a loop) would keep the
+    command from ever returning its exit code.
+
+    >>> _lingering_threads(0.0)
+    []
+    """
+    import threading
+    end = time.monotonic() + grace
+    alive = []
+    for t in threading.enumerate():
+        if t is threading.main_thread() or t.daemon:
+            continue
+        t.join(max(0.0, end - time.monotonic()))
+        if t.is_alive():
+            alive.append(t)
+    return alive
+
+
 def entry() -> None:
     """Console-script entry point."""
     code = main()
@@ -1051,4 +1143,15 @@ def entry() -> None:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except OSError:
             pass
+    lingering = _lingering_threads(THREAD_GRACE)
+    if lingering:   # the verdict is out: do not wait forever on threads user code started and never ends
+        names = ", ".join(t.name for t in lingering[:5]) + (", ..." if len(lingering) > 5 else "")
+        _Out.write(f"exactspec: note: {len(lingering)} thread(s) started by user code still running after "
+                   f"{THREAD_GRACE:g} s ({names}); exiting without waiting for them", err=True)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (BrokenPipeError, OSError):
+            pass
+        os._exit(code)
     sys.exit(code)

@@ -113,6 +113,31 @@ class RuleError(ExactSpecError):
         return self._replay()
 
 
+class NotARule(RuleError, TypeError):
+    """A sampler or a whole generation loop was handed where a rule ``fn(step, rng)`` is expected.
+
+    Raised before anything is enumerated, by every rule entry point (``es.audit``,
+    ``es.assert_lossless``, ``es.counterexamples.search``, ``es.prove``, the CLI's ``--rule``),
+    when the signature cannot be called as ``fn(step, rng)`` and looks like a sampler or a loop;
+    the message names the call that audits it (``es.audit_sampler(..., adapter=...)``,
+    ``es.audit_loop``, their assertions and CLI commands). ``kind`` is ``"sampler"``, ``"loop"``
+    or ``"sampler or loop"``; ``adapter`` the adapter its parameter names match (``""``: none).
+
+    >>> import exactspec as es
+    >>> def my_sampler(draft_ids, draft_probs, target_probs, rng): ...
+    >>> try:
+    ...     es.audit(rule=my_sampler, target=es.models.context_free(("1/2", "1/2")))
+    ... except es.errors.NotARule as e:
+    ...     print(e.kind, e.adapter)
+    sampler numpy
+    """
+
+    def __init__(self, message: str, *, rule: str = "", kind: str = "sampler", adapter: str = "",
+                 signature: str = "") -> None:
+        super().__init__(message, rule=rule)
+        self.kind, self.adapter, self.signature = kind, adapter, signature
+
+
 class UnsupportedRandomness(ExactSpecError):
     """A uniform draw was used in a way the enumerator cannot follow exactly (names the operation).
 

@@ -73,6 +73,9 @@ CHECK_TREE_TOKENS = len(CHECK_TREE_EXPANSION) + 2
 def check_cases(instance: Instance | None = None) -> list[CheckCase]:
     """Every configuration ``exactspec check`` audits, with the claim each must bear out.
 
+    A rule whose claim has a condition (``Rule.condition``) bears out the claim at the case's
+    configuration (``Rule.claim_for``).
+
     Chains (the instance's gamma and tokens): every chain rule with sampled drafts, plus
     speculative_sampling with argmax drafts scored with the soft draft law (biased) and with
     point masses (lossless). Trees (expansion (2, 1), 3 tokens, same models and prompt): MSS with
@@ -85,9 +88,15 @@ def check_cases(instance: Instance | None = None) -> list[CheckCase]:
     """
     from .rules import TREE_RULES, mss, shared_coin_tree
     from .rules.chain import CHAIN_RULES
+    from .rules.record import configuration
     inst = instance or default_instance()
     gamma, n = inst.proposer.gamma, inst.tokens
-    cases = [CheckCase(r, inst.proposer, r.claim, n) for r in CHAIN_RULES]
+
+    def claim_at(r: Rule, proposer: Any, tokens: int) -> str:   # a conditional claim, at this configuration
+        draft = inst.draft if proposer.family == "chain" or proposer.needs_draft() else None
+        return r.claim_for(configuration(proposer, target=inst.target, draft=draft, tokens=tokens))
+
+    cases = [CheckCase(r, inst.proposer, claim_at(r, inst.proposer, n), n) for r in CHAIN_RULES]
     cases.append(CheckCase(speculative_sampling, drafts.chain(gamma, sampling="argmax", claim="draft"), "biased", n))
     cases.append(CheckCase(speculative_sampling, drafts.chain(gamma, sampling="argmax", claim="point_mass"),
                            "lossless", n))
@@ -102,7 +111,7 @@ def check_cases(instance: Instance | None = None) -> list[CheckCase]:
     iid = drafts.tree(e, children="iid", claim="draft")
     for r in TREE_RULES:
         if r is not mss:
-            cases.append(CheckCase(r, iid if r.name in ("naive_tree_sampling", "multi_sample_match") else topk,
-                                   r.claim, t))
+            prop = iid if r.name in ("naive_tree_sampling", "multi_sample_match") else topk
+            cases.append(CheckCase(r, prop, claim_at(r, prop, t), t))
     cases.append(CheckCase(shared_coin_tree(1, "1/2"), topk, "biased", t))
     return cases

@@ -66,15 +66,39 @@ class AuditReport:
 
     # -- verdicts ---------------------------------------------------------------------------------
     @property
+    def boundary(self) -> dict | None:
+        """The float-boundary decision of a sampler or loop audit (``extra["float_boundary"]``), if any.
+
+        Float code is audited at its own precision and on float64 inputs
+        (:mod:`exactspec.samplers.float_boundary`); the decision, not the TV at the code's own
+        precision, is the verdict: ``lossless``, ``biased`` or ``undecided``.
+        """
+        got = self.extra.get("float_boundary") if self.extra else None
+        return got if isinstance(got, dict) and got.get("verdict") in ("lossless", "biased", "undecided") else None
+
+    @property
     def lossless(self) -> bool:
-        """TV <= the stated tolerance (0 in the exact field) and no support violation."""
+        """TV <= the stated tolerance (0 in the exact field) and no support violation (or, for float code,
+        the float-boundary decision says lossless)."""
+        b = self.boundary
+        if b is not None:
+            return b["verdict"] == "lossless"
         if self.tolerance and self.support_violations:
             return False
         return self.tv <= self.tolerance
 
     @property
+    def undecided(self) -> bool:
+        """Float code whose bias, if any, cannot be told from its rounding (exit 3): neither lossless nor biased."""
+        b = self.boundary
+        return b is not None and b["verdict"] == "undecided"
+
+    @property
     def verdict(self) -> str:
-        """``"lossless"`` or ``"biased"``; :attr:`verdict_text` says how exactly and about what."""
+        """``"lossless"``, ``"biased"`` or (float code only) ``"undecided"``; :attr:`verdict_text` says how
+        exactly and about what."""
+        if self.undecided:
+            return "undecided"
         return "lossless" if self.lossless else "biased"
 
     @property
@@ -102,6 +126,8 @@ class AuditReport:
         >>> r.verdict, r.exit_code
         ('lossless', 3)
         """
+        if self.undecided:
+            return 3
         if not self.lossless:
             return 1
         return 0 if self.exact else 3
@@ -123,6 +149,9 @@ class AuditReport:
         of = self.scope.get("of", "this instance")
         where = f"on {of} over {self._tokens_text()}"
         tv, tol = self._short(self.tv, approx=False), self._short(self.tolerance, approx=False)
+        b = self.boundary
+        if b is not None:
+            return f"{b['verdict']} {where}: {b['reason']}"
         if not self.lossless:
             why = " (a support violation: an outcome the expected law never emits)" if (
                 self.tolerance and self.support_violations and self.tv <= self.tolerance) else ""
@@ -142,6 +171,8 @@ class AuditReport:
     def _claim_tag(self) -> str:
         if self.claim_holds:
             return ""
+        if self.undecided:
+            return "  [CLAIM UNDECIDED: bias and float rounding cannot be told apart on this instance]"
         if self.lossless and not self.exact:
             return f"  [CLAIM UNDECIDED: the {self.field.name} field cannot resolve a TV below its tolerance]"
         return "  [CLAIM BROKEN]"
@@ -168,6 +199,8 @@ class AuditReport:
         ``biased`` holds when a bias is found; every other claim holds when the output law equals
         the law it is compared with (the instance's ``decoding`` or declared target says which).
         """
+        if self.undecided:
+            return False
         return (not self.lossless) if self.claim == "biased" else self.lossless
 
     @property
@@ -325,7 +358,10 @@ class AuditReport:
         head = self.verdict.upper() if self.exact or not self.lossless else \
             f"LOSSLESS WITHIN {self._short(self.tolerance, approx=False)} (not an exact proof)"
         if self.exact and self.lossless and self.tv != 0:
-            head = "LOSSLESS UP TO ROUNDING" if "rounding_tv" in self.extra else "LOSSLESS WITHIN TOLERANCE"
+            head = "LOSSLESS UP TO ROUNDING" if ("rounding_tv" in self.extra or self.boundary) else \
+                "LOSSLESS WITHIN TOLERANCE"
+        if self.undecided:
+            head = f"UNDECIDED WITHIN {str(self.boundary.get('precision', 'float')).upper()} ROUNDING"
         lines = [
             f"rule {self.rule} (claim: {self.claim}) — {head}{self._claim_tag()}",
             f"  verdict: {self.verdict_text}",
@@ -345,11 +381,17 @@ class AuditReport:
                          f"emits, e.g. {self.support_violations[0]}")
         for o in self.worst:
             lines.append(f"  {o.tokens}: output {s(o.output, 24, False)} vs expected {s(o.expected, 24, False)}")
+        b = self.boundary
+        if b is not None and b.get("f64_tv") is not None:
+            lines.append(f"  float64 run (the same code on float64 inputs{', casting down' if b.get('forced') else ''})"
+                         f": TV {self._short(Fraction(b['f64_tv']))}; at {b.get('precision')}: TV "
+                         f"{self._short(Fraction(b['own_tv']))}")
         if "rounding_tv" in self.extra:
             at = f", at {self.extra['precision']}" if "precision" in self.extra else ""
+            vs = self.extra.get("reference_tv", self.extra.get("algorithmic_tv"))
             lines.append(f"  rounding (a correct sampler through the same float pipeline and generator{at}): TV "
-                         f"{self._short(Fraction(self.extra['rounding_tv']))}; this sampler vs that one: TV "
-                         f"{self._short(Fraction(self.extra['algorithmic_tv']))}")
+                         f"{self._short(Fraction(self.extra['rounding_tv']))}" + (
+                             f"; this sampler vs that one: TV {self._short(Fraction(vs))}" if vs is not None else ""))
         lines.append(f"  {self.paths} branches, {self.step_laws} step laws, {self.seconds:.3f} s")
         return "\n".join(lines)
 

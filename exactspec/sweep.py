@@ -56,6 +56,8 @@ class SweepTable:
     rows: list[dict] = field(default_factory=list)
     mode: str = "audit"
     scope: str = ""
+    #: the claims with a condition, by rule name (``Rule.claim_text``): each row's ``claim`` is the claim at its cell
+    conditions: dict = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -75,7 +77,7 @@ class SweepTable:
 
     def to_dict(self) -> dict:
         return {"mode": self.mode, "scope": self.scope, "exit_code": self.exit_code, "ok": self.ok,
-                "rows": [dict(r) for r in self.rows]}
+                "conditions": dict(self.conditions), "rows": [dict(r) for r in self.rows]}
 
     def to_json(self, **kw: Any) -> str:
         """JSON with exact TVs as ``"p/q"`` strings."""
@@ -103,6 +105,8 @@ class SweepTable:
         out.append(f"{held}/{len(self.rows)} claims hold over the grid")
         out += [f"  {r['rule']} {r['proposer']} vocab {r['vocab']} gamma {r['gamma']}: {r['detail']}"
                 for r in self.rows if r["detail"] and r["holds"] != "yes"]
+        out += [f"conditional claim: {name}: {text} (the claim column is the claim at each cell)"
+                for name, text in self.conditions.items()]
         return "\n".join(out)
 
 
@@ -126,6 +130,7 @@ def _cell(job: tuple) -> dict:
     mode, rule_ref, family, spec, vocab, gamma, tokens, order, seed, fieldname, deadline = job
     from ._audit import audit, default_tokens
     from .instances import make_instance
+    from .rules.record import configuration
     rule = parallel.load_rule(rule_ref)
     row = {"rule": rule.name, "family": family, "proposer": spec, "vocab": vocab,
            "gamma": gamma if isinstance(gamma, int) else " ".join(map(str, gamma)), "tokens": tokens,
@@ -145,6 +150,8 @@ def _cell(job: tuple) -> dict:
             inst = make_instance(vocab=vocab, order=order, gamma=gamma if family == "chain" else 1, tokens=n,
                                  seed=seed)
             draft = inst.draft if family == "chain" or proposer.needs_draft() else None
+            # a conditional claim (stale_draft_probs: biased when gamma >= 2 ...) is the claim at this cell
+            row["claim"] = rule.claim_for(configuration(proposer, target=inst.target, draft=draft, tokens=n))
             rep = audit(target=inst.target, draft=draft, proposer=proposer, rule=rule, prompt=inst.prompt, tokens=n,
                         field=fieldname, budget=None if left is None else Budget(seconds=left), worst=0)
             row["tv"] = _s(rep.tv) if rep.exact else f"{float(rep.tv):.6g}"
@@ -162,10 +169,14 @@ def _cell(job: tuple) -> dict:
 def _search_row(row: dict, rule: Any, proposer: Any, family: str, vocab: int, gamma: Any, tokens: int, seed: int,
                 left: float | None) -> None:
     from .counterexamples import default_space, search
+    from .rules.record import configuration
     shape = (gamma,) if family == "chain" or isinstance(gamma, int) else tuple(gamma)
     space = default_space(rule, proposer).with_(vocabs=(vocab,), shapes=(shape,), tokens=(tokens,))
     found = search(rule, space=space, seed=seed, budget=left, progress=False)
-    lossless_claim = rule.claim != "biased"
+    # the search covers every family of the space: a condition on the models reads the most general one
+    models = "context_free" if set(space.families) <= {"context_free"} else "context_dependent"
+    row["claim"] = rule.claim_for(configuration(proposer, tokens=tokens, models=models) | {"vocab": vocab})
+    lossless_claim = row["claim"] != "biased"
     if found.found:
         row.update(tv=_s(found.tv), verdict="biased", holds="NO" if lossless_claim else "yes",
                    detail=f"{found.explanation} on {found.instance.describe()}")
@@ -199,7 +210,11 @@ def sweep(rules: Sequence[Any] | None = None, proposers: Sequence[str] | None = 
     Each cell audits the seeded instance ``make_instance(vocab, order, gamma, seed)`` (target
     ``random_table(seed)``, draft ``perturbed(seed + 1)``); ``search=True`` runs a counterexample
     search over the cell instead (every small-denominator law pair, random points), so the
-    verdict covers every model of the cell's size. A claim holds when the verdict bears it out.
+    verdict covers every model of the cell's size. A claim holds when the verdict bears it out; a
+    claim with a condition (``Rule.condition``, e.g. ``stale_draft_probs``: biased when gamma >= 2,
+    tokens >= 2 and the models context-dependent, lossless otherwise) is the claim at the cell
+    (``Rule.claim_for``), so a lossless cell outside the condition holds and a lossless cell inside
+    it is a broken claim.
 
     ``seconds``: a wall-clock budget for the whole sweep; cells it cuts are ``incomplete``
     (never a pass). ``workers`` / ``executor`` / ``scheduler``: run cells in parallel (see
@@ -254,4 +269,5 @@ def sweep(rules: Sequence[Any] | None = None, proposers: Sequence[str] | None = 
              f"{', '.join(map(str, vocabs))}; gammas {', '.join(map(str, gammas))}; tokens "
              f"{', '.join('default' if n is None else str(n) for n in tokens)}; "
              + ("every cell searched" if search else f"seeded order-{order} tables (seed {seed}), field {field}"))
-    return SweepTable(rows=rows, mode=mode, scope=scope)
+    conditions = {r.name: r.claim_text for r in rule_objs if r.condition is not None}
+    return SweepTable(rows=rows, mode=mode, scope=scope, conditions=conditions)

@@ -4,6 +4,7 @@ Tests named ``test_audit_*`` go through ``es.audit`` and need its computation wr
 ``engine.guard()``; each runs under a safety deadline so that, unwrapped, it fails instead of hanging.
 """
 
+import itertools
 import threading
 import time
 import tracemalloc
@@ -201,6 +202,57 @@ def test_returned_sequence_longer_than_a_step_is_a_rule_error():
         return [0] * 5
     with pytest.raises(es.RuleError, match="more than 3 tokens"):
         es.audit(target=HALF, draft=HALF, proposer=es.drafts.chain(2), rule=five, tokens=1)
+
+
+class _Endless:
+    """An endless iterator that counts what was pulled from it (and stops the test past 1000 items)."""
+
+    def __init__(self, value=None):
+        self.pulled, self.value = 0, value
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.pulled += 1
+        if self.pulled > 1000:   # the old code read on, growing a list past 3 GB: stop it here instead
+            raise AssertionError("the engine materialises the rule's endless iterator")
+        return self.pulled - 1 if self.value is None else self.value
+
+
+@pytest.mark.parametrize("proposer, family, cap", [(es.drafts.chain(1), "chain", 2), (es.drafts.chain(3), "chain", 4),
+                                                   (es.drafts.tree((2,)), "tree", 2), (es.drafts.tree((2, 2)), "tree", 3)])
+@pytest.mark.parametrize("value", [None, 0])   # itertools.count() and itertools.repeat(0)
+def test_a_rule_returning_an_endless_iterator_is_a_rule_error_read_no_further_than_a_step(proposer, family, cap, value):
+    # `return itertools.count()` hung and grew past 3 GB: a step emits at most gamma + 1 (chain) or
+    # depth + 1 (tree) tokens, so the engine reads one item more than that and stops
+    made = []
+
+    def endless(step, rng):
+        made.append(_Endless(value))
+        return made[-1]
+    with pytest.raises(es.RuleError) as info:
+        es.audit(target=HALF, draft=HALF, proposer=proposer, rule=es.Rule(endless, name="endless", family=family))
+    assert str(info.value) == (f"rule endless emitted more than {cap} tokens in one step (at most {cap - 1} "
+                               "accepted drafts plus one correction or bonus)")
+    assert info.value.rule == "endless"
+    assert [it.pulled for it in made] == [cap + 1]
+
+
+@pytest.mark.parametrize("proposer, family, cap", [(es.drafts.chain(2), "chain", 3), (es.drafts.tree((2, 2)), "tree", 3)])
+def test_itertools_count_and_an_endless_int_generator_are_rule_errors(proposer, family, cap):
+    def counts(step, rng):
+        return itertools.count()
+
+    def ints_forever(step, rng):
+        i = 0
+        while True:
+            yield i % 2
+            i += 1
+    for fn in (counts, ints_forever):
+        with pytest.raises(es.RuleError, match=f"^rule {fn.__name__} emitted more than {cap} tokens in one step"):
+            es.audit(target=HALF, draft=HALF, proposer=proposer, rule=es.Rule(fn, name=fn.__name__, family=family),
+                     tokens=1)
 
 
 def test_gamma_past_the_depth_budget_is_refused_at_once():

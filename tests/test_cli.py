@@ -363,7 +363,8 @@ def test_rules_lists_catalog_with_claim_and_reference(capsys):
     catalog = es.rules.catalog()
     assert len(catalog) == 16  # 10 chain rules, 6 tree rules
     for r in catalog:
-        assert f"{r.name}  [{r.family}, claim: {r.claim}]" in out
+        # a conditional claim is listed with its condition (claim_text == claim for the others)
+        assert f"{r.name}  [{r.family}, claim: {r.claim_text}]" in out
         assert r.reference
         assert f"reference: {r.reference}" in out
         assert r.description in out

@@ -139,6 +139,8 @@ def test_rules_json_is_the_catalog_and_the_check_configurations(capsys):
     assert [r["name"] for r in d["rules"]] == [r.name for r in catalog]
     for rec, rule in zip(d["rules"], catalog):
         assert rec == {"name": rule.name, "family": rule.family, "claim": rule.claim,
+                       "condition": None if rule.condition is None else str(rule.condition),
+                       "otherwise": rule.otherwise, "claim_text": rule.claim_text,
                        "description": rule.description, "reference": rule.reference,
                        "params": {str(k): str(v) for k, v in rule.params.items()}}
     assert any(rec["params"] for rec in d["rules"])   # parameterised rules carry their arguments, as strings

@@ -15,6 +15,8 @@ from fractions import Fraction as F
 import pytest
 
 import exactspec as es
+from exactspec.enumerate.step import Meter
+from exactspec.fields import get_field
 
 HALF = es.models.context_free((F(1, 2), F(1, 2)), name="half")
 QUARTER = es.models.context_free((F(1, 4), F(3, 4)), name="quarter")
@@ -372,14 +374,39 @@ def test_depth_budget_exceeded():
 
 
 def test_time_budget_exceeded_while_enumerating():
-    # the deadline is checked every 256 branches; a microsecond is over by then
+    # the deadline is checked every 256 branches. On a clock the test controls, where each branch (one
+    # call of the rule) costs one second, a 100 s budget is found spent at the 256th branch, on any machine
+    now = [0]
+
+    def costly(step, rng):
+        now[0] += 1
+        return es.rules.speculative_sampling.fn(step, rng)
+
     big = es.models.random_table(vocab=4, order=1)
     with pytest.raises(es.BudgetExceeded) as info:
         es.audit(target=big, draft=es.models.perturbed(big), proposer=es.drafts.chain(3),
-                 rule="speculative_sampling", prompt=(0,), tokens=3, budget=es.Budget(seconds=1e-6),
+                 rule=costly, prompt=(0,), tokens=3, budget=es.Budget(seconds=100, clock=lambda: now[0]),
                  closed_form=False)
-    assert info.value.what == "seconds"
-    assert info.value.covered["paths"] == 256
+    assert info.value.what == "seconds" and info.value.limit == 100
+    # the 256th branch is counted, and the clock read, before the rule runs on it: 255 calls, 255 s
+    assert info.value.covered["paths"] == 256 and info.value.covered["seconds"] == 255
+    # the same audit on the same clock with time to spare is complete: the budget, not the rule, stopped it
+    now[0] = 0
+    rep = es.audit(target=big, draft=es.models.perturbed(big), proposer=es.drafts.chain(3), rule=costly,
+                   prompt=(0,), tokens=3, budget=es.Budget(seconds=10 ** 9, clock=lambda: now[0]), closed_form=False)
+    assert rep.lossless and rep.paths == now[0] > 256
+
+
+def test_a_budget_clock_of_the_callers_starts_no_watchdog():
+    # a clock that is not real time is read at the engine's checkpoints only: no thread, no async raise
+    import threading
+    before = threading.active_count()
+    meter = Meter(es.Budget(seconds=1, clock=lambda: 0.0))
+    with meter.guard():
+        assert threading.active_count() == before
+        meter.check_time()      # the clock stands still: never spent
+    with pytest.raises(es.ExactSpecError, match="clock must be a function"):
+        es.Budget(seconds=1, clock=5)
 
 
 @pytest.mark.parametrize("kwargs, fragment", [
@@ -391,6 +418,50 @@ def test_time_budget_exceeded_while_enumerating():
 def test_bad_budget(kwargs, fragment):
     with pytest.raises(es.ExactSpecError, match=re.escape(fragment)):
         es.Budget(**kwargs)
+
+
+def _bare_number_budget_calls():
+    from exactspec.bugzoo import numpy_samplers as zoo
+    half = es.models.context_free(("1/2", "1/2"))
+    return {
+        "audit": lambda b: es.audit(target=half, draft=half, rule="speculative_sampling", tokens=1, budget=b),
+        "audit_sampler": lambda b: es.audit_sampler(zoo.correct, target=half, draft=half, tokens=1, budget=b),
+        "audit_sampler(search=True)": lambda b: es.audit_sampler(zoo.correct, search=True, budget=b),
+        "audit_loop": lambda b: es.audit_loop(lambda t, d, p: None, target=half, draft=half, prompt=(0,),
+                                              budget=b),
+        "Engine": lambda b: es.enumerate.Engine("speculative_sampling", es.drafts.chain(1), half, half,
+                                                get_field(), budget=b),
+    }
+
+
+@pytest.mark.parametrize("entry", ["audit", "audit_sampler", "audit_sampler(search=True)", "audit_loop", "Engine"])
+@pytest.mark.parametrize("bad, hint", [(5, "budget=es.Budget(seconds=5)"), (2.5, "budget=es.Budget(seconds=2.5)"),
+                                       ("10s", "e.g. budget=es.Budget(seconds=5)")])
+def test_a_bare_number_as_budget_is_a_typed_error_saying_what_to_pass(entry, bad, hint):
+    # was: AttributeError: 'int' object has no attribute 'clock' (or 'seconds') from deep inside the audit
+    where = entry.split("(")[0]
+    with pytest.raises(es.ExactSpecError) as info:
+        _bare_number_budget_calls()[entry](bad)
+    assert type(info.value) is es.ExactSpecError and info.value.exit_code == 2
+    assert str(info.value).startswith(f"{where}: budget must be an es.Budget or None, got {bad!r} "
+                                      f"({type(bad).__name__}); ")
+    assert hint in str(info.value)
+
+
+def test_a_bare_number_as_instance_budget_is_a_typed_error():
+    from exactspec.bugzoo import numpy_samplers as zoo
+    with pytest.raises(es.ExactSpecError, match=re.escape(
+            "search_instances: instance_budget must be an es.Budget or None, got 5 (int); for a time limit of 5 "
+            "seconds pass instance_budget=es.Budget(seconds=5)")):
+        es.samplers.search_sampler(zoo.correct, instance_budget=5)
+
+
+def test_searches_still_take_their_budget_in_seconds():
+    # search / search_sampler document budget as seconds: a number stays valid there
+    from exactspec.bugzoo import numpy_samplers as zoo
+    for found in (es.counterexamples.search("speculative_sampling", budget=5, max_instances=3),
+                  es.samplers.search_sampler(zoo.correct, budget=5, max_instances=2)):
+        assert isinstance(found, es.IncompleteSearch) and "max_instances" in found.reason
 
 
 # -- UnsupportedRandomness ------------------------------------------------------------------------------

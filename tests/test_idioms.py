@@ -252,7 +252,7 @@ def test_the_vllm_reference_sampler_audit_is_unchanged_by_lazy_masks():
     inst = make_instance(vocab=3, order=0, gamma=2, tokens=2)
     r = es.audit_sampler(torch_adapters.reference_vllm_style, adapter="vllm", target=inst.target,
                          draft=inst.draft, proposer=inst.proposer, prompt=inst.prompt, tokens=2)
-    assert r.verdict == "lossless" and r.extra["algorithmic_tv"] == "0"
+    assert r.verdict == "lossless" and r.extra["reference_tv"] == "0"
 
 
 # -- a uniform against an array of thresholds (numpy) ------------------------------------------------------------
@@ -298,7 +298,7 @@ def test_global_numpy_and_python_draws_read_lossless_whatever_the_seed():
         for coin in (lambda: np.random.random(), lambda: np.random.rand(), lambda: random.random(),
                      lambda: np.random.default_rng().random()):
             r = _audit(_numpy_chain(lambda c=coin: c()))
-            assert r.verdict == "lossless" and r.extra["algorithmic_tv"] == "0"
+            assert r.verdict == "lossless" and r.extra["reference_tv"] == "0"
 
 
 _OUTSIDE = np.random.default_rng(3)

@@ -41,7 +41,7 @@ def _grid(fast_vocab: int = 2) -> list:
 
 @pytest.mark.parametrize("rule, kw, vocab, gamma, tokens", _grid())
 def test_catalog_lossless_rules_are_proven(rule, kw, vocab, gamma, tokens):
-    res = es.prove(rule, proposer=chain(gamma, **kw), vocab=vocab, tokens=tokens)
+    res = es.prove(rule, proposer=chain(gamma, **kw), vocab=vocab, tokens=tokens, family="context_free")
     assert isinstance(res, Proof) and res.proven and res.exit_code == 0, str(res)
     assert res.cells and res.assumptions["vocab"] == vocab and res.assumptions["tokens"] == tokens
 
@@ -58,7 +58,8 @@ def _check_refutation(res, rule) -> None:
     src = res.counterexample.to_pytest()
     ns: dict = {}
     exec(compile(src, "<prove regression>", "exec"), ns)
-    test = next(v for k, v in ns.items() if k.startswith("test_"))
+    # the test function (a rule defined in this file is imported as the module ``test_prove``: skip it)
+    test = next(v for k, v in ns.items() if k.startswith("test_") and callable(v) and not isinstance(v, type(pytest)))
     with pytest.raises(AssertionError):
         test()
 
@@ -88,7 +89,7 @@ def test_catalog_biased_rules_are_refuted_with_exact_witnesses(rule, proposer, v
 
 
 def test_tiny_clamp_witness_needs_the_constant():
-    res = es.prove(R.tiny_clamp_residual, proposer=chain(1), vocab=2, tokens=1)
+    res = es.prove(R.tiny_clamp_residual, proposer=chain(1), vocab=2, tokens=1, family="context_free")
     _check_refutation(res, R.tiny_clamp_residual)
     assert res.report.tv <= R.TINY   # a bias of about 1e-38, found exactly
     assert "1/85070591730234615865843651857942052864" in " ".join(res.cell)   # 2**-126 appears in the cell
@@ -102,7 +103,7 @@ def test_stale_draft_probs_is_proven_context_free():
 
 @pytest.mark.slow
 def test_stale_draft_probs_is_proven_context_free_vocab3():
-    assert es.prove(R.stale_draft_probs, proposer=chain(2), vocab=3, tokens=2).proven
+    assert es.prove(R.stale_draft_probs, proposer=chain(2), vocab=3, tokens=2, family="context_free").proven
 
 
 def test_order1_table_family():
@@ -115,18 +116,18 @@ def test_order1_table_family():
 
 
 def test_mss_iid_children_proven_vocab2():
-    assert es.prove(R.mss, proposer=tree((2,)), vocab=2, tokens=2).proven
+    assert es.prove(R.mss, proposer=tree((2,)), vocab=2, tokens=2, family="context_free").proven
 
 
 @pytest.mark.slow
 def test_mss_iid_children_proven_one_level_width2_vocab3():
-    res = es.prove(R.mss, proposer=tree((2,)), vocab=3, tokens=2)
+    res = es.prove(R.mss, proposer=tree((2,)), vocab=3, tokens=2, family="context_free")
     assert res.proven, str(res)
 
 
 @pytest.mark.parametrize("vocab, gamma, tokens", [(2, 1, 1), (2, 2, 2), pytest.param(3, 2, 2, marks=pytest.mark.slow)])
 def test_greedy_match_proven_against_the_greedy_sequence(vocab, gamma, tokens):
-    res = es.prove(R.greedy_match, proposer=chain(gamma), vocab=vocab, tokens=tokens)
+    res = es.prove(R.greedy_match, proposer=chain(gamma), vocab=vocab, tokens=tokens, family="context_free")
     assert res.proven and res.assumptions["expected"] == "greedy-sequence"
     assert "lowest token id" in res.assumptions["ties"]
     # ties are cells of their own: p_0 == p_1 appears in some cell
@@ -152,12 +153,12 @@ def test_readme_user_rule_is_provable_unchanged():
 
 @pytest.mark.slow
 def test_readme_user_rule_is_provable_unchanged_vocab3():
-    assert es.prove(my_rule, proposer=chain(2), vocab=3, tokens=2).proven
+    assert es.prove(my_rule, proposer=chain(2), vocab=3, tokens=2, family="context_free").proven
 
 
 def test_rng_form_and_closed_form_agree():
-    a = es.prove(R.speculative_sampling, proposer=chain(2), vocab=2, tokens=2, closed_form=False)
-    b = es.prove(R.speculative_sampling, proposer=chain(2), vocab=2, tokens=2)
+    a = es.prove(R.speculative_sampling, proposer=chain(2), vocab=2, tokens=2, closed_form=False, family="context_free")
+    b = es.prove(R.speculative_sampling, proposer=chain(2), vocab=2, tokens=2, family="context_free")
     assert a.proven and b.proven and a.paths > 0
 
 
@@ -172,7 +173,7 @@ def _random_law(rnd: random.Random, vocab: int) -> tuple:
 def test_proofs_hold_on_random_rational_instances(rule, kw):
     """Sanity property: what es.prove proves, the exact engine confirms on random instances (zeros included)."""
     proposer = chain(2, **kw)
-    assert es.prove(rule, proposer=proposer, vocab=2, tokens=2).proven
+    assert es.prove(rule, proposer=proposer, vocab=2, tokens=2, family="context_free").proven
     rnd = random.Random(11)
     for _ in range(15):
         p, q = es.models.context_free(_random_law(rnd, 3)), es.models.context_free(_random_law(rnd, 3))
@@ -181,7 +182,7 @@ def test_proofs_hold_on_random_rational_instances(rule, kw):
 
 def test_refutation_region_matches_exact_audits():
     """Inside the refuted cell the exact engine sees the symbolic difference at other rational points too."""
-    res = es.prove(R.greedy_match_sampled, proposer=chain(1), vocab=2, tokens=1)
+    res = es.prove(R.greedy_match_sampled, proposer=chain(1), vocab=2, tokens=1, family="context_free")
     assert res.difference == "p_0*q_0 - p_0"
     for p0, q0 in [(F(1, 3), F(1, 2)), (F(1, 5), F(2, 3)), (F(2, 5), F(9, 10))]:   # p_0 < 1/2, 0 < q_0 < 1
         rep = es.audit(target=es.models.context_free((p0, 1 - p0)), draft=es.models.context_free((q0, 1 - q0)),
@@ -255,3 +256,89 @@ def test_cli_exit_codes(capsys):
                  "--children", "topk"]) == 1
     out = capsys.readouterr().out
     assert "PROVEN" in out and "def test_" in out
+
+
+# -- the default family and the proof's scope in its headline (issue 16, section 3) ---------------------------
+
+@es.rule(claim="lossless")
+def bonus_from_position_0(step, rng):
+    """Speculative sampling whose bonus token is drawn from the target law at position 0, not at gamma."""
+    for j in range(step.gamma):
+        x, p, q = step.draft(j), step.target(j), step.claimed(j)
+        if rng.uniform() < p[x] / q[x]:
+            yield x
+        else:
+            yield rng.categorical(es.laws.residual(p, q))
+            return
+    yield rng.categorical(step.target(0))   # the bug: the wrong position's law
+
+
+def test_default_family_is_the_most_general_feasible_one():
+    from exactspec.prove import default_family
+    assert [default_family(2, t) for t in (1, 2, 3, 5)] == ["table", "per_position", "table", "table"]
+    assert [default_family(v, t) for v, t in ((3, 1), (3, 2), (4, 1), (5, 3))] == ["context_free"] * 4
+
+
+def test_position_bug_is_proven_only_for_context_free_laws_and_the_headline_says_so():
+    res = es.prove(bonus_from_position_0, proposer=chain(1), vocab=2, tokens=2, family="context_free")
+    assert res.proven and res.family == res.assumptions["family"] == "context_free"
+    assert res.assumptions["family_source"] == "given"
+    assert "for every context-free target and draft" in res.summary()
+
+
+def test_position_bug_is_refuted_by_default_with_an_exact_witness():
+    """A rule biased only when the law changes with position: the default family sees it (it used to be PROVEN)."""
+    res = es.prove(bonus_from_position_0, proposer=chain(1), vocab=2, tokens=2)
+    _check_refutation(res, bonus_from_position_0)
+    assert res.assumptions["family"] == "per_position" and res.assumptions["family_source"] == "default"
+    assert res.family == "per_position" and "for some per-position target and draft" in res.summary()
+    inst = res.counterexample.instance
+    assert inst.family == "per_position" and inst.target[0] != inst.target[1]   # the laws differ by position
+    # the witness, replayed by hand: output(x0, x1) - target(x0, x1) from the exact engine equals the cell's
+    # difference evaluated at the witness
+    p0, p1 = res.witness["p0"], res.witness["p1"]
+    rep = es.audit(target=es.models.from_function(vocab=2, fn=lambda ctx: p0 if len(ctx) == 0 else p1),
+                   draft=es.models.from_function(vocab=2, fn=lambda ctx: res.witness["q0"] if len(ctx) == 0
+                                                 else res.witness["q1"]),
+                   rule=bonus_from_position_0, proposer=chain(1), tokens=2)
+    assert rep.tv == res.report.tv > 0
+
+
+def test_stale_draft_probs_at_gamma2_is_refuted_by_default():
+    res = es.prove(R.stale_draft_probs, proposer=chain(2), vocab=2, tokens=2)
+    _check_refutation(res, R.stale_draft_probs)
+    assert res.assumptions["family"] == "per_position"
+
+
+def test_readme_size_defaults_to_context_free_and_says_so():
+    """From vocab 3 the default is context-free (per-position laws run past a minute there): the headline says it."""
+    res = es.prove(R.speculative_sampling, proposer=chain(1), vocab=3, tokens=1)
+    assert res.proven and res.assumptions["family"] == "context_free"
+    text = res.summary()
+    assert "for every context-free target and draft" in text and "Family: the default at this size" in text
+
+
+def test_proof_and_refutation_json_carry_the_family():
+    import json
+    d = json.loads(es.prove(R.speculative_sampling, proposer=chain(1), vocab=2, tokens=1).to_json())
+    assert d["family"] == "table" == d["assumptions"]["family"] and d["assumptions"]["family_source"] == "default"
+    assert "for every order-1 table target and draft" in d["summary"]
+    ref = es.prove(R.greedy_match_sampled, proposer=chain(1), vocab=2, tokens=1, family="context_free")
+    d = json.loads(ref.to_json())
+    assert d["family"] == "context_free" and d["verdict"] == "refuted"
+
+
+def test_cli_default_family_refutes_a_position_bug(capsys):
+    """`exactspec prove` on stale_draft_probs at gamma 2: exit 1 by default (it printed PROVEN, exit 0)."""
+    assert main(["prove", "--rule", "stale_draft_probs", "--vocab", "2", "--gamma", "2", "--tokens", "2"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("REFUTED") and "per-position target and draft" in out and "def test_" in out
+    assert main(["prove", "--rule", "stale_draft_probs", "--vocab", "2", "--gamma", "2", "--tokens", "2",
+                 "--json"]) == 1
+    import json
+    d = json.loads(capsys.readouterr().out)
+    assert d["family"] == "per_position" and d["verdict"] == "refuted"
+    assert main(["prove", "--rule", "stale_draft_probs", "--vocab", "2", "--gamma", "2", "--tokens", "2",
+                 "--family", "context_free"]) == 0
+    out = capsys.readouterr().out
+    assert "PROVEN" in out and "for every context-free target and draft" in out

@@ -252,10 +252,18 @@ def test_search_instances_hands_audit_one_the_documented_keys():
 
 
 def test_audit_sampler_search_refuses_what_the_search_chooses():
-    for kw in [dict(target=CF(("1/2", "1/2"))), dict(tokens=2), dict(prompt=(0,)), dict(reference=False),
-               dict(tolerance=0)]:
+    for kw in [dict(target=CF(("1/2", "1/2"))), dict(tokens=2), dict(prompt=(0,)), dict(expected=CF(("1/2", "1/2")))]:
         with pytest.raises(es.ExactSpecError, match="does not apply"):
             es.audit_sampler(zoo.correct, search=True, **kw)
+
+
+def test_audit_sampler_search_applies_the_float64_tolerance_to_every_instance():
+    # tolerance is what float64 rounding may cost (issue 16): the same for every instance, so a search takes it;
+    # a tolerance of 0 demands exactness of the float64 run, which float64 rounding of the residual breaks
+    loose = es.audit_sampler(zoo.correct, search=True, tolerance=F(1, 2 ** 40))
+    exact = es.audit_sampler(zoo.correct, search=True, tolerance=0)
+    assert not loose and loose.exit_code == 0
+    assert exact.found and F(exact.extra["algorithmic_tv"]) > 0
     with pytest.raises(es.ExactSpecError, match="not a tree proposer"):
         es.audit_sampler(zoo.mss_tree, adapter="numpy-tree", proposer=es.drafts.chain(1), search=True)
 

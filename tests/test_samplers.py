@@ -78,7 +78,7 @@ def test_reference_and_fixed_samplers_are_lossless_up_to_rounding():
     for sampler in (es.samplers.reference_numpy_chain, zoo.correct):
         r = es.audit_sampler(sampler, target=inst.target, draft=inst.draft, proposer=inst.proposer,
                              prompt=inst.prompt, tokens=2)
-        assert r.verdict == "lossless" and r.extra["algorithmic_tv"] == "0"
+        assert r.verdict == "lossless" and r.extra["reference_tv"] == "0"
         assert 0 < r.tv < F(1, 10 ** 15)     # float64 rounding of the laws handed to the sampler
         assert r.extra["sampler_calls"] == r.paths > 0
 
@@ -149,7 +149,7 @@ def test_cli_audit_sampler(capsys, monkeypatch):
                      "torch-float32", "--json", "--instance"]) == 0
     import json
     d = json.loads(capsys.readouterr().out)
-    assert d["lossless"] and d["extra"]["algorithmic_tv"] == "0" and d["instance"]["rng_model"] == "torch-float32"
+    assert d["lossless"] and d["extra"]["reference_tv"] == "0" and d["instance"]["rng_model"] == "torch-float32"
     assert cli.main(["audit-sampler", "no_such_module:f"]) == 2
     assert cli.main(["audit-sampler", "exactspec.bugzoo.numpy_samplers"]) == 2
     err = capsys.readouterr().err
@@ -197,7 +197,7 @@ def test_tree_sampler_with_topk_children_and_renormalised_soft_claims_is_biased(
     assert soft.verdict == "biased" and abs(soft.tv - F(1, 3)) < F(1, 10 ** 15)
     honest = es.audit_sampler(zoo.mss_tree, adapter="numpy-tree", target=p, draft=q, tokens=1,
                               proposer=es.drafts.tree((1,), children="topk", claim="point_mass"))
-    assert honest.verdict == "lossless" and honest.extra["algorithmic_tv"] == "0"
+    assert honest.verdict == "lossless" and honest.extra["reference_tv"] == "0"
 
 
 def test_multi_sample_matching_tree_sampler_and_its_fix():

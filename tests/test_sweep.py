@@ -19,8 +19,14 @@ def test_sweep_rows_in_grid_order_and_claims():
         ("speculative_sampling", "sample/draft", 2, 1), ("speculative_sampling", "sample/draft", 2, 2),
         ("speculative_sampling", "sample/draft", 3, 1)]
     assert all(r["holds"] == "yes" for r in t.rows if r["rule"] == "speculative_sampling")
-    # a stale draft law needs a second draft position: with gamma 1 the "biased" claim is not borne out
-    assert {r["holds"] for r in t.rows if r["rule"] == "stale_draft_probs" and r["gamma"] == 1} == {"NO"}
+    # a stale draft law needs a second draft position: at gamma 1 the claim is lossless (the claim's condition,
+    # issue 16 section 6; this row read "biased" / NO before), and it holds
+    assert {(r["claim"], r["verdict"], r["holds"]) for r in t.rows
+            if r["rule"] == "stale_draft_probs" and r["gamma"] == 1} == {("lossless", "lossless", "yes")}
+    # argmax drafts on this vocab-2 instance draft token 1 after either token, so the stale point mass is the right
+    # one and this seeded instance does not bear out "biased" at gamma 2: still a broken claim, exit 1
+    assert [(r["rule"], r["proposer"], r["vocab"], r["gamma"]) for r in t.rows if r["holds"] != "yes"] == [
+        ("stale_draft_probs", "argmax/point_mass", 2, 2)]
     assert t.exit_code == 1 and not t.ok
 
 
@@ -59,9 +65,18 @@ def test_sweep_bad_arguments_are_typed_errors():
 
 
 def test_cli_sweep_csv_and_exit_code(capsys):
-    code = main(["sweep", "--rules", "speculative_sampling,stale_draft_probs", "--vocabs", "2", "--gammas", "1 2",
-                 "--order", "1", "--csv", "--no-timings", "--workers", "2"])
+    # argmax drafts told the soft draft law: the lossless claims break (speculative_sampling at gamma 1 and 2, and
+    # stale_draft_probs at gamma 1, where its claim is lossless); on sample/draft every claim holds
+    code = main(["sweep", "--rules", "speculative_sampling,stale_draft_probs", "--proposers",
+                 "sample/draft argmax/draft", "--vocabs", "2", "--gammas", "1 2", "--order", "1", "--csv",
+                 "--no-timings", "--workers", "2"])
     out = capsys.readouterr().out
     assert code == 1 and out.splitlines()[0].startswith("rule,family,proposer")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [(r["rule"], r["proposer"], r["gamma"]) for r in rows if r["holds"] == "NO"] == [
+        ("speculative_sampling", "argmax/draft", "1"), ("speculative_sampling", "argmax/draft", "2"),
+        ("stale_draft_probs", "argmax/draft", "1")]
+    assert main(["sweep", "--rules", "speculative_sampling,stale_draft_probs", "--vocabs", "2", "--gammas", "1 2",
+                 "--order", "1"]) == 0
     assert main(["sweep", "--rules", "speculative_sampling", "--vocabs", "2", "--gammas", "1", "--order", "1"]) == 0
     assert "1/1 claims hold" in capsys.readouterr().out

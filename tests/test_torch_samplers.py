@@ -88,7 +88,7 @@ def test_transformers_speculative_sampling_is_lossless_up_to_rounding(vocab, gam
                          prompt=inst.prompt, tokens=tokens)
     # its law equals a correct Algorithm 1 through the same float32 pipeline exactly, and sits within
     # float32 rounding of the target's law
-    assert r.extra["algorithmic_tv"] == "0" and r.verdict == "lossless"
+    assert r.extra["reference_tv"] == "0" and r.verdict == "lossless"
     assert 0 < r.tv < F(1, 10 ** 6) and r.extra["sampler_calls"] > 0
 
 
@@ -118,7 +118,7 @@ def test_reference_sampler_matches_the_exact_rule_up_to_float32():
     inst = make_instance(vocab=3, order=1, gamma=2, tokens=2)
     r = es.audit_sampler(reference_transformers_style, adapter="transformers", target=inst.target,
                          draft=inst.draft, proposer=inst.proposer, prompt=inst.prompt, tokens=2)
-    assert r.extra["algorithmic_tv"] == "0" and F(r.extra["rounding_tv"]) == r.tv < F(1, 10 ** 6)
+    assert r.extra["reference_tv"] == "0" and F(r.extra["rounding_tv"]) == r.tv < F(1, 10 ** 6)
 
 
 # -- vLLM-style samplers and the torch zoo -------------------------------------------------------------
@@ -145,7 +145,7 @@ def test_vllm_style_correct_sampler_is_lossless_up_to_rounding():
     inst = make_instance(vocab=3, order=1, gamma=2, tokens=2)
     r = es.audit_sampler(tzoo.correct, adapter="vllm", target=inst.target, draft=inst.draft, proposer=inst.proposer,
                          prompt=inst.prompt, tokens=2)
-    assert r.verdict == "lossless" and r.extra["algorithmic_tv"] == "0" and 0 < r.tv < F(1, 10 ** 6)
+    assert r.verdict == "lossless" and r.extra["reference_tv"] == "0" and 0 < r.tv < F(1, 10 ** 6)
 
 
 def test_vllm_style_tiny_clamp_emits_a_token_the_target_never_emits():
@@ -159,7 +159,7 @@ def test_vllm_style_tiny_clamp_emits_a_token_the_target_never_emits():
     inst = make_instance(vocab=3, order=1, gamma=2, tokens=2)
     full = es.audit_sampler(tzoo.tiny_clamp, adapter="vllm", target=inst.target, draft=inst.draft,
                             proposer=inst.proposer, prompt=inst.prompt, tokens=2)
-    assert full.verdict == "lossless" and 0 < F(full.extra["algorithmic_tv"]) < F(1, 10 ** 30)
+    assert full.verdict == "lossless" and 0 < F(full.extra["reference_tv"]) < F(1, 10 ** 30)
 
 
 def test_vllm_style_resampling_from_the_target_is_biased():
@@ -186,7 +186,7 @@ def test_flashinfer_style_kernel_law_by_bisection():
     p, q = es.models.context_free((F(3, 5), F(2, 5))), es.models.context_free((F(1, 2), F(1, 2)))
     r = es.audit_sampler(reference_flashinfer_style, adapter="flashinfer", target=p, draft=q,
                          proposer=es.drafts.chain(1), tokens=1, rng_model="torch-float32")
-    assert r.verdict == "lossless" and r.extra["algorithmic_tv"] == "0" and "located exactly" in r.extra["resolution"]
+    assert r.verdict == "lossless" and r.extra["reference_tv"] == "0" and "located exactly" in r.extra["resolution"]
     # x = 1 (q = 1/2) is accepted iff u < float32(0.4)/float32(0.5) on the lattice: count the lattice points
     ratio = F(float(torch.tensor(0.4, dtype=torch.float32))) / F(float(torch.tensor(0.5, dtype=torch.float32)))
     n_accept = -(-ratio * 2 ** 24 // 1)        # k * 2**-24 < ratio  <=>  k < ratio * 2**24

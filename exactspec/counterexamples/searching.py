@@ -85,6 +85,7 @@ class _Clock:
         self.error_samples: list[tuple[str, str]] = []
         self.first_error: ExactSpecError | None = None
         self.over_budget = 0
+        self.undecided = 0        # float code whose bias could not be told from its rounding (exit 3 each)
         self.stop_reason = ""     # set once a limit stopped the search
         self.progress = progress
 
@@ -112,6 +113,9 @@ class _Clock:
             out.append(f"the rule raised on {self.errors} of {self.audited} instances")
         if self.over_budget:
             out.append(f"the audit budget was exceeded on {self.over_budget} of {self.audited} instances")
+        if self.undecided:
+            out.append(f"undecided within float rounding on {self.undecided} of {self.audited} instances (bias and "
+                       "rounding could not be told apart there)")
         return out
 
 

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from types import GeneratorType
 from typing import Any, Callable
@@ -20,7 +21,7 @@ from ..errors import BudgetExceeded, ExactSpecError, RuleError
 from .rng import PathRng, _Diverged
 from .watchdog import guard
 
-__all__ = ["Budget", "StepEnumerator", "run_rule", "crash_outcome", "is_crash", "crash_index"]
+__all__ = ["Budget", "StepEnumerator", "run_rule", "check_budget", "crash_outcome", "is_crash", "crash_index"]
 
 
 class Budget:
@@ -31,37 +32,80 @@ class Budget:
     expected law) hold together, which is what their memory grows with: the law of ``tokens``
     tokens can have ``vocab ** tokens`` of them.
 
+    ``clock`` is the time source ``seconds`` are measured on (default :func:`time.perf_counter`).
+    With the default clock a watchdog thread also stops code that never returns to the engine (a
+    rule's busy loop); a clock of your own (a test's, to check the budget without depending on the
+    machine's speed) is read only at the engine's checkpoints: every 256 branches and before each
+    step law, and no watchdog thread is started.
+
     >>> Budget(paths=1000).paths
     1000
+    >>> now = [0.0]
+    >>> Budget(seconds=2, clock=lambda: now[0]).clock()
+    0.0
     """
 
     def __init__(self, *, paths: int | None = 5_000_000, depth: int | None = 10_000,
-                 seconds: float | None = None, outcomes: int | None = 5_000_000) -> None:
+                 seconds: float | None = None, outcomes: int | None = 5_000_000,
+                 clock: Callable[[], float] | None = None) -> None:
         for name, v in (("paths", paths), ("depth", depth), ("outcomes", outcomes)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ExactSpecError(f"Budget: {name} must be a positive int or None, got {v!r}")
         if seconds is not None and not (isinstance(seconds, (int, float)) and seconds > 0):
             raise ExactSpecError(f"Budget: seconds must be a positive number or None, got {seconds!r}")
+        if clock is not None and not callable(clock):
+            raise ExactSpecError(f"Budget: clock must be a function returning seconds (like time.perf_counter) "
+                                 f"or None, got {clock!r}")
         self.paths, self.depth, self.seconds, self.outcomes = paths, depth, seconds, outcomes
+        self.custom_clock = clock is not None
+        self.clock: Callable[[], float] = time.perf_counter if clock is None else clock
 
     def __repr__(self) -> str:
-        return f"Budget(paths={self.paths}, depth={self.depth}, seconds={self.seconds}, outcomes={self.outcomes})"
+        clock = f", clock={self.clock!r}" if self.custom_clock else ""
+        return (f"Budget(paths={self.paths}, depth={self.depth}, seconds={self.seconds}, "
+                f"outcomes={self.outcomes}{clock})")
+
+
+def check_budget(budget: Any, where: str, name: str = "budget") -> Budget | None:
+    """``budget`` if it is a :class:`Budget` or None; otherwise a typed error naming ``where``, ``name`` and what to pass.
+
+    A bare number is refused rather than guessed at (seconds? paths?): ``es.Budget(seconds=5)``
+    says which limit it is.
+
+    >>> check_budget(None, "audit") is None
+    True
+    >>> check_budget(5, "audit")
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.ExactSpecError: audit: budget must be an es.Budget or None, got 5 (int); for a time limit of 5 seconds pass budget=es.Budget(seconds=5) (es.Budget also limits paths, depth and outcomes)
+    """
+    if budget is None or isinstance(budget, Budget):
+        return budget
+    hint = ""
+    if isinstance(budget, (int, float)) and not isinstance(budget, bool):
+        hint = f"; for a time limit of {budget!r} seconds pass {name}=es.Budget(seconds={budget!r})"
+    else:
+        hint = f"; e.g. {name}=es.Budget(seconds=5)"
+    raise ExactSpecError(f"{where}: {name} must be an es.Budget or None, got {budget!r} ({type(budget).__name__})"
+                         f"{hint} (es.Budget also limits paths, depth and outcomes)")
 
 
 class Meter:
     """Counts branches and watches the clock for one audit."""
 
     def __init__(self, budget: Budget) -> None:
+        check_budget(budget, "Meter")
         self.budget = budget
         self.paths = 0
         self.steps = 0
         self.outcomes = 0
-        self.start = time.perf_counter()
+        self.clock = budget.clock
+        self.start = self.clock()
         self.deadline = None if budget.seconds is None else self.start + budget.seconds
 
     def covered(self) -> dict[str, Any]:
         return {"paths": self.paths, "step laws": self.steps,
-                "seconds": round(time.perf_counter() - self.start, 3)}
+                "seconds": round(self.clock() - self.start, 3)}
 
     def tick(self) -> None:
         """Count one more branch, or raise BudgetExceeded if the paths or time budget is spent."""
@@ -81,7 +125,7 @@ class Meter:
 
     def check_time(self) -> None:
         """Raise BudgetExceeded if the time budget is spent."""
-        if self.deadline is not None and time.perf_counter() > self.deadline:
+        if self.deadline is not None and self.clock() > self.deadline:
             raise BudgetExceeded("seconds", self.budget.seconds, covered=self.covered())
 
     def guard(self) -> guard:
@@ -90,7 +134,8 @@ class Meter:
         It stops the block when the time budget (counted from the meter's start) is spent,
         wherever it is (a rule's busy loop, a closed form, the expected law), and turns
         ``MemoryError`` and ``RecursionError`` into BudgetExceeded; each error carries ``covered()``.
-        Without a time budget no thread is started.
+        Without a time budget, or with a clock of the caller's (``Budget(clock=...)``: not real time),
+        no thread is started.
 
         >>> meter = Meter(Budget(seconds=0.05))
         >>> try:
@@ -101,7 +146,9 @@ class Meter:
         ...     print(e.what, e.limit, sorted(e.covered)[:2])
         seconds 0.05 ['paths', 'seconds']
         """
-        left = None if self.deadline is None else max(0.0, self.deadline - time.perf_counter())
+        if self.deadline is None or self.budget.custom_clock:
+            return guard(None, covered=self.covered, limit=self.budget.seconds)
+        left = max(0.0, self.deadline - self.clock())
         return guard(left, covered=self.covered, limit=self.budget.seconds)
 
 
@@ -129,8 +176,10 @@ def run_rule(fn: Callable, step: Any, rng: Any, horizon: int | None, vocab: int,
 
     A generator rule is stopped as soon as ``horizon`` tokens are out, so nothing after the
     horizon is drawn; a rule returning a sequence is cut after it returns. A step emitting more
-    than ``cap`` tokens (the proposer's ``max_tokens()``) is a RuleError, raised as soon as the
-    token past ``cap`` is out, so an endless generator stops at once even uncut.
+    than ``cap`` tokens (the proposer's ``max_tokens()``: ``gamma + 1`` for a chain, ``depth + 1``
+    for a tree) is a RuleError, raised as soon as the token past ``cap`` is out, so an endless
+    generator stops at once even uncut. Whatever iterable a rule returns is read the same way, at
+    most ``cap + 1`` items (``horizon`` without a cap): an endless iterator is never materialised.
 
     >>> def endless(step, rng):
     ...     while True:
@@ -141,6 +190,11 @@ def run_rule(fn: Callable, step: Any, rng: Any, horizon: int | None, vocab: int,
     Traceback (most recent call last):
     ...
     exactspec.errors.RuleError: rule endless emitted more than 5 tokens in one step (at most 4 accepted drafts plus one correction or bonus)
+    >>> import itertools
+    >>> run_rule(lambda step, rng: itertools.repeat(1), None, None, None, 2, "repeats", cap=2)
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.RuleError: rule repeats emitted more than 2 tokens in one step (at most 1 accepted drafts plus one correction or bonus)
     """
     res = fn(step, rng)
     out: list[int] = []
@@ -161,9 +215,11 @@ def run_rule(fn: Callable, step: Any, rng: Any, horizon: int | None, vocab: int,
         if res is None:
             raise RuleError(f"rule {name} returned None: return (or yield) the emitted tokens")
         try:
-            seq = list(res)
+            items = iter(res)
         except TypeError:
             raise RuleError(f"rule {name} returned {res!r}: return (or yield) the emitted tokens") from None
+        # an iterator may be endless (itertools.count()): read no more than can be legal, plus one to tell
+        seq = list(items if stop is None else itertools.islice(items, stop if cap is None else cap + 1))
         if cap is not None and len(seq) > cap:
             raise _too_many(name, cap)
         out = [_token(t, vocab, name) for t in (seq if horizon is None else seq[:horizon])]
@@ -224,6 +280,8 @@ class StepEnumerator:
         self._supports: dict = {}
         max_tokens = getattr(proposer, "max_tokens", None)
         self.cap: int | None = max_tokens() if callable(max_tokens) else None
+        #: the rule has returned at least once (a binding TypeError after that is not about its signature)
+        self._ran = False
 
     def law(self, context: tuple, horizon: int | None, stats: dict | None = None) -> dict:
         """Exact law of the emitted tokens (each tuple cut at ``horizon``) of one step from ``context``.
@@ -266,8 +324,10 @@ class StepEnumerator:
                     law[key] = law.get(key, 0) + rng.weight
                     continue
                 trace = rng.trace
+                from ..rules._shape import binding_hint   # a sampler or loop whose first call as fn(step, rng) failed
+                hint = binding_hint(fn, exc, run_rule.__code__, not self._ran)
                 raise RuleError(
-                    f"rule {name} raised {type(exc).__name__}: {exc} (context {context}, draws {trace})"
+                    f"rule {name} raised {type(exc).__name__}: {exc}{hint} (context {context}, draws {trace})"
                     f"{f' at {site}' if site else ''}; call .replay() on this error to re-run that branch",
                     rule=name, trace=trace, replay=self._replayer(context, horizon, rng.choices)) from exc
             except SystemExit as exc:   # user code ending the process is a failure (exit 2), never a verdict
@@ -275,6 +335,7 @@ class StepEnumerator:
                 raise RuleError(f"rule {name} called sys.exit({exc.code!r}) (context {context}, draws {trace})",
                                 rule=name, trace=trace,
                                 replay=self._replayer(context, horizon, rng.choices)) from None
+            self._ran = True
             law[out] = law.get(out, 0) + rng.weight
             if stats is not None:
                 n = getattr(step, "accepted", 0)

@@ -23,7 +23,7 @@ from ..fields import Field
 from ..laws import clear_memo
 from ..models import Model
 from .env import Env, state_key
-from .step import Budget, Meter, StepEnumerator, crash_index, crash_outcome, is_crash
+from .step import Budget, Meter, StepEnumerator, check_budget, crash_index, crash_outcome, is_crash
 from .watchdog import guard as BudgetGuard
 
 __all__ = ["Engine", "target_law", "greedy_sequence"]
@@ -40,7 +40,7 @@ class Engine:
         self.proposer = proposer
         self.field = field
         self.env = Env(target, draft, field)
-        self.meter = Meter(budget or Budget())
+        self.meter = Meter(check_budget(budget, "Engine") or Budget())
         self.steps = StepEnumerator(self.rule, proposer, self.env, self.meter, lattice=lattice,
                                     exact_floats=exact_floats, on_error=on_error)
         self.use_closed_form = bool(closed_form and self.rule.closed_form is not None

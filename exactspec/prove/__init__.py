@@ -5,6 +5,6 @@ The symbolic field, its decider (z3) and the per-cell checks live in :mod:`._fie
 """
 
 from ._field import UnsupportedSymbolic, SolverUnknown
-from ._prove import Proof, Refutation, prove
+from ._prove import Proof, Refutation, default_family, prove
 
-__all__ = ["prove", "Proof", "Refutation", "UnsupportedSymbolic", "SolverUnknown"]
+__all__ = ["prove", "Proof", "Refutation", "default_family", "UnsupportedSymbolic", "SolverUnknown"]

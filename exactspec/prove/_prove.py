@@ -21,9 +21,61 @@ from ..errors import BudgetExceeded, ExactSpecError, RuleError
 from ._field import _set_qq
 from ._field import NEG, POS, Decider, Space, SymbolicModel, SolverUnknown
 
-__all__ = ["prove", "Proof", "Refutation"]
+__all__ = ["prove", "Proof", "Refutation", "default_family"]
 
 FAMILIES = ("context_free", "per_position", "table")
+
+#: the most free variables (entries of the symbolic laws) a default family may have: measured on 2 shared
+#: cores, 4 variables take 1-3 s (context-free vocab 3; per-position vocab 2, 2 tokens; table vocab 2),
+#: 6 take 9-47 s (context-free vocab 4; per-position vocab 2, 3 tokens) and 8 run past 60 s
+DEFAULT_MAX_VARIABLES = 4
+
+
+def _variables(family: str, vocab: int, tokens: int) -> int:
+    """The free variables of ``family``'s symbolic target and draft: ``vocab - 1`` per law, one law per position."""
+    laws = {"context_free": 1, "per_position": tokens, "table": vocab}[family]
+    return 2 * (vocab - 1) * laws
+
+
+def default_family(vocab: int, tokens: int) -> str:
+    """The family ``es.prove`` uses when none is given: the most general one that is feasible at this size.
+
+    ``per_position`` (a law per position) when its symbolic laws have at most
+    ``DEFAULT_MAX_VARIABLES`` (4) free variables and it is more than the context-free family
+    (``tokens >= 2``); else ``table`` (order-1 tables) on the same condition (vocab 2); else
+    ``context_free``, the only family left at larger sizes (pass ``family=`` to ask for more: it
+    is slower, not wrong). Counting ``2 * (vocab - 1)`` variables per law: vocab 2 with 2 tokens
+    is per-position, vocab 2 with 1 or 3+ tokens is table, vocab 3 and up is context-free.
+
+    >>> default_family(2, 2), default_family(2, 1), default_family(2, 3), default_family(3, 2)
+    ('per_position', 'table', 'table', 'context_free')
+    """
+    if tokens >= 2 and _variables("per_position", vocab, tokens) <= DEFAULT_MAX_VARIABLES:
+        return "per_position"
+    if _variables("table", vocab, tokens) <= DEFAULT_MAX_VARIABLES:
+        return "table"
+    return "context_free"
+
+
+def _family_words(a: dict) -> str:
+    """The family as the headline states it: which targets and drafts the verdict is about."""
+    fam = a["family"]
+    if fam == "context_free":
+        return "context-free target and draft (one law at every position)"
+    if fam == "per_position":
+        n = a["tokens"]
+        return ("per-position target and draft (a law of its own at each of the first "
+                f"{n} position(s), later positions sharing the last)")
+    return f"order-1 table target and draft (a law per previous token, prompt {tuple(a['prompt'])})"
+
+
+def _default_note(a: dict) -> str:
+    if a.get("family_source") != "default":
+        return ""
+    if a["family"] == "context_free":
+        return (" Family: the default at this size (per-position and table laws are past the default's "
+                "cost limit here; family='per_position' / --family per_position asks for them).")
+    return " Family: the default at this size (the most general one feasible)."
 
 
 @dataclass
@@ -47,19 +99,26 @@ class Proof:
     def __bool__(self) -> bool:
         return True
 
+    @property
+    def family(self) -> str:
+        """The family of target and draft laws the proof covers (``context_free``, ``per_position``, ``table``)."""
+        return self.assumptions["family"]
+
     def summary(self) -> str:
         a = self.assumptions
-        return (f"PROVEN: {self.rule} emits exactly the {a['expected']} law for every target and draft of the "
-                f"{a['family'].replace('_', '-')} family at vocab {a['vocab']}, {a['proposer']}, first {a['tokens']} "
+        return (f"PROVEN: {self.rule} emits exactly the {a['expected']} law for every {_family_words(a)} at "
+                f"vocab {a['vocab']}, {a['proposer']}, first {a['tokens']} "
                 f"token(s), prompt {tuple(a['prompt'])}: {len(self.cells)} cell(s), "
                 f"{self.stats.get('step laws', 0)} step law(s) ({self.paths} enumerated path(s), the rest closed "
                 f"forms), {self.atoms} atom(s), "
-                f"{self.seconds:.2f} s. Scope: that vocab, proposer and horizon only.")
+                f"{self.seconds:.2f} s. Scope: that family, vocab, proposer and horizon only."
+                + _default_note(a))
 
     __str__ = summary
 
     def to_dict(self) -> dict:
-        return {"verdict": "proven", "rule": self.rule, "assumptions": self.assumptions, "cells": self.cells,
+        return {"verdict": "proven", "rule": self.rule, "family": self.assumptions["family"],
+                "assumptions": self.assumptions, "cells": self.cells,
                 "n_cells": len(self.cells), "paths": self.paths, "atoms": self.atoms,
                 "seconds": round(self.seconds, 3), "stats": self.stats, "summary": self.summary()}
 
@@ -91,18 +150,24 @@ class Refutation:
     def __bool__(self) -> bool:
         return False
 
+    @property
+    def family(self) -> str:
+        """The family of target and draft laws the witness was found in."""
+        return self.assumptions["family"]
+
     def summary(self) -> str:
         a = self.assumptions
         w = "; ".join(f"{k} = ({', '.join(str(x) for x in v)})" for k, v in self.witness.items())
-        return (f"REFUTED: {self.rule} does not emit the {a['expected']} law ({a['family'].replace('_', '-')} family, "
-                f"vocab {a['vocab']}, {a['proposer']}, {a['tokens']} token(s)). On the cell "
+        return (f"REFUTED: {self.rule} does not emit the {a['expected']} law for some {_family_words(a)} "
+                f"(vocab {a['vocab']}, {a['proposer']}, {a['tokens']} token(s)). On the cell "
                 f"{{{', '.join(self.cell)}}} output{self.outcome} - expected{self.outcome} = {self.difference}. "
                 f"Witness {w}: the exact engine gives TV = {self.report.tv}.")
 
     __str__ = summary
 
     def to_dict(self) -> dict:
-        return {"verdict": "refuted", "rule": self.rule, "assumptions": self.assumptions, "cell": self.cell,
+        return {"verdict": "refuted", "rule": self.rule, "family": self.assumptions["family"],
+                "assumptions": self.assumptions, "cell": self.cell,
                 "outcome": list(self.outcome), "difference": self.difference,
                 "witness": {k: [str(x) for x in v] for k, v in self.witness.items()},
                 "tv": str(self.report.tv), "seconds": round(self.seconds, 3),
@@ -119,12 +184,17 @@ def _default_proposer(rule: Any) -> Any:
     return drafts.chain(1) if rule.family == "chain" else drafts.tree((2,))
 
 
-def prove(rule: Any, *, proposer: Any = None, vocab: int, tokens: int, family: str = "context_free",
+def prove(rule: Any, *, proposer: Any = None, vocab: int, tokens: int, family: str | None = None,
           timeout: float | None = None, closed_form: bool = True, prompt: tuple = (),
           check_ms: int = 10_000) -> "Proof | Refutation":
     """Prove that ``rule`` keeps the target's law for every target and draft law, or refute it exactly.
 
-    ``family="context_free"``: one symbolic law ``p = (p_0, ..., 1 - sum)`` and one ``q`` at
+    ``family=None`` (the default) picks the most general family that is feasible at this size
+    (:func:`default_family`: ``per_position`` at vocab 2 and 2 tokens, ``table`` at vocab 2
+    otherwise, ``context_free`` from vocab 3 on); the verdict's headline and JSON name it
+    (``assumptions["family"]``, and ``family_source`` says ``default`` or ``given``): "for every
+    context-free target and draft" is a narrower claim than "for every per-position target and
+    draft". ``family="context_free"``: one symbolic law ``p = (p_0, ..., 1 - sum)`` and one ``q`` at
     every position; ``"per_position"``: a law per position (``p0_*``, ``p1_*``, ...). Entries
     may be 0. ``proposer`` defaults to ``es.drafts.chain(1)`` for chain rules and
     ``es.drafts.tree((2,))`` for tree rules (or the proposer the rule's claim is stated for).
@@ -151,6 +221,9 @@ def prove(rule: Any, *, proposer: Any = None, vocab: int, tokens: int, family: s
     for name, v, lo in (("vocab", vocab, 2), ("tokens", tokens, 1)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ExactSpecError(f"prove: {name} must be an int >= {lo}, got {v!r}")
+    family_source = "given" if family is not None else "default"
+    if family is None:
+        family = default_family(vocab, tokens)
     if family not in FAMILIES:
         raise ExactSpecError(f"prove: family must be one of {', '.join(FAMILIES)}, got {family!r}")
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
@@ -176,7 +249,8 @@ def prove(rule: Any, *, proposer: Any = None, vocab: int, tokens: int, family: s
     target = SymbolicModel(vocab, space.laws["p"], order, "p", len(prompt))
     draft = SymbolicModel(vocab, space.laws["q"], order, "q", len(prompt))
     fld = space.field
-    assumptions = {"family": family, "vocab": vocab, "tokens": tokens, "prompt": list(prompt),
+    assumptions = {"family": family, "family_source": family_source, "vocab": vocab, "tokens": tokens,
+                   "prompt": list(prompt),
                    "proposer": proposer.describe(), "expected": "greedy-sequence" if decoding == "greedy" else "target",
                    "variables": list(space.names), "ties": "argmax ties resolve to the lowest token id",
                    "closed_form": closed_form}

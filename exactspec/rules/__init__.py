@@ -25,12 +25,13 @@ from ..errors import ExactSpecError
 from .chain import (CHAIN_RULES, TINY, ensemble, greedy_match, greedy_match_sampled, no_bonus, resample_from_target,
                     sample_and_match, speculative_sampling, stale_draft_probs, tiny_clamp_residual,
                     unverified_first_draft)
-from .record import CLAIMS, FAMILIES, Rule, as_rule, rule
+from .record import CLAIMS, CONDITION_KEYS, FAMILIES, Condition, Rule, as_rule, configuration, rule
 from .medusa import typical_acceptance_medusa
 from .tree import (TREE_RULES, greedy_tree, mss, multi_sample_match, naive_tree_sampling, shared_coin_tree,
                    typical_acceptance)
 
-__all__ = ["Rule", "rule", "as_rule", "catalog", "get", "names", "CLAIMS", "FAMILIES", "TINY",
+__all__ = ["Rule", "rule", "as_rule", "catalog", "get", "names", "CLAIMS", "FAMILIES", "TINY", "Condition",
+           "CONDITION_KEYS", "configuration",
            "speculative_sampling", "greedy_match", "greedy_match_sampled", "resample_from_target",
            "stale_draft_probs", "unverified_first_draft", "no_bonus", "tiny_clamp_residual", "sample_and_match",
            "ensemble", "mss", "naive_tree_sampling", "greedy_tree", "multi_sample_match", "shared_coin_tree",

@@ -184,6 +184,9 @@ def _stale_reject(laws: Any, prefix: tuple, x: int) -> tuple:
 
 stale_draft_probs = Rule(
     _stale_draft_probs, name="stale_draft_probs", claim="biased",
+    # position 0 always uses its own law: the off-by-one needs a second drafted position that is observed,
+    # and a draft law that changes with the position (measured: exact audits at vocab 2 and 3, gamma 1-3)
+    when="gamma >= 2 and tokens >= 2 and models == context_dependent", otherwise="lossless",
     description="off-by-one: position j >= 1 uses the claimed law of position j-1 in the ratio and the "
                 "residual (invisible on context-free models)",
     reference="off-by-one indexing of draft probabilities (a classic refactor bug; no single public report)",

@@ -178,6 +178,8 @@ def _multi_sample_match(step: TreeStep, rng: Rng) -> Iterator[int]:
 
 multi_sample_match = Rule(
     _multi_sample_match, name="multi_sample_match", family="tree", claim="biased",
+    # with one child per node it draws one target sample and emits it, matched or not: exactly the target's law
+    when="width >= 2", otherwise="lossless",
     description="draw one target sample per child; move to the child matching the first sample that matches any "
                 "child; if none matches emit the first sample",
     reference="accept-if-any-of-several-target-samples-matches: foundation-model-stack/fms-extras#12; the same "

@@ -17,6 +17,7 @@ attribute), else the lowest float precision seen in the sampler's inputs
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import sys
@@ -171,6 +172,32 @@ class Adapter:
         if dtype is None:
             return None
         return precision_of(SimpleNamespace(dtype=np.dtype(dtype) if isinstance(dtype, type) else dtype))
+
+    def with_precision(self, precision: str) -> "Adapter | None":
+        """This adapter handing the sampler its laws in ``precision``, or None when it cannot.
+
+        The float64 run of a float32 audit (:mod:`exactspec.samplers.float_boundary`) hands the
+        same sampler float64 laws through this. An adapter that declares no precision hands what
+        it hands (numpy adapters: float64 arrays) and is returned as it is; one that declares
+        another precision and does not override this returns None (the audit then casts what it
+        hands up, and says the float64 run carries the input's rounding).
+
+        >>> from exactspec.samplers import numpy_chain
+        >>> numpy_chain.with_precision("float64") is numpy_chain
+        True
+        """
+        declared = self.declared_precision()
+        return self if declared is None or declared == precision else None
+
+    def _copy_at(self, precision: str, **attrs: Any) -> "Adapter":
+        """A shallow copy declaring ``precision`` (and setting ``attrs``), its per-thread caches fresh."""
+        new = copy.copy(self)
+        new.precision = precision
+        for k, v in attrs.items():
+            setattr(new, k, v)
+        if "_local" in new.__dict__:
+            new._local = threading.local()
+        return new
 
     def reference_at(self, precision: str) -> Callable | None:
         """The reference sampler computing at ``precision``: ``reference`` with its float inputs cast

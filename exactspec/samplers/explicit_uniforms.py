@@ -60,6 +60,12 @@ def reference_flashinfer_style(draft_probs: Any, draft_token_ids: Any, uniform_s
     return out
 
 
+def _default_lattice(precision: str) -> Any:
+    """The lattice of uniforms handed in ``precision`` under the continuous rng model: torch's float32 grid, or
+    the 53-bit one for float64."""
+    return LATTICES["float64" if precision == "float64" else "torch-float32"]
+
+
 class FlashinferChainAdapter(Adapter):
     """``kernel(draft_probs [B, k, V], draft_token_ids [B, k], uniform_samples [B, k + 1], target_probs
     [B, k + 1, V]) -> [B, k + 1]`` (padded with -1): the law is recovered from the breakpoints of the kernel's
@@ -85,6 +91,16 @@ class FlashinferChainAdapter(Adapter):
         return (f"uniform inputs on the lattice {lat.note}; breakpoints located exactly on it {how} "
                 f"(assumes threshold use, see exactspec.samplers.explicit_uniforms)")
 
+    def with_precision(self, precision: str) -> "FlashinferChainAdapter":
+        """This adapter handing its laws and uniforms in ``precision`` (the float64 run of a float32 audit).
+
+        >>> flashinfer_chain.with_precision("float64").precision
+        'float64'
+        """
+        if precision == self.precision:
+            return self
+        return self._copy_at(precision, _declared=self._declared.with_precision(precision))
+
     def call(self, sampler: Callable, step: Step, rng: Any) -> list[int]:
         if self.method == "guided":
             return self._declared.call(sampler, step, rng)
@@ -92,11 +108,11 @@ class FlashinferChainAdapter(Adapter):
 
     def _bisection(self, sampler: Callable, step: Step, rng: Any) -> list[int]:
         import torch
-        lat = rng.lattice or LATTICES["torch-float32"]
-        k = step.gamma
+        lat = rng.lattice or _default_lattice(self.precision)
+        k, dt = step.gamma, getattr(torch, self.precision)
         drafts = torch.tensor([list(step.drafts)], dtype=torch.long)
-        q = torch.stack([torch.tensor(self.floats(step.claimed(j)), dtype=torch.float32) for j in range(k)])[None]
-        p = torch.stack([torch.tensor(self.floats(step.target(j)), dtype=torch.float32)
+        q = torch.stack([torch.tensor(self.floats(step.claimed(j)), dtype=dt) for j in range(k)])[None]
+        p = torch.stack([torch.tensor(self.floats(step.target(j)), dtype=dt)
                          for j in range(k + 1)])[None]
         m = k + 1
         value = np.vectorize(lambda kk: float(lat.offset + kk * lat.step))
@@ -104,7 +120,7 @@ class FlashinferChainAdapter(Adapter):
         def run(points: np.ndarray) -> list[tuple]:
             """Outputs for a batch of lattice-index rows [R, m]."""
             rows = points.shape[0]
-            u = torch.tensor(value(points), dtype=torch.float32)
+            u = torch.tensor(value(points), dtype=dt)
             out = sampler(q.expand(rows, -1, -1), drafts.expand(rows, -1), u, p.expand(rows, -1, -1))
             return [tuple(int(t) for t in r if int(t) >= 0) for r in np.asarray(out)]
 
@@ -236,9 +252,19 @@ class TensorRandomnessAdapter(Adapter):
                 "thresholds and a search (assumes threshold use, see exactspec.samplers.explicit_uniforms)"
                 + ("; the exponential race's weight ratios to one float32 ulp" if race else ""))
 
+    def with_precision(self, precision: str) -> "TensorRandomnessAdapter":
+        """This adapter handing its laws and random tensors in ``precision`` (the float64 run of a float32 audit).
+
+        >>> tensor_randomness(["target_probs"], {}).with_precision("float64").dtype
+        'float64'
+        """
+        if precision == self.precision:
+            return self
+        return self._copy_at(precision, dtype=precision, _memo={})
+
     def call(self, sampler: Callable, step: Step, rng: Any) -> list[int]:
         import torch
-        lat = rng.lattice or LATTICES["torch-float32"]
+        lat = rng.lattice or _default_lattice(self.dtype)
         k, dt = step.gamma, getattr(torch, self.dtype)
         vocab = len(step.target(0))
         p = [self.floats(step.target(j)) for j in range(k + 1)]

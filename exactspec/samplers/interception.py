@@ -126,6 +126,19 @@ def unsupported(what: str, why: str) -> UnsupportedRandomness:
     return UnsupportedRandomness(f"{what} at {user_site(3)}: {why}")
 
 
+def note_dtype(x: Any) -> None:
+    """Tell the bound branch's observer (if any) about a float operand that meets randomness: a probability row
+    handed to a draw, a tensor compared or combined with lazy uniforms. A sampler audit's float64 run uses it to
+    see a sampler that casts down (:mod:`exactspec.samplers.float_boundary`); nothing happens without an observer.
+
+    >>> note_dtype(0.5)        # no branch bound: nothing to tell
+    """
+    rng = _BRANCH.get()
+    observe = getattr(rng, "observe", None) if rng is not None else None
+    if observe is not None:
+        observe(x)
+
+
 def current_rng() -> Any:
     """The enumerating rng of the branch this thread runs (raises when none is bound).
 

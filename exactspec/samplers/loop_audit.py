@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 from .._audit import _prompt
 from ..enumerate import Budget
 from ..enumerate.rng import PathRng, _Diverged, lattice_for
-from ..enumerate.step import Meter
+from ..enumerate.step import Meter, check_budget
 from ..enumerate.stream import target_law
 from .._crash import CrashReport, crash_site
 from ..errors import ExactSpecError, RuleError
@@ -237,8 +237,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     if reference is not None and not callable(reference):
         raise ExactSpecError(f"audit_loop: reference must be a loop fn(target, draft, prompt_ids) or a gamma for "
                              f"reference_loop, got {reference!r}")
-    if budget is not None and not isinstance(budget, Budget):
-        raise ExactSpecError(f"audit_loop: budget must be an es.Budget, got {budget!r}")
+    check_budget(budget, "audit_loop")
     tol = to_rational(tolerance, "audit_loop tolerance")
     if tol < 0:
         raise ExactSpecError(f"audit_loop: tolerance must be >= 0, got {tolerance!r}")

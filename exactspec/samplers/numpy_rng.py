@@ -128,6 +128,9 @@ class EnumGenerator:
         atol = np.sqrt(np.finfo(np.float64).eps)
         if isinstance(p, np.ndarray) and np.issubdtype(p.dtype, np.floating):   # numpy's tolerance for p's dtype
             atol = max(atol, np.sqrt(np.finfo(p.dtype).eps))
+            observe = getattr(self._rng, "observe", None)
+            if observe is not None:       # a float32 p is a sampler computing in float32 (the float64 run's cast check)
+                observe(p)
         pf = np.asarray(p, dtype=np.float64)
         if pf.shape != (len(pool),) or np.any(pf < 0) or not np.isfinite(pf).all():
             raise ValueError("probabilities are not non-negative, finite and of the right length")

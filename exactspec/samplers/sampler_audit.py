@@ -1,12 +1,12 @@
 """``audit_sampler``: the exact law of a third-party sampler, run under the enumerating randomness.
 
 >>> import exactspec as es
->>> from fractions import Fraction as F
+>>> from fractions import Fraction as F, Fraction
 >>> p, q = es.models.context_free((F(3, 5), F(2, 5))), es.models.context_free((F(1, 2), F(1, 2)))
 >>> r = es.audit_sampler(es.samplers.reference_numpy_chain, adapter="numpy", target=p, draft=q,
 ...                      proposer=es.drafts.chain(1), tokens=1)
->>> r.verdict, r.extra["algorithmic_tv"]
-('lossless', '0')
+>>> r.verdict, 0 < Fraction(r.extra["algorithmic_tv"]) < Fraction(1, 2 ** 40)    # float64 rounding
+('lossless', True)
 """
 
 from __future__ import annotations
@@ -24,24 +24,25 @@ import numpy as np
 from .._audit import AuditInputs, audit, run_audit, validate_audit
 from .._crash import CrashReport
 from ..enumerate import Budget
+from ..enumerate.step import check_budget
 from ..errors import BudgetExceeded, ExactSpecError, RuleError
 from ..laws import to_rational, total_variation
 from ..models import Model
 from ..report import AuditReport
 from ..rules import Rule
 from .adapters import get_adapter
-from .base import PRECISIONS, float_precision, lowest, precision_of
+from ..enumerate.rng import lattice_for
+from .base import PRECISIONS, at_precision, float_precision, lowest, precision_of
+from .float_boundary import (F64_ALLOWANCE, ROUNDING_CAP, Boundary, coarser_than_float64, decide,
+                             rounding_allowance)
 from .interception import current_session, intercepting, private_generators, watch
 
 __all__ = ["audit_sampler", "ROUNDING_TOLERANCE"]
 
 #: a float64 implementation of a correct rule lands within this TV of the target on small instances;
 #: biases above it are algorithmic (stated in every sampler report)
-ROUNDING_TOLERANCE = Fraction(1, 2 ** 40)
+ROUNDING_TOLERANCE = F64_ALLOWANCE
 
-#: the most float rounding may cost a correct reference sampler on the small instances audits run:
-#: a reference further than this from its exact rule makes the audit refuse (a broken baseline)
-ROUNDING_CAP = Fraction(1, 2 ** 12)
 
 #: the search behind ``audit_sampler(search=True)``; :mod:`exactspec.samplers.sampler_search` installs it
 #: when imported (``exactspec.samplers`` imports it), so this module does not import the search above it
@@ -71,7 +72,7 @@ class _Calls:
     """
 
     def __init__(self, sampler: Callable, adapter: Any, name: str, *, cache: bool = False,
-                 seen: set | None = None) -> None:
+                 seen: set | None = None, arguments: bool = True) -> None:
         self.sampler, self.adapter, self.name, self.cache, self.seen = sampler, adapter, name, cache, seen
         self.private = private_generators(getattr(sampler, "__wrapped__", sampler))
         self.session = current_session()
@@ -81,7 +82,9 @@ class _Calls:
         #             [True, laws kept alive, outputs, their probabilities] once complete
         self._laws: dict = {}
         self._open: list | None = None
-        self.fn = self._observed(sampler) if seen is not None else sampler
+        # the dtypes handed over are noted too unless the caller chose them (the float64 run: a float32 mask
+        # among the adapter's tensors is not the sampler casting down)
+        self.fn = self._observed(sampler) if seen is not None and arguments else sampler
 
     def rule(self) -> Rule:
         return Rule(self.run if self.cache else self.direct, name=self.name, family=self.adapter.family,
@@ -165,27 +168,29 @@ class _Calls:
 
 def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | None = None,
                   draft: Model | None = None, proposer: Any = None, prompt: Sequence[int] = (), tokens: int | None = None,
-                  rng_model: str = "continuous", expected: Model | None = None, reference: bool = True,
+                  rng_model: str = "continuous", expected: Model | None = None, reference: bool | None = None,
                   tolerance: Any = ROUNDING_TOLERANCE, budget: Budget | None = None, search: bool = False,
                   precision: str | None = None, cache: bool = True, on_error: str = "raise") -> Any:
     """Audit a real sampler exactly: every draw it makes forks the enumeration, floats are exact rationals.
 
     The report's law is the exact law of the implementation as it computes in its own floating
-    point (the adapter hands it the laws as float arrays). To separate algorithmic bias from
-    rounding, the adapter's correct reference sampler runs on the same instance *at the precision
-    the sampler computes in*: ``precision`` if given, else the one the adapter declares
-    (``Adapter.precision`` or its ``dtype``), else the coarsest float dtype seen in the arrays
-    handed to the sampler and in the numbers it compares its uniforms with (float64 when none is
-    seen). ``extra`` holds ``precision`` (and ``precision_from``, how it was found),
-    ``rounding_tv`` (the reference sampler at that precision vs the exact rule it implements, same
-    proposer and generator: what float arithmetic alone costs), ``rounding_tv_float32`` and
-    ``rounding_tv_float64`` (the same at each precision), ``algorithmic_tv`` (this sampler vs that
-    reference sampler; with ``expected=``, vs the declared law, since the reference implements the
-    target: ``algorithmic_tv_against`` says which) and ``sampler_calls``. The verdict is
-    ``lossless`` (up to rounding) when the TV to the target is at most ``max(tolerance,
-    2 * rounding_tv)`` (``tolerance`` 2**-40 by default; 0 with ``reference=False`` demands
-    exactness; ``extra["tolerance_from"]`` says which of the two applied); a support violation (an
-    outcome the target never emits) always makes it ``biased``, whatever its size.
+    point (the adapter hands it the laws as float arrays). Rounding is told from bias by one
+    definition, algorithmic bias is what stays at higher precision
+    (:mod:`exactspec.samplers.float_boundary`): a sampler computing coarser than float64 (the
+    ``precision`` given, else the one the adapter declares, else the coarsest float dtype seen
+    handed to it or compared with its uniforms) runs a second time on float64 inputs
+    (:meth:`~exactspec.samplers.Adapter.with_precision`) with its uniforms on the float64 lattice,
+    and the dtypes meeting its randomness there say whether it casts down. ``biased`` iff that run
+    is further than ``tolerance`` (what float64 rounding may cost, 2**-40 by default; 0 demands
+    exactness) from the target (or ``expected=``), or an outcome the target never emits appears at
+    either precision; a sampler that casts down is held to size-derived float32 bounds instead, and
+    between them the verdict is ``undecided`` (exit 3). ``extra["float_boundary"]`` holds the
+    decision, ``extra["algorithmic_tv"]`` the TV it rests on, ``extra["float64_run"]`` the second
+    run. With ``reference`` (default True for one instance, False for a search) the adapter's
+    correct reference sampler is audited too, as figures
+    only: ``rounding_tv`` (at the sampler's precision, vs the exact rule it implements),
+    ``rounding_tv_float32`` / ``rounding_tv_float64``, and ``reference_tv`` (this sampler vs that
+    reference); a reference further than 2**-12 from its exact rule is refused as broken.
 
     ``cache`` (default True): sampler calls with the same inputs are enumerated once (see
     :class:`_Calls`) and the references run as fast rules where the adapter has them
@@ -218,9 +223,12 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
     Counterexample (of kind ``"crash"`` when the sampler raises on some instance), an EmptySearch
     or an IncompleteSearch (:mod:`exactspec.samplers.sampler_search`).
     """
+    check_budget(budget, "audit_sampler")
     if search:  # the search chooses target, draft, prompt and tokens; it audits each instance through here
         given = {k: v for k, v in locals().items() if k not in ("sampler", "search")}
+        given["reference"] = bool(reference)        # the rounding figures cost four audits an instance: asked for
         return _SEARCH[0](sampler, **given)
+    reference = True if reference is None else bool(reference)
     adapter = get_adapter(adapter)
     name = getattr(sampler, "__name__", "sampler")
     tol = to_rational(tolerance, "audit_sampler tolerance")
@@ -299,7 +307,6 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
                        on_error=on_error)
     if on_error == "record":   # crashes recorded with their probability: never lossless while there are any
         report = CrashReport(**{f.name: getattr(report, f.name) for f in fields(report)})
-    report.tolerance = tolerance
     extra = report.extra
     if declared:
         prec, source = declared, "given" if precision else f"declared by the {adapter.name} adapter"
@@ -308,50 +315,17 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
         source = ("detected: the coarsest float dtype handed to the sampler or compared with its uniforms"
                   if calls.seen else "default: no float array or float dtype seen")
     extra["precision"], extra["precision_from"] = prec, source
+    boundary = _float_boundary(sampler, adapter, name, inputs, report, prec, calls, shared, tolerance, cache,
+                               on_error)
+    extra["float_boundary"] = boundary.to_dict()
+    extra["algorithmic_tv"] = str(boundary.algorithmic_tv)
+    extra["algorithmic_tv_against"] = ("the declared law (expected=)" if expected is not None else "the target law") + (
+        " from the run on float64 inputs" if boundary.f64_tv is not None else "")
+    report.tolerance = boundary.allowance
+    extra["tolerance_from"] = boundary.reason
     if reference and adapter.reference is not None and adapter.reference_rule is not None:
-        exact = audit(rule=adapter.reference_rule, budget=shared.next(), target=inputs.target, draft=inputs.draft,
-                      proposer=inputs.proposer, prompt=inputs.prompt, tokens=inputs.tokens, expected=expected,
-                      rng_model=inputs.rng_model, exact_floats=True)
-        extra["exact_rule"] = adapter.reference_rule.name
-        ref_law = None
-        for p in sorted({prec, "float32", "float64"}, key=PRECISIONS.index):
-            try:
-                ref = _reference(adapter, p, inputs, shared, cache)
-            except BudgetExceeded:
-                raise
-            except ExactSpecError as exc:   # the baseline at the sampler's precision is needed; another is a figure
-                if p == prec:
-                    raise
-                extra[f"rounding_tv_{p}"] = f"unavailable: the reference at {p} failed ({exc})"
-                continue
-            extra[f"rounding_tv_{p}"] = str(total_variation(ref.output, exact.output))
-            if p == prec:
-                ref_law = ref.output
-        rounding = Fraction(extra[f"rounding_tv_{prec}"])
-        if rounding > ROUNDING_CAP:
-            # a correct sampler far from its exact rule is a broken baseline, not rounding: allowing twice it
-            # would pass a biased sampler (no false pass)
-            raise ExactSpecError(
-                f"the {adapter.name} adapter's reference sampler at {prec} lands TV {float(rounding):.6g} from its "
-                f"exact rule {adapter.reference_rule.name} on this instance, more than float rounding can cost "
-                f"(at most 2**-{ROUNDING_CAP.denominator.bit_length() - 1}): the rounding baseline is unusable, so "
-                "no verdict (check the adapter's reference and reference_rule; reference=False audits without one)")
-        extra["rounding_tv"] = str(rounding)
-        if expected is None:
-            extra["algorithmic_tv"] = str(total_variation(report.output, ref_law))
-            extra["algorithmic_tv_against"] = f"the reference sampler at {prec}"
-        else:   # the reference sampler implements the target: the bias is measured against the declared law
-            extra["algorithmic_tv"] = str(report.tv)
-            extra["algorithmic_tv_against"] = "the declared law (expected=)"
-        # what the float pipeline and the generator cost a correct sampler is not the sampler's bias
-        if 2 * rounding > tolerance:
-            report.tolerance = 2 * rounding
-            extra["tolerance_from"] = f"twice what {prec} rounding costs a correct sampler on the same pipeline"
-        else:
-            extra["tolerance_from"] = (f"{_floor_text(tolerance)}, above twice what {prec} rounding costs a correct "
-                                       "sampler on the same pipeline")
-    else:
-        extra["tolerance_from"] = _floor_text(tolerance)
+        ref_law = _rounding_figures(adapter, prec, inputs, expected, shared, cache, extra)
+        extra["reference_tv"] = str(total_variation(report.output, ref_law))
     extra["sampler_calls"] = calls.runs
     if calls.hits:
         extra["cached_calls"] = calls.hits
@@ -363,18 +337,85 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
     return report
 
 
-def _floor_text(tolerance: Fraction) -> str:
-    """How the tolerance floor reads in a report: "the 2**-40 floor", "exactness (tolerance 0)", ...
+def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInputs, report: AuditReport,
+                    prec: str, calls: "_Calls", shared: "_Shared", tolerance: Fraction, cache: bool,
+                    on_error: str = "raise") -> Boundary:
+    """Rounding or bias: the sampler run again on float64 inputs and a float64 generator when it computed coarser.
 
-    >>> _floor_text(ROUNDING_TOLERANCE), _floor_text(Fraction(0)), _floor_text(Fraction(1, 10))
-    ('the 2**-40 floor', 'exactness (tolerance 0)', 'the tolerance 1/10')
+    The run at the sampler's own precision is ``report``; a second run hands the same sampler float64
+    laws (:meth:`~.base.Adapter.with_precision`) and draws its uniforms on the float64 lattice (or the
+    continuous model, as the first run did), noting the float dtypes it meets: something coarser than
+    float64 there means the sampler casts down (``forced``). The decision is
+    :func:`~.float_boundary.decide`'s.
     """
-    if tolerance == 0:
-        return "exactness (tolerance 0)"
-    n = tolerance.denominator.bit_length() - 1
-    if tolerance.numerator == 1 and tolerance.denominator == 1 << n:
-        return f"the 2**-{n} floor"
-    return f"the tolerance {tolerance}"
+    coarse_generator = inputs.lattice is not None and inputs.rng_model != "float64"
+    extra = report.extra
+    if report.tv == 0:      # exactly the expected law as it ships: nothing for a second run to separate
+        return decide(precision=prec, own_tv=report.tv, own_violations=False, f64_tv=None, f64_violations=False,
+                      forced=False, tolerance=tolerance, allowance=tolerance)
+    adapter64 = adapter.with_precision("float64")
+    if adapter64 is adapter and not coarse_generator and calls.seen is not None:
+        # the first run already had float64 inputs and generator, its dtypes noted: it is the float64 run
+        forced = coarser_than_float64(prec)
+        f64 = None if not forced else report
+    else:
+        fn = sampler if adapter64 is not None else at_precision(sampler, "float64")
+        calls64 = _Calls(fn, adapter64 or adapter, name, cache=cache, seen=set(), arguments=False)
+        model = "float64" if inputs.lattice is not None else "continuous"
+        f64 = run_audit(replace(inputs, rule=calls64.rule(), rng_model=model, lattice=lattice_for(model)),
+                        budget=shared.next(), exact_floats=True, on_error=on_error)   # a crash: recorded there too
+        forced = adapter64 is None or coarser_than_float64(lowest(calls64.seen))
+        extra["float64_sampler_calls"] = calls64.runs
+        if calls64.hits:
+            extra["float64_cached_calls"] = calls64.hits
+        extra["float64_run"] = {"tv": str(f64.tv), "rng_model": model,
+                                "inputs": "float64" if adapter64 is not None else
+                                f"{prec} laws cast to float64 (the {adapter.name} adapter cannot hand float64)",
+                                "coarsest_dtype_seen": lowest(calls64.seen) or "none"}
+    allowance_at = prec if coarser_than_float64(prec) else "float32" if forced else "float64"
+    allowance = rounding_allowance(allowance_at, vocab=inputs.target.vocab,
+                                   positions=inputs.tokens * inputs.proposer.max_tokens())
+    if f64 is None:
+        return decide(precision="float64", own_tv=report.tv, own_violations=bool(report.support_violations),
+                      f64_tv=None, f64_violations=False, forced=False, tolerance=tolerance,
+                      allowance=max(tolerance, allowance))
+    return decide(precision=allowance_at, own_tv=report.tv, own_violations=bool(report.support_violations),
+                  f64_tv=f64.tv, f64_violations=bool(f64.support_violations), forced=forced, tolerance=tolerance,
+                  allowance=max(tolerance, allowance))
+
+
+def _rounding_figures(adapter: Any, prec: str, inputs: AuditInputs, expected: Model | None, shared: "_Shared",
+                      cache: bool, extra: dict) -> dict:
+    """What rounding costs the adapter's correct reference sampler at each precision on this instance (figures only:
+    the verdict is the float boundary's); a reference further than ROUNDING_CAP from its exact rule is refused.
+    Returns the reference's law at the sampler's precision."""
+    exact = audit(rule=adapter.reference_rule, budget=shared.next(), target=inputs.target, draft=inputs.draft,
+                  proposer=inputs.proposer, prompt=inputs.prompt, tokens=inputs.tokens, expected=expected,
+                  rng_model=inputs.rng_model, exact_floats=True)
+    extra["exact_rule"] = adapter.reference_rule.name
+    for p in sorted({prec, "float32", "float64"}, key=PRECISIONS.index):
+        try:
+            ref = _reference(adapter, p, inputs, shared, cache)
+        except BudgetExceeded:
+            raise
+        except ExactSpecError as exc:   # the baseline at the sampler's precision is needed; another is a figure
+            if p == prec:
+                raise
+            extra[f"rounding_tv_{p}"] = f"unavailable: the reference at {p} failed ({exc})"
+            continue
+        extra[f"rounding_tv_{p}"] = str(total_variation(ref.output, exact.output))
+        if p == prec:
+            ref_law = ref.output
+    rounding = Fraction(extra[f"rounding_tv_{prec}"])
+    if rounding > ROUNDING_CAP:
+        # a correct sampler far from its exact rule is a broken reference, not rounding (no false pass)
+        raise ExactSpecError(
+            f"the {adapter.name} adapter's reference sampler at {prec} lands TV {float(rounding):.6g} from its "
+            f"exact rule {adapter.reference_rule.name} on this instance, more than float rounding can cost "
+            f"(at most 2**-{ROUNDING_CAP.denominator.bit_length() - 1}): the reference is broken, so "
+            "no verdict (check the adapter's reference and reference_rule; reference=False audits without one)")
+    extra["rounding_tv"] = str(rounding)
+    return ref_law
 
 
 def _reference(adapter: Any, precision: str, inputs: AuditInputs, shared: "_Shared", cache: bool) -> AuditReport:

@@ -39,6 +39,7 @@ from ..counterexamples.searching import (_cell_instances, _Clock, _count, _defau
                                          _seconds, _tally_failure, shrink_by)
 from ..counterexamples.space import SearchInstance, Space
 from ..enumerate import Budget
+from ..enumerate.step import check_budget
 from ..errors import ExactSpecError, InexactArithmetic, UnsupportedRandomness
 from ..report import AuditReport
 from . import sampler_audit as _sampler_audit
@@ -179,8 +180,8 @@ def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space |
     an :class:`~exactspec.counterexamples.EmptySearch` stating the space, or an
     :class:`~exactspec.counterexamples.IncompleteSearch` when ``budget`` seconds or
     ``max_instances`` audits stopped the search, or the audit raised on some instances (their
-    verdict is unknown) without crashing the audited code; one that failed so on every instance
-    raises :class:`~exactspec.RuleError`.
+    verdict is unknown) without crashing the audited code, or some were ``undecided`` (float code whose bias
+    could not be told from its rounding); one that failed so on every instance raises :class:`~exactspec.RuleError`.
     Randomness the audit cannot follow (:class:`~exactspec.UnsupportedRandomness`), inexact
     arithmetic and ``sys.exit`` in the audited code are raised at once, never skipped.
 
@@ -192,6 +193,7 @@ def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space |
     (False, 30)
     """
     seconds = _seconds(budget, "search_instances: budget")
+    check_budget(instance_budget, "search_instances", "instance_budget")
     max_instances = _count(max_instances, "search_instances: max_instances", 1)
     if not callable(audit_one):
         raise ExactSpecError(f"search_instances: audit_one must be a function instance -> AuditReport, got "
@@ -212,10 +214,12 @@ def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space |
                 rep = _run(audit_one, inst, clock, timed=True, limits=instance_budget)
                 if rep is not None and (_crashes(rep) or biased(rep)):
                     return _shrunk(audit_one, biased, name, inst, rep, space, clock, instance_budget)
+                if rep is not None and rep.undecided:     # not covered: the search cannot end empty
+                    clock.undecided += 1
             if clock.stop_reason:  # the cell's last audit was cut by the time limit
                 return _incomplete(who, space, clock, cells, covered, cell)
             covered.append(space.describe_cell(cell))
-        if clock.errors or clock.over_budget:
+        if clock.errors or clock.over_budget or clock.undecided:
             return _incomplete(who, space, clock, cells, covered, None)
         return EmptySearch(name, space.describe(), clock.audited, clock.elapsed())
     finally:
@@ -239,6 +243,8 @@ def _shrunk(audit_one: Callable[[dict], AuditReport], biased: Callable[[AuditRep
     small, steps = shrink_by(still_biased, inst)
     r = reports[small]
     extra = {k: str(r.extra[k]) for k in ("algorithmic_tv", "rounding_tv", "tolerance", "precision") if k in r.extra}
+    if r.boundary is not None and not crash:   # why this instance is biased: the float64 run, not float32 rounding
+        extra["verdict_reason"] = r.boundary["reason"]
     more: dict = {}
     if crash:
         extra["errors"] = "; ".join(f"{what} with probability {p}" for what, p in r.extra["errors"].items())
@@ -318,10 +324,12 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
                              f"has {space.proposer_kind} proposers")
     name = getattr(sampler, "__name__", "sampler")
 
-    audit_kwargs.pop("on_error", None)   # a search records crashes: each is a finding (see the docstring)
+    # the reference sampler's rounding figures inform a report but not its verdict (the float64 run decides):
+    # a search does without them unless asked; it records crashes: each is a finding (see the docstring)
+    options = {"reference": False, **audit_kwargs, "on_error": "record"}
 
     def audit_one(inst: dict) -> AuditReport:
-        return audit_sampler(sampler, adapter=adapter, rng_model=rng_model, on_error="record", **audit_kwargs, **inst)
+        return audit_sampler(sampler, adapter=adapter, rng_model=rng_model, **options, **inst)
     found = search_instances(audit_one, space=space, name=name, seed=seed, budget=budget,
                              max_instances=max_instances, progress=progress, instance_budget=instance_budget)
     if isinstance(found, Counterexample):
@@ -335,16 +343,16 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
 def search_from_audit_sampler(sampler: Any, *, adapter: Any = "numpy", proposer: Any = None,
                               rng_model: str = "continuous", budget: Budget | None = None, target: Any = None,
                               draft: Any = None, prompt: Any = (), tokens: Any = None, expected: Any = None,
-                              reference: bool = True, tolerance: Any = None, **more: Any
+                              reference: bool = False, tolerance: Any = None, **more: Any
                               ) -> Counterexample | EmptySearch | IncompleteSearch:
     """``es.audit_sampler(..., search=True)``: :func:`search_sampler` with audit_sampler's keywords.
 
     The search chooses the laws, prompts and horizons: ``target``, ``draft``, ``prompt``, ``tokens``
-    and ``expected`` must be left out (a typed error says so), as must a non-default ``tolerance``
-    or ``reference`` (the search uses the rounding-aware verdict). ``proposer`` fixes how drafts
-    are made and scored (its gamma or expansion is varied); ``budget``'s ``seconds`` limit the
-    whole search, its other limits each audit. Any other keyword of ``audit_sampler`` is passed
-    to each audit unchanged.
+    and ``expected`` must be left out (a typed error says so). ``tolerance`` (what float64 rounding
+    may cost) and ``precision`` apply to every audit; ``reference`` (the rounding figures) is off
+    unless asked for. ``proposer`` fixes how drafts are made and scored (its gamma or expansion is
+    varied); ``budget``'s ``seconds`` limit the whole search, its other limits each audit. Any
+    other keyword of ``audit_sampler`` is passed to each audit unchanged.
 
     >>> import exactspec as es
     >>> from exactspec.bugzoo import numpy_samplers as zoo
@@ -353,19 +361,17 @@ def search_from_audit_sampler(sampler: Any, *, adapter: Any = "numpy", proposer:
     ...
     exactspec.errors.ExactSpecError: audit_sampler(search=True): target= does not apply: the search chooses the laws, prompts and horizons (use search=False to audit one instance)
     """
-    ROUNDING_TOLERANCE = _sampler_audit.ROUNDING_TOLERANCE
     given = [k for k, v in (("target", target), ("draft", draft), ("tokens", tokens), ("expected", expected))
              if v is not None] + (["prompt"] if tuple(prompt) != () else [])
-    if not reference:
-        given.append("reference")
-    if tolerance is not None and tolerance is not ROUNDING_TOLERANCE and tolerance != ROUNDING_TOLERANCE:
-        given.append("tolerance")
+    if tolerance is not None:
+        more["tolerance"] = tolerance
     if given:
         raise ExactSpecError(f"audit_sampler(search=True): {'= and '.join(given)}= do"
                              f"{'es' if len(given) == 1 else ''} not apply: the search chooses the laws, prompts and "
                              "horizons (use search=False to audit one instance)")
     seconds = None if budget is None else budget.seconds
     return search_sampler(sampler, adapter=adapter, proposer=proposer, rng_model=rng_model, budget=seconds,
+                          reference=bool(reference),
                           instance_budget=None if budget is None else Budget(
                               paths=budget.paths, depth=budget.depth, outcomes=budget.outcomes), **more)
 

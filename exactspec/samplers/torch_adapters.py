@@ -63,13 +63,23 @@ class TransformersChainAdapter(Adapter):
         self.kwargs = sampler_kwargs
         self._local = threading.local()
 
-    @staticmethod
-    def logits(law: tuple) -> Any:
+    def logits(self, law: tuple) -> Any:
+        """A law as logits (``log p``) in the adapter's precision (float32 unless :meth:`with_precision`)."""
         import torch
+        dtype = getattr(torch, self.precision)
+
         def compute() -> Any:
-            probs = torch.tensor([float(x) for x in law], dtype=torch.float32)
+            probs = torch.tensor([float(x) for x in law], dtype=dtype)
             return torch.log(probs)
-        return memoised("float32 logits", law, None, compute)
+        return memoised(f"{self.precision} logits", law, None, compute)
+
+    def with_precision(self, precision: str) -> "TransformersChainAdapter":
+        """This adapter handing its logits in ``precision`` (the float64 run of a float32 audit).
+
+        >>> transformers_chain.with_precision("float64").precision
+        'float64'
+        """
+        return self if precision == self.precision else self._copy_at(precision)
 
     def _tensors(self, step: Step) -> tuple[Any, Any, Any, tuple]:
         """(ids, candidate logits, new logits, their version counters), cached by the step's drafts and laws."""
@@ -217,11 +227,20 @@ class VllmChainAdapter(Adapter):
             raise ExactSpecError(f"VllmChainAdapter row must be in 0 .. {batch - 1}, got {row!r}")
         self.batch, self.row = batch, row
 
-    @staticmethod
-    def probs(law: tuple) -> Any:
+    def probs(self, law: tuple) -> Any:
+        """A law as a probability tensor in the adapter's precision (float32 unless :meth:`with_precision`)."""
         import torch
-        return memoised("float32 probs", law, None,
-                        lambda: torch.tensor([float(x) for x in law], dtype=torch.float32))
+        dtype = getattr(torch, self.precision)
+        return memoised(f"{self.precision} probs", law, None,
+                        lambda: torch.tensor([float(x) for x in law], dtype=dtype))
+
+    def with_precision(self, precision: str) -> "VllmChainAdapter":
+        """This adapter handing its laws in ``precision`` (the float64 run of a float32 audit).
+
+        >>> vllm_chain.with_precision("float64").probs((Fraction(1, 3), Fraction(2, 3))).dtype
+        torch.float64
+        """
+        return self if precision == self.precision else self._copy_at(precision)
 
     def call(self, sampler: Callable, step: Step, rng: Rng) -> list[int]:
         import torch

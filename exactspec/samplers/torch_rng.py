@@ -63,7 +63,7 @@ import numpy as np
 
 from ..errors import ExactSpecError, UnsupportedRandomness
 from .interception import (below, bind, current_rng, current_session, fisher_yates, generator_state, intercepting,
-                           unsupported, user_site)
+                           note_dtype, unsupported, user_site)
 from .lazy_draws import LazyCategoricalTensor, PendingDraw
 from .lazy_values import LazyBit, exponential, lazy, race_outcome, race_winner
 
@@ -164,6 +164,7 @@ if torch is not None:
         """A real operand (tensor or number) as exact numbers (inf kept as float) broadcast to ``shape``."""
         arr = np.empty(shape, dtype=object)
         if isinstance(x, torch.Tensor):
+            note_dtype(x)
             vals = np.broadcast_to(x.detach().cpu().double().numpy(), shape)
             for idx in np.ndindex(*shape):
                 arr[idx] = _num_or_inf(vals[idx])
@@ -178,6 +179,7 @@ if torch is not None:
     def _values(x: Any, shape: tuple) -> np.ndarray:
         arr = np.empty(shape, dtype=object)
         if isinstance(x, torch.Tensor):
+            note_dtype(x)
             vals = np.broadcast_to(x.detach().cpu().double().numpy(), shape)
             for idx in np.ndindex(*shape):
                 arr[idx] = _exact(vals[idx])
@@ -915,6 +917,7 @@ def _multinomial(probs: Any, num_samples: int, replacement: bool = False, **kwar
     from .lazy_draws import exact_rows, lazy_multinomial
     _fresh(kwargs)
     num_samples = int(num_samples)
+    note_dtype(probs)
     w = probs.detach().cpu().numpy().astype(np.float64, copy=False)
     if w.ndim not in (1, 2):
         raise RuntimeError(f"prob_dist must be 1 or 2 dim, got {w.ndim}")

@@ -242,6 +242,15 @@ class TorchTreeAdapter(Adapter):
             raise ExactSpecError(f"TorchTreeAdapter dtype must be a torch floating dtype, got {dtype!r}")
         self.dtype = dtype
 
+    def with_precision(self, precision: str) -> "TorchTreeAdapter":
+        """This adapter handing its laws in ``precision`` (the float64 run of a float32 audit).
+
+        >>> torch_tree.with_precision("float64").dtype
+        torch.float64
+        """
+        dtype = getattr(torch, precision)
+        return self if dtype == self.dtype else TorchTreeAdapter(dtype)
+
     def call(self, sampler: Callable, step: TreeStep, rng: Rng) -> list[int]:
         tree = torch_tree_inputs(step, self.dtype)
         with bind(rng):
