@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from .drafts import chain
 from .enumerate import Budget, Engine, greedy_sequence, target_law
 from .enumerate.rng import Lattice, lattice_for
-from .enumerate.step import check_budget
+from .enumerate.step import check_budget, crash_index, is_crash
 from .errors import ExactSpecError
 from .fields import Field, get_field
 from .laws import total_variation
@@ -245,7 +245,7 @@ def validate_audit(*, target: Model, rule: Any, draft: Model | None = None, prop
 
 
 def build_engine(inputs: AuditInputs, *, budget: Budget | None = None, closed_form: bool = True,
-                 exact_floats: bool = False) -> Engine:
+                 exact_floats: bool = False, on_error: str = "raise") -> Engine:
     """The engine that enumerates ``inputs`` (nothing is enumerated until :func:`compute_laws`).
 
     >>> import exactspec as es
@@ -254,7 +254,7 @@ def build_engine(inputs: AuditInputs, *, budget: Budget | None = None, closed_fo
     True
     """
     return Engine(inputs.rule, inputs.proposer, inputs.target, inputs.draft, inputs.field, budget=budget,
-                  closed_form=closed_form, lattice=inputs.lattice, exact_floats=exact_floats)
+                  closed_form=closed_form, lattice=inputs.lattice, exact_floats=exact_floats, on_error=on_error)
 
 
 @dataclass
@@ -278,6 +278,9 @@ class AuditLaws:
     accepted_per_call: Any
     nodes_per_call: Any
     target_calls: Any
+    #: with ``on_error="record"``: per crash (``"Type: message"``), its exact probability and the line of the
+    #: rule's code it happened at (``{what: (probability, "file:line in function")}``); None otherwise
+    crashes: dict | None = None
 
 
 def compute_laws(engine: Engine, inputs: AuditInputs) -> AuditLaws:
@@ -300,6 +303,16 @@ def compute_laws(engine: Engine, inputs: AuditInputs) -> AuditLaws:
             output, calls = engine.output(prompt_t, tokens)
         finally:
             engine.close()
+        crashes = None
+        if engine.steps.record:   # the branches that crashed leave the output law; their mass is reported apart
+            crashes, kept = {}, {}
+            for k, v in output.items():
+                if is_crash(k):
+                    what, site = engine.steps.crashes[crash_index(k)]
+                    crashes[what] = (crashes.get(what, (fld.zero, site))[0] + v, site)
+                else:
+                    kept[k] = v
+            output = kept
         if inputs.decoding == "greedy":
             exp = {greedy_sequence(inputs.target, prompt_t, tokens): fld.one}
         else:
@@ -313,8 +326,10 @@ def compute_laws(engine: Engine, inputs: AuditInputs) -> AuditLaws:
         tv, tpc, calls = ex(tv), ex(tpc), ex(calls)
         accepted = None if accepted is None else ex(accepted)
         nodes = ex(nodes) if not isinstance(nodes, int) else nodes
+        if crashes:
+            crashes = {k: (ex(p), site) for k, (p, site) in crashes.items()}
     return AuditLaws(output=output, expected=exp, tv=tv, tokens_per_call=tpc, accepted_per_call=accepted,
-                     nodes_per_call=nodes, target_calls=calls)
+                     nodes_per_call=nodes, target_calls=calls, crashes=crashes)
 
 
 def assemble_report(inputs: AuditInputs, engine: Engine, laws: AuditLaws, *, seconds: float) -> AuditReport:
@@ -342,19 +357,26 @@ def assemble_report(inputs: AuditInputs, engine: Engine, laws: AuditLaws, *, sec
     # a claim with a condition (stale_draft_probs: biased when gamma >= 2 ...) is judged by the claim at this
     # configuration
     claim = rule_obj.claim_for(configuration(proposer, target=target, draft=draft, tokens=inputs.tokens))
-    return AuditReport(rule=rule_obj.name, claim=claim, instance=instance, field=fld, output=laws.output,
-                       expected=laws.expected, tv=laws.tv, tolerance=fld.tolerance(),
-                       tokens_per_call=laws.tokens_per_call, target_calls=laws.target_calls, seconds=seconds,
-                       paths=engine.meter.paths, step_laws=engine.meter.steps, reference=rule_obj.reference,
-                       worst_count=inputs.worst, accepted_per_call=laws.accepted_per_call,
-                       nodes_per_call=laws.nodes_per_call, scope=scope)
+    report = AuditReport(rule=rule_obj.name, claim=claim, instance=instance, field=fld, output=laws.output,
+                         expected=laws.expected, tv=laws.tv, tolerance=fld.tolerance(),
+                         tokens_per_call=laws.tokens_per_call, target_calls=laws.target_calls, seconds=seconds,
+                         paths=engine.meter.paths, step_laws=engine.meter.steps, reference=rule_obj.reference,
+                         worst_count=inputs.worst, accepted_per_call=laws.accepted_per_call,
+                         nodes_per_call=laws.nodes_per_call, scope=scope)
+    if laws.crashes is not None:   # recorded crashes (on_error="record"), as a whole-loop audit states them
+        report.extra["error_probability"] = fld.to_str(sum((p for p, _ in laws.crashes.values()), fld.zero))
+        report.extra["errors"] = {k: fld.to_str(p) for k, (p, _) in laws.crashes.items()}
+        report.extra["error_sites"] = {k: site for k, (_, site) in laws.crashes.items()}
+    return report
 
 
 def run_audit(inputs: AuditInputs, *, budget: Budget | None = None, closed_form: bool = True,
-              exact_floats: bool = False, start: float | None = None) -> AuditReport:
+              exact_floats: bool = False, start: float | None = None, on_error: str = "raise") -> AuditReport:
     """Audit validated inputs: build the engine, compute the laws, assemble the report.
 
     ``start`` is the ``time.perf_counter()`` the report's ``seconds`` count from (default: now).
+    ``on_error="record"``: a branch on which the rule's own code raises is no error but a crash,
+    reported with its exact probability (see :func:`compute_laws`).
 
     >>> import exactspec as es
     >>> m = es.models.context_free(("1/2", "1/2"))
@@ -362,6 +384,7 @@ def run_audit(inputs: AuditInputs, *, budget: Budget | None = None, closed_form:
     'lossless'
     """
     t0 = time.perf_counter() if start is None else start
-    engine = build_engine(inputs, budget=budget, closed_form=closed_form, exact_floats=exact_floats)
+    engine = build_engine(inputs, budget=budget, closed_form=closed_form, exact_floats=exact_floats,
+                          on_error=on_error)
     laws = compute_laws(engine, inputs)
     return assemble_report(inputs, engine, laws, seconds=time.perf_counter() - t0)

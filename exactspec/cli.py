@@ -691,7 +691,7 @@ def _cmd_audit_sampler(args: Any) -> int:
     inst, proposer = _instance(args, adapter.family, None)
     rep = audit_sampler(sampler, adapter=adapter, target=inst.target, draft=inst.draft, proposer=proposer,
                         prompt=inst.prompt, tokens=_horizon(args, proposer), rng_model=args.rng_model,
-                        budget=Budget(seconds=args.time_limit), **precision)
+                        budget=Budget(seconds=args.time_limit), on_error=args.on_error, **precision)
     return _report_out(args, rep)
 
 
@@ -706,7 +706,8 @@ def _code_search_out(args: Any, found: Any) -> int:
     else:
         _print(str(found))
         if found.found:
-            _print("\nregression test (fails while the bias exists):\n")
+            what = "crash remains" if found.kind == "crash" else "bias exists"
+            _print(f"\nregression test (fails while the {what}):\n")
             _print(found.to_pytest())
     return found.exit_code
 
@@ -950,9 +951,9 @@ def _parser() -> argparse.ArgumentParser:
     sa = sub.add_parser("audit-sampler", help="audit a third-party sampler MODULE:FUNCTION exactly",
                         description="Search small instances (vocab 2..4, gamma 1..3 or small trees, depth + 1 "
                                     "tokens, context-free, per-position and order-1 models) for the smallest one on "
-                                    "which the sampler is biased, exit codes as `search` (0: none in the stated "
-                                    "space, 1: a minimal counterexample with a regression test calling the sampler, "
-                                    "3: incomplete). Without --instance, --vocab and --gamma / --expansion bound the "
+                                    "which the sampler is biased or crashes, exit codes as `search` (0: none in the "
+                                    "stated space, 1: a minimal counterexample with a regression test calling the "
+                                    "sampler; a crash is one, of kind 'crash', 3: incomplete). Without --instance, --vocab and --gamma / --expansion bound the "
                                     "search, --tokens sets its horizon and --seed seeds its random part; --instance "
                                     "audits the one seeded instance they describe.")
     sa.add_argument("target", metavar="MODULE:FUNCTION",
@@ -976,6 +977,11 @@ def _parser() -> argparse.ArgumentParser:
                          "exactness)")
     sa.add_argument("--instance", action="store_true",
                     help="audit one seeded instance (--vocab, --order, --gamma, --tokens, --seed) instead of searching")
+    sa.add_argument("--on-error", choices=["raise", "record"], default="raise",
+                    help="with --instance, a branch on which the sampler raises: raise (an error naming the "
+                         "exception, the branch and the sampler's line: exit 2) or record (the exact probability of "
+                         "the crashing branches is reported, a finding: exit 1) (default raise); a search always "
+                         "reports a crash as a counterexample of kind 'crash' (exit 1)")
     sa.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT,
                     help=limit + "; a search stopped early is incomplete (exit 3), never 'no counterexample'")
     sa.add_argument("--json", action="store_true", help=json_help)
@@ -1005,10 +1011,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="what the loop returns: full (prompt + continuation, as generate does) or new (the "
                          "continuation only) (default full)")
     lo.add_argument("--on-error", choices=["raise", "record"], default="raise",
-                    help="a branch on which the loop raises: raise (an error stating that branch's probability: "
-                         "exit 2 with --instance; in the search that instance is not covered, exit 3) or record (the "
-                         "exact probability of the failing branches is reported, a finding: never lossless) "
-                         "(default raise)")
+                    help="with --instance, a branch on which the loop raises: raise (an error stating that branch's "
+                         "probability and the loop's line: exit 2) or record (the exact probability of the failing "
+                         "branches is reported, a finding: never lossless, exit 1) (default raise); a search always "
+                         "reports a crash as a counterexample of kind 'crash' (exit 1)")
     lo.add_argument("--reference", type=int, default=None, metavar="GAMMA",
                     help="also audit a correct speculative sampling loop drafting GAMMA tokens per step on the same "
                          "stand-ins, and allow twice its rounding TV (default: none; the tolerance is 2**-40)")

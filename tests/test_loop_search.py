@@ -239,28 +239,35 @@ def test_search_budgets_make_an_incomplete_search_never_an_empty_one():
                          budget=0.001).exit_code == 3
 
 
-def test_a_loop_that_raises_is_a_finding_with_on_error_record_and_not_covered_otherwise(user_loops):
+def test_a_loop_that_raises_is_a_crash_counterexample_whatever_on_error_says(user_loops):
+    # issue 16 section 5: a crash on a valid input is a finding (a counterexample of kind "crash", exit 1), not an
+    # instance left uncovered (it was an IncompleteSearch with on_error="raise", a kind "loop" with "record")
     found = es.audit_loop(user_loops.crash_on_one, target=None, search=True, progress=False, on_error="record")
-    assert found.kind == "loop" and found.loop["on_error"] == "record"
+    assert found.kind == "crash" and found.loop["on_error"] == "record" and found.exit_code == 1
     p = found.instance.target[0]
     assert found.instance.tokens == 1 and p[1] > 0
     # by hand: the loop returns only when both draws are 0, with probability p_0 ** 2
-    assert found.loop["error_probability"] == str(1 - p[0] ** 2)
+    assert found.loop["error_probability"] == str(1 - p[0] ** 2) == found.crash["probability"]
+    assert found.crash["of"] == "loop" and found.crash["exception"] == "ValueError"
+    assert found.crash["message"] == "token 1 drawn"
+    line = [i for i, text in enumerate(USER_SOURCE.splitlines(), 1) if 'raise ValueError("token 1 drawn")' in text]
+    assert found.crash["where"].endswith(f"{USER_MODULE}.py:{line[0]} in crash_on_one")   # the user's raise line
     assert nonzero(found.output) == nonzero({(0,): p[0] ** 2}) and found.expected == nonzero({(0,): p[0], (1,): p[1]})
-    assert f"the loop raised with probability {1 - p[0] ** 2} on this instance" in str(found)
+    assert (f"the loop raises ValueError: token 1 drawn with probability {1 - p[0] ** 2} on this instance, at "
+            f"{found.crash['where']}") in str(found)
+    assert str(found).startswith("crash counterexample for crash_on_one")
     again = Counterexample.from_json(found.to_json())
     assert again == found and again.to_pytest() == found.to_pytest()
     with pytest.raises(AssertionError, match="this code crashes with probability"):
         run_test_function(found.to_pytest())
     # the output law of the JSON must leave exactly the error mass out
     d = json.loads(found.to_json())
-    d["loop"]["error_probability"] = "0"
-    with pytest.raises(es.ExactSpecError, match="output: (is empty, but its probabilities must sum to 1|sums to )"):
+    d["crash"]["probability"] = d["loop"]["error_probability"] = "1/3"
+    with pytest.raises(es.ExactSpecError, match="output: (is empty, but its probabilities must sum to|sums to )"):
         Counterexample.from_json(json.dumps(d))
-    # on_error="raise": an instance where the loop raises is not covered, so the search is incomplete
-    partial = es.audit_loop(user_loops.crash_on_one, target=None, search=True, progress=False, max_instances=4)
-    assert isinstance(partial, IncompleteSearch) and partial.errors > 0
-    assert "raised ValueError: token 1 drawn on a branch of probability" in partial.error_samples[0][1]
+    # on_error="raise" (the default): the same crash counterexample (a search records every crash)
+    default = es.audit_loop(user_loops.crash_on_one, target=None, search=True, progress=False)
+    assert default == found
 
 
 # -- JSON ------------------------------------------------------------------------------------------------------
@@ -466,8 +473,8 @@ def test_cli_a_loop_that_raises(capsys, user_loops, monkeypatch, tmp_path):
     assert abs(err_p - (1 - p[0] * p0_next[0])) < F(1, 2 ** 40)
     code, out, _ = main(capsys, loop, "--on-error", "record", "--json")
     assert code == 1 and json.loads(out)["loop"]["on_error"] == "record"
-    code, out, _ = main(capsys, loop, "--vocab", "2", "--tokens", "1")   # instances where it raises: not covered
-    assert code == 3 and out.startswith("INCOMPLETE search for crash_on_one") and "raised on" in out
+    code, out, _ = main(capsys, loop, "--vocab", "2", "--tokens", "1")   # a crash is a finding: exit 1
+    assert code == 1 and out.startswith("crash counterexample for crash_on_one") and "raises ValueError" in out
 
 
 @pytest.mark.parametrize("given", [{"target": es.models.context_free(("1/2", "1/2"))},

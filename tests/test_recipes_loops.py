@@ -285,3 +285,24 @@ def test_lucidrains_verification_is_lossless_with_the_gumbel_draw_replaced_by_it
                    expected=expected)
     assert r.verdict == "lossless" and r.tv <= TOL and not r.support_violations
     assert r.expected == autoregressive_law(expected or TARGET, (0,), 2)
+
+
+@needs_litgpt
+def test_litgpt_top_p_crash_is_found_by_the_search_as_a_crash_counterexample():
+    # issue 16 section 5: the search met this crash and said "INCOMPLETE ... no counterexample among N instances" (3)
+    found = audit_loop(litgpt_steps(2, 2, top_p=0.6), target=None, search=True, tokens=2, output="new",
+                       progress=False)
+    assert isinstance(found, es.counterexamples.Counterexample) and found.kind == "crash" and found.exit_code == 1
+    crash = found.crash
+    assert crash["exception"] == "RuntimeError" and crash["message"].startswith("probability tensor contains")
+    assert os.path.join("litgpt", "generate", "base.py") in crash["where"]      # litgpt's line, not exactspec's
+    # the minimal instance: the draft always proposes the token the target never emits, so every step rejects and
+    # top-p over the residual crashes: with probability 1, the output law empty
+    inst = found.instance
+    assert (inst.vocab, inst.tokens, inst.family) == (2, 1, "context_free")
+    assert inst.target == ((F(0), F(1)),) and inst.draft == ((F(1), F(0)),)
+    assert crash["probability"] == "1" and found.output == {} and found.tv == F(1, 2)
+    # the same instance audited on its own, recording crashes: the same exact probability
+    r = audit_loop(litgpt_steps(2, 2, top_p=0.6), target=es.models.context_free(inst.target[0]),
+                   draft=es.models.context_free(inst.draft[0]), prompt=(0,), tokens=1, output="new", on_error="record")
+    assert r.error_probability == 1 and r.verdict == "biased"

@@ -70,14 +70,18 @@ def test_incomplete_search_fails_and_says_what_it_covered():
     assert "0 of 27 cells fully covered" in text
 
 
-def test_instances_the_sampler_raised_on_make_the_check_incomplete_not_a_pass():
+def test_a_sampler_that_raises_on_some_instances_fails_the_check_with_its_crash_not_a_pass():
+    # issue 16 section 5: a crash on a valid input is a finding (a crash counterexample), no longer "incomplete"
     def flaky(draft_ids, draft_probs, target_probs, rng):   # raises whenever the vocabulary is 3
         if target_probs.shape[1] == 3:
             raise ValueError("no vocabulary 3")
         return zoo.correct(draft_ids, draft_probs, target_probs, rng)
-    with pytest.raises(es.IncompleteCheckError) as info:
+    with pytest.raises(es.LossAssertionError) as info:
         es.assert_sampler_lossless(flaky, vocab=3, gamma=1)
-    assert "raised on" in str(info.value) and isinstance(info.value.result, IncompleteSearch)
+    assert not isinstance(info.value, es.IncompleteCheckError)
+    found = info.value.result
+    assert found.kind == "crash" and found.instance.vocab == 3 and found.crash["probability"] == "1"
+    assert "the sampler raises ValueError: no vocabulary 3 with probability 1" in str(info.value)
 
 
 def test_a_spent_budget_is_an_incomplete_check():

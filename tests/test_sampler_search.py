@@ -175,19 +175,40 @@ def test_a_time_limit_or_max_instances_gives_an_incomplete_search_never_an_empty
     assert isinstance(few, IncompleteSearch) and few.audited == 3 and few.reason == "max_instances 3 reached"
 
 
-def test_a_sampler_that_raises_on_some_instances_makes_the_search_incomplete():
+def test_a_sampler_that_raises_on_some_instances_is_a_crash_counterexample():
+    # issue 16 section 5: a crash on a valid input is a finding (kind "crash", exit 1); it made the search incomplete
     def fragile(draft_ids, draft_probs, target_probs, rng):
         if len(draft_ids) == 2:
             raise ValueError("no gamma 2 here")
         return zoo.correct(draft_ids, draft_probs, target_probs, rng)
     space = sampler_space().with_(vocabs=(2,), shapes=((1,), (2,)), tokens=(1, 2), random_points=1)
     found = search_sampler(fragile, space=space)
-    assert isinstance(found, IncompleteSearch) and found.errors > 0 and "raised" in found.reason
+    assert isinstance(found, Counterexample) and found.kind == "crash" and found.exit_code == 1
+    assert found.instance.shape == (2,) and found.crash["probability"] == "1" and found.output == {}
+    assert (found.crash["of"], found.crash["exception"], found.crash["message"]) == ("sampler", "ValueError",
+                                                                                    "no gamma 2 here")
+    assert found.crash["where"] == f"{__file__}:{fragile.__code__.co_firstlineno + 2} in fragile"
 
     def always(draft_ids, draft_probs, target_probs, rng):
         raise ValueError("never works")
+    first = search_sampler(always, space=space)       # crashes with probability 1 everywhere: the smallest instance
+    assert first.kind == "crash" and first.crash["probability"] == "1"
+    assert (first.instance.vocab, first.instance.shape, first.instance.tokens) == (2, (1,), 1)
+
+    def wrong_signature(draft_ids, draft_probs):      # raised calling it, never inside it: not a crash of the sampler
+        return [0]
     with pytest.raises(es.RuleError, match="raised on every one"):
-        search_sampler(always, space=space)
+        search_sampler(wrong_signature, space=space)
+
+
+def test_a_sampler_that_breaks_its_contract_on_some_instances_makes_the_search_incomplete():
+    def outside(draft_ids, draft_probs, target_probs, rng):
+        if len(draft_ids) == 2:
+            return [len(target_probs[0])]                 # a token outside the vocabulary: an error, no verdict
+        return zoo.correct(draft_ids, draft_probs, target_probs, rng)
+    space = sampler_space().with_(vocabs=(2,), shapes=((1,), (2,)), tokens=(1, 2), random_points=1)
+    found = search_sampler(outside, space=space)
+    assert isinstance(found, IncompleteSearch) and found.errors > 0 and "raised" in found.reason
 
 
 def test_randomness_the_audit_cannot_see_and_sys_exit_stop_the_search_at_once():

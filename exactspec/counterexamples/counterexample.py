@@ -51,8 +51,16 @@ _SAMPLER_REF = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", re.ASCII)
 #: what was searched: a rule (``es.audit``), a sampler (``es.audit_sampler``), a whole generation loop
 #: (``es.audit_loop``), or any per-instance audit (:func:`exactspec.samplers.sampler_search.search_instances`;
-#: no regression test can be rendered for it)
-KINDS = ("rule", "sampler", "audit", "loop")
+#: no regression test can be rendered for it); "crash": a sampler or a loop that raises on the instance (with
+#: positive probability), found by a sampler or loop search (``Counterexample.crash`` says what and where)
+KINDS = ("rule", "sampler", "audit", "loop", "crash")
+#: what a crash counterexample's ``crash`` holds: ``of`` ("sampler" or "loop"), ``probability`` (exact, a
+#: rational string: that the code raises on the instance), ``exception`` (the type's name), ``message`` and
+#: ``where`` (``file:line in function`` of the audited code); rendered into a test as comments only
+CRASH_FIELDS = ("of", "probability", "exception", "message", "where")
+_CRASH_OF = ("sampler", "loop", "audit")
+#: the longest crash message / site kept (a counterexample is read by people; the test replays the crash anyway)
+_CRASH_TEXT_MAX = 500
 #: the replay options of a loop counterexample (``Counterexample.loop``), each rendered as an ``es.audit_loop`` keyword
 LOOP_OPTIONS = ("stand_in", "dtype", "output", "on_error", "tolerance", "reference")
 #: what else ``Counterexample.loop`` holds (optional in JSON, default "0"): the probability that the loop raised on the
@@ -184,6 +192,77 @@ def _loop_options(x: Any, where: str = "loop") -> dict:
             "tolerance": _s(tolerance), "reference": ref, "error_probability": _s(error_probability)}
 
 
+def _crash_record(x: Any, where: str = "crash") -> dict:
+    """A crash counterexample's ``crash`` record, validated (see :data:`CRASH_FIELDS`).
+
+    ``of`` is allow-listed, ``probability`` a rational string in (0, 1], ``exception`` a Python
+    identifier (or dotted name), ``message`` and ``where`` printable text of at most 500
+    characters (they reach a generated test only inside a comment, on one line).
+
+    >>> _crash_record({"of": "loop", "probability": "1/4", "exception": "ValueError", "message": "no token",
+    ...                "where": "my_loops.py:12 in loop"})["probability"]
+    '1/4'
+    >>> _crash_record({"of": "loop", "probability": "1/4", "exception": "os.system('x')", "message": "",
+    ...                "where": ""})
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.ExactSpecError: crash.exception: "os.system('x')" is not an exception type's name
+    """
+    if not isinstance(x, dict):
+        raise _fail(where, f"expected an object with the keys {', '.join(CRASH_FIELDS)}, got {_kind(x)}")
+    missing = [k for k in CRASH_FIELDS if k not in x]
+    if missing:
+        raise _fail(where, f"missing field(s) {', '.join(missing)}")
+    unknown = [k for k in x if k not in CRASH_FIELDS]
+    if unknown:
+        raise _fail(where, f"unknown field {str(unknown[0])[:40]!r}")
+    prob = x["probability"]
+    if not isinstance(prob, str):
+        raise _fail(f"{where}.probability", f"expected a rational written as a string like '1/4', got {_kind(prob)}")
+    p = parse_rational(prob, f"{where}.probability")
+    if not 0 < p <= 1:
+        raise _fail(f"{where}.probability", f"must be a probability in (0, 1], got {_s(p)}")
+    exc = x["exception"]
+    if not isinstance(exc, str) or len(exc) > 200 or not _RULE_REF.fullmatch(exc):
+        shown = repr(exc)[:40] if isinstance(exc, str) else _kind(exc)
+        raise _fail(f"{where}.exception", f"{shown} is not an exception type's name")
+    texts = {}
+    for key in ("message", "where"):
+        v = x[key]
+        if not isinstance(v, str):
+            raise _fail(f"{where}.{key}", f"expected a string, got {_kind(v)}")
+        if len(v) > _CRASH_TEXT_MAX or not v.isprintable():
+            raise _fail(f"{where}.{key}", f"expected printable text of at most {_CRASH_TEXT_MAX} characters")
+        texts[key] = str.__str__(v)
+    return {"of": _choice(x["of"], f"{where}.of", _CRASH_OF), "probability": _s(p), "exception": str.__str__(exc),
+            **texts}
+
+
+def crash_record(of: str, report: Any) -> dict:
+    """The ``crash`` record of a report with recorded crashes: the most probable one's type, message and line.
+
+    ``probability`` is that of every crash together (the output law misses exactly that mass).
+
+    >>> class R:
+    ...     extra = {"error_probability": "1/2", "errors": {"ValueError: no token": "1/2"},
+    ...              "error_sites": {"ValueError: no token": "loops.py:3 in loop"}}
+    >>> crash_record("loop", R())["where"]
+    'loops.py:3 in loop'
+    """
+    extra = report.extra
+    errors = {k: Fraction(v) for k, v in extra.get("errors", {}).items()}
+    what = max(errors, key=lambda k: (errors[k], k))
+    exc, _, message = what.partition(": ")
+    if not _RULE_REF.fullmatch(exc):   # a type name no test comment should carry verbatim
+        exc, message = "Exception", what
+    message = "".join(c if c.isprintable() else " " for c in " ".join(message.split()))
+    site = "".join(c if c.isprintable() else " " for c in str(extra.get("error_sites", {}).get(what, "")))
+    cut = _CRASH_TEXT_MAX
+    return _crash_record({"of": of, "probability": _s(Fraction(extra["error_probability"])), "exception": exc,
+                          "message": message if len(message) <= cut else message[:cut - 3] + "...",
+                          "where": site if len(site) <= cut else "..." + site[-(cut - 3):]})
+
+
 def _law_dict(rows: Any, where: str, vocab: int, tokens: int,
               total: Fraction = Fraction(1)) -> dict[tuple[int, ...], Fraction]:
     """``[[tokens, "p/q"], ...]`` as a law over token sequences (ids < vocab, length tokens, sums to ``total``).
@@ -287,6 +366,9 @@ class Counterexample:
     #: loops (kind "loop", found by ``es.audit_loop(..., search=True)``; ``sampler_ref`` is then the loop's
     #: ``module:qualname``): the ``es.audit_loop`` options the regression test replays, keys :data:`LOOP_OPTIONS`
     loop: dict = field(default_factory=dict)
+    #: crashes (kind "crash"): what raised, how often and where, keys :data:`CRASH_FIELDS`; a sampler's crash
+    #: also sets ``sampler_ref``, ``adapter`` and ``rng_model``, a loop's ``sampler_ref``, ``rng_model`` and ``loop``
+    crash: dict = field(default_factory=dict)
 
     @property
     def found(self) -> bool:
@@ -317,7 +399,11 @@ class Counterexample:
 
     @property
     def explanation(self) -> str:
-        """One plain-language sentence about the most mis-weighted outcome."""
+        """One plain-language sentence about the most mis-weighted outcome (a crash: what raised, how often, where)."""
+        if self.kind == "crash":
+            c = self.crash
+            return (f"the {c['of']} raises {c['exception']}: {c['message']} with probability "
+                    f"{_maybe_short(c['probability'])} on this instance, at {c['where']}")
         o = self._rows()[0]
         what = f"token {o.tokens[0]}" if len(o.tokens) == 1 else f"the sequence {o.tokens}"
         ref = "the target's greedy decoding gives" if self.instance.decoding == "greedy" else "the target gives"
@@ -326,7 +412,8 @@ class Counterexample:
 
     # -- rendering ------------------------------------------------------------------------------------
     def __str__(self) -> str:
-        lines = [f"counterexample for {self.rule} (claim: {self.claim}): {self._describe_instance()}",
+        head = "crash counterexample" if self.kind == "crash" else "counterexample"
+        lines = [f"{head} for {self.rule} (claim: {self.claim}): {self._describe_instance()}",
                  f"  {self.explanation}"]
         inst = self.instance
         for name, laws in (("target", inst.target), ("draft", inst.draft)):
@@ -335,11 +422,14 @@ class Counterexample:
         for o in self._rows()[:6]:
             if o.output != o.expected:
                 lines.append(f"  {o.tokens}: output {_short(o.output)} vs expected {_short(o.expected)}")
-        if self.kind != "rule" and "rounding_tv" in self.extra:
+        if self.kind not in ("rule", "crash") and "rounding_tv" in self.extra:
             lines.append(f"  not rounding: a correct {'loop' if self.kind == 'loop' else 'sampler'} through the "
                          "same float pipeline is within TV "
                          f"{_maybe_short(self.extra['rounding_tv'])} of the target; this sampler is at TV "
                          f"{_maybe_short(self.extra.get('algorithmic_tv', self.tv))} from it")
+        if self.kind == "crash":
+            lines.append(f"  a {self.crash['of']} that raises on a valid input with positive probability is defective; "
+                         "the output law above holds the branches that returned")
         if self.kind == "loop" and self.loop.get("error_probability", "0") != "0":
             lines.append(f"  the loop raised with probability {_maybe_short(self.loop['error_probability'])} on this "
                          "instance (on_error='record'); the output law holds the branches that returned")
@@ -352,6 +442,8 @@ class Counterexample:
 
     def _returned_mass(self) -> Fraction:
         """The mass of the output law: 1, or for a loop one minus the probability that it raised."""
+        if self.kind == "crash":
+            return 1 - Fraction(_crash_record(self.crash, "crash")["probability"])
         if self.kind != "loop":
             return Fraction(1)
         return 1 - Fraction(_loop_options(self.loop, "loop")["error_probability"])
@@ -359,7 +451,7 @@ class Counterexample:
     def _describe_instance(self) -> str:
         """The instance in words; a loop's instance without the proposer (the loop drafts with its own gamma)."""
         inst = self.instance
-        if self.kind != "loop":
+        if self.kind != "loop" and not (self.kind == "crash" and self.crash.get("of") == "loop"):
             return inst.describe()
         return (f"vocab {inst.vocab}, {inst.tokens} token(s), {inst.family.replace('_', '-')} models, prompt "
                 f"{inst.prompt} (a whole run of the loop, drafting included)")
@@ -392,6 +484,16 @@ class Counterexample:
             _sampler_ref(self.sampler_ref, "sampler_ref")
             _name(self.rng_model, "rng_model")
             _loop_options(self.loop, "loop")
+        if self.kind == "crash":
+            crash = _crash_record(self.crash, "crash")
+            _sampler_ref(self.sampler_ref, "sampler_ref")
+            _name(self.rng_model, "rng_model")
+            if crash["of"] == "sampler":
+                _name(self.adapter, "adapter")
+            else:
+                loop = _loop_options(self.loop, "loop")
+                if loop["error_probability"] != crash["probability"] or loop["on_error"] != "record":
+                    raise _fail("loop", "a loop's crash replays with on_error 'record' and the crash's probability")
         if not isinstance(self.instance, SearchInstance):
             raise _fail("instance", f"expected a SearchInstance, got {_kind(self.instance)}")
         inst = self.instance.check("instance")
@@ -404,6 +506,8 @@ class Counterexample:
                       total=self._returned_mass() if name == "output" else Fraction(1))
         if not isinstance(self.tv, Fraction) or self.tv <= 0 or self.tv != _tv_of(self.output, self.expected):
             raise _fail("tv", f"{self.tv!r} is not the (positive) exact TV between output and expected")
+        if self.kind == "crash" and Fraction(self.crash["probability"]) == 0:
+            raise _fail("crash.probability", "a crash counterexample crashes with positive probability")
         return self
 
     def to_pytest(self) -> str:
@@ -414,11 +518,12 @@ class Counterexample:
         an ``import`` of ``rule_ref`` only when it is a dotted path of identifiers.
         """
         self.check()
-        if self.kind == "sampler":
+        of = self.crash["of"] if self.kind == "crash" else self.kind
+        if of == "sampler":
             return self._sampler_pytest()
-        if self.kind == "loop":
+        if of == "loop":
             return self._loop_pytest()
-        if self.kind == "audit":
+        if of == "audit":
             raise ExactSpecError(f"to_pytest: this counterexample of {str.__repr__(str(self.rule))} came from a "
                                  "generic per-instance search (search_instances), which does not know how to call the "
                                  "audited code from a test; search a sampler with search_sampler / "
@@ -467,7 +572,8 @@ class Counterexample:
                                f"exactspec's sampler search: {_one_line(inst.describe())}", [
             f"    report = es.audit_sampler(sampler_module.{qual}, adapter={adapter!r}, target=target, draft=draft,",
             f"                              proposer={inst.proposer_source()},",
-            f"                              prompt={prompt!r}, tokens={tokens!r}, rng_model={rng_model!r})"])
+            f"                              prompt={prompt!r}, tokens={tokens!r}, rng_model={rng_model!r}"
+            + (", on_error='record')" if self.kind == "crash" else ")")])
 
     def _loop_pytest(self) -> str:
         """The regression test of a loop counterexample: ``es.audit_loop`` on the user's loop, imported."""
@@ -517,6 +623,8 @@ class Counterexample:
         verdict is lossless."""
         inst = self.instance
         fname = "".join(c if c.isascii() and c.isalnum() else "_" for c in name).strip("_").lower() or what
+        test = f"test_{fname}_does_not_crash_and_keeps_the_target_law" if self.kind == "crash" else \
+            f"test_{fname}_keeps_the_target_law"
         return "\n".join([
             "from fractions import Fraction as F",
             "",
@@ -526,12 +634,14 @@ class Counterexample:
             *imports,
             "",
             "",
-            f"def test_{fname}_keeps_the_target_law():",
-            f"    # minimal counterexample from {origin}",
+            f"def {test}():",
+            f"    # minimal {'crashing instance' if self.kind == 'crash' else 'counterexample'} from {origin}",
             f"    # {_one_line(self.explanation)}",
             "    " + inst.model_source(inst.target, "target").replace("\n", "\n    "),
             "    " + inst.model_source(inst.draft, "draft").replace("\n", "\n    "),
             *call,
+            *(["    assert report.error_probability == 0, report.verdict_text   # the crash is gone"]
+              if self.kind == "crash" else []),
             "    assert report.verdict == \"lossless\", report.summary()",
             "",
         ])
@@ -540,8 +650,10 @@ class Counterexample:
         sampler = {} if self.kind == "rule" else {"kind": self.kind, "sampler_ref": self.sampler_ref,
                                                   "adapter": self.adapter, "rng_model": self.rng_model,
                                                   "extra": {str(k): str(v) for k, v in self.extra.items()}}
-        if self.kind == "loop":
+        if self.kind == "loop" or (self.kind == "crash" and self.crash.get("of") == "loop"):
             sampler["loop"] = dict(self.loop)
+        if self.kind == "crash":
+            sampler["crash"] = dict(self.crash)
         return {**self._to_dict(), **sampler}
 
     def _to_dict(self) -> dict:
@@ -588,9 +700,10 @@ class Counterexample:
         if missing:
             raise ExactSpecError(f"missing field(s) {', '.join(missing)}")
         inst = SearchInstance.from_dict(d["instance"], "instance")
-        loop = _loop_options(d.get("loop"), "loop") if d.get("kind") == "loop" else {}
+        crash = _crash_record(d.get("crash"), "crash") if d.get("kind") == "crash" else {}
+        loop = _loop_options(d.get("loop"), "loop") if d.get("kind") == "loop" or crash.get("of") == "loop" else {}
         output = _law_dict(d["output"], "output", inst.vocab, inst.tokens,
-                           total=1 - Fraction(loop.get("error_probability", "0")))
+                           total=1 - Fraction(crash.get("probability", loop.get("error_probability", "0"))))
         expected = _law_dict(d["expected"], "expected", inst.vocab, inst.tokens)
         tv = parse_rational(d["tv"], "tv")
         if tv <= 0 or tv != _tv_of(output, expected):
@@ -615,10 +728,12 @@ class Counterexample:
         sampler: dict = {} if kind == "rule" else dict(
             kind=kind, sampler_ref=_sampler_ref(d.get("sampler_ref", ""), "sampler_ref"),
             rng_model=_name(d.get("rng_model", "continuous"), "rng_model"))
-        if kind == "sampler":
+        if kind == "sampler" or crash.get("of") == "sampler":
             sampler["adapter"] = _name(d.get("adapter"), "adapter")
-        if kind == "loop":
+        if kind == "loop" or crash.get("of") == "loop":
             sampler["loop"] = loop
+        if kind == "crash":
+            sampler["crash"] = crash
         ce = cls(rule=_rule_name(d["rule"], "rule"), claim=_choice(d["claim"], "claim", RULE_CLAIMS), instance=inst,
                  output=output, expected=expected, tv=tv, space=space,
                  audited=_int(d.get("audited", 0), "audited", lo=0), seconds=float(seconds),
@@ -629,8 +744,9 @@ class Counterexample:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Counterexample) and (
             self.rule, self.instance, self.output, self.expected, self.tv, self.kind, self.sampler_ref, self.adapter,
-            self.rng_model, self.loop) == (other.rule, other.instance, other.output, other.expected, other.tv,
-                                           other.kind, other.sampler_ref, other.adapter, other.rng_model, other.loop)
+            self.rng_model, self.loop, self.crash) == (other.rule, other.instance, other.output, other.expected, other.tv,
+                                                       other.kind, other.sampler_ref, other.adapter, other.rng_model,
+                                                       other.loop, other.crash)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from ..errors import BudgetExceeded, ExactSpecError, RuleError
 from .rng import PathRng, _Diverged
 from .watchdog import guard
 
-__all__ = ["Budget", "StepEnumerator", "run_rule", "check_budget"]
+__all__ = ["Budget", "StepEnumerator", "run_rule", "check_budget", "crash_outcome", "is_crash", "crash_index"]
 
 
 class Budget:
@@ -228,13 +228,51 @@ def run_rule(fn: Callable, step: Any, rng: Any, horizon: int | None, vocab: int,
     return tuple(out)
 
 
+def crash_outcome(index: int, horizon: int | None) -> tuple:
+    """The outcome standing for crash ``index`` in a step law recorded with ``on_error="record"``.
+
+    Its entries are all ``-1 - index`` (never a token id) and it is ``horizon`` long (1 uncut),
+    so the stream takes it as a leaf, as it does an outcome that fills the horizon; the law of
+    the whole horizon then holds, for every crashing branch, the tokens emitted before the crash
+    followed by that marker (:func:`is_crash`).
+
+    >>> crash_outcome(0, 3), is_crash(crash_outcome(0, 3)), crash_index((1, 0) + crash_outcome(2, 1))
+    ((-1, -1, -1), True, 2)
+    """
+    return (-1 - index,) * (1 if horizon is None else horizon)
+
+
+def is_crash(outcome: tuple) -> bool:
+    """Whether an outcome of a recorded law stands for a crash (see :func:`crash_outcome`).
+
+    >>> is_crash((0, 1)), is_crash((0, -1)), is_crash(())
+    (False, True, False)
+    """
+    return bool(outcome) and outcome[-1] < 0
+
+
+def crash_index(outcome: tuple) -> int:
+    """Which crash (an index into ``StepEnumerator.crashes``) a crash outcome stands for.
+
+    >>> crash_index(crash_outcome(4, 2))
+    4
+    """
+    return -1 - outcome[-1]
+
+
 class StepEnumerator:
     """Enumerates a rule on a proposer's steps, memo-free: ``law(context, horizon)``."""
 
     def __init__(self, rule: Any, proposer: Any, env: Any, meter: Meter | None = None, *,
-                 lattice: Any = None, exact_floats: bool = False) -> None:
+                 lattice: Any = None, exact_floats: bool = False, on_error: str = "raise") -> None:
         from ..rules import as_rule
         self.lattice, self.exact_floats = lattice, exact_floats
+        if on_error not in ("raise", "record"):
+            raise ExactSpecError(f"on_error must be 'raise' or 'record', got {on_error!r}")
+        #: ``on_error="record"``: a branch on which the rule's own code raises is an outcome of its own (see
+        #: :meth:`law`), ``crashes[i]`` its ``(what, site)``; otherwise the first one raises a RuleError
+        self.record = on_error == "record"
+        self.crashes: list[tuple[str, str]] = []
         self.rule = as_rule(rule)
         self.proposer = proposer
         self.env = env
@@ -276,12 +314,21 @@ class StepEnumerator:
             except (ExactSpecError, MemoryError, RecursionError):
                 raise   # resources run out are budget errors (see watchdog.guard), not the rule's fault
             except Exception as exc:
+                from .._crash import crash_site
+                site = crash_site(exc)
+                if self.record and site is not None:   # the rule's code crashed on this branch: an outcome
+                    what = (f"{type(exc).__name__}: {exc}", site)
+                    if what not in self.crashes:
+                        self.crashes.append(what)
+                    key = crash_outcome(self.crashes.index(what), horizon)
+                    law[key] = law.get(key, 0) + rng.weight
+                    continue
                 trace = rng.trace
                 from ..rules._shape import binding_hint   # a sampler or loop whose first call as fn(step, rng) failed
                 hint = binding_hint(fn, exc, run_rule.__code__, not self._ran)
                 raise RuleError(
-                    f"rule {name} raised {type(exc).__name__}: {exc}{hint} (context {context}, draws {trace}); "
-                    "call .replay() on this error to re-run that branch",
+                    f"rule {name} raised {type(exc).__name__}: {exc}{hint} (context {context}, draws {trace})"
+                    f"{f' at {site}' if site else ''}; call .replay() on this error to re-run that branch",
                     rule=name, trace=trace, replay=self._replayer(context, horizon, rng.choices)) from exc
             except SystemExit as exc:   # user code ending the process is a failure (exit 2), never a verdict
                 trace = rng.trace

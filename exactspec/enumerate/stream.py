@@ -23,7 +23,7 @@ from ..fields import Field
 from ..laws import clear_memo
 from ..models import Model
 from .env import Env, state_key
-from .step import Budget, Meter, StepEnumerator, check_budget
+from .step import Budget, Meter, StepEnumerator, check_budget, crash_index, crash_outcome, is_crash
 from .watchdog import guard as BudgetGuard
 
 __all__ = ["Engine", "target_law", "greedy_sequence"]
@@ -34,7 +34,7 @@ class Engine:
 
     def __init__(self, rule: Any, proposer: Any, target: Model, draft: Model | None, field: Field, *,
                  budget: Budget | None = None, closed_form: bool = True, lattice: Any = None,
-                 exact_floats: bool = False) -> None:
+                 exact_floats: bool = False, on_error: str = "raise") -> None:
         from ..rules import as_rule
         self.rule = as_rule(rule)
         self.proposer = proposer
@@ -42,7 +42,7 @@ class Engine:
         self.env = Env(target, draft, field)
         self.meter = Meter(check_budget(budget, "Engine") or Budget())
         self.steps = StepEnumerator(self.rule, proposer, self.env, self.meter, lattice=lattice,
-                                    exact_floats=exact_floats)
+                                    exact_floats=exact_floats, on_error=on_error)
         self.use_closed_form = bool(closed_form and self.rule.closed_form is not None
                                     and hasattr(proposer, "laws") and proposer.family == self.rule.family)
         orders = [target.order] + ([draft.order] if draft is not None else []) + list(proposer.orders())
@@ -75,7 +75,7 @@ class Engine:
         if full is not None and horizon is not None:
             law = {}
             for e, w in full.items():
-                e = e[:horizon]
+                e = crash_outcome(crash_index(e), horizon) if is_crash(e) else e[:horizon]   # a crash stays a leaf
                 law[e] = law.get(e, 0) + w
         else:
             self._check_length(horizon)
@@ -200,7 +200,8 @@ class Engine:
         self._step_memo[(key, None)] = full
         tokens = 0
         for e, w in full.items():
-            tokens += len(e) * w
+            if not is_crash(e):          # a branch that crashed emitted nothing
+                tokens += len(e) * w
         marked = stats.get("marked") or self.rule.marks_accepted
         return tokens, (stats.get("accepted", 0) if marked else None), nodes
 

@@ -176,11 +176,57 @@ def current_session() -> "Session | None":
 
 # -- patching ---------------------------------------------------------------------------------------------
 
-def _internal(frame: Any) -> bool:
-    """Whether a call comes from exactspec's own code (models, laws), never audited; its samplers (the
-    adapters' reference samplers and the bug zoo) are."""
+#: exactspec modules that call libraries on exactspec's own behalf during a branch and never call the audited
+#: code: the exact arithmetic of lazy values (mpmath, and sympy, first imported there), the fields and laws
+_LIBRARY_CALLERS = frozenset({"exactspec.samplers.lazy_values", "exactspec.fields", "exactspec.laws",
+                              "exactspec._numbers", "exactspec.prove._field"})
+#: per code object, what a frame running it says about a draw made under it: True (exactspec's own), False
+#: (the audit machinery, which calls the audited code), None (not exactspec's code: look further out)
+_WHOSE: dict[Any, bool | None] = {}
+
+
+def _whose(frame: Any) -> bool | None:
+    code = frame.f_code
+    got = _WHOSE.get(code, 0)
+    if got != 0:
+        return got          # type: ignore[return-value]
     name = frame.f_globals.get("__name__", "")
-    return name.startswith("exactspec.") and not name.startswith(("exactspec.samplers.", "exactspec.bugzoo."))
+    if not isinstance(name, str) or not (name == "exactspec" or name.startswith("exactspec.")):
+        got = None
+    else:
+        got = name in _LIBRARY_CALLERS
+    if len(_WHOSE) > 65536:
+        _WHOSE.clear()
+    _WHOSE[code] = got
+    return got
+
+
+def _internal(frame: Any) -> bool:
+    """Whether a draw made at ``frame`` is made on exactspec's behalf: never audited, the real function runs.
+
+    A draw made by exactspec's own code (models, laws) is exactspec's; its samplers (the adapters'
+    reference samplers and the bug zoo) are audited. A draw made in other code is exactspec's when
+    the nearest exactspec frame walking out from it is one of the modules that call libraries on
+    exactspec's behalf and never call the audited code (:data:`_LIBRARY_CALLERS`: the exact
+    arithmetic of lazy values first imports sympy inside a branch, and sympy's ``Dummy`` makes a
+    ``random.Random()`` then); when it is the audit machinery (the engine, the adapters, the loop
+    audit), the draw is the audited code's: a user's sampler, its helper modules and the libraries
+    it calls (transformers' ``generate``) are enumerated as before.
+
+    >>> import sys
+    >>> _internal(sys._getframe())       # this doctest runs in exactspec.samplers.interception: audited
+    False
+    """
+    name = frame.f_globals.get("__name__", "")
+    if isinstance(name, str) and name.startswith("exactspec."):
+        return not name.startswith(("exactspec.samplers.", "exactspec.bugzoo.")) or name in _LIBRARY_CALLERS
+    frame = frame.f_back
+    while frame is not None:
+        got = _whose(frame)
+        if got is not None:
+            return got
+        frame = frame.f_back
+    return False
 
 
 def _dispatcher(original: Any, impl: Callable, source: str | None) -> Callable:

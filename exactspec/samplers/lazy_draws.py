@@ -208,14 +208,17 @@ if torch is not None:
 
         _cells: np.ndarray      # per entry, (PendingDraw, sample index)
         _read: bool             # whether the values are in the storage
+        _fam: "_Family"         # the pending tensors on this storage (views of one another)
 
         @staticmethod
-        def __new__(cls, cells: np.ndarray, base: Any = None, dtype: Any = None) -> "LazyCategoricalTensor":
+        def __new__(cls, cells: np.ndarray, base: Any = None, dtype: Any = None,
+                    family: "_Family | None" = None) -> "LazyCategoricalTensor":
             if base is None:
                 base = torch.zeros(cells.shape, dtype=dtype or torch.int64)
             t = torch.Tensor._make_subclass(cls, base)
             t._cells = cells
             t._read = False
+            t._fam = family if family is not None else _Family(t)
             return t
 
         def __repr__(self, *args: Any, **kwargs: Any) -> str:  # noqa: D105
@@ -231,6 +234,8 @@ if torch is not None:
                 attr = getattr(getattr(func, "__self__", None), "__name__", "")
                 if attr in _ATTRS:
                     return _plain_call(func, args, kwargs)
+            for w in _written(name, args, kwargs):    # a write: every view of that storage sees it (plain torch)
+                _write_family(w)
             if any(not issubclass(t, LazyCategoricalTensor) for t in types):
                 # another lazy tensor type takes part (lazy uniforms, masks, races): read ours, whose storage then
                 # holds the values, and let that type's handler run the operation
@@ -267,7 +272,8 @@ if torch is not None:
         else:
             where = _plain_call(func, (positions,) + rest, {k: v for k, v in kwargs.items() if k != "dtype"})
         cells = np.asarray(t._cells.reshape(-1)[where.reshape(-1).numpy()], dtype=object).reshape(tuple(out.shape))
-        return LazyCategoricalTensor(cells, base=out.detach() if out.requires_grad else out)
+        return LazyCategoricalTensor(cells, base=out.detach() if out.requires_grad else out,
+                                     family=_family_of(out, (t,)))
 
     class _NotPositional(Exception):
         """A value operand that is neither pending nor an integer tensor or number: the operation reads its operands."""
@@ -354,7 +360,8 @@ if torch is not None:
         picked = np.empty(len(where.reshape(-1)), dtype=object)
         for i, p in enumerate(_plain_call(torch.Tensor.tolist, (where.reshape(-1),), {})):
             picked[i] = cells[p]
-        return LazyCategoricalTensor(picked.reshape(tuple(out.shape)), base=out.detach() if out.requires_grad else out)
+        return LazyCategoricalTensor(picked.reshape(tuple(out.shape)), base=out.detach() if out.requires_grad else out,
+                                     family=_family_of(out, args))
 
     def force(x: Any) -> Any:
         """Read a pending tensor: draw its pending entries (element order) into its storage; other values pass.
@@ -363,6 +370,9 @@ if torch is not None:
         3
         """
         if not isinstance(x, LazyCategoricalTensor) or x._read:
+            return x
+        if x._fam.written:      # its storage was written through a view: it holds the values plain torch would read
+            x._read = True
             return x
         vals = [cell[0].values()[cell[1]] for cell in x._cells.reshape(-1)]
         with torch._C.DisableTorchFunctionSubclass():
@@ -375,10 +385,78 @@ if torch is not None:
         return x
 
     def _write(x: Any, vals: list) -> None:
+        """Put the drawn values in ``x``'s storage, also when entries share memory (an ``expand``/``broadcast_to`` view).
+
+        Entries that share a memory location are the same pending draw (the view was made from one
+        entry), so each location is written once: along a dimension of stride 0 the first slice
+        stands for all (plain torch reads the same memory there); any other overlap is written entry
+        by entry. ``copy_`` into such a view is refused by torch, and the user's code never asked for
+        that write: the audit must not fail where plain torch runs.
+        """
         if len(vals) == 1:
             x.fill_(vals[0])
-        elif vals:
-            x.copy_(torch.tensor(vals, dtype=torch.int64).reshape(tuple(x.shape)))
+            return
+        if not vals:
+            return
+        src = torch.tensor(vals, dtype=torch.int64).reshape(tuple(x.shape))
+        if torch._debug_has_internal_overlap(x) == 0:
+            x.copy_(src)
+            return
+        dst = x
+        for d, (size, stride) in enumerate(zip(x.shape, x.stride())):
+            if stride == 0 and size > 1:
+                dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
+        if torch._debug_has_internal_overlap(dst) == 0:
+            dst.copy_(src)
+            return
+        for idx in np.ndindex(*tuple(dst.shape)):   # overlap of another kind (as_strided): one entry at a time
+            dst[idx].fill_(int(src[idx]))
+
+    class _Family:
+        """Pending tensors that share one storage, as plain torch's views do (``expand``, ``view``, slicing).
+
+        ``root`` is the tensor the storage was made for. A read draws only the entries read (into
+        their places in the storage); a *write* into any member first draws every entry of the root
+        into the storage and sets ``written``: from then on the storage is what every member reads,
+        so a write through one view is seen through the others and through the root.
+        """
+
+        __slots__ = ("root", "written")
+
+        def __init__(self, root: Any) -> None:
+            self.root, self.written = root, False
+
+    #: in-place operators spelled as dunders (``x += 1`` on a tensor is ``__iadd__``)
+    _INPLACE_DUNDERS = frozenset({"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
+                                  "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__"})
+
+    def _written(name: str, args: tuple, kwargs: dict) -> list:
+        """The pending tensors an operation writes values into: its ``out=``, and its first operand when it works in
+        place (``__setitem__``, ``masked_fill_``, ``+=``; not the shape-only ``squeeze_``/``unsqueeze_``)."""
+        out = [v for v in (kwargs.get("out"),) if isinstance(v, LazyCategoricalTensor)]
+        in_place = name == "__setitem__" or name in _INPLACE_DUNDERS or (
+            name.endswith("_") and not name.endswith("__") and name not in _STRUCTURAL)
+        if in_place and args and isinstance(args[0], LazyCategoricalTensor):
+            out.append(args[0])
+        return out
+
+    def _write_family(x: "LazyCategoricalTensor") -> None:
+        """Before a write into ``x``: draw every entry of its storage's root into the storage, once."""
+        fam = x._fam
+        if not fam.written:
+            force(fam.root)
+            fam.written = True
+
+    def _family_of(out: Any, sources: Any) -> "_Family | None":
+        """The family of the pending tensor whose storage ``out`` views (None: ``out`` has a storage of its own)."""
+        if not isinstance(out, torch.Tensor):
+            return None
+        ptr = _plain_call(lambda t: t.untyped_storage().data_ptr(), (out,), {})
+        for src in sources:
+            if isinstance(src, LazyCategoricalTensor) and \
+                    _plain_call(lambda t: t.untyped_storage().data_ptr(), (src,), {}) == ptr:
+                return src._fam
+        return None
 
     def _force_all(items: Any) -> None:
         for a in items:

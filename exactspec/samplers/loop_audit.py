@@ -41,6 +41,7 @@ from ..enumerate import Budget
 from ..enumerate.rng import PathRng, _Diverged, lattice_for
 from ..enumerate.step import Meter, check_budget
 from ..enumerate.stream import target_law
+from .._crash import CrashReport, crash_site
 from ..errors import ExactSpecError, RuleError
 from ..fields import get_field
 from ..laws import to_rational, total_variation
@@ -61,14 +62,17 @@ _OUTPUTS = ("full", "new")
 _ON_ERROR = ("raise", "record")
 
 
-class LoopReport(AuditReport):
+class LoopReport(CrashReport):
     """An :class:`~exactspec.AuditReport` of a whole-loop audit; it also reports the branches on which the loop raised.
 
     ``extra["error_probability"]`` (a string, exact) is the probability that the loop raises on
-    this instance and ``extra["errors"]`` the probability of each exception (``"Type: message"``).
-    A loop that raises with positive probability is never ``lossless``; its ``output`` law holds
-    the branches that returned (it sums to ``1 - error_probability``), so its TV (that sub-law against
-    the target's law, as written in ``to_json()``) is at least ``error_probability / 2``.
+    this instance, ``extra["errors"]`` the probability of each exception (``"Type: message"``) and
+    ``extra["error_sites"]`` the line of the audited code each was raised at (``file:line in
+    function``). A loop that raises with positive probability is never ``lossless``; its ``output``
+    law holds the branches that returned (it sums to ``1 - error_probability``), so its TV (that
+    sub-law against the target's law, as written in ``to_json()``) is at least ``error_probability / 2``.
+    (The crash-aware verdict, shared with ``es.audit_sampler(..., on_error="record")``, is
+    ``exactspec._crash.CrashReport``'s.)
 
     >>> import torch, exactspec as es
     >>> def fragile(target, draft, prompt):
@@ -80,30 +84,6 @@ class LoopReport(AuditReport):
     >>> r.error_probability, r.lossless, r.warnings
     (Fraction(1, 4), False, ['the loop raised ValueError: no residual left with probability 1/4 on this instance'])
     """
-
-    @property
-    def error_probability(self) -> Fraction:
-        """The exact probability that the loop raised (0 when it never did)."""
-        return Fraction(self.extra.get("error_probability", "0"))
-
-    @property
-    def lossless(self) -> bool:  # noqa: D102
-        return self.error_probability == 0 and super().lossless
-
-    @property
-    def warnings(self) -> list[str]:  # noqa: D102
-        out = list(super().warnings)
-        for what, prob in self.extra.get("errors", {}).items():
-            out.append(f"the loop raised {what} with probability {prob} on this instance")
-        return out
-
-    @property
-    def verdict_text(self) -> str:  # noqa: D102
-        text = super().verdict_text
-        if self.error_probability:
-            text = (f"this code crashes with probability {self.extra['error_probability']} on this instance "
-                    f"(see warnings); {text}")
-        return text
 
 
 def _check_fn(fn: Any) -> str:
@@ -204,12 +184,14 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     :class:`~exactspec.RuleError` stating that branch's probability and the exception;
     ``on_error="record"``: failing branches are an outcome of their own, reported with their exact
     probability (``report.extra["error_probability"]``, ``extra["errors"]``, ``warnings``) in a
-    :class:`LoopReport` that is never ``lossless``. Randomness the audit cannot follow, budgets,
+    :class:`LoopReport` that is never ``lossless``. An exception raised calling ``fn``, not inside it
+    (a wrong signature), is always a RuleError. Randomness the audit cannot follow, budgets,
     and a loop that returns too few tokens or tokens outside the vocabulary always raise.
 
     ``search=True`` audits the loop on every instance of a small space instead (vocab 2..4,
     context-free, per-position and order-1 models; ``tokens`` 1..4) and returns a minimal
-    :class:`~exactspec.counterexamples.Counterexample`, an
+    :class:`~exactspec.counterexamples.Counterexample` (of ``kind`` ``"crash"`` when the loop raises
+    on an instance: every instance is audited with ``on_error="record"``, a crash is a finding), an
     :class:`~exactspec.counterexamples.EmptySearch` or an
     :class:`~exactspec.counterexamples.IncompleteSearch` (``search_options`` go to
     :func:`exactspec.samplers.sampler_search.search_instances`: ``space``, ``budget`` seconds,
@@ -280,6 +262,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     meter = Meter(budget or Budget())
     law: dict = {}
     errors: dict = {}
+    sites: dict = {}
     calls_total: Any = fld.zero
     private = private_generators(fn)
     with intercepting() as session, _one_torch_thread(), meter.guard():
@@ -311,12 +294,16 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
                 raise
             except Exception as exc:
                 what = f"{type(exc).__name__}: {exc}"
-                if on_error == "raise":
+                site = crash_site(exc)
+                if on_error == "raise" or site is None:   # None: raised calling fn, not inside it (no crash of fn)
                     raise RuleError(
-                        f"loop {name} raised {what} on a branch of probability {rng.weight} (draws {rng.trace}); "
-                        "pass on_error='record' to report the probability of every failing branch instead",
+                        f"loop {name} raised {what} on a branch of probability {rng.weight} (draws {rng.trace})"
+                        + (f" at {site}; pass on_error='record' to report the probability of every failing branch "
+                           "instead" if site else ", calling it (not inside it): check fn's signature, "
+                           "fn(target, draft, prompt_ids)"),
                         rule=name, trace=rng.trace) from exc
                 errors[what] = errors.get(what, fld.zero) + rng.weight
+                sites.setdefault(what, site)
                 continue
             law[out] = law.get(out, fld.zero) + rng.weight
             calls_total += rng.weight * _calls(t_lm)
@@ -346,6 +333,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
                         worst_count=worst, scope=scope)
     report.extra.update({"adapter": "whole loop", "stand_in": kind, "dtype": instance["dtype"],
                          "error_probability": str(err_p), "errors": {k: str(v) for k, v in errors.items()},
+                         "error_sites": dict(sites),
                          "target_forward_calls": str(target_calls), "tolerance": str(tol), "rng_model": rng_model,
                          "rng": scope["rng"]})
     if reference is not None:
@@ -515,14 +503,18 @@ def _search(fn: Callable, name: str, *, tokens: int | None, kind: str, dtype: An
     record = _loop_options({"stand_in": kind, "dtype": str(dtype).replace("torch.", ""), "output": output,
                             "on_error": on_error, "tolerance": str(tol), "reference": ref_record})
 
-    def audit_one(inst: dict) -> AuditReport:
+    def audit_one(inst: dict) -> AuditReport:   # crashes recorded whatever on_error says: each is a finding
         return audit_loop(fn, target=inst["target"], draft=inst["draft"], prompt=inst["prompt"],
-                          tokens=inst["tokens"], kind=kind, dtype=dtype, output=output, on_error=on_error,
+                          tokens=inst["tokens"], kind=kind, dtype=dtype, output=output, on_error="record",
                           tolerance=tol, rng_model=rng_model, worst=worst, budget=inst.get("budget"),
                           reference=reference)
     found = search_instances(audit_one, space=space, name=name, budget=budget, **opts)
     if isinstance(found, Counterexample):  # the output law misses the mass of the branches that raised
         record["error_probability"] = str(1 - sum(found.output.values(), Fraction(0)))
+        if found.kind == "crash":          # replayed with on_error="record": the test sees the crash's probability
+            record["on_error"] = "record"
+            return dataclasses.replace(found, sampler_ref=sampler_reference(fn), rng_model=rng_model,
+                                       loop=_loop_options(record), crash={**found.crash, "of": "loop"})
         return dataclasses.replace(found, kind="loop", sampler_ref=sampler_reference(fn), rng_model=rng_model,
                                    loop=record)
     return found

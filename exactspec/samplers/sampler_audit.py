@@ -15,13 +15,14 @@ import contextlib
 import functools
 import sys
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from fractions import Fraction
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from .._audit import AuditInputs, audit, run_audit, validate_audit
+from .._crash import CrashReport
 from ..enumerate import Budget
 from ..enumerate.step import check_budget
 from ..errors import BudgetExceeded, ExactSpecError, RuleError
@@ -170,7 +171,7 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
                   draft: Model | None = None, proposer: Any = None, prompt: Sequence[int] = (), tokens: int | None = None,
                   rng_model: str = "native", expected: Model | None = None, reference: bool | None = None,
                   tolerance: Any = ROUNDING_TOLERANCE, budget: Budget | None = None, search: bool = False,
-                  precision: str | None = None, cache: bool = True) -> Any:
+                  precision: str | None = None, cache: bool = True, on_error: str = "raise") -> Any:
     """Audit a real sampler exactly: every draw it makes forks the enumeration, floats are exact rationals.
 
     The report's law is the exact law of the implementation as it computes in its own floating
@@ -217,8 +218,18 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
     raises RuleError; neither ever yields a verdict. Audits in several threads at once are safe:
     each thread's draws go to its own audit, and threads with no audit get the real functions.
 
+    ``on_error``: a branch on which the sampler raises is a crash of the sampler on this (valid)
+    instance. ``"raise"`` (default): the first one stops the audit with a
+    :class:`~exactspec.RuleError` (exit 2) naming the exception, the branch's draws and the
+    sampler's line; ``"record"``: every crashing branch is an outcome of its own, reported with
+    its exact probability (``extra["error_probability"]``, ``extra["errors"]``,
+    ``extra["error_sites"]``) in a report that is never ``lossless`` while it has any (as
+    ``es.audit_loop(on_error="record")`` reports a loop's). An exception raised calling the
+    sampler, not inside it (a wrong signature), is always an error.
+
     ``search=True``: no single instance but an exact search over small ones, returning a minimal
-    Counterexample, an EmptySearch or an IncompleteSearch (:mod:`exactspec.samplers.sampler_search`).
+    Counterexample (of kind ``"crash"`` when the sampler raises on some instance), an EmptySearch
+    or an IncompleteSearch (:mod:`exactspec.samplers.sampler_search`).
     """
     check_budget(budget, "audit_sampler")
     if search:  # the search chooses target, draft, prompt and tokens; it audits each instance through here
@@ -242,12 +253,14 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
                             rule=Rule(_stand_in, name=name, family=adapter.family, claim="lossless"))
     if getattr(adapter, "needs_torch", False):
         from . import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
+    if on_error not in ("raise", "record"):
+        raise ExactSpecError(f"audit_sampler on_error must be 'raise' or 'record', got {on_error!r}")
     if precision is not None and precision not in PRECISIONS:
         raise ExactSpecError(f"audit_sampler precision must be one of {', '.join(PRECISIONS)} (or None: detected), "
                              f"got {precision!r}")
     with intercepting() as session, _one_torch_thread():
         report = _audit_sampler(sampler, adapter, name, inputs, expected, _Shared(budget), tol, reference,
-                                precision, bool(cache))
+                                precision, bool(cache), on_error)
         if session.approximations:   # stated in the report and its warnings, never hidden in a verdict
             report.extra["approximations"] = dict(session.approximations)
         return report
@@ -295,10 +308,13 @@ class _Shared:
 
 def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInputs, expected: Model | None,
                    shared: "_Shared", tolerance: Any, reference: bool, precision: str | None = None,
-                   cache: bool = True) -> AuditReport:
+                   cache: bool = True, on_error: str = "raise") -> AuditReport:
     declared = precision or adapter.declared_precision()
     calls = _Calls(sampler, adapter, name, cache=cache, seen=None if declared else set())
-    report = run_audit(replace(inputs, rule=calls.rule()), budget=shared.next(), exact_floats=True)
+    report = run_audit(replace(inputs, rule=calls.rule()), budget=shared.next(), exact_floats=True,
+                       on_error=on_error)
+    if on_error == "record":   # crashes recorded with their probability: never lossless while there are any
+        report = CrashReport(**{f.name: getattr(report, f.name) for f in fields(report)})
     extra = report.extra
     session = current_session()     # the generators the sampler itself drew from (not the references below)
     used = set(session.lattices) if session else set()
@@ -310,7 +326,8 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
         source = ("detected: the coarsest float dtype handed to the sampler or compared with its uniforms"
                   if calls.seen else "default: no float array or float dtype seen")
     extra["precision"], extra["precision_from"] = prec, source
-    boundary = _float_boundary(sampler, adapter, name, inputs, report, prec, calls, shared, tolerance, cache, used)
+    boundary = _float_boundary(sampler, adapter, name, inputs, report, prec, calls, shared, tolerance, cache, used,
+                               on_error)
     extra["float_boundary"] = boundary.to_dict()
     extra["algorithmic_tv"] = str(boundary.algorithmic_tv)
     extra["algorithmic_tv_against"] = ("the declared law (expected=)" if expected is not None else "the target law") + (
@@ -333,7 +350,7 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
 
 def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInputs, report: AuditReport,
                     prec: str, calls: "_Calls", shared: "_Shared", tolerance: Fraction, cache: bool,
-                    used: set) -> Boundary:
+                    used: set, on_error: str = "raise") -> Boundary:
     """Rounding or bias: the sampler run again on float64 inputs and a float64 generator when it computed coarser.
 
     The run at the sampler's own precision is ``report``; a second run hands the same sampler float64
@@ -361,7 +378,7 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
         calls64 = _Calls(fn, adapter64 or adapter, name, cache=cache, seen=set(), arguments=False)
         model = "float64" if inputs.lattice is not None else "continuous"
         f64 = run_audit(replace(inputs, rule=calls64.rule(), rng_model=model, lattice=lattice_for(model)),
-                        budget=shared.next(), exact_floats=True)
+                        budget=shared.next(), exact_floats=True, on_error=on_error)   # a crash: recorded there too
         forced = adapter64 is None or coarser_than_float64(lowest(calls64.seen))
         extra["float64_sampler_calls"] = calls64.runs
         if calls64.hits:

@@ -6,12 +6,15 @@ does for rules, and returns
 
 - a minimal :class:`~exactspec.counterexamples.Counterexample` (exit code 1) whose
   :meth:`~exactspec.counterexamples.Counterexample.to_pytest` imports the sampler and audits it
-  on that instance through the same adapter,
+  on that instance through the same adapter; a sampler that raises on an instance (with
+  positive probability: it crashes on a valid input) gives one of ``kind`` ``"crash"``, the
+  minimal crashing instance with the crash's exact probability, exception and line,
 - an :class:`~exactspec.counterexamples.EmptySearch` (falsy, exit code 0) stating the space
   it covered, every instance of it lossless up to rounding,
 - or an :class:`~exactspec.counterexamples.IncompleteSearch` (exit code 3, ``bool()`` raises)
-  when a time limit or ``max_instances`` stopped it, or the sampler raised on some instances:
-  never an empty result.
+  when a time limit or ``max_instances`` stopped it, or the audit failed on some instances
+  without a crash of the sampler (an audit budget, a broken contract such as a token outside
+  the vocabulary): never an empty result.
 
 :func:`search_instances` is the generic search under it: any per-instance audit
 ``audit_one(instance) -> AuditReport`` (a whole-loop audit, say) is searched the same way.
@@ -28,9 +31,10 @@ from __future__ import annotations
 import random
 import sys
 from dataclasses import replace
+from fractions import Fraction
 from typing import Any, Callable
 
-from ..counterexamples.counterexample import Counterexample, EmptySearch, IncompleteSearch, _sampler_ref
+from ..counterexamples.counterexample import Counterexample, EmptySearch, IncompleteSearch, _sampler_ref, crash_record
 from ..counterexamples.searching import (_cell_instances, _Clock, _count, _default_progress, _incomplete,
                                          _seconds, _tally_failure, shrink_by)
 from ..counterexamples.space import SearchInstance, Space
@@ -143,6 +147,11 @@ def _is_biased(rep: AuditReport) -> bool:
     return rep.verdict == "biased"
 
 
+def _crashes(rep: AuditReport) -> bool:
+    """Whether the audited code raised on some branch of the instance (crashes recorded, ``on_error="record"``)."""
+    return Fraction(rep.extra.get("error_probability", "0")) > 0
+
+
 def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space | None = None, name: str = "sampler",
                      seed: int = 0, budget: float | None = None, max_instances: int | None = None,
                      progress: Callable[[int, float], None] | bool | None = None,
@@ -155,7 +164,9 @@ def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space |
     tree proposer), ``prompt`` (a tuple of token ids), ``tokens`` (the horizon) and ``budget``
     (an :class:`exactspec.Budget` holding what is left of the search's time limit), the keywords
     of :func:`exactspec.audit_sampler`: ``lambda inst: es.audit_sampler(fn, adapter="numpy", **inst)``.
-    ``biased(report)`` decides (default: ``report.verdict == "biased"``, the rounding-aware verdict).
+    ``biased(report)`` decides (default: ``report.verdict == "biased"``, the rounding-aware verdict);
+    a report whose ``extra["error_probability"]`` is positive (the audited code raised on some
+    branch, recorded with ``on_error="record"``) is a crash, a finding whatever ``biased`` says.
     ``instance_budget`` (an :class:`exactspec.Budget`): limits on each audit (its seconds, if any,
     capped by what is left of ``budget``); an audit past them is counted as not covered.
 
@@ -163,12 +174,14 @@ def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space |
     tokens, family), then instances by denominator, as :func:`exactspec.counterexamples.search`
     does; the first biased instance is shrunk (:func:`exactspec.counterexamples.shrink_by`) and
     returned as a :class:`~exactspec.counterexamples.Counterexample` of ``kind`` ``"audit"``
-    (:func:`search_sampler` makes it a sampler's, with a runnable ``to_pytest()``). Without one:
+    (:func:`search_sampler` makes it a sampler's, with a runnable ``to_pytest()``); the first
+    crashing one is shrunk to the smallest instance that still crashes and returned with ``kind``
+    ``"crash"`` (its ``crash`` record: the exact probability, the exception, the line). Without one:
     an :class:`~exactspec.counterexamples.EmptySearch` stating the space, or an
     :class:`~exactspec.counterexamples.IncompleteSearch` when ``budget`` seconds or
     ``max_instances`` audits stopped the search, or the audit raised on some instances (their
-    verdict is unknown) or some were ``undecided`` (float code whose bias could not be told from its rounding);
-    one that raised on every instance raises :class:`~exactspec.RuleError`.
+    verdict is unknown) without crashing the audited code, or some were ``undecided`` (float code whose bias
+    could not be told from its rounding); one that failed so on every instance raises :class:`~exactspec.RuleError`.
     Randomness the audit cannot follow (:class:`~exactspec.UnsupportedRandomness`), inexact
     arithmetic and ``sys.exit`` in the audited code are raised at once, never skipped.
 
@@ -199,7 +212,7 @@ def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space |
                 if clock.spent():
                     return _incomplete(who, space, clock, cells, covered, cell)
                 rep = _run(audit_one, inst, clock, timed=True, limits=instance_budget)
-                if rep is not None and biased(rep):
+                if rep is not None and (_crashes(rep) or biased(rep)):
                     return _shrunk(audit_one, biased, name, inst, rep, space, clock, instance_budget)
                 if rep is not None and rep.undecided:     # not covered: the search cannot end empty
                     clock.undecided += 1
@@ -218,21 +231,27 @@ def _shrunk(audit_one: Callable[[dict], AuditReport], biased: Callable[[AuditRep
             inst: SearchInstance, rep: AuditReport, space: Space, clock: _Clock,
             limits: Budget | None) -> Counterexample:
     reports = {inst: rep}
+    crash = _crashes(rep)      # a crash is shrunk to the smallest instance that still crashes
+    keep = _crashes if crash else biased
 
     def still_biased(cand: SearchInstance) -> bool:
         r = _run(audit_one, cand, clock, timed=False, limits=limits)
-        if r is not None and biased(r):
+        if r is not None and keep(r):
             reports[cand] = r
             return True
         return False
     small, steps = shrink_by(still_biased, inst)
     r = reports[small]
     extra = {k: str(r.extra[k]) for k in ("algorithmic_tv", "rounding_tv", "tolerance", "precision") if k in r.extra}
-    if r.boundary is not None:      # why this instance is biased: the float64 run, not float32 rounding
+    if r.boundary is not None and not crash:   # why this instance is biased: the float64 run, not float32 rounding
         extra["verdict_reason"] = r.boundary["reason"]
+    more: dict = {}
+    if crash:
+        extra["errors"] = "; ".join(f"{what} with probability {p}" for what, p in r.extra["errors"].items())
+        more = {"kind": "crash", "crash": crash_record("audit", r)}
     return Counterexample(rule=name, claim="lossless", instance=small, output=dict(r.output),
                           expected=dict(r.expected), tv=r.tv, space=space.describe(), audited=clock.audited,
-                          seconds=clock.elapsed(), shrink_steps=steps, kind="audit", extra=extra)
+                          seconds=clock.elapsed(), shrink_steps=steps, **{"kind": "audit", **more}, extra=extra)
 
 
 def sampler_reference(sampler: Any) -> str:
@@ -271,7 +290,9 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
     :func:`sampler_space` for the adapter's family (``proposer`` fixes its sampling / children and
     claim). ``budget``: seconds (``None``: no limit), ``max_instances``: audits; see
     :func:`search_instances` for the three results. A counterexample's ``to_pytest()`` imports
-    the sampler from ``sampler_ref`` (``module:qualname``) and audits it on the minimal instance;
+    the sampler from ``sampler_ref`` (``module:qualname``) and audits it on the minimal instance
+    (a crash counterexample's with ``on_error="record"``: the test fails while the crash remains);
+    every instance is audited with ``on_error="record"``, so a crash is a finding, never skipped;
     for a sampler no test can import (a lambda, a closure, ``__main__``) ``sampler_ref`` is ``""``
     and ``to_pytest()`` raises an :class:`~exactspec.ExactSpecError` saying so. ``audit_kwargs`` go
     to every :func:`exactspec.audit_sampler` call unchanged (the generated test does not repeat them).
@@ -304,14 +325,17 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
     name = getattr(sampler, "__name__", "sampler")
 
     # the reference sampler's rounding figures inform a report but not its verdict (the float64 run decides):
-    # a search does without them unless asked
-    options = {"reference": False, **audit_kwargs}
+    # a search does without them unless asked; it records crashes: each is a finding (see the docstring)
+    options = {"reference": False, **audit_kwargs, "on_error": "record"}
 
     def audit_one(inst: dict) -> AuditReport:
         return audit_sampler(sampler, adapter=adapter, rng_model=rng_model, **options, **inst)
     found = search_instances(audit_one, space=space, name=name, seed=seed, budget=budget,
                              max_instances=max_instances, progress=progress, instance_budget=instance_budget)
     if isinstance(found, Counterexample):
+        if found.kind == "crash":
+            return replace(found, sampler_ref=ref, adapter=adapter.name, rng_model=rng_model,
+                           crash={**found.crash, "of": "sampler"})
         return replace(found, kind="sampler", sampler_ref=ref, adapter=adapter.name, rng_model=rng_model)
     return found
 

@@ -543,12 +543,17 @@ if torch is not None:
 
         _c: np.ndarray
         _count: bool
+        _fam: "_Family"
 
         @staticmethod
-        def __new__(cls, cells: np.ndarray, dtype: Any = None, count: bool = False) -> "LazyMask":
-            t = torch.Tensor._make_subclass(cls, torch.zeros(cells.shape, dtype=dtype or torch.bool))
+        def __new__(cls, cells: np.ndarray, dtype: Any = None, count: bool = False, *, data: Any = None,
+                    family: "_Family | None" = None) -> "LazyMask":
+            """``data``/``family``: a view of another lazy mask's storage, and that mask's family (see :class:`_Family`)."""
+            base = torch.zeros(cells.shape, dtype=dtype or torch.bool) if data is None else data
+            t = torch.Tensor._make_subclass(cls, base)
             t._c = cells
             t._count = count
+            t._fam = family if family is not None else _Family(t)
             return t
 
         def __repr__(self) -> str:  # noqa: D105
@@ -563,6 +568,8 @@ if torch is not None:
             done, out = _meta(func, name, args, kwargs, "LazyMask")
             if done:
                 return out
+            if _release_settled(args, kwargs):   # a view of a mask that was written: plain torch from now on
+                return _plain_op(func, args, kwargs)
             a = args[0] if args else None
             lazy_a = isinstance(a, LazyMask)
             if lazy_a and name in ("item", "__bool__", "__int__", "__float__", "__index__"):
@@ -580,7 +587,7 @@ if torch is not None:
                 rows = [LazyMask(np.asarray(r, dtype=object).reshape(np.shape(r)), a.dtype, a._count) for r in a._c]
                 return iter(rows) if name == "__iter__" else tuple(rows)
             if lazy_a and name in _SHAPE and name not in ("float", "double", "half", "bfloat16", "to"):
-                return LazyMask(_reshaped(func, name, a._c, args, kwargs), a.dtype, a._count)
+                return _view_mask(func, name, a, args, kwargs)
             if lazy_a and (name in _CASTS or (name == "to" and _only_dtype(args, kwargs))):
                 dtype = _CASTS[name] if name in _CASTS else _dtype_of(name, args, kwargs, a.dtype)
                 if dtype == torch.bool and a._count:
@@ -714,13 +721,78 @@ if torch is not None:
             return torch.tensor(vals.astype(np.int64 if m._count or m.dtype != torch.bool else bool).tolist(),
                                 dtype=m.dtype).reshape(m._c.shape)
 
-    def _settle(m: "LazyMask") -> Any:
-        """Read every entry into ``m``'s own storage and make it an ordinary tensor (it stays one)."""
-        vals = _materialise(m)
+    class _Family:
+        """Lazy masks that share one storage, as plain torch's views do (``expand``, ``view``, slicing, ``detach``).
+
+        ``root`` is the mask the storage was made for (its cells cover it, row-major). The first
+        operation that reads a member whole (an in-place write, any operation the lazy masks do not
+        follow) writes every entry of the root into the storage and ``settled`` becomes True: from
+        then on every member is an ordinary tensor on that storage, so a write through one is seen
+        through the others, as in plain torch (reading the cells instead would miss the write).
+        """
+
+        __slots__ = ("root", "settled")
+
+        def __init__(self, root: "LazyMask") -> None:
+            self.root, self.settled = root, False
+
+    def _view_mask(func: Any, name: str, a: "LazyMask", args: tuple, kwargs: dict) -> "LazyMask":
+        """A shape operation on a lazy mask: the cells it picks, on a view of ``a``'s storage when torch makes one."""
+        cells = _reshaped(func, name, a._c, args, kwargs)
+        if name == "__getitem__" and not _basic_index(args[1]):
+            return LazyMask(cells, a.dtype, a._count)          # advanced indexing copies, in plain torch too
         with torch._C.DisableTorchFunctionSubclass():
-            m.copy_(vals)
+            data = func(*args, **kwargs)
+            shared = isinstance(data, torch.Tensor) and data.untyped_storage().data_ptr() == \
+                a.untyped_storage().data_ptr() and tuple(data.shape) == cells.shape
+        if not shared:                                          # clone, a reshape that copies: a storage of its own
+            return LazyMask(cells, a.dtype, a._count)
+        return LazyMask(cells, a.dtype, a._count, data=data, family=a._fam)
+
+    def _basic_index(idx: Any) -> bool:
+        """Whether an index is made of ints, slices, None and Ellipsis only (plain torch then returns a view)."""
+        items = idx if isinstance(idx, tuple) else (idx,)
+        return all(i is None or i is Ellipsis or isinstance(i, slice) or
+                   (isinstance(i, int) and not isinstance(i, bool)) for i in items)
+
+    def _settle(m: "LazyMask") -> Any:
+        """Read every entry of ``m``'s family into their shared storage and make ``m`` an ordinary tensor on it."""
+        fam = m._fam
+        if not fam.settled:
+            root = fam.root
+            vals = _materialise(root)
+            with torch._C.DisableTorchFunctionSubclass():
+                root.copy_(vals)
+            fam.settled = True
         m.__class__ = torch.Tensor
         return m
+
+    def _release_settled(args: Any, kwargs: dict) -> bool:
+        """Make every lazy mask among the operands whose family is settled an ordinary tensor (it stays one).
+
+        True when one was, and no lazy mask is left: the operation then runs as torch runs it (any
+        other lazy operand takes it over through its own handler).
+        """
+        released = left = False
+
+        def walk(x: Any) -> None:
+            nonlocal released, left
+            if isinstance(x, LazyMask):
+                if x._fam.settled:
+                    x.__class__ = torch.Tensor
+                    released = True
+                else:
+                    left = True
+            elif isinstance(x, (list, tuple)):
+                for y in x:
+                    walk(y)
+        walk(args)
+        walk(tuple(kwargs.values()))
+        return released and not left
+
+    def _plain_op(func: Any, args: tuple, kwargs: dict) -> Any:
+        """Run ``func`` again through torch's dispatch, its operands free of settled lazy masks."""
+        return func(*args, **kwargs)
 
     def _read_all(func: Any, args: tuple, kwargs: dict) -> Any:
         def real(x: Any) -> Any:
