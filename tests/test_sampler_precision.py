@@ -155,7 +155,7 @@ def test_torch_adapters_declare_float32_and_report_both_figures():
     # precision: P(u < 0.8) = ceil(0.8 * 2**24) / 2**24 is the same at both, and dominates
     native = es.audit_sampler(reference_transformers_style, adapter="transformers", target=p, draft=q,
                               proposer=es.drafts.chain(1), tokens=2)
-    assert native.extra["algorithmic_tv"] == "0" and native.extra["rng_model"] == "native"
+    assert native.extra["reference_tv"] == "0" and native.extra["rng_model"] == "native"
     assert native.extra["rounding_tv_float32"] == native.extra["rounding_tv_float64"] != r.extra["rounding_tv_float64"]
 
 

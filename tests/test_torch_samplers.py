@@ -84,12 +84,16 @@ def test_lattice_models_apply_to_torch_rand():
 @pytest.mark.parametrize("vocab,gamma,tokens", [(3, 1, 2), (3, 2, 3), (4, 3, 3), (4, 1, 3)])
 def test_transformers_speculative_sampling_is_lossless_up_to_rounding(vocab, gamma, tokens):
     inst = make_instance(vocab=vocab, order=1, gamma=gamma, tokens=tokens, seed=vocab + gamma)
-    r = es.audit_sampler(SPEC, adapter="transformers", target=inst.target, draft=inst.draft, proposer=inst.proposer,
-                         prompt=inst.prompt, tokens=tokens)
-    # its law equals a correct Algorithm 1 through the same float32 pipeline exactly, and sits within
-    # float32 rounding of the target's law
-    assert r.extra["reference_tv"] == "0" and r.verdict == "lossless"
+    kw = dict(target=inst.target, draft=inst.draft, proposer=inst.proposer, prompt=inst.prompt, tokens=tokens)
+    r = es.audit_sampler(SPEC, adapter="transformers", **kw)
+    # on torch's own generator (native, the default) it sits within float32 rounding of the target's law: its
+    # float64 run is within float64 rounding
+    assert r.verdict == "lossless" and F(r.extra["float_boundary"]["f64_tv"]) <= F(1, 2 ** 40)
     assert 0 < r.tv < F(1, 10 ** 6) and r.extra["sampler_calls"] > 0
+    # with ideal uniforms its law equals a correct Algorithm 1 through the same float32 pipeline exactly (on the
+    # float32 grid its r <= p/q takes one more point than r < p/q)
+    ideal = es.audit_sampler(SPEC, adapter="transformers", rng_model="continuous", **kw)
+    assert ideal.extra["reference_tv"] == "0" and ideal.verdict == "lossless"
 
 
 def test_transformers_ensemble_weight_against_p_and_against_its_declared_target():

@@ -23,7 +23,8 @@ from fractions import Fraction
 from ..errors import ExactSpecError, InvalidDistribution, UnsupportedRandomness
 from ..fields import Field, _caller
 
-__all__ = ["PathRng", "Uniform", "enumerate_program", "Lattice", "RoundedLattice", "LATTICES", "NATIVE", "RNG_MODELS",
+__all__ = ["PathRng", "Uniform", "enumerate_program", "Lattice", "RoundedLattice", "LATTICES", "NATIVE", "NATIVE64",
+           "RNG_MODELS",
            "lattice_for"]
 
 
@@ -209,6 +210,8 @@ class PathRng:
         lat = self.lattice
         if lat is NATIVE:
             lat = lattice
+        elif lat is NATIVE64:
+            lat = None if lattice is None else LATTICES["float64"]
         if lat is None:
             return Uniform(_Cell(self, self._zero, self._one, None), self._one, self._zero)
         return Uniform(_Cell(self, lat.kmin, lat.kmax, lat), self._one, self._zero)
@@ -363,6 +366,23 @@ class _Native:
 #: the ``native`` rng model (the default of sampler and loop audits)
 NATIVE = _Native()
 
+
+class _NativeFloat64(_Native):
+    """``native`` at float64: each generator's draws on the 53-bit lattice, races over them taken as ideal, as
+    :data:`NATIVE` takes them. The float64 run of a float32 sampler audit draws on it
+    (:mod:`exactspec.samplers.float_boundary`): the same code, its generator at higher precision."""
+
+    name = "native-float64"
+    note = ("each generator's draws on k * 2**-53 (0 included): the native model at float64; a draw of no known "
+            "generator continuous")
+
+    def __repr__(self) -> str:
+        return f"<rng model native-float64: {self.note}>"
+
+
+#: the ``native`` model with every generator at float64 (internal: the float64 run of a sampler or loop audit)
+NATIVE64 = _NativeFloat64()
+
 LATTICES = {
     "torch-float32": Lattice("torch-float32", Fraction(0), Fraction(1, 2 ** 24), 0, 2 ** 24 - 1,
                              "k * 2**-24 for k = 0 .. 2**24 - 1 (0 included), as torch.rand in float32"),
@@ -390,6 +410,8 @@ def lattice_for(rng_model: str) -> "Lattice | _Native | None":
         return None
     if rng_model == "native":
         return NATIVE
+    if rng_model == "native-float64":
+        return NATIVE64
     try:
         return LATTICES[rng_model]
     except (KeyError, TypeError):

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..enumerate.rng import LATTICES, NATIVE, Lattice
+from ..enumerate.rng import LATTICES, NATIVE, NATIVE64, Lattice
 from ..errors import ExactSpecError
 from ..protocols import Step
 from .base import Adapter
@@ -65,6 +65,8 @@ def _kernel_lattice(rng: Any, precision: str = "float32") -> Lattice:
     the uniform tensors the kernel takes (torch's float32 one; the 53-bit one for float64, the float64 run of a
     float32 audit); a lattice that is not evenly spaced is refused."""
     lat = getattr(rng, "lattice", None)
+    if lat is NATIVE64:
+        return LATTICES["float64"]
     if lat is None or lat is NATIVE:
         return LATTICES["float64" if precision == "float64" else "torch-float32"]
     if type(lat).cut is not Lattice.cut:

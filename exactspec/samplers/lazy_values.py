@@ -53,7 +53,7 @@ from typing import Any, Callable, Sequence
 
 import contextvars
 
-from ..enumerate.rng import NATIVE, Lattice, Uniform
+from ..enumerate.rng import NATIVE, NATIVE64, Lattice, Uniform
 from ..errors import UnsupportedRandomness
 from ..fields import _caller
 
@@ -273,7 +273,7 @@ def _untouched(cell: Any) -> bool:
     if lat is None:
         return cell.lo == 0 and cell.hi == 1
     owner = cell.rng.rng if isinstance(cell.rng, _RaceOwned) else cell.rng
-    return getattr(owner, "lattice", None) is NATIVE and cell.lo == lat.kmin and cell.hi == lat.kmax
+    return getattr(owner, "lattice", None) in (NATIVE, NATIVE64) and cell.lo == lat.kmin and cell.hi == lat.kmax
 
 
 def lazy(u: Uniform) -> LazyUniform:

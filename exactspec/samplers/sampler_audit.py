@@ -376,7 +376,10 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
     else:
         fn = sampler if adapter64 is not None else at_precision(sampler, "float64")
         calls64 = _Calls(fn, adapter64 or adapter, name, cache=cache, seen=set(), arguments=False)
-        model = "float64" if inputs.lattice is not None else "continuous"
+        # the generator at float64 too: native draws each on the 53-bit lattice (races still ideal), a named
+        # lattice becomes float64's, continuous stays continuous
+        model = ("native-float64" if inputs.rng_model == "native" else
+                 "float64" if inputs.lattice is not None else "continuous")
         f64 = run_audit(replace(inputs, rule=calls64.rule(), rng_model=model, lattice=lattice_for(model)),
                         budget=shared.next(), exact_floats=True, on_error=on_error)   # a crash: recorded there too
         forced = adapter64 is None or coarser_than_float64(lowest(calls64.seen))
