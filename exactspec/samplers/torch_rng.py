@@ -86,6 +86,16 @@ def _exact(x: Any) -> Fraction:
     return Fraction(float(x))
 
 
+def _observe(x: Any) -> None:
+    """Hand a real tensor a draw is made from or combined with (weights, a threshold) to the branch rng's
+    ``observe`` hook, when one is set (a loop audit noting the float precisions the loop computes in)."""
+    from .interception import _BRANCH
+    rng = _BRANCH.get()
+    seen = getattr(rng, "observe", None)
+    if seen is not None and isinstance(x, torch.Tensor):
+        seen(x)
+
+
 if torch is not None:
     _COMPARE = {"__lt__": (True, False), "lt": (True, False), "less": (True, False),
                 "__le__": (False, False), "le": (False, False), "less_equal": (False, False),
@@ -164,6 +174,7 @@ if torch is not None:
         """A real operand (tensor or number) as exact numbers (inf kept as float) broadcast to ``shape``."""
         arr = np.empty(shape, dtype=object)
         if isinstance(x, torch.Tensor):
+            _observe(x)
             vals = np.broadcast_to(x.detach().cpu().double().numpy(), shape)
             for idx in np.ndindex(*shape):
                 arr[idx] = _num_or_inf(vals[idx])
@@ -178,6 +189,7 @@ if torch is not None:
     def _values(x: Any, shape: tuple) -> np.ndarray:
         arr = np.empty(shape, dtype=object)
         if isinstance(x, torch.Tensor):
+            _observe(x)
             vals = np.broadcast_to(x.detach().cpu().double().numpy(), shape)
             for idx in np.ndindex(*shape):
                 arr[idx] = _exact(vals[idx])
@@ -820,11 +832,13 @@ def _coins(probs: np.ndarray) -> np.ndarray:
 
 def _bernoulli(p: Any, *args: Any, **kwargs: Any) -> Any:
     _fresh(kwargs)
+    _observe(p)
     return torch.from_numpy(_coins(p.detach().cpu().double().numpy())).to(p.dtype)
 
 
 def _bernoulli_(self: Any, p: Any = 0.5, **kwargs: Any) -> Any:
     _fresh(kwargs)
+    _observe(p)
     probs = p.detach().cpu().double().numpy() if isinstance(p, torch.Tensor) else np.array(float(p))
     coins = torch.from_numpy(_coins(np.broadcast_to(probs, tuple(self.shape)))).to(self.dtype)
     with torch.no_grad():
@@ -843,6 +857,7 @@ def _multinomial(probs: Any, num_samples: int, replacement: bool = False, **kwar
     from .lazy_draws import exact_rows, lazy_multinomial
     _fresh(kwargs)
     num_samples = int(num_samples)
+    _observe(probs)
     w = probs.detach().cpu().numpy().astype(np.float64, copy=False)
     if w.ndim not in (1, 2):
         raise RuntimeError(f"prob_dist must be 1 or 2 dim, got {w.ndim}")
