@@ -54,9 +54,9 @@ from .stand_in import KINDS, stand_in
 
 __all__ = ["audit_loop", "reference_loop", "LoopReport", "DEFAULT_TOKENS"]
 
-#: the default horizon of a whole-loop audit (a loop's gamma is not known to exactspec): a step of
-#: gamma 2 (two drafts and a bonus) is observed entirely; pass ``gamma + 2`` to observe every
-#: position of a first and of a second step
+#: the shortest default horizon of a whole-loop audit: without ``tokens=`` the horizon comes from the
+#: loop's trace (every token of a first step and the first of a second), and is at least this when the
+#: loop returns that many tokens
 DEFAULT_TOKENS = 3
 
 _OUTPUTS = ("full", "new")
@@ -197,23 +197,44 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     ``generate``; ``draft=None`` hands it ``None``) and the prompt as a LongTensor ``[1, len(prompt)]``,
     and returns the tokens it generated: prompt + continuation (``output="full"``, as ``generate``
     returns them) or the continuation only (``output="new"``), as a tensor ``[1, n]`` or ``[n]`` or a
-    list. The law of its first ``tokens`` new tokens (default :data:`DEFAULT_TOKENS`, 3) is compared
+    list. The law of its first ``tokens`` new tokens (default: from the loop, see below) is compared
     with the target's own law from ``prompt`` (default ``(0,)``; or that of ``expected``, a declared law such as
     ``es.models.sharpen(target, 2)`` for temperature 1/2).
 
     The stand-ins' logits are the exact log-laws rounded once to ``dtype`` (default
-    ``torch.float64``: its rounding stays below the default ``tolerance`` 2**-40 on small
-    instances; at ``torch.float32`` a correct loop lands ~1e-8 from the target: pass
-    ``reference=``). Every float the loop computes is taken as the exact rational it is; the
-    verdict is ``lossless`` when the exact TV is at most ``tolerance`` (0 demands exactness) with
-    no support violation and no failing branch.
+    ``torch.float64``). Every float the loop computes is taken as the exact rational it is. The
+    verdict is :func:`exactspec.samplers.float_boundary.decide`'s (``extra["float_boundary"]``):
+    with float64 stand-ins and ideal or float64 uniforms, one run, ``lossless`` when the exact TV is at
+    most ``tolerance`` (2**-40 by default: what float64 rounding may cost; 0 demands exactness) with
+    no support violation and no failing branch. With a ``dtype`` coarser than float64
+    (``torch.float32``, ``bfloat16``, ``float16``) or an ``rng_model`` coarser than float64
+    (``"torch-float32"``, ``"curand"``, ...), the loop runs twice: as asked (the law its users get:
+    ``report.output``, ``report.tv``, ``extra["tv_own"]``) and on float64 stand-ins with the generator
+    on its float64 lattice (``"continuous"`` stays continuous): ``extra["tv_float64"]``. Algorithmic
+    bias is what stays in the float64 run: ``biased`` iff it exceeds ``tolerance`` (or a support
+    violation at either precision), else ``lossless up to <precision> rounding``. A loop that
+    computes coarser than float64 whatever it is handed (a ``.float()``, transformers' float32
+    logits, a float32 constant: a coarser dtype seen in the float64 run among the weights handed to
+    ``multinomial`` and the numbers compared with uniforms; ``extra["forced_precision"]``) is held to
+    :func:`~exactspec.samplers.float_boundary.rounding_allowance` at that precision instead, and
+    reads ``undecided`` (exit 3) where rounding and bias cannot be told apart.
 
     ``reference``: a correct loop audited on the same instance and stand-ins, returning prompt +
-    continuation (an int ``gamma`` means :func:`reference_loop` with that gamma): what float
-    arithmetic at ``dtype`` alone costs a correct loop. ``extra`` then holds ``rounding_tv``
-    (that loop vs the expected law) and ``algorithmic_tv`` (this loop vs that one), and the
-    verdict allows ``max(tolerance, 2 * rounding_tv)``, as :func:`exactspec.audit_sampler` does
-    (a support violation stays biased).
+    continuation (an int ``gamma`` means :func:`reference_loop` with that gamma): a figure, never a
+    tolerance. ``extra["rounding_tv"]`` is its distance from the expected law (what float arithmetic
+    at ``dtype`` costs a correct loop here) and ``extra["reference_tv_to_loop"]`` this loop's distance
+    from it; a reference further than
+    :data:`~exactspec.samplers.float_boundary.ROUNDING_CAP` from the expected law (another
+    temperature, greedy where sampling was meant) is refused with an ExactSpecError.
+
+    ``tokens`` (the horizon): by default it comes from the loop. The stand-ins see every forward
+    pass, so on every branch the audit knows where the first step ended (the second verifying
+    target call); the horizon covers every token of a first step and the first token of a second on
+    every branch (at least :data:`DEFAULT_TOKENS` when the loop returns that many;
+    ``scope["largest_step"]`` is the longest step seen). When a branch returns fewer tokens than
+    that, the audit is incomplete (``scope["unobserved"]``, verdict ``undecided``, exit 3, unless a
+    bias shows on the tokens observed). An explicit ``tokens=`` is audited as asked; tokens of a
+    first or second step it leaves out are stated (``scope["unobserved"]``, a WARNING).
 
     ``on_error="raise"`` (default): the first branch on which ``fn`` raises stops the audit with a
     :class:`~exactspec.RuleError` stating that branch's probability and the exception;
