@@ -8,6 +8,7 @@
 - Without ``tokens=``, the horizon comes from the loop: every token of a first step and the first of a second.
 """
 
+import json
 from fractions import Fraction as F
 
 import pytest
@@ -220,3 +221,33 @@ def test_a_search_meeting_only_undecided_instances_is_incomplete_never_empty():
                   random_points=0, exhaustive_denominator=3, exhaustive_limit=4)
     found = audit_loop(forced_float32_tilt, target=None, search=True, space=space, progress=False)
     assert isinstance(found, IncompleteSearch) and found.exit_code == 3
+
+
+# -- the command line ------------------------------------------------------------------------------------------------
+
+def test_cli_audit_loop_takes_precision_and_tolerance(capsys, tmp_path, monkeypatch):
+    from exactspec import cli
+    (tmp_path / "float_loops_16.py").write_text(
+        "import torch\n\n"
+        "def forced(target, draft, prompt):\n"
+        "    ids = prompt\n"
+        "    for _ in range(2):\n"
+        "        probs = target(ids)[0, -1].float().softmax(-1)     # float32 whatever it is handed\n"
+        "        ids = torch.cat([ids, torch.multinomial(probs, 1)[None]], dim=-1)\n"
+        "    return ids\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def run(*argv):
+        code = cli.main(["audit-loop", "float_loops_16:forced", "--instance", "--vocab", "3", "--json", *argv])
+        out = capsys.readouterr().out
+        return code, json.loads(out) if code in (0, 1, 3) else out
+    code, rep = run("--precision", "float32")
+    assert code == 0 and rep["instance"]["dtype"] == "float32" and rep["extra"]["float_boundary"]["forced"] is True
+    assert rep["instance"]["tokens"] == 2 and rep["scope"]["complete"]      # the loop's whole output
+    code, rep = run("--precision", "float64", "--tolerance", "0")
+    assert code == 0 and rep["extra"]["tolerance"] == "0" and rep["extra"]["float_boundary"]["precision"] == "float32"
+    assert cli.main(["audit-loop", "float_loops_16:forced", "--instance", "--tolerance=-1/2"]) == 2
+    assert "--tolerance must be >= 0" in capsys.readouterr().err
+    assert cli.main(["audit-loop", "float_loops_16:forced", "--instance", "--dtype", "float32",
+                     "--precision", "float64"]) == 2
+    assert "disagree" in capsys.readouterr().err
