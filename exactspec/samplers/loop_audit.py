@@ -123,7 +123,7 @@ class LoopReport(AuditReport):
     def verdict_text(self) -> str:  # noqa: D102
         text = super().verdict_text
         if self.horizon_incomplete and self.undecided and not super().undecided:
-            text = f"incomplete: {self.scope.get('note')}; on the tokens observed: {text}"
+            text = f"{self.scope.get('note')}; on the tokens observed: {text}"
         if self.error_probability:
             text = (f"this code crashes with probability {self.extra['error_probability']} on this instance "
                     f"(see warnings); {text}")
