@@ -115,7 +115,8 @@ def test_a_tiny_algorithmic_bias_at_float32_is_biased_through_the_float64_run():
     b = r.extra["float_boundary"]
     assert r.verdict == "biased" and r.exit_code == 1 and b["forced"] is False
     # below float32 rounding at float32 (the TV there is about what rounding costs a correct loop) ...
-    assert F(b["own_tv"]) < 10 * F(audit_loop(spec(1, 2), target=P, draft=Q, tokens=2, dtype=torch.float32).extra["tv_own"])
+    correct = audit_loop(spec(1, 2), target=P, draft=Q, tokens=2, dtype=torch.float32)
+    assert F(b["own_tv"]) < 10 * F(correct.extra["tv_own"])
     # ... far above float64 rounding on float64 stand-ins: algorithmic
     assert F(b["f64_tv"]) > 1000 * F64_ALLOWANCE and F(b["algorithmic_tv"]) == F(b["f64_tv"])
 
@@ -128,7 +129,8 @@ def test_a_loop_that_forces_float32_internally_is_held_to_the_float32_allowance(
     assert F64_ALLOWANCE < F(b["f64_tv"]) <= F(b["allowance"])
     assert F(b["allowance"]) == rounding_allowance("float32", vocab=2, positions=2 * (r.extra["largest_step"] + 1))
     # the same code honouring the dtype is not "forced"
-    assert audit_loop(spec(1, 2), target=P, draft=Q, tokens=2, dtype=torch.float32).extra["float_boundary"]["forced"] is False
+    honours = audit_loop(spec(1, 2), target=P, draft=Q, tokens=2, dtype=torch.float32)
+    assert honours.extra["float_boundary"]["forced"] is False
 
 
 def test_a_forced_float32_loop_with_a_bias_between_allowance_and_cap_is_undecided_exit_3():
