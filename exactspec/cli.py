@@ -712,6 +712,22 @@ def _code_search_out(args: Any, found: Any) -> int:
     return found.exit_code
 
 
+def _tolerance_arg(text: str) -> Any:
+    """``--tolerance``: a rational TV >= 0 (``2**-40``, ``1/1000000``, ``0``), or a typed error naming the option.
+
+    >>> _tolerance_arg("2**-40") == Fraction(1, 2 ** 40), _tolerance_arg("1/8")
+    (True, Fraction(1, 8))
+    """
+    m = re.fullmatch(r"\s*2\s*\*\*\s*-\s*(\d+)\s*", text)
+    try:
+        value = Fraction(1, 2 ** int(m.group(1))) if m else Fraction(text.strip())
+    except (ValueError, ZeroDivisionError):
+        raise ExactSpecError(f"--tolerance must be a rational >= 0 such as 2**-40 or 1/1000000, got {text!r}") from None
+    if value < 0:
+        raise ExactSpecError(f"--tolerance must be >= 0, got {text!r}")
+    return value
+
+
 def _cmd_audit_loop(args: Any) -> int:
     """``exactspec audit-loop``: search small instances for a whole loop's bias (default), or audit one (--instance)."""
     _no_timings_needs_json(args)
@@ -722,10 +738,16 @@ def _cmd_audit_loop(args: Any) -> int:
         raise ExactSpecError(f"--tokens must be >= 1, got {args.tokens}")
     fn = _load(args.target, "the loop", preload=("numpy", "torch") + (
         ("transformers",) if args.kind == "transformers" else ()))
+    if args.dtype is not None and args.precision is not None and args.dtype != args.precision:
+        raise ExactSpecError(f"--dtype {args.dtype} and --precision {args.precision} disagree: they name the same "
+                             "thing (the stand-ins' dtype); pass one")
+    from .samplers.float_boundary import F64_ALLOWANCE
+    tolerance = F64_ALLOWANCE if args.tolerance is None else _tolerance_arg(args.tolerance)
     import torch
     from .samplers.loop_audit import DEFAULT_TOKENS, _loop_space, audit_loop
-    options = dict(kind=args.kind, dtype=getattr(torch, args.dtype), output=args.output, on_error=args.on_error,
-                   reference=args.reference, rng_model=args.rng_model)
+    options = dict(kind=args.kind, dtype=getattr(torch, args.precision or args.dtype or "float64"),
+                   output=args.output, on_error=args.on_error, reference=args.reference, tolerance=tolerance,
+                   rng_model=args.rng_model)
     if not args.instance:  # the default: an exact search over small instances, exit codes as `search`
         if args.order != 1:
             raise ExactSpecError("--order applies with --instance (the search covers context-free, per-position and "
@@ -737,8 +759,7 @@ def _cmd_audit_loop(args: Any) -> int:
                            **options)
         return _code_search_out(args, found)
     inst = make_instance(vocab=args.vocab, order=args.order, gamma=1, tokens=1, seed=args.seed)
-    rep = audit_loop(fn, target=inst.target, draft=inst.draft, prompt=inst.prompt or (0,),
-                     tokens=DEFAULT_TOKENS if args.tokens is None else args.tokens,
+    rep = audit_loop(fn, target=inst.target, draft=inst.draft, prompt=inst.prompt or (0,), tokens=args.tokens,
                      budget=Budget(seconds=args.time_limit), **options)
     return _report_out(args, rep)
 
@@ -1004,9 +1025,14 @@ def _parser() -> argparse.ArgumentParser:
                     help="the stand-in models handed to the loop: torch-lm (torch.nn.Module returning logits "
                          "[B, T, V]) or transformers (PreTrainedModel stand-ins for generate; needs transformers) "
                          "(default torch-lm)")
-    lo.add_argument("--dtype", choices=["float64", "float32"], default="float64",
-                    help="dtype of the stand-ins' logits, float64 or float32 (default float64; at float32 pass "
-                         "--reference so float rounding is not read as bias)")
+    lo.add_argument("--dtype", choices=["float64", "float32"], default=None,
+                    help="dtype of the stand-ins' logits (the same as --precision; kept for older scripts)")
+    lo.add_argument("--precision", choices=["float64", "float32", "bfloat16", "float16"], default=None,
+                    help="dtype of the stand-ins' logits (default float64); coarser than float64, the loop is also "
+                         "run on float64 stand-ins and a bias is what stays there (the float-boundary decision)")
+    lo.add_argument("--tolerance", default=None, metavar="RATIONAL",
+                    help="what float64 rounding may cost a correct loop, a TV such as 2**-40 or 1/1000000 "
+                         "(default 2**-40; 0 demands exactness)")
     lo.add_argument("--output", choices=["full", "new"], default="full",
                     help="what the loop returns: full (prompt + continuation, as generate does) or new (the "
                          "continuation only) (default full)")
@@ -1017,7 +1043,8 @@ def _parser() -> argparse.ArgumentParser:
                          "reports a crash as a counterexample of kind 'crash' (exit 1)")
     lo.add_argument("--reference", type=int, default=None, metavar="GAMMA",
                     help="also audit a correct speculative sampling loop drafting GAMMA tokens per step on the same "
-                         "stand-ins, and allow twice its rounding TV (default: none; the tolerance is 2**-40)")
+                         "stand-ins and report its rounding TV (a figure, never a tolerance; a reference further "
+                         "than float rounding from the target is refused) (default: none)")
     lo.add_argument("--vocab", type=int, default=4,
                     help="vocabulary size: the search's largest, or the --instance's (default 4)")
     lo.add_argument("--order", type=int, default=1,
@@ -1026,7 +1053,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="seed of the search's random part, or of the --instance's target tables (the draft uses "
                          "seed + 1) (default 0)")
     lo.add_argument("--tokens", type=int, default=None,
-                    help="horizon: new tokens whose law is audited (default: 1..4 in the search, 3 with --instance)")
+                    help="horizon: new tokens whose law is audited (default: 1..4 in the search; with --instance, "
+                         "from the loop: every token of a first step and the first of a second, at least 3)")
     lo.add_argument("--rng-model", choices=list(RNG_MODELS), default="native", metavar="RNG_MODEL", help=rng_help)
     lo.add_argument("--instance", action="store_true",
                     help="audit one seeded instance (--vocab, --order, --tokens, --seed) instead of searching")

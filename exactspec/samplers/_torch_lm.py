@@ -40,7 +40,9 @@ class TorchLM(torch.nn.Module):
 
     ``reset()`` empties its token cache (what ``input_pos`` calls write to); an audit calls it
     before every branch. ``calls`` counts forward calls since the last ``reset()`` and
-    ``total_calls`` since it was built. ``max_seq_length`` is settable, as litgpt expects.
+    ``total_calls`` since it was built; ``contexts`` holds, per forward call since the last
+    ``reset()``, the whole context its first row scored (cache + ids: what a loop audit reads its
+    steps from). ``max_seq_length`` is settable, as litgpt expects.
 
     >>> import torch, exactspec as es
     >>> lm = TorchLM(es.models.from_function(vocab=2, order=1, fn=lambda c: ("1/2", "1/2") if not c or c[-1]
@@ -65,6 +67,7 @@ class TorchLM(torch.nn.Module):
         self._cache: list[int] = []              # the token ids written through input_pos
         self.calls = 0
         self.total_calls = 0
+        self.contexts: list[tuple] = []
         # a parameter, so code asking for the module's device / dtype finds one
         self.register_buffer("_anchor", torch.zeros((), dtype=self.dtype), persistent=False)
 
@@ -78,6 +81,7 @@ class TorchLM(torch.nn.Module):
         """Empty the token cache and the per-branch call count (the memo of laws is kept)."""
         self.__dict__["_cache"] = []
         self.__dict__["calls"] = 0
+        self.__dict__["contexts"] = []
 
     def set_kv_cache(self, *args: Any, **kwargs: Any) -> None:
         """litgpt's cache set-up: empties the token cache."""
@@ -126,6 +130,7 @@ class TorchLM(torch.nn.Module):
                                          f"0..{self.vocab - 1} of model {self.model.name}")
         if input_pos is None:
             out = [self._logits((), r) for r in rows]
+            d["contexts"].append(rows[0] if rows else ())
         else:
             if len(rows) != 1:
                 raise ExactSpecError("stand-in forward: input_pos (a KV cache) is followed for batch size 1 "
@@ -159,4 +164,5 @@ class TorchLM(torch.nn.Module):
         del self._cache[start:]          # a KV cache overwrites from ``start``; later entries are stale
         prefix = tuple(self._cache)
         self._cache.extend(ids)
+        self.__dict__["contexts"].append(prefix + ids)
         return self._logits(prefix, ids)

@@ -115,6 +115,7 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
         self.calls = 0               # forward calls since the last reset()
         self.total_calls = 0         # forward calls since it was built
         self.longest_forward = 0     # the most positions scored in one call since the last reset()
+        self.contexts: list[tuple] = []   # per forward call since the last reset(): the first row's whole context
         self._config_snapshot: GenerationConfig | None = None
 
     def reset(self) -> None:
@@ -134,6 +135,7 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
         """
         self.calls = 0
         self.longest_forward = 0
+        self.contexts = []
         if self._config_snapshot is None:
             self._config_snapshot = copy.deepcopy(self.generation_config)
         else:
@@ -228,6 +230,8 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
         for b, seq in enumerate(full.tolist()):
             n0 = len(seq) - new
             context = tuple(seq[:n0]) if mask is None else tuple(t for t, m in zip(seq[:n0], mask[b][:n0]) if m)
+            if b == 0:
+                self.contexts.append(tuple(seq) if mask is None else tuple(t for t, m in zip(seq, mask[0]) if m))
             for t in range(new):
                 tok = seq[n0 + t]
                 if mask is None or mask[b][n0 + t]:

@@ -47,15 +47,17 @@ from ..fields import get_field
 from ..laws import to_rational, total_variation
 from ..models import Model
 from ..report import AuditReport
-from .interception import describe_rng_model, intercepting, private_generators, watch
+from .base import lowest, precision_of
+from .float_boundary import ROUNDING_CAP, coarser_than_float64, decide, rounding_allowance
+from .interception import FLOAT64_LATTICE, describe_rng_model, intercepting, private_generators, watch
 from .sampler_audit import ROUNDING_TOLERANCE, _one_torch_thread
 from .stand_in import KINDS, stand_in
 
 __all__ = ["audit_loop", "reference_loop", "LoopReport", "DEFAULT_TOKENS"]
 
-#: the default horizon of a whole-loop audit (a loop's gamma is not known to exactspec): a step of
-#: gamma 2 (two drafts and a bonus) is observed entirely; pass ``gamma + 2`` to observe every
-#: position of a first and of a second step
+#: the shortest default horizon of a whole-loop audit: without ``tokens=`` the horizon comes from the
+#: loop's trace (every token of a first step and the first of a second), and is at least this when the
+#: loop returns that many tokens
 DEFAULT_TOKENS = 3
 
 _OUTPUTS = ("full", "new")
@@ -85,6 +87,37 @@ class LoopReport(CrashReport):
     (Fraction(1, 4), False, ['the loop raised ValueError: no residual left with probability 1/4 on this instance'])
     """
 
+    @property
+    def horizon_incomplete(self) -> bool:
+        """The loop's trace asked for a longer horizon than its shortest output allowed, and ``tokens=`` was not
+        given: tokens of a first step (or the first of a second) went unobserved, so no ``lossless``."""
+        return self.scope.get("horizon_from") == "the loop" and not self.scope.get("complete", True)
+
+    @property
+    def lossless(self) -> bool:  # noqa: D102
+        return super().lossless and not self.horizon_incomplete
+
+    @property
+    def undecided(self) -> bool:  # noqa: D102
+        if super().undecided:
+            return True
+        return self.horizon_incomplete and self.error_probability == 0 and AuditReport.lossless.fget(self)
+
+    def summary(self) -> str:  # noqa: D102
+        text = super().summary()
+        if self.horizon_incomplete and self.undecided and not super().undecided:
+            first, _, rest = text.partition("\n")
+            head = first.split(" — ", 1)[0]
+            text = f"{head} — INCOMPLETE (tokens of a first or second step unobserved)\n{rest}"
+        return text
+
+    @property
+    def verdict_text(self) -> str:  # noqa: D102
+        text = super().verdict_text       # a crash, if any, leads (CrashReport)
+        if self.horizon_incomplete and self.undecided and not super().undecided:
+            text = f"{self.scope.get('note')}; on the tokens observed: {text}"
+        return text
+
 
 def _check_fn(fn: Any) -> str:
     if not callable(fn):
@@ -93,8 +126,8 @@ def _check_fn(fn: Any) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int, vocab: int, name: str) -> tuple:
-    """The first ``tokens`` new token ids in what ``fn`` returned (reading pending draws as it goes)."""
+def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: int, name: str) -> tuple:
+    """The new token ids in what ``fn`` returned (reading pending draws as it goes); at least ``tokens`` of them."""
     import torch
     if isinstance(res, torch.Tensor):
         if res.dim() == 2:
@@ -134,15 +167,10 @@ def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int, vocab: int, na
             raise RuleError(f"loop {name} returned {ids[:n0 + tokens]}... which does not start with the prompt "
                             f"{list(prompt)}; pass output='new' if fn returns only the continuation", rule=name)
         ids = ids[n0:]
-    if len(ids) < tokens:
+    if tokens is not None and len(ids) < tokens:
         raise RuleError(f"loop {name} returned {len(ids)} new token(s) {ids} on a branch, fewer than tokens={tokens}: "
                         "make it generate at least that many (or lower tokens=)", rule=name)
-    ids = ids[:tokens]
-    for i, t in enumerate(ids):
-        if not 0 <= t < vocab:
-            raise RuleError(f"loop {name} emitted token {t} (new token {i}), outside the vocabulary 0..{vocab - 1}",
-                            rule=name)
-    return tuple(ids)
+    return tuple(ids)      # every new token: the horizon comes from the loop (its ids are checked up to it)
 
 
 def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Model | None = None,
@@ -158,23 +186,44 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     ``generate``; ``draft=None`` hands it ``None``) and the prompt as a LongTensor ``[1, len(prompt)]``,
     and returns the tokens it generated: prompt + continuation (``output="full"``, as ``generate``
     returns them) or the continuation only (``output="new"``), as a tensor ``[1, n]`` or ``[n]`` or a
-    list. The law of its first ``tokens`` new tokens (default :data:`DEFAULT_TOKENS`, 3) is compared
+    list. The law of its first ``tokens`` new tokens (default: from the loop, see below) is compared
     with the target's own law from ``prompt`` (default ``(0,)``; or that of ``expected``, a declared law such as
     ``es.models.sharpen(target, 2)`` for temperature 1/2).
 
     The stand-ins' logits are the exact log-laws rounded once to ``dtype`` (default
-    ``torch.float64``: its rounding stays below the default ``tolerance`` 2**-40 on small
-    instances; at ``torch.float32`` a correct loop lands ~1e-8 from the target: pass
-    ``reference=``). Every float the loop computes is taken as the exact rational it is; the
-    verdict is ``lossless`` when the exact TV is at most ``tolerance`` (0 demands exactness) with
-    no support violation and no failing branch.
+    ``torch.float64``). Every float the loop computes is taken as the exact rational it is. The
+    verdict is :func:`exactspec.samplers.float_boundary.decide`'s (``extra["float_boundary"]``):
+    with float64 stand-ins and ideal or float64 uniforms, one run, ``lossless`` when the exact TV is at
+    most ``tolerance`` (2**-40 by default: what float64 rounding may cost; 0 demands exactness) with
+    no support violation and no failing branch. With a ``dtype`` coarser than float64
+    (``torch.float32``, ``bfloat16``, ``float16``) or an ``rng_model`` coarser than float64
+    (``"torch-float32"``, ``"curand"``, ...), the loop runs twice: as asked (the law its users get:
+    ``report.output``, ``report.tv``, ``extra["tv_own"]``) and on float64 stand-ins with the generator
+    on its float64 lattice (``"continuous"`` stays continuous): ``extra["tv_float64"]``. Algorithmic
+    bias is what stays in the float64 run: ``biased`` iff it exceeds ``tolerance`` (or a support
+    violation at either precision), else ``lossless up to <precision> rounding``. A loop that
+    computes coarser than float64 whatever it is handed (a ``.float()``, transformers' float32
+    logits, a float32 constant: a coarser dtype seen in the float64 run among the weights handed to
+    ``multinomial`` and the numbers compared with uniforms; ``extra["forced_precision"]``) is held to
+    :func:`~exactspec.samplers.float_boundary.rounding_allowance` at that precision instead, and
+    reads ``undecided`` (exit 3) where rounding and bias cannot be told apart.
 
     ``reference``: a correct loop audited on the same instance and stand-ins, returning prompt +
-    continuation (an int ``gamma`` means :func:`reference_loop` with that gamma): what float
-    arithmetic at ``dtype`` alone costs a correct loop. ``extra`` then holds ``rounding_tv``
-    (that loop vs the expected law) and ``algorithmic_tv`` (this loop vs that one), and the
-    verdict allows ``max(tolerance, 2 * rounding_tv)``, as :func:`exactspec.audit_sampler` does
-    (a support violation stays biased).
+    continuation (an int ``gamma`` means :func:`reference_loop` with that gamma): a figure, never a
+    tolerance. ``extra["rounding_tv"]`` is its distance from the expected law (what float arithmetic
+    at ``dtype`` costs a correct loop here) and ``extra["reference_tv_to_loop"]`` this loop's distance
+    from it; a reference further than
+    :data:`~exactspec.samplers.float_boundary.ROUNDING_CAP` from the expected law (another
+    temperature, greedy where sampling was meant) is refused with an ExactSpecError.
+
+    ``tokens`` (the horizon): by default it comes from the loop. The stand-ins see every forward
+    pass, so on every branch the audit knows where the first step ended (the second verifying
+    target call); the horizon covers every token of a first step and the first token of a second on
+    every branch (at least :data:`DEFAULT_TOKENS` when the loop returns that many;
+    ``scope["largest_step"]`` is the longest step seen). When a branch returns fewer tokens than
+    that, the audit is incomplete (``scope["unobserved"]``, verdict ``undecided``, exit 3, unless a
+    bias shows on the tokens observed). An explicit ``tokens=`` is audited as asked; tokens of a
+    first or second step it leaves out are stated (``scope["unobserved"]``, a WARNING).
 
     ``rng_model`` (default ``"native"``): each draw on the lattice of its library (torch CPU float32
     ``rand``: ``k * 2**-24``, 0 included; numpy and ``random``: ``k * 2**-53``), as in
@@ -230,15 +279,14 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
         if m is not None and m.vocab != target.vocab:
             raise ExactSpecError(f"audit_loop: {label} model has vocab {m.vocab} but the target has vocab "
                                  f"{target.vocab}")
-    if tokens is None:
-        tokens = DEFAULT_TOKENS
     _check_options("audit_loop", tokens=tokens, kind=kind, output=output, on_error=on_error, worst=worst)
     if isinstance(reference, int) and not isinstance(reference, bool):
         if draft is None:
             raise ExactSpecError("audit_loop: reference=<gamma> runs reference_loop, which needs a draft model: pass "
                                  "draft=")
-        reference = reference_loop(reference, tokens)
-    if reference is not None and not callable(reference):
+        if reference < 1:
+            raise ExactSpecError(f"audit_loop: reference (a gamma for reference_loop) must be >= 1, got {reference!r}")
+    elif reference is not None and not callable(reference):
         raise ExactSpecError(f"audit_loop: reference must be a loop fn(target, draft, prompt_ids) or a gamma for "
                              f"reference_loop, got {reference!r}")
     check_budget(budget, "audit_loop")
@@ -249,105 +297,331 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
         prompt_t = _prompt((0,) if prompt is None else prompt, target.vocab)
     except ExactSpecError as exc:
         raise ExactSpecError(f"audit_loop: {exc}") from None
-    lattice = lattice_for(rng_model)
+    lattice_for(rng_model)
     import torch
 
     from . import torch_rng  # noqa: F401  (torch is patched in the audit)
     if dtype is None:
         dtype = torch.float64
-    t_lm = stand_in(target, kind=kind, dtype=dtype)
-    d_lm = None if draft is None else stand_in(draft, kind=kind, dtype=dtype)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ExactSpecError(f"audit_loop: dtype must be a torch floating dtype such as torch.float64, got {dtype!r}")
+    own_precision = precision_of(torch.zeros((), dtype=dtype)) or "float64"
+    # a second run on float64 stand-ins (and the generator on its float64 lattice) separates bias from rounding
+    # whenever the stand-ins or the generator are coarser than float64 (float_boundary)
+    twice = coarser_than_float64(own_precision) or rng_model not in ("continuous", "float64")
+    precision = lowest({own_precision, _rng_precision(rng_model)}) or "float64"
     t0 = time.perf_counter()
     fld = get_field(backend="python")
     meter = Meter(budget or Budget())
-    law: dict = {}
-    errors: dict = {}
-    sites: dict = {}
-    calls_total: Any = fld.zero
-    private = private_generators(fn)
+    # the stand-ins are built before the interception (building a transformers one imports transformers)
+    lms = (stand_in(target, kind=kind, dtype=dtype), None if draft is None else stand_in(draft, kind=kind, dtype=dtype))
+    lms64 = None
+    if twice:
+        lms64 = (stand_in(target, kind=kind, dtype=torch.float64),
+                 None if draft is None else stand_in(draft, kind=kind, dtype=torch.float64))
     with intercepting() as session, _one_torch_thread(), meter.guard():
-        stack: list = [((), fld.one)]
-        supports: dict = {}
-        while stack:
-            prefix, w = stack.pop()
-            meter.tick()
-            rng = PathRng(prefix, w, fld, stack, supports, meter.budget.depth, lattice, True)
-            for lm in (t_lm, d_lm):
-                if lm is not None:
-                    _reset(lm)
-            ids = torch.tensor([list(prompt_t)], dtype=torch.long)
-            try:
-                with watch(rng, name, private, session):
-                    try:
-                        res = fn(t_lm, d_lm, ids)
-                        out = _tokens_of(res, prompt_t, output, tokens, target.vocab, name)
-                    except SystemExit as exc:
-                        raise RuleError(f"loop {name} called sys.exit({exc.code!r}) while audited (draws "
-                                        f"{rng.trace})", rule=name, trace=rng.trace) from exc
-            except RuleError as exc:
-                if not exc.trace:
-                    exc.trace = rng.trace
-                raise
-            except _Diverged as exc:
-                raise RuleError(f"loop {name}: {exc}", rule=name, trace=rng.trace) from exc
-            except (ExactSpecError, MemoryError, RecursionError):
-                raise
-            except Exception as exc:
-                what = f"{type(exc).__name__}: {exc}"
-                site = crash_site(exc)
-                if on_error == "raise" or site is None:   # None: raised calling fn, not inside it (no crash of fn)
-                    raise RuleError(
-                        f"loop {name} raised {what} on a branch of probability {rng.weight} (draws {rng.trace})"
-                        + (f" at {site}; pass on_error='record' to report the probability of every failing branch "
-                           "instead" if site else ", calling it (not inside it): check fn's signature, "
-                           "fn(target, draft, prompt_ids)"),
-                        rule=name, trace=rng.trace) from exc
-                errors[what] = errors.get(what, fld.zero) + rng.weight
-                sites.setdefault(what, site)
-                continue
-            law[out] = law.get(out, fld.zero) + rng.weight
-            calls_total += rng.weight * _calls(t_lm)
-        ref = expected if expected is not None else target
-        exp = target_law(ref, prompt_t, tokens, fld, [ref.order], meter=meter)
-    err_p = sum(errors.values(), fld.zero)
-    # the failing branches' mass is missing from ``law``: TV >= err_p / 2 counts it once
+        run = _enumerate(fn, name, lms, prompt_t, vocab=target.vocab, rng_model=rng_model,
+                         output=output, on_error=on_error, tokens=tokens, meter=meter, fld=fld, session=session,
+                         observe=not twice or rng_model == "native")
+        used = set(session.lattices)      # the generators the loop drew from (native), before the float64 run
+        if twice and rng_model == "native" and not coarser_than_float64(own_precision):
+            # native draws of numpy or random are on float64's lattice already: a coarser generator needs the run
+            twice = any(lat is not FLOAT64_LATTICE for _, lat in used)
+            if not twice:
+                precision = "float64"
+        f64 = None
+        if twice:
+            # the generator at float64 too: native draws each on the 53-bit lattice (races still ideal), a named
+            # lattice becomes float64's, continuous stays continuous
+            model64 = "native-float64" if rng_model == "native" else (
+                "continuous" if rng_model == "continuous" else "float64")
+            f64 = _enumerate(fn, name, lms64, prompt_t, vocab=target.vocab, rng_model=model64, output=output,
+                             on_error=on_error, tokens=tokens, meter=meter, fld=fld, session=session, observe=True)
+        horizon = _horizon(run if f64 is None else run.merged(f64), tokens, name)
+        h = horizon["tokens"]
+        ref_model = expected if expected is not None else target
+        exp = target_law(ref_model, prompt_t, h, fld, [ref_model.order], meter=meter)
+    law, errors, err_p = run.at(h, target.vocab, name, fld)
+    sites = run.sites
     tv = total_variation(law, exp)
     ok = 1 - err_p
-    instance = {"vocab": target.vocab, "loop": name, "prompt": list(prompt_t), "tokens": tokens,
+    instance = {"vocab": target.vocab, "loop": name, "prompt": list(prompt_t), "tokens": h,
                 "decoding": "sample", "target": target.name, "draft": None if draft is None else draft.name,
                 "stand_in": kind, "dtype": str(dtype).replace("torch.", "")}
     if rng_model != "continuous":
         instance["rng_model"] = rng_model
     if expected is not None:
         instance["expected"] = expected.name
-    scope = {"of": "this instance (one whole run of the loop, drafting included)", "tokens": tokens,
-             "complete": True, "whole_loop": True,
-             "note": f"a whole-loop audit of {name} on one instance: the law of its first {tokens} new token(s); "
-                     f"every position of a first step is observed for a loop drafting at most {tokens - 1} token(s) "
-                     f"per step (its bonus included): a loop with gamma >= {tokens} needs tokens=gamma + 2",
-             "rng": describe_rng_model(rng_model, session.lattices)}
-    target_calls = calls_total / ok if ok else fld.zero
+    scope = {"of": "this instance (one whole run of the loop, drafting included)", "whole_loop": True, **horizon,
+             "rng": describe_rng_model(rng_model, used)}
+    target_calls = run.calls / ok if ok else fld.zero
     report = LoopReport(rule=name, claim="lossless", instance=instance, field=fld, output=law, expected=exp, tv=tv,
-                        tolerance=tol, tokens_per_call=(Fraction(tokens) / target_calls) if target_calls else fld.zero,
-                        target_calls=target_calls, seconds=time.perf_counter() - t0, paths=meter.paths,
+                        tolerance=tol, tokens_per_call=(Fraction(h) / target_calls) if target_calls else fld.zero,
+                        target_calls=target_calls, seconds=time.perf_counter() - t0, paths=run.paths,
                         worst_count=worst, scope=scope)
     report.extra.update({"adapter": "whole loop", "stand_in": kind, "dtype": instance["dtype"],
                          "error_probability": str(err_p), "errors": {k: str(v) for k, v in errors.items()},
                          "error_sites": dict(sites),
                          "target_forward_calls": str(target_calls), "tolerance": str(tol), "rng_model": rng_model,
-                         "rng": scope["rng"]})
+                         "rng": scope["rng"], "largest_step": horizon["largest_step"]})
+    f64_tv = f64_violations = None
+    forced = False
+    if f64 is not None:
+        law64, _, _ = f64.at(h, target.vocab, name, fld)
+        f64_tv = total_variation(law64, exp)
+        f64_violations = any(v > 0 and not exp.get(k, 0) for k, v in law64.items())
+        forced = coarser_than_float64(lowest(f64.seen))
+        report.extra.update({"tv_float64": str(f64_tv), "float64_paths": f64.paths,
+                             "float64_run": "float64 stand-ins" + ("" if rng_model == "continuous" else
+                                                                   ", the generator on its float64 lattice"),
+                             "forced_precision": lowest(f64.seen) if forced else None})
+    elif coarser_than_float64(lowest(run.seen)):
+        # float64 stand-ins, and yet the loop computes coarser (a cast down, a float32 constant): this run is the
+        # float64 run, held to what that precision's rounding can cost (never to float64 rounding)
+        precision = lowest(run.seen)
+        f64_tv, f64_violations, forced = tv, bool(report.support_violations), True
+        report.extra["forced_precision"] = precision
+    report.extra["tv_own"] = str(tv)
+    positions = h * (horizon["largest_step"] + 1)
+    boundary = decide(precision=precision if f64_tv is not None else "float64", own_tv=tv,
+                      own_violations=bool(report.support_violations), f64_tv=f64_tv,
+                      f64_violations=bool(f64_violations), forced=forced, tolerance=tol,
+                      allowance=rounding_allowance(precision if f64_tv is not None else "float64", vocab=target.vocab,
+                                                   positions=positions))
+    report.extra["float_boundary"] = boundary.to_dict()
+    report.extra["algorithmic_tv"] = str(boundary.algorithmic_tv)
     if reference is not None:
-        ref = audit_loop(reference, target=target, draft=draft, prompt=prompt_t, tokens=tokens, kind=kind,
-                         dtype=dtype, output="full", expected=expected, budget=budget, tolerance=0,
-                         rng_model=rng_model, worst=0)
-        rounding = ref.tv
-        report.extra["reference"] = getattr(reference, "__name__", "reference")
-        report.extra["rounding_tv"] = str(rounding)
-        report.extra["algorithmic_tv"] = str(total_variation(report.output, ref.output))
-        report.tolerance = max(tol, 2 * rounding)
-        report.extra["tolerance"] = str(report.tolerance)
-        report.seconds = time.perf_counter() - t0
+        if isinstance(reference, int):
+            reference = reference_loop(reference, h)
+        _reference_figure(report, reference, target=target, draft=draft, prompt=prompt_t, tokens=h, kind=kind,
+                          dtype=dtype, expected=expected, budget=budget, rng_model=rng_model)
+    if session.approximations:
+        report.extra["approximations"] = dict(session.approximations)
+    report.seconds = time.perf_counter() - t0
     return report
+
+
+def _rng_precision(rng_model: str) -> str:
+    """The float precision of a generator model's uniforms: float64 for ideal or 53-bit uniforms, float32 for a
+    24-bit lattice, and (an rng model this module does not know the grid of) float32, the coarser assumption."""
+    if rng_model in ("continuous", "float64"):
+        return "float64"
+    lat = lattice_for(rng_model)
+    step = getattr(lat, "step", None)
+    if isinstance(step, Fraction) and step <= Fraction(1, 2 ** 53):
+        return "float64"
+    return "float32"
+
+
+def _reference_figure(report: "LoopReport", reference: Callable, **kw: Any) -> None:
+    """A reference loop's distance from the expected law, as a figure in ``extra`` (never a tolerance).
+
+    A reference further than :data:`~exactspec.samplers.float_boundary.ROUNDING_CAP` from the expected
+    law is not rounding but a broken baseline (another temperature, ``generate`` without ``do_sample``):
+    refused with an ExactSpecError, since no verdict should rest on it.
+    """
+    name = getattr(reference, "__name__", None) or "reference"
+    ref = audit_loop(reference, target=kw["target"], draft=kw["draft"], prompt=kw["prompt"], tokens=kw["tokens"],
+                     kind=kw["kind"], dtype=kw["dtype"], output="full", expected=kw["expected"], budget=kw["budget"],
+                     tolerance=0, rng_model=kw["rng_model"], worst=0)
+    if ref.tv > ROUNDING_CAP or ref.support_violations or ref.error_probability:
+        raise ExactSpecError(
+            f"audit_loop: the reference loop {name} lands TV {float(ref.tv):.6g} from the expected law on this "
+            f"instance, more than float rounding can cost (at most 2**-{ROUNDING_CAP.denominator.bit_length() - 1})"
+            + (" and emits outcomes it never emits" if ref.support_violations else "")
+            + (f" and raises with probability {ref.error_probability}" if ref.error_probability else "")
+            + ": it is not a correct loop for this law (another temperature or truncation than expected=, greedy "
+              "where sampling was meant, a generate call without do_sample=True), so no verdict rests on it; fix "
+              "the reference or drop reference=")
+    report.extra["reference"] = name
+    report.extra["rounding_tv"] = str(ref.tv)
+    report.extra["reference_tv_to_loop"] = str(total_variation(report.output, ref.output))
+
+
+class _Run:
+    """One enumeration of a loop: the law of everything it returned (full new-token tuples), its failing branches,
+    its forward-call statistics and the float precisions it was seen computing in."""
+
+    def __init__(self) -> None:
+        self.law: dict = {}
+        self.errors: dict = {}
+        self.sites: dict = {}        # each exception's line in the audited code (file:line in function)
+        self.calls: Any = 0
+        self.paths = 0
+        self.seen: set = set()
+        self.need = 0                # the most tokens a branch needs observed: a first step and a second's first
+        self.shortest: int | None = None
+        self.largest_step = 0
+
+    def note_branch(self, ids: tuple, contexts: list, n0: int) -> None:
+        """Fold one branch's output and its target forward contexts into the step statistics."""
+        n = len(ids)
+        self.shortest = n if self.shortest is None else min(self.shortest, n)
+        first, step = _steps(contexts, n0)
+        self.largest_step = max(self.largest_step, step)
+        self.need = max(self.need, n if first is None else min(n, first + 1))
+
+    def merged(self, other: "_Run") -> "_Run":
+        """The step statistics of two runs of the same loop together (for the horizon)."""
+        out = _Run()
+        out.need = max(self.need, other.need)
+        out.largest_step = max(self.largest_step, other.largest_step)
+        out.shortest = min(x for x in (self.shortest, other.shortest) if x is not None) if (
+            self.shortest is not None or other.shortest is not None) else None
+        return out
+
+    def at(self, h: int, vocab: int, name: str, fld: Any) -> tuple[dict, dict, Any]:
+        """The law of the first ``h`` new tokens, the failing branches and their probability."""
+        law: dict = {}
+        for ids, w in self.law.items():
+            out = ids[:h]
+            for i, t in enumerate(out):
+                if not 0 <= t < vocab:
+                    raise RuleError(f"loop {name} emitted token {t} (new token {i}), outside the vocabulary "
+                                    f"0..{vocab - 1}", rule=name)
+            law[out] = law.get(out, fld.zero) + w
+        return law, self.errors, sum(self.errors.values(), fld.zero)
+
+
+def _steps(contexts: list, n0: int) -> tuple[int | None, int]:
+    """From a branch's target forward contexts: the tokens its first step emitted (None: one step only) and the
+    largest step output seen (drafts verified by one target call, plus the token that call adds).
+
+    A call scoring only the prompt (a prefill) verifies nothing and is skipped. The first verifying call
+    scores the prompt and the step's drafts; a later call scores what was committed since (the shared
+    prefix with the call before, plus the correction or bonus token) and the next drafts. The first step
+    emitted the tokens committed when the second verifying call came.
+
+    >>> _steps([(0,), (0, 1, 2), (0, 1, 0, 2, 2)], 1)     # prefill, drafts (1, 2), 1 kept + correction 0
+    (2, 3)
+    """
+    calls = [c for c in contexts if len(c) > n0]
+    if not calls:
+        return None, 1
+    largest = len(calls[0]) - n0 + 1
+    for a, b in zip(calls, calls[1:]):
+        largest = max(largest, len(b) - _shared(a, b))
+    first = _shared(calls[0], calls[1]) + 1 - n0 if len(calls) > 1 else None
+    return first, largest
+
+
+def _shared(a: tuple, b: tuple) -> int:
+    """The length of the longest common prefix of two token sequences."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _horizon(run: _Run, tokens: int | None, name: str) -> dict:
+    """The horizon of a loop audit and what it leaves unobserved (the scope's entries).
+
+    The loop's trace says how many tokens its first step emitted on every branch; a first step and the
+    first token of a second are observed when the horizon reaches them wherever the loop emits them.
+    ``tokens`` given: that horizon, unobserved positions stated (a warning, as ``es.audit`` does for a
+    horizon shorter than a step); not given: the longest the loop's trace asks for (at least
+    :data:`DEFAULT_TOKENS` when the loop returns that many), and, when some branch returns fewer tokens
+    than that, an incomplete audit (exit 3) naming the positions it could not observe.
+    """
+    shortest = run.shortest
+    if shortest is None:    # every branch raised (on_error="record"): nothing returned to read
+        h = tokens if tokens is not None else DEFAULT_TOKENS
+        return {"tokens": h, "complete": True, "largest_step": run.largest_step, "horizon_from": "tokens=" if (
+            tokens is not None) else "the default", "note": f"every branch of {name} raised: no token returned"}
+    need = max(run.need, 1)
+    if tokens is not None:
+        h, source = tokens, "tokens="
+    else:
+        if shortest < 1:
+            raise RuleError(f"loop {name} returned no new token on a branch: audit_loop reads the tokens it "
+                            "generates", rule=name)
+        h, source = min(shortest, max(need, min(DEFAULT_TOKENS, shortest))), "the loop"
+    scope = {"tokens": h, "largest_step": run.largest_step, "horizon_from": source, "complete": need <= h}
+    step = f"its longest step emits {run.largest_step} token(s)"
+    if need <= h:
+        scope["note"] = (f"a whole-loop audit of {name} on one instance: the law of its first {h} new token(s); "
+                         f"{step}, and on every branch the horizon observes every token of its first step and "
+                         "the first token of a second")
+        return scope
+    missing = list(range(h + 1, need + 1))
+    scope["unobserved"] = {"new_tokens": missing}
+    which = (f"new token {missing[0]}" if len(missing) == 1 else f"new tokens {missing[0]}..{missing[-1]}")
+    if source == "tokens=":
+        scope["note"] = (f"tokens={h} leaves {which} unobserved: {step}, and a first step and the first token "
+                         f"of a second reach token {need} on some branch; use tokens >= {need} to observe them")
+    else:
+        scope["note"] = (f"incomplete: {step}, a first step and the first token of a second reach new token {need} "
+                         f"on some branch, but {name} returns only {shortest} new token(s) on some branch, so "
+                         f"{which} went unobserved; make it generate at least {need} tokens, or pass "
+                         f"tokens={shortest} to accept the shorter horizon")
+    return scope
+
+
+def _enumerate(fn: Callable, name: str, lms: tuple, prompt_t: tuple, *, vocab: int, rng_model: str, output: str,
+               on_error: str, tokens: int | None, meter: Meter, fld: Any, session: Any, observe: bool) -> _Run:
+    """Run the loop once per branch of its randomness on the stand-ins ``lms`` (inside ``intercepting()``)."""
+    import torch
+    lattice = lattice_for(rng_model)
+    t_lm, d_lm = lms
+    run = _Run()
+    run.calls = fld.zero
+    private = private_generators(fn)
+    start = meter.paths
+    seen = run.seen
+
+    def note(x: Any) -> None:
+        p = precision_of(x)
+        if p is not None:
+            seen.add(p)
+    stack: list = [((), fld.one)]
+    supports: dict = {}
+    n0 = len(prompt_t)
+    while stack:
+        prefix, w = stack.pop()
+        meter.tick()
+        rng = PathRng(prefix, w, fld, stack, supports, meter.budget.depth, lattice, True)
+        if observe:
+            rng.observe = note
+        for lm in (t_lm, d_lm):
+            if lm is not None:
+                _reset(lm)
+        ids = torch.tensor([list(prompt_t)], dtype=torch.long)
+        try:
+            with watch(rng, name, private, session):
+                try:
+                    res = fn(t_lm, d_lm, ids)
+                    out = _tokens_of(res, prompt_t, output, tokens, vocab, name)
+                except SystemExit as exc:
+                    raise RuleError(f"loop {name} called sys.exit({exc.code!r}) while audited (draws "
+                                    f"{rng.trace})", rule=name, trace=rng.trace) from exc
+        except RuleError as exc:
+            if not exc.trace:
+                exc.trace = rng.trace
+            raise
+        except _Diverged as exc:
+            raise RuleError(f"loop {name}: {exc}", rule=name, trace=rng.trace) from exc
+        except (ExactSpecError, MemoryError, RecursionError):
+            raise
+        except Exception as exc:
+            what = f"{type(exc).__name__}: {exc}"
+            site = crash_site(exc)
+            if on_error == "raise" or site is None:   # None: raised calling fn, not inside it (no crash of fn)
+                raise RuleError(
+                    f"loop {name} raised {what} on a branch of probability {rng.weight} (draws {rng.trace})"
+                    + (f" at {site}; pass on_error='record' to report the probability of every failing branch "
+                       "instead" if site else ", calling it (not inside it): check fn's signature, "
+                       "fn(target, draft, prompt_ids)"),
+                    rule=name, trace=rng.trace) from exc
+            run.errors[what] = run.errors.get(what, fld.zero) + rng.weight
+            run.sites.setdefault(what, site)
+            continue
+        run.law[out] = run.law.get(out, fld.zero) + rng.weight
+        run.calls += rng.weight * _calls(t_lm)
+        run.note_branch(out, list(getattr(t_lm, "contexts", ()) or ()), n0)
+    run.paths = meter.paths - start
+    return run
 
 
 def _check_options(where: str, *, tokens: Any, kind: Any, output: Any, on_error: Any, worst: Any) -> None:

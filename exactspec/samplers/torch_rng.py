@@ -928,11 +928,13 @@ def _coin_lattice(p: Any) -> Lattice:
 
 def _bernoulli(p: Any, *args: Any, **kwargs: Any) -> Any:
     _fresh(kwargs)
+    note_dtype(p)
     return torch.from_numpy(_coins(p.detach().cpu().double().numpy(), _coin_lattice(p))).to(p.dtype)
 
 
 def _bernoulli_(self: Any, p: Any = 0.5, **kwargs: Any) -> Any:
     _fresh(kwargs)
+    note_dtype(p)
     probs = p.detach().cpu().double().numpy() if isinstance(p, torch.Tensor) else np.array(float(p))
     coins = torch.from_numpy(_coins(np.broadcast_to(probs, tuple(self.shape)), _coin_lattice(p))).to(self.dtype)
     with torch.no_grad():
