@@ -123,7 +123,7 @@ def test_search_returns_the_minimal_loop_counterexample_and_the_smaller_instance
     found = es.audit_loop(loops.bonus_from_draft, target=None, search=True, progress=False)
     assert isinstance(found, Counterexample) and found.kind == "loop"
     assert found.sampler_ref == f"{ZOO}:bonus_from_draft" and found.rule == "bonus_from_draft"
-    assert found.loop == DEFAULT_OPTIONS and found.rng_model == "continuous"
+    assert found.loop == DEFAULT_OPTIONS and found.rng_model == "native"     # the default (issue 16)
     inst = found.instance
     assert (inst.vocab, inst.tokens, inst.family, inst.prompt) == (2, 2, "context_free", (0,))
     # the law and TV by hand (the instance's laws are dyadic, so the float64 stand-ins are exact)

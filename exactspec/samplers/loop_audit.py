@@ -382,6 +382,8 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
         f64_tv, f64_violations, forced = tv, bool(report.support_violations), True
         report.extra["forced_precision"] = precision
     report.extra["tv_own"] = str(tv)
+    if tv == 0:     # exactly the expected law as it runs: nothing for the float64 run to separate
+        f64_tv, f64_violations, forced = None, False, False
     positions = h * (horizon["largest_step"] + 1)
     boundary = decide(precision=precision if f64_tv is not None else "float64", own_tv=tv,
                       own_violations=bool(report.support_violations), f64_tv=f64_tv,
