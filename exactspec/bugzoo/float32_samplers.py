@@ -20,26 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-
-def _chain(target_probs: Any, draft_probs: Any, draft_token_ids: Any, bonus_token_ids: Any,
-           recover: Callable[[Any, Any], Any]) -> Any:
-    """vLLM-style: one uniform per position, the first rejection's token from ``recover(p, q)``."""
-    import torch
-    batch, k, _ = target_probs.shape
-    idx = draft_token_ids.unsqueeze(-1)
-    p_x = target_probs.gather(-1, idx).squeeze(-1)
-    q_x = draft_probs.gather(-1, idx).squeeze(-1)
-    accepted = torch.rand(batch, k) < p_x / q_x
-    out = torch.full((batch, k + 1), -1, dtype=torch.long)
-    for b in range(batch):
-        row = accepted[b].tolist()
-        n = row.index(False) if False in row else k
-        out[b, :n] = draft_token_ids[b, :n]
-        if n == k:
-            out[b, k] = bonus_token_ids[b, 0]
-        else:
-            out[b, n] = recover(target_probs[b, n], draft_probs[b, n])
-    return out
+from .torch_samplers import chain as _chain
 
 
 def gumbel_residual(target_probs: Any, draft_probs: Any, draft_token_ids: Any, bonus_token_ids: Any) -> Any:

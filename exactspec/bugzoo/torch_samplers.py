@@ -12,13 +12,16 @@ from __future__ import annotations
 from exactspec.samplers.torch_adapters import reference_vllm_style as correct
 
 
-def _run(target_probs, draft_probs, draft_token_ids, bonus_token_ids, recovered_law):
+def chain(target_probs, draft_probs, draft_token_ids, bonus_token_ids, recover, accept=None):
+    """A vLLM-style chain verifier: one float32 uniform per draft, accepted while ``accept(u, p(x) / q(x))`` (default
+    ``u < p(x) / q(x)``), the first rejection's token ``recover(p, q)``, the bonus token when all are accepted."""
     import torch
     batch, k, _ = target_probs.shape
     idx = draft_token_ids.unsqueeze(-1)
     p_x = target_probs.gather(-1, idx).squeeze(-1)
     q_x = draft_probs.gather(-1, idx).squeeze(-1)
-    accepted = torch.rand(batch, k) < p_x / q_x
+    u = torch.rand(batch, k)
+    accepted = u < p_x / q_x if accept is None else accept(u, p_x / q_x)
     out = torch.full((batch, k + 1), -1, dtype=torch.long)
     for b in range(batch):
         row = accepted[b].tolist()
@@ -27,9 +30,17 @@ def _run(target_probs, draft_probs, draft_token_ids, bonus_token_ids, recovered_
         if n == k:
             out[b, k] = bonus_token_ids[b, 0]
         else:
-            law = recovered_law(target_probs[b, n], draft_probs[b, n])
-            out[b, n] = (law / torch.empty_like(law).exponential_(1.0)).argmax(dim=-1)
+            out[b, n] = recover(target_probs[b, n], draft_probs[b, n])
     return out
+
+
+def _run(target_probs, draft_probs, draft_token_ids, bonus_token_ids, recovered_law):
+    """:func:`chain` recovering by an exponential race over ``recovered_law(p, q)``."""
+    def recover(p, q):
+        import torch
+        law = recovered_law(p, q)
+        return (law / torch.empty_like(law).exponential_(1.0)).argmax(dim=-1)
+    return chain(target_probs, draft_probs, draft_token_ids, bonus_token_ids, recover)
 
 
 def tiny_clamp(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
@@ -49,52 +60,25 @@ def resample_target(target_probs, draft_probs, draft_token_ids, bonus_token_ids)
 def ratio_not_below_uniform(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
     """Acceptance written ``p/q >= u`` (non-strict) instead of ``u < p/q``: torch's float32 ``rand`` returns 0 with
     probability 2**-24, and then a draft the target gives probability 0 is accepted."""
-    import torch
-    batch, k, _ = target_probs.shape
-    idx = draft_token_ids.unsqueeze(-1)
-    p_x = target_probs.gather(-1, idx).squeeze(-1)
-    q_x = draft_probs.gather(-1, idx).squeeze(-1)
-    accepted = p_x / q_x >= torch.rand(batch, k)
-    out = torch.full((batch, k + 1), -1, dtype=torch.long)
-    for b in range(batch):
-        row = accepted[b].tolist()
-        n = row.index(False) if False in row else k
-        out[b, :n] = draft_token_ids[b, :n]
-        if n == k:
-            out[b, k] = bonus_token_ids[b, 0]
-        else:
-            f = torch.clamp(target_probs[b, n] - draft_probs[b, n], min=0)
-            out[b, n] = torch.multinomial(f / f.sum(), 1)[0]
-    return out
+    def recover(p, q):
+        import torch
+        f = torch.clamp(p - q, min=0)
+        return torch.multinomial(f / f.sum(), 1)[0]
+    return chain(target_probs, draft_probs, draft_token_ids, bonus_token_ids, recover,
+                 accept=lambda u, ratio: ratio >= u)
 
 
 def searchsorted_left(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
     """The recovered token drawn by ``torch.searchsorted(cumsum(f), u)`` (``right=False``): the first token whose
     cumulative probability is ``>= u``, so ``u == 0`` emits a leading token of probability 0 (fix:
     ``right=True``)."""
-    def law(p, q):
+    def recover(p, q):
         import torch
         f = torch.clamp(p - q, min=0)
-        return f / f.sum()
-
-    import torch
-    batch, k, _ = target_probs.shape
-    idx = draft_token_ids.unsqueeze(-1)
-    p_x = target_probs.gather(-1, idx).squeeze(-1)
-    q_x = draft_probs.gather(-1, idx).squeeze(-1)
-    accepted = torch.rand(batch, k) < p_x / q_x
-    out = torch.full((batch, k + 1), -1, dtype=torch.long)
-    for b in range(batch):
-        row = accepted[b].tolist()
-        n = row.index(False) if False in row else k
-        out[b, :n] = draft_token_ids[b, :n]
-        if n == k:
-            out[b, k] = bonus_token_ids[b, 0]
-        else:
-            cdf = torch.cumsum(law(target_probs[b, n], draft_probs[b, n]), dim=-1)
-            cdf = cdf / cdf[-1]     # ends at 1.0 exactly, so u < 1 always lands on a token
-            out[b, n] = torch.searchsorted(cdf, torch.rand(1))[0]
-    return out
+        cdf = torch.cumsum(f / f.sum(), dim=-1)
+        cdf = cdf / cdf[-1]     # ends at 1.0 exactly, so u < 1 always lands on a token
+        return torch.searchsorted(cdf, torch.rand(1))[0]
+    return chain(target_probs, draft_probs, draft_token_ids, bonus_token_ids, recover)
 
 
 ZOO = [
