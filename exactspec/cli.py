@@ -712,22 +712,6 @@ def _code_search_out(args: Any, found: Any) -> int:
     return found.exit_code
 
 
-def _tolerance_arg(text: str) -> Any:
-    """``--tolerance``: a rational TV >= 0 (``2**-40``, ``1/1000000``, ``0``), or a typed error naming the option.
-
-    >>> _tolerance_arg("2**-40") == Fraction(1, 2 ** 40), _tolerance_arg("1/8")
-    (True, Fraction(1, 8))
-    """
-    m = re.fullmatch(r"\s*2\s*\*\*\s*-\s*(\d+)\s*", text)
-    try:
-        value = Fraction(1, 2 ** int(m.group(1))) if m else Fraction(text.strip())
-    except (ValueError, ZeroDivisionError):
-        raise ExactSpecError(f"--tolerance must be a rational >= 0 such as 2**-40 or 1/1000000, got {text!r}") from None
-    if value < 0:
-        raise ExactSpecError(f"--tolerance must be >= 0, got {text!r}")
-    return value
-
-
 def _cmd_audit_loop(args: Any) -> int:
     """``exactspec audit-loop``: search small instances for a whole loop's bias (default), or audit one (--instance)."""
     _no_timings_needs_json(args)
@@ -742,7 +726,7 @@ def _cmd_audit_loop(args: Any) -> int:
         raise ExactSpecError(f"--dtype {args.dtype} and --precision {args.precision} disagree: they name the same "
                              "thing (the stand-ins' dtype); pass one")
     from .samplers.float_boundary import F64_ALLOWANCE
-    tolerance = F64_ALLOWANCE if args.tolerance is None else _tolerance_arg(args.tolerance)
+    tolerance = F64_ALLOWANCE if args.tolerance is None else args.tolerance
     import torch
     from .samplers.loop_audit import DEFAULT_TOKENS, _loop_space, audit_loop
     options = dict(kind=args.kind, dtype=getattr(torch, args.precision or args.dtype or "float64"),
@@ -1026,11 +1010,13 @@ def _parser() -> argparse.ArgumentParser:
                          "[B, T, V]) or transformers (PreTrainedModel stand-ins for generate; needs transformers) "
                          "(default torch-lm)")
     lo.add_argument("--dtype", choices=["float64", "float32"], default=None,
-                    help="dtype of the stand-ins' logits (the same as --precision; kept for older scripts)")
+                    help="dtype of the stand-ins' logits, float64 or float32 (the same as --precision; kept for older "
+                         "scripts; default float64)")
     lo.add_argument("--precision", choices=["float64", "float32", "bfloat16", "float16"], default=None,
-                    help="dtype of the stand-ins' logits (default float64); coarser than float64, the loop is also "
+                    help="dtype of the stand-ins' logits, one of float64, float32, bfloat16, float16 (default float64); "
+                         "coarser than float64, the loop is also "
                          "run on float64 stand-ins and a bias is what stays there (the float-boundary decision)")
-    lo.add_argument("--tolerance", default=None, metavar="RATIONAL",
+    lo.add_argument("--tolerance", type=_tolerance, default=None, metavar="TV",
                     help="what float64 rounding may cost a correct loop, a TV such as 2**-40 or 1/1000000 "
                          "(default 2**-40; 0 demands exactness)")
     lo.add_argument("--output", choices=["full", "new"], default="full",

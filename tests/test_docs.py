@@ -228,8 +228,10 @@ def _check_samplers(ns: dict, printed: str) -> None:
 
 
 def _check_real_code(ns: dict, printed: str) -> None:
-    # the hand-written loop is lossless up to float64 rounding, the draft bonus is biased, generate is lossless
-    assert ns["r"].verdict == "lossless" and ns["r"].tv <= ns["r"].tolerance
+    # the hand-written loop is lossless (its float64 run, torch's generator at float64, within float64 rounding),
+    # the draft bonus is biased, generate is lossless
+    r = ns["r"]
+    assert r.verdict == "lossless" and Fraction(r.extra["float_boundary"]["algorithmic_tv"]) <= r.tolerance
     assert ns["bad"].verdict == "biased" and ns["bad"].tv > Fraction(1, 10)
     assert ns["hf"].verdict == "lossless" and ns["hf"].tv <= Fraction(1, 2 ** 20)
     assert "biased on this instance (one whole run of the loop" in printed

@@ -422,7 +422,9 @@ class Counterexample:
         for o in self._rows()[:6]:
             if o.output != o.expected:
                 lines.append(f"  {o.tokens}: output {_short(o.output)} vs expected {_short(o.expected)}")
-        if self.kind not in ("rule", "crash") and "rounding_tv" in self.extra:
+        if self.kind not in ("rule", "crash") and "verdict_reason" in self.extra:
+            lines.append(f"  not rounding: {self.extra['verdict_reason']}")
+        elif self.kind not in ("rule", "crash") and "rounding_tv" in self.extra:
             lines.append(f"  not rounding: a correct {'loop' if self.kind == 'loop' else 'sampler'} through the "
                          "same float pipeline is within TV "
                          f"{_maybe_short(self.extra['rounding_tv'])} of the target; this sampler is at TV "
