@@ -96,9 +96,8 @@ def _inverse_cdf(law: np.ndarray, u: Any, side: str) -> int:
     return int(np.searchsorted(cdf, u, side=side))
 
 
-def searchsorted_left(draft_ids, draft_probs, target_probs, rng):
-    """Residual and bonus drawn by ``searchsorted(cumsum(law), u, side='left')``: the first token whose cumulative
-    probability is ``>= u``, so ``u == 0`` (which numpy's generator returns) emits a leading token of probability 0."""
+def _searchsorted_chain(draft_ids, draft_probs, target_probs, rng, side):
+    """Algorithm 1 with the residual and bonus drawn by ``searchsorted(cumsum(law), u, side=side)``."""
     out = []
     for j, x in enumerate(draft_ids):
         p, q = target_probs[j], draft_probs[j]
@@ -106,26 +105,22 @@ def searchsorted_left(draft_ids, draft_probs, target_probs, rng):
             out.append(int(x))
         else:
             residual = np.maximum(p - q, 0.0)
-            out.append(_inverse_cdf(residual / residual.sum(), rng.random(), "left"))
+            out.append(_inverse_cdf(residual / residual.sum(), rng.random(), side))
             return out
-    out.append(_inverse_cdf(target_probs[-1], rng.random(), "left"))
+    out.append(_inverse_cdf(target_probs[-1], rng.random(), side))
     return out
+
+
+def searchsorted_left(draft_ids, draft_probs, target_probs, rng):
+    """Residual and bonus drawn by ``searchsorted(cumsum(law), u, side='left')``: the first token whose cumulative
+    probability is ``>= u``, so ``u == 0`` (which numpy's generator returns) emits a leading token of probability 0."""
+    return _searchsorted_chain(draft_ids, draft_probs, target_probs, rng, "left")
 
 
 def searchsorted_right(draft_ids, draft_probs, target_probs, rng):
     """The fix of :func:`searchsorted_left`: ``side='right'``, the first token whose cumulative probability is ``> u``
     (what ``Generator.choice`` does)."""
-    out = []
-    for j, x in enumerate(draft_ids):
-        p, q = target_probs[j], draft_probs[j]
-        if rng.random() < p[x] / q[x]:
-            out.append(int(x))
-        else:
-            residual = np.maximum(p - q, 0.0)
-            out.append(_inverse_cdf(residual / residual.sum(), rng.random(), "right"))
-            return out
-    out.append(_inverse_cdf(target_probs[-1], rng.random(), "right"))
-    return out
+    return _searchsorted_chain(draft_ids, draft_probs, target_probs, rng, "right")
 
 
 def cumsum_not_above(draft_ids, draft_probs, target_probs, rng):
