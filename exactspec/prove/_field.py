@@ -187,15 +187,30 @@ class Decider:
         raise SolverUnknown(f"z3 could not decide whether {num.as_expr()} != 0 somewhere on a cell within "
                       f"{self.space.check_ms} ms ({s.reason_unknown()})")
 
-    def reduce(self, frac: Any) -> Any:
+    def reduce(self, frac: Any, numer_only: bool = False) -> Any:
         """``frac`` with the cell's linear equalities substituted (equal to ``frac`` everywhere on the cell).
 
         An equality ``c*x + g = 0`` (``c`` a constant, ``g`` free of ``x``) replaces ``x`` by ``-g/c``:
-        a polynomial substitution, so no denominator can vanish that did not before.
+        a polynomial substitution, so no denominator can vanish that did not before. Returns
+        ``(numerator, denominator)``; with ``numer_only`` the denominator is left as it was (unsubstituted).
         """
+        eqs = [p for p, s in self.known.items() if s == _ZERO_ONLY]
+        if not eqs:
+            return frac.numer, frac.denom
+        if not CACHE_REDUCE:
+            return self._reduce(frac, eqs, False)
+        key = (frac, tuple(eqs))
+        hit = _REDUCED.get(key)
+        if hit is None or (hit[1] is None and not numer_only):
+            hit = self._reduce(frac, eqs, numer_only)
+            if len(_REDUCED) >= _OPS_LIMIT:
+                _REDUCED.clear()
+            _REDUCED[key] = hit
+        return hit if hit[1] is not None else (hit[0], frac.denom)
+
+    def _reduce(self, frac: Any, eqs: list, numer_only: bool) -> Any:
         R = self.space.K.ring
-        eqs = [p for p, s in self.known.items() if s == frozenset((ZERO,))]
-        num, den = frac.numer, frac.denom
+        num, den = frac.numer, (None if numer_only else frac.denom)
         while eqs:
             for k, eq in enumerate(eqs):
                 pick = None
@@ -211,7 +226,7 @@ class Decider:
                 break
             x, g = pick
             del eqs[k]
-            num, den = num.compose(x, g), den.compose(x, g)
+            num, den = num.compose(x, g), (None if den is None else den.compose(x, g))
             eqs = [e.compose(x, g) for e in eqs]
             eqs = [e.monic() for e in eqs if not e.is_zero and not e.is_ground]
             if num.is_zero:
@@ -309,10 +324,8 @@ class SymNum:
         t = type(x)
         if t is SymNum:
             return x.f
-        if t is int or t is bool:
-            return _K(int(x))
-        if t is Fraction:
-            return _K(_QQ(x.numerator, x.denominator))
+        if t is int or t is bool or t is Fraction:
+            return _constant(x)
         if isinstance(x, float):
             raise InexactArithmetic(f"a float ({x!r}) met a symbolic probability in {op} (at {where()}); "
                                     "es.prove is exact: use Fraction or int constants (step.number)")
@@ -459,6 +472,11 @@ _FUNCS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a 
 
 
 CACHE_OPS = True   # False: recompute every operation (the benchmark's baseline)
+#: keep atoms' sign polynomials and factorisations across new operations (False: the old path, which cleared
+#: them at every operation not met before)
+SHARE_ATOMS = True
+#: keep each constraint's z3 expression for the whole proof (False: the old path, rebuilt at every use)
+CACHE_Z3 = True
 
 
 def _op(tag: str, a: Any, b: Any) -> Any:
@@ -470,13 +488,20 @@ def _op(tag: str, a: Any, b: Any) -> Any:
         hit = _FUNCS[tag](a, b)
         if len(_OPS) >= _OPS_LIMIT:
             _OPS.clear()
-        _ATOMS.clear()
-        _FACTORS.clear()
+            _ATOMS.clear()
+            _FACTORS.clear()
+        elif not SHARE_ATOMS:   # the old path: every new operation dropped the atoms' signs and factors
+            _ATOMS.clear()
+            _FACTORS.clear()
         _OPS[key] = hit
     return hit
 
 
-_POS_ONLY, _NEG_ONLY = frozenset((POS,)), frozenset((NEG,))
+_POS_ONLY, _NEG_ONLY, _ZERO_ONLY = frozenset((POS,)), frozenset((NEG,)), frozenset((ZERO,))
+#: ``Decider.reduce`` results by (rational function, the cell's equalities in order), shared by the cells of a proof
+_REDUCED: dict = {}
+#: keep those results (False: the old path, which substituted again in every cell)
+CACHE_REDUCE = True
 _FACTORS: dict = {}
 
 
@@ -524,11 +549,29 @@ def _nonzero(f: Any) -> None:
 
 _QQ: Any = None
 _K: Any = None
+#: rational constants as constant rational functions (each converted once per proof; cleared with the field)
+_CONSTANTS: dict = {}
+#: keep constants converted (False: the old path, which converted each one at every use)
+CACHE_CONSTANTS = True
+
+
+def _constant(x: Any) -> Any:
+    """An int or Fraction as a constant of the current field, memoised."""
+    hit = _CONSTANTS.get(x) if CACHE_CONSTANTS else None
+    if hit is None:
+        hit = _K(int(x)) if type(x) is not Fraction else _K(_QQ(x.numerator, x.denominator))
+        if CACHE_CONSTANTS:
+            if len(_CONSTANTS) >= _OPS_LIMIT:
+                _CONSTANTS.clear()
+            _CONSTANTS[x] = hit
+    return hit
 
 
 def _set_qq(qq: Any, K: Any = None) -> None:
     global _QQ, _K
     _QQ, _K = qq, K
+    _CONSTANTS.clear()
+    _REDUCED.clear()
 
 
 class SymField(Field):
@@ -627,6 +670,7 @@ class Space:
             self.laws[who] = laws
         self.atoms: set = set()
         self._z3cache: dict = {}
+        self._signcache: dict = {}
         self._shown: dict = {}
 
     def z3_poly(self, poly: Any) -> Any:
@@ -645,9 +689,16 @@ class Space:
         return hit
 
     def z3_sign(self, poly: Any, signs: frozenset) -> Any:
-        import z3
-        e = self.z3_poly(poly)
-        return z3.Or([e < 0 if s == NEG else e == 0 if s == ZERO else e > 0 for s in sorted(signs)])
+        """The z3 constraint ``sign(poly) in signs`` (built once per proof unless ``CACHE_Z3`` is off)."""
+        key = (poly, signs)
+        hit = self._signcache.get(key) if CACHE_Z3 else None
+        if hit is None:
+            import z3
+            e = self.z3_poly(poly)
+            hit = z3.Or([e < 0 if s == NEG else e == 0 if s == ZERO else e > 0 for s in sorted(signs)])
+            if CACHE_Z3:
+                self._signcache[key] = hit
+        return hit
 
     def show(self, poly: Any, signs: frozenset) -> str:
         """``p_0 - q_0 > 0`` style text (each polynomial printed once per proof)."""
