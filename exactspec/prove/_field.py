@@ -82,6 +82,62 @@ def active() -> "Decider":
     return _ACTIVE[-1]
 
 
+#: one z3 solver per proof in each process: every constraint met is asserted once, behind a literal, and a cell
+#: is checked under the literals of its constraints (no solver per cell, no push/pop); an infeasible check leaves
+#: its unsat core, which answers the same question on any later cell whose constraints imply the core's, without z3
+#: (False: the old path, a fresh solver per cell)
+SHARED_SOLVER = True
+
+
+class SharedSolver:
+    """The z3 solver of one proof: the simplex asserted, each constraint behind a literal, unsat cores kept."""
+
+    def __init__(self, space: "Space") -> None:
+        import z3
+        self.z3, self.space = z3, space
+        self.solver = z3.SolverFor(space.logic) if space.logic else z3.Solver()
+        self.solver.set("timeout", space.check_ms)
+        for poly, signs in space.base:
+            self.solver.add(space.z3_sign(poly, signs))
+        self.base = {poly: signs for poly, signs in space.base}
+        self._lits: dict = {}
+        self._keys: dict = {}     # a literal's z3 id -> its constraint
+        self.cores: dict = {}     # a question -> the cores (constraint tuples) that made it infeasible
+
+    def lit(self, key: Any) -> Any:
+        """The literal of a constraint ``(poly, signs)`` (or ``("!=0", polys)``: all of them non-zero)."""
+        b = self._lits.get(key)
+        if b is None:
+            z3 = self.z3
+            b = z3.Bool(f"c{len(self._lits)}")
+            if key[0] == "!=0":
+                body = z3.And([self.space.z3_sign(m, _NONZERO) for m in key[1]])
+            else:
+                body = self.space.z3_sign(*key)
+            self.solver.add(z3.Implies(b, body))
+            self._lits[key] = b
+            self._keys[b.get_id()] = key
+        return b
+
+    def check(self, known: dict, question: Any, stats: dict) -> Any:
+        """z3's answer for ``question`` under the constraints ``known`` (a core already known to imply it: unsat)."""
+        z3 = self.z3
+        for core in self.cores.get(question, ()):
+            if all(known.get(p, ALL) <= signs for p, signs in core):
+                stats["unsat cores reused"] = stats.get("unsat cores reused", 0) + 1
+                return z3.unsat
+        base = self.base
+        assume = [self.lit((p, signs)) for p, signs in known.items() if base.get(p) != signs]
+        q = self.lit(question)
+        stats["z3 checks"] = stats.get("z3 checks", 0) + 1
+        r = self.solver.check(*assume, q)
+        if r == z3.unsat:
+            keys = self._keys
+            core = tuple(keys[c.get_id()] for c in self.solver.unsat_core() if not c.eq(q))
+            self.cores.setdefault(question, []).append(core)
+        return r
+
+
 class Decider:
     """One cell being refined: known sign sets of atoms, a z3 solver holding them, and the pending cells.
 
@@ -106,6 +162,15 @@ class Decider:
         self.order: list = []          # the constraints of this cell in the order they were decided
         import z3
         self.z3 = z3
+        if SHARED_SOLVER:
+            self._shared = space.shared_solver()
+            self.solver = self._shared.solver
+            for poly, signs in space.base:
+                self.known[poly] = self.known.get(poly, ALL) & signs
+            for poly, signs in start:
+                self._add(poly, signs)
+            return
+        self._shared = None
         self.solver = z3.SolverFor(space.logic) if space.logic else z3.Solver()
         self.solver.set("timeout", space.check_ms)
         for poly, signs in space.base:
@@ -128,27 +193,31 @@ class Decider:
         self.known[poly] = new
         if record:
             self.order.append((poly, new))
-        self.solver.add(self.space.z3_sign(poly, new))
+        if self._shared is None:
+            self.solver.add(self.space.z3_sign(poly, new))
 
     def feasible(self, poly: Any, signs: frozenset, model: bool = False) -> Any:
         """Whether the cell meets ``sign(poly) in signs``; with ``model``, (that, a rational point there or None)."""
         s = self.solver
-        s.push()
         pt = None
-        try:
-            s.add(self.space.z3_sign(poly, signs))
-            self.stats["z3 checks"] = self.stats.get("z3 checks", 0) + 1
-            r = s.check()
+        if self._shared is not None:
+            r = self._shared.check(self.known, (poly, signs), self.stats)
             if model and r == self.z3.sat:
                 pt = self.space.rational_model(s.model())
-        finally:
-            s.pop()
+        else:
+            s.push()
+            try:
+                s.add(self.space.z3_sign(poly, signs))
+                self.stats["z3 checks"] = self.stats.get("z3 checks", 0) + 1
+                r = s.check()
+                if model and r == self.z3.sat:
+                    pt = self.space.rational_model(s.model())
+            finally:
+                s.pop()
         if r == self.z3.sat:
             return (True, pt) if model else True
         if r == self.z3.unsat:
             return (False, None) if model else False
-        if r == self.z3.unsat:
-            return False
         raise SolverUnknown(f"z3 could not decide {self.space.show(poly, signs)} on a cell within "
                       f"{self.space.check_ms} ms ({s.reason_unknown()})")
 
@@ -172,14 +241,17 @@ class Decider:
                 return False
             parts.append(m)
         s = self.solver
-        s.push()
-        try:
-            for m in parts:
-                s.add(self.space.z3_sign(m, frozenset((NEG, POS))))
-            self.stats["z3 checks"] = self.stats.get("z3 checks", 0) + 1
-            r = s.check()
-        finally:
-            s.pop()
+        if self._shared is not None:
+            r = self._shared.check(self.known, ("!=0", tuple(parts)), self.stats)
+        else:
+            s.push()
+            try:
+                for m in parts:
+                    s.add(self.space.z3_sign(m, frozenset((NEG, POS))))
+                self.stats["z3 checks"] = self.stats.get("z3 checks", 0) + 1
+                r = s.check()
+            finally:
+                s.pop()
         if r == self.z3.sat:
             return True
         if r == self.z3.unsat:
@@ -497,7 +569,7 @@ def _op(tag: str, a: Any, b: Any) -> Any:
     return hit
 
 
-_POS_ONLY, _NEG_ONLY, _ZERO_ONLY = frozenset((POS,)), frozenset((NEG,)), frozenset((ZERO,))
+_POS_ONLY, _NEG_ONLY, _ZERO_ONLY, _NONZERO = frozenset((POS,)), frozenset((NEG,)), frozenset((ZERO,)), frozenset((NEG, POS))
 #: ``Decider.reduce`` results by (rational function, the cell's equalities in order), shared by the cells of a proof
 _REDUCED: dict = {}
 #: keep those results (False: the old path, which substituted again in every cell)
@@ -669,9 +741,19 @@ class Space:
                     self.base.append((poly.monic(), OPS[">="] if lc > 0 else OPS["<="]))
             self.laws[who] = laws
         self.atoms: set = set()
+        self._stack: Any = None
         self._z3cache: dict = {}
         self._signcache: dict = {}
         self._shown: dict = {}
+
+    def shared_solver(self) -> SharedSolver:
+        """The proof's shared solver (made at first use; ``forget_solver`` drops it after an interruption)."""
+        if self._stack is None:
+            self._stack = SharedSolver(self)
+        return self._stack
+
+    def forget_solver(self) -> None:
+        self._stack = None
 
     def z3_poly(self, poly: Any) -> Any:
         hit = self._z3cache.get(poly)

@@ -359,6 +359,7 @@ def _run_cell(su: _Setup, start: list, point: Any, pending: list, stats: dict, d
             # the watchdog interrupts wherever the code is, sympy's caches included: drop them so a
             # half-built entry can never be read by a later computation in this process
             _forget_symbolic_caches()
+            space.forget_solver()
             raise
         except RuleError as exc:
             cell = [space.show(p, s) for p, s in dec.order]
@@ -646,7 +647,7 @@ def legacy_path() -> Iterator[None]:
     global _LEGACY
     from . import _field
     global FRESH_WITNESS
-    names = ("SHARE_ATOMS", "CACHE_CONSTANTS", "CACHE_REDUCE", "CACHE_Z3")
+    names = ("SHARE_ATOMS", "CACHE_CONSTANTS", "CACHE_REDUCE", "CACHE_Z3", "SHARED_SOLVER")
     saved = _LEGACY, FRESH_WITNESS, {k: getattr(_field, k) for k in names}
     _LEGACY, FRESH_WITNESS = True, False
     for k in names:
