@@ -87,6 +87,10 @@ def active() -> "Decider":
 #: its unsat core, which answers the same question on any later cell whose constraints imply the core's, without z3
 #: (False: the old path, a fresh solver per cell)
 SHARED_SOLVER = True
+#: cells one shared solver serves before a new one is made (its literals pile up: a long-lived solver slows down)
+SHARED_CELLS = 16
+#: a shared solver's time per check (ms); past it the check is asked again on a new solver with ``check_ms``
+SHARED_CHECK_MS = 500
 
 
 class SharedSolver:
@@ -95,14 +99,21 @@ class SharedSolver:
     def __init__(self, space: "Space") -> None:
         import z3
         self.z3, self.space = z3, space
+        self.base = {poly: signs for poly, signs in space.base}
+        self.cores: dict = {}     # a question -> the cores (constraint tuples) that made it infeasible
+        self.fresh()
+
+    def fresh(self, full: bool = False) -> None:
+        """A new solver (the cores stay). ``full``: with the whole ``check_ms`` per check (else a shorter one)."""
+        z3, space = self.z3, self.space
         self.solver = z3.SolverFor(space.logic) if space.logic else z3.Solver()
-        self.solver.set("timeout", space.check_ms)
+        self.full = full or space.check_ms <= SHARED_CHECK_MS
+        self.solver.set("timeout", space.check_ms if self.full else SHARED_CHECK_MS)
+        self.cells = 0
         for poly, signs in space.base:
             self.solver.add(space.z3_sign(poly, signs))
-        self.base = {poly: signs for poly, signs in space.base}
         self._lits: dict = {}
         self._keys: dict = {}     # a literal's z3 id -> its constraint
-        self.cores: dict = {}     # a question -> the cores (constraint tuples) that made it infeasible
 
     def lit(self, key: Any) -> Any:
         """The literal of a constraint ``(poly, signs)`` (or ``("!=0", polys)``: all of them non-zero)."""
@@ -131,11 +142,26 @@ class SharedSolver:
         q = self.lit(question)
         stats["z3 checks"] = stats.get("z3 checks", 0) + 1
         r = self.solver.check(*assume, q)
+        if r == z3.unknown and not self.full:
+            # a check the long-lived solver could not settle quickly: again on a new solver, with the full time
+            self.fresh(full=True)
+            stats["z3 checks"] -= 1
+            stats["z3 checks asked again"] = stats.get("z3 checks asked again", 0) + 1
+            return self.check(known, question, stats)
         if r == z3.unsat:
             keys = self._keys
             core = tuple(keys[c.get_id()] for c in self.solver.unsat_core() if not c.eq(q))
             self.cores.setdefault(question, []).append(core)
         return r
+
+
+class _AsFrac:
+    """A polynomial seen as a rational function with denominator 1, for :meth:`Decider._reduce`."""
+
+    __slots__ = ("numer", "denom")
+
+    def __init__(self, poly: Any) -> None:
+        self.numer, self.denom = poly, None
 
 
 class Decider:
@@ -164,6 +190,9 @@ class Decider:
         self.z3 = z3
         if SHARED_SOLVER:
             self._shared = space.shared_solver()
+            self._shared.cells += 1
+            if self._shared.cells > SHARED_CELLS:
+                self._shared.fresh()
             self.solver = self._shared.solver
             for poly, signs in space.base:
                 self.known[poly] = self.known.get(poly, ALL) & signs
@@ -202,6 +231,7 @@ class Decider:
         pt = None
         if self._shared is not None:
             r = self._shared.check(self.known, (poly, signs), self.stats)
+            self.solver = s = self._shared.solver   # a new one when the check was asked again
             if model and r == self.z3.sat:
                 pt = self.space.rational_model(s.model())
         else:
@@ -243,6 +273,7 @@ class Decider:
         s = self.solver
         if self._shared is not None:
             r = self._shared.check(self.known, ("!=0", tuple(parts)), self.stats)
+            self.solver = s = self._shared.solver
         else:
             s.push()
             try:
@@ -279,6 +310,20 @@ class Decider:
                 _REDUCED.clear()
             _REDUCED[key] = hit
         return hit if hit[1] is not None else (hit[0], frac.denom)
+
+    def reduce_poly(self, poly: Any) -> Any:
+        """The polynomial ``poly`` with the cell's linear equalities substituted (as :meth:`reduce`), memoised."""
+        eqs = [p for p, s in self.known.items() if s == _ZERO_ONLY]
+        if not eqs:
+            return poly
+        key = ("poly", poly, tuple(eqs))
+        hit = _REDUCED.get(key)
+        if hit is None:
+            hit = self._reduce(_AsFrac(poly), eqs, True)[0]
+            if len(_REDUCED) >= _OPS_LIMIT:
+                _REDUCED.clear()
+            _REDUCED[key] = hit
+        return hit
 
     def _reduce(self, frac: Any, eqs: list, numer_only: bool) -> Any:
         R = self.space.K.ring
