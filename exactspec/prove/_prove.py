@@ -600,6 +600,8 @@ def _prove_in_workers(job: _Job, sent: _Job, n: int, rule_name: str, family_sour
         subs = [it for it in items if it[0] == "sub"]
         done = [sum(it[0] == "cell" for it in items)]
         covered["cells proven"] = done[0]
+        if progress is not None and n > 1:
+            progress(done[0], done[0] + len(subs))
 
         def tick(finished: int, _total: int) -> None:
             if progress is not None:
