@@ -87,6 +87,8 @@ def active() -> "Decider":
 #: its unsat core, which answers the same question on any later cell whose constraints imply the core's, without z3
 #: (False: the old path, a fresh solver per cell)
 SHARED_SOLVER = True
+#: ask z3 whether a difference's numerator can be non-zero on a cell without factoring it first (False: factor)
+UNFACTORED = True
 #: cells one shared solver serves before a new one is made (its literals pile up: a long-lived solver slows down)
 SHARED_CELLS = 16
 #: a shared solver's time per check (ms); past it the check is asked again on a new solver with ``check_ms``
@@ -261,6 +263,18 @@ class Decider:
             return False
         if num.is_ground:
             return True
+        if UNFACTORED and self._shared is not None and \
+                not any(s == _ZERO_ONLY and (num % p).is_zero for p, s in self.known.items()):
+            # no polynomial known to be 0 here divides num, so none of its factors is: z3 gets num != 0 as it
+            # is (the same question as its factors' conjunction, without factoring num)
+            r = self._shared.check(self.known, ("!=0", (num.monic(),)), self.stats)
+            self.solver = self._shared.solver
+            if r == self.z3.sat:
+                return True
+            if r == self.z3.unsat:
+                return False
+            raise SolverUnknown(f"z3 could not decide whether {num.as_expr()} != 0 somewhere on a cell within "
+                                f"{self.space.check_ms} ms ({self.solver.reason_unknown()})")
         _, factors = num.factor_list()
         parts = []
         for f, _e in factors:

@@ -665,7 +665,7 @@ def legacy_path() -> Iterator[None]:
     global _LEGACY
     from . import _field
     global FRESH_WITNESS, FAST_DIFFERENCE
-    names = ("SHARE_ATOMS", "CACHE_CONSTANTS", "CACHE_REDUCE", "CACHE_Z3", "SHARED_SOLVER")
+    names = ("SHARE_ATOMS", "CACHE_CONSTANTS", "CACHE_REDUCE", "CACHE_Z3", "SHARED_SOLVER", "UNFACTORED")
     saved = _LEGACY, FRESH_WITNESS, FAST_DIFFERENCE, {k: getattr(_field, k) for k in names}
     _LEGACY, FRESH_WITNESS, FAST_DIFFERENCE = True, False, False
     for k in names:
@@ -721,7 +721,7 @@ def _cell_solver(space: Space, dec: Decider) -> tuple:
 def _rational_point(space: Space, dec: Decider, poly: Any) -> dict | None:
     """A rational point of the cell where ``poly != 0``, fixing one variable at a time (z3 picks)."""
     import z3
-    if FRESH_WITNESS:
+    if FRESH_WITNESS or dec._shared is not None:   # a shared solver holds the cell as assumptions only
         s, zvars, sign, ctx = _cell_solver(space, dec)
     else:
         s, zvars, sign, ctx = dec.solver, space.z3vars, space.z3_sign, None
