@@ -160,3 +160,36 @@ def test_time_limited_proof_runs_in_a_worker_and_leaves_this_process_usable(tmp_
     assert int(pid_file.read_text()) != os.getpid()
     res = es.prove(R.speculative_sampling, proposer=chain(1), vocab=2, tokens=1)   # sympy and z3 still fine here
     assert res.proven
+
+
+@pytest.mark.parametrize("rule, proposer", [(R.greedy_match_sampled, chain(2)), (R.speculative_sampling, chain(2)),
+                                            (R.resample_from_target, chain(2))],
+                         ids=["greedy_match_sampled", "speculative_sampling", "resample_from_target"])
+def test_small_split_keeps_order_counts_and_first_refutation(monkeypatch, rule, proposer):
+    # 2 subtrees per worker: most cells, and the refuted one, are run in the subtrees, not in the first phase
+    monkeypatch.setattr(_prove, "CHUNKS_PER_WORKER", 1)
+    args = dict(proposer=proposer, vocab=3, tokens=2, family="context_free")
+    one = es.prove(rule, workers=1, **args)
+    two = es.prove(rule, workers=2, **args)
+    assert _key(two) == _key(one)
+    if not one:
+        assert two.witness == one.witness
+
+
+def late_bias(step, rng):
+    """Speculative sampling, except where p_0 == q_0 and p_1 != q_1: a cell the depth-first run meets late."""
+    p, q = step.target(0), step.claimed(0)
+    if p[0] != q[0] or p[1] == q[1]:
+        yield from R.speculative_sampling.fn(step, rng)
+    else:
+        yield 0
+
+
+def test_a_refutation_found_in_a_subtree_is_the_first_in_order(monkeypatch):
+    monkeypatch.setattr(_prove, "CHUNKS_PER_WORKER", 1)
+    args = dict(proposer=chain(1), vocab=3, tokens=1, family="context_free")
+    one = es.prove(late_bias, workers=1, **args)
+    two = es.prove(late_bias, workers=2, **args)
+    assert not one and one.cells_done > 0
+    assert _key(two) == _key(one) and two.witness == one.witness
+    assert es.audit(rule=late_bias, **two.counterexample.instance.audit_kwargs()).tv == two.report.tv > 0
