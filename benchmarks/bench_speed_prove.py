@@ -17,7 +17,8 @@ each in a fresh child process (a stopped proof may leave sympy unusable in its p
 the atoms and the counters (``z3 checks`` plus ``unsat cores reused`` on the new path is the old
 path's ``z3 checks``: the same questions, part of them answered from cores). A row whose old path
 was capped compares nothing (``same`` is True only when both finished and agree, else False).
-The figures are wall seconds of the proof alone (imports and a vocab-2 warm-up excluded).
+The figures are wall seconds of the proof alone (imports and a vocab-2 warm-up excluded); the note adds
+the CPU seconds of each (the proof's process and its workers), a figure the machine's load disturbs less.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from typing import Any
 
 ROWS = [
     # (job as the issue words it, vocab, gamma, tokens, target seconds, old-path cap, old cap when quick)
-    ("`prove` speculative sampling vocab 3 gamma 2 tokens 2", 3, 2, 2, 0.5, 300, 60),
-    ("`prove` vocab 4 gamma 2 tokens 2", 4, 2, 2, 2.0, 150, 40),
-    ("`prove` vocab 5 gamma 1 token 1", 5, 1, 1, 15.0, 120, None),
+    ("`prove` speculative sampling vocab 3 gamma 2 tokens 2", 3, 2, 2, 0.5, 120, 60),
+    ("`prove` vocab 4 gamma 2 tokens 2", 4, 2, 2, 2.0, 90, 30),
+    ("`prove` vocab 5 gamma 1 token 1", 5, 1, 1, 15.0, 60, None),
 ]
 
 
@@ -51,12 +52,17 @@ def _key(res: Any) -> dict:
 
 def _child(path: str, vocab: int, gamma: int, tokens: int, cap: float | None) -> None:
     """Run one proof (in a child process) and print one JSON line: seconds and the key."""
+    import resource
     import time
 
     import exactspec as es
     from exactspec.prove import _prove
     ss, chain = es.rules.speculative_sampling, es.drafts.chain
     es.prove(ss, proposer=chain(1), vocab=2, tokens=1)   # warm up: imports, sympy and z3 set-up
+    def cpu() -> float:
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    c0 = cpu()
     t0 = time.perf_counter()
     try:
         if path == "old":
@@ -65,9 +71,10 @@ def _child(path: str, vocab: int, gamma: int, tokens: int, cap: float | None) ->
         else:
             res = es.prove(ss, proposer=chain(gamma), vocab=vocab, tokens=tokens, timeout=cap)
     except es.BudgetExceeded:
-        print(json.dumps({"seconds": None, "capped": cap}))
+        print(json.dumps({"seconds": None, "capped": cap, "cpu": cpu() - c0}))
         return
-    print(json.dumps({"seconds": time.perf_counter() - t0, "key": _key(res), "summary": res.summary()}))
+    print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": cpu() - c0, "key": _key(res),
+                      "summary": res.summary()}))
 
 
 def _run(path: str, vocab: int, gamma: int, tokens: int, cap: float | None) -> dict:
@@ -100,8 +107,9 @@ def rows(quick: bool = False) -> list[dict]:
                 f"{default_family(vocab, tokens)}: {k.get('n_cells')} cells, {k.get('paths')} paths, "
                 f"{k.get('z3 questions')} z3 questions; new path on {resolve_workers(0)} core(s) "
                 f"({'every core' if 2 * (vocab - 1) >= 6 else 'in process'})")
+        note += f"; CPU seconds (all processes): new {new['cpu']:.1f}, old {old['cpu']:.1f}"
         if old["seconds"] is None:
-            note += f"; old path stopped at its cap of {old_cap} s"
+            note += f"; old path stopped at its cap of {old_cap} s, results not compared"
         out.append({"job": job, "new_s": new["seconds"], "old_s": old["seconds"],
                     **({"old_capped_s": float(old_cap)} if old["seconds"] is None else {}),
                     "same": same, "target_s": target, "note": note})
