@@ -552,9 +552,6 @@ def _raise_from(res: dict, timeout: Any, covered: dict) -> None:
         raise err
 
 
-_STAT_ORDER = ("atoms seen", "z3 checks", "forks", "step laws", "reductions")
-
-
 def _prove_in_workers(job: _Job, sent: _Job, n: int, rule_name: str, family_source: str, timeout: Any, t0: float,
                       progress: Any) -> "Proof | Refutation":
     """The proof on ``n`` worker processes (1: one process, for isolation): the same cells, verdict and counts.
@@ -644,8 +641,7 @@ def _prove_in_workers(job: _Job, sent: _Job, n: int, rule_name: str, family_sour
         ref.cells_done = min(ref.cells_done, len(cells)) if it[0] != "refuted" else len(cells)
         ref.assumptions, ref.seconds = assumptions, time.perf_counter() - t0
         return ref
-    stats = {k: total[k] for k in _STAT_ORDER if k in total}
-    stats.update({k: v for k, v in total.items() if k not in stats})
+    stats = dict(total)   # keys in the order they first arose (the first phase's cells come first)
     stats["cells"] = len(cells)
     return Proof(rule=rule_name, cells=cells, paths=paths, atoms=len(atoms), assumptions=assumptions,
                  seconds=time.perf_counter() - t0, stats=stats)
