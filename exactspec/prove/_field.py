@@ -326,18 +326,42 @@ class Decider:
         return hit if hit[1] is not None else (hit[0], frac.denom)
 
     def reduce_poly(self, poly: Any) -> Any:
-        """The polynomial ``poly`` with the cell's linear equalities substituted (as :meth:`reduce`), memoised."""
-        eqs = [p for p, s in self.known.items() if s == _ZERO_ONLY]
+        """``poly`` with the cell's linear equalities substituted, all at once: equal to ``poly`` on the cell.
+
+        The variables :meth:`reduce` would eliminate, in its order, each replaced by an affine function
+        of the variables left (computed once per set of equalities): one simultaneous substitution.
+        """
+        eqs = tuple(p for p, s in self.known.items() if s == _ZERO_ONLY)
         if not eqs:
             return poly
-        key = ("poly", poly, tuple(eqs))
-        hit = _REDUCED.get(key)
-        if hit is None:
-            hit = self._reduce(_AsFrac(poly), eqs, True)[0]
-            if len(_REDUCED) >= _OPS_LIMIT:
-                _REDUCED.clear()
-            _REDUCED[key] = hit
-        return hit
+        subs = _SUBSTITUTIONS.get(eqs)
+        if subs is None:
+            subs = _SUBSTITUTIONS[eqs] = self._substitution(list(eqs))
+        return poly.compose(subs) if subs else poly
+
+    def _substitution(self, eqs: list) -> list:
+        """``[(x, affine function of the variables left)]``: the eliminations of :meth:`_reduce`, composed."""
+        R = self.space.K.ring
+        done: list = []
+        while eqs:
+            for k, eq in enumerate(eqs):
+                pick = None
+                for i, x in enumerate(R.gens):
+                    if eq.degree(i) == 1:
+                        c = eq.diff(x)
+                        if c.is_ground:
+                            pick = (x, -(eq - c * x) * (1 / c.LC))
+                            break
+                if pick is not None:
+                    break
+            else:
+                break
+            x, g = pick
+            del eqs[k]
+            done = [(y, h.compose(x, g)) for y, h in done] + [(x, g)]
+            eqs = [e.compose(x, g) for e in eqs]
+            eqs = [e.monic() for e in eqs if not e.is_zero and not e.is_ground]
+        return done
 
     def _reduce(self, frac: Any, eqs: list, numer_only: bool) -> Any:
         R = self.space.K.ring
@@ -631,6 +655,8 @@ def _op(tag: str, a: Any, b: Any) -> Any:
 _POS_ONLY, _NEG_ONLY, _ZERO_ONLY, _NONZERO = frozenset((POS,)), frozenset((NEG,)), frozenset((ZERO,)), frozenset((NEG, POS))
 #: ``Decider.reduce`` results by (rational function, the cell's equalities in order), shared by the cells of a proof
 _REDUCED: dict = {}
+#: the composed substitution of each set of equalities (``Decider.reduce_poly``), cleared with the field
+_SUBSTITUTIONS: dict = {}
 #: keep those results (False: the old path, which substituted again in every cell)
 CACHE_REDUCE = True
 _FACTORS: dict = {}
@@ -703,6 +729,7 @@ def _set_qq(qq: Any, K: Any = None) -> None:
     _QQ, _K = qq, K
     _CONSTANTS.clear()
     _REDUCED.clear()
+    _SUBSTITUTIONS.clear()
 
 
 class SymField(Field):

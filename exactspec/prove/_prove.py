@@ -383,8 +383,7 @@ def _run_cell(su: _Setup, start: list, point: Any, pending: list, stats: dict, d
                 if raw.is_zero:
                     continue
                 stats["reductions"] = stats.get("reductions", 0) + 1
-                red = dec.reduce_poly   # a ring homomorphism: each part reduced once (memoised), then combined
-                if (red(a.numer) * red(b.denom) - red(b.numer) * red(a.denom)).is_zero:
+                if dec.reduce_poly(raw).is_zero:
                     continue
             d = a - b
             if d.numer.is_zero:
