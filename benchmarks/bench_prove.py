@@ -3,6 +3,8 @@ cost grows with vocab, gamma and tokens.
 
 Run:  python -m benchmarks.bench_prove          (add --quick to skip vocab 4 and the baseline)
 
+The levers before issue 17 are measured on the path before it (``exactspec.prove._prove.legacy_path()``),
+issue 17's together in the last row (``benchmarks.bench_speed_prove`` times them row by row of the issue).
 The baseline is the same symbolic field with every lever off: the rule's rng form (no closed form),
 a z3 feasibility check on every comparison (no known-sign cache, no rational point of the cell, no
 factoring of atoms) and every rational-function operation recomputed in every cell. The levers are
@@ -11,15 +13,17 @@ then switched on one at a time, in the order listed.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 
 import exactspec as es
-from exactspec.prove import _field
+from exactspec.prove import _field, _prove
 
 LEVERS = [("closed form (chain_step_law)", "closed_form"), ("known signs of atoms (no z3)", "use_cache"),
           ("rational point of the cell (one z3 check per atom)", "use_point"),
-          ("arithmetic shared between cells", "CACHE_OPS"), ("factored atoms, known factors dropped", "use_factors")]
+          ("arithmetic shared between cells", "CACHE_OPS"), ("factored atoms, known factors dropped", "use_factors"),
+          ("issue 17 levers (bench_speed_prove)", "issue17")]
 
 
 def _set(on: set) -> dict:
@@ -34,8 +38,9 @@ def run(rule, gamma: int, vocab: int, tokens: int, on: set, timeout: float) -> t
     kw = _set(on)
     t0 = time.perf_counter()
     try:
-        res = es.prove(rule, proposer=es.drafts.chain(gamma), vocab=vocab, tokens=tokens, timeout=timeout,
-                       family="context_free", **kw)
+        with contextlib.nullcontext() if "issue17" in on else _prove.legacy_path():
+            res = es.prove(rule, proposer=es.drafts.chain(gamma), vocab=vocab, tokens=tokens, timeout=timeout,
+                           family="context_free", **kw)
     except es.ExactSpecError as exc:
         return f"gave up ({type(exc).__name__})", time.perf_counter() - t0, {}
     finally:

@@ -39,8 +39,8 @@ Rules of the layer (each is handled once, here):
 ``concurrent.futures.Executor`` and wins over ``workers``. ``scheduler=ADDRESS`` (the CLI's
 ``--scheduler``) connects ``distributed.Client(ADDRESS)`` and uses its executor.
 
-Not yet wired: ``es.prove`` (being written separately) should split its cells with
-:func:`run_chunks` the same way (one chunk per cell, merged by cell number).
+``es.prove`` splits its cells the same way: subtrees of cells are the chunks, merged in the order of
+the sequential run.
 """
 
 from __future__ import annotations
@@ -308,12 +308,13 @@ def _slots(executor: cf.Executor) -> int:
 
 @contextmanager
 def executor_for(executor: cf.Executor | None = None, workers: Any = None,
-                 scheduler: str | None = None) -> Iterator[tuple[cf.Executor | None, bool]]:
+                 scheduler: str | None = None, isolate: bool = False) -> Iterator[tuple[cf.Executor | None, bool]]:
     """The executor a job runs on, and whether this layer owns it (and may rebuild or shut it down).
 
     ``executor`` wins; else ``scheduler`` (a Dask address); else ``workers`` (``None``: ``(None, False)``,
     the caller's own in-process path; ``1``: in this process through the chunked path; ``N``: a
-    local process pool).
+    local process pool). ``isolate=True``: ``workers=1`` is one worker process instead (a job that may be
+    stopped mid-computation, such as ``es.prove`` under a time limit, then never runs in the caller).
 
     >>> with executor_for(workers=None) as (ex, owned):
     ...     ex, owned
@@ -343,7 +344,7 @@ def executor_for(executor: cf.Executor | None = None, workers: Any = None,
     n = resolve_workers(workers)
     if n is None:
         yield None, False
-    elif n == 1:
+    elif n == 1 and not isolate:
         yield _Inline(), True
     else:
         pool = _pool(n)
@@ -551,10 +552,10 @@ def run_chunks(fn: Callable[[Any], Any], chunks: Sequence[Any], *, executor: cf.
     return run
 
 
-def pool_maker(workers: Any) -> Callable[[], cf.Executor] | None:
+def pool_maker(workers: Any, isolate: bool = False) -> Callable[[], cf.Executor] | None:
     """What rebuilds the local pool ``workers`` names after a worker died (None: nothing to rebuild)."""
     n = resolve_workers(workers)
-    return (lambda: _pool(n)) if n is not None and n > 1 else None
+    return (lambda: _pool(n)) if n is not None and (n > 1 or (isolate and n == 1)) else None
 
 
 def run_on(fn: Callable[[Any], Any], chunks: Sequence[Any], *, executor: cf.Executor | None = None,

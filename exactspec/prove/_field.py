@@ -82,6 +82,90 @@ def active() -> "Decider":
     return _ACTIVE[-1]
 
 
+#: one z3 solver per proof in each process: every constraint met is asserted once, behind a literal, and a cell
+#: is checked under the literals of its constraints (no solver per cell, no push/pop); an infeasible check leaves
+#: its unsat core, which answers the same question on any later cell whose constraints imply the core's, without z3
+#: (False: the old path, a fresh solver per cell)
+SHARED_SOLVER = True
+#: ask z3 whether a difference's numerator can be non-zero on a cell without factoring it first (False: factor)
+UNFACTORED = True
+#: cells one shared solver serves before a new one is made (its literals pile up: a long-lived solver slows down)
+SHARED_CELLS = 16
+#: a shared solver's time per check (ms); past it the check is asked again on a new solver with ``check_ms``
+SHARED_CHECK_MS = 500
+
+
+class SharedSolver:
+    """The z3 solver of one proof: the simplex asserted, each constraint behind a literal, unsat cores kept."""
+
+    def __init__(self, space: "Space") -> None:
+        import z3
+        self.z3, self.space = z3, space
+        self.base = {poly: signs for poly, signs in space.base}
+        self.cores: dict = {}     # a question -> the cores (constraint tuples) that made it infeasible
+        self.fresh()
+
+    def fresh(self, full: bool = False) -> None:
+        """A new solver (the cores stay). ``full``: with the whole ``check_ms`` per check (else a shorter one)."""
+        z3, space = self.z3, self.space
+        self.solver = z3.SolverFor(space.logic) if space.logic else z3.Solver()
+        self.full = full or space.check_ms <= SHARED_CHECK_MS
+        self.solver.set("timeout", space.check_ms if self.full else SHARED_CHECK_MS)
+        self.cells = 0
+        for poly, signs in space.base:
+            self.solver.add(space.z3_sign(poly, signs))
+        self._lits: dict = {}
+        self._keys: dict = {}     # a literal's z3 id -> its constraint
+
+    def lit(self, key: Any) -> Any:
+        """The literal of a constraint ``(poly, signs)`` (or ``("!=0", polys)``: all of them non-zero)."""
+        b = self._lits.get(key)
+        if b is None:
+            z3 = self.z3
+            b = z3.Bool(f"c{len(self._lits)}")
+            if key[0] == "!=0":
+                body = z3.And([self.space.z3_sign(m, _NONZERO) for m in key[1]])
+            else:
+                body = self.space.z3_sign(*key)
+            self.solver.add(z3.Implies(b, body))
+            self._lits[key] = b
+            self._keys[b.get_id()] = key
+        return b
+
+    def check(self, known: dict, question: Any, stats: dict) -> Any:
+        """z3's answer for ``question`` under the constraints ``known`` (a core already known to imply it: unsat)."""
+        z3 = self.z3
+        for core in self.cores.get(question, ()):
+            if all(known.get(p, ALL) <= signs for p, signs in core):
+                stats["unsat cores reused"] = stats.get("unsat cores reused", 0) + 1
+                return z3.unsat
+        base = self.base
+        assume = [self.lit((p, signs)) for p, signs in known.items() if base.get(p) != signs]
+        q = self.lit(question)
+        stats["z3 checks"] = stats.get("z3 checks", 0) + 1
+        r = self.solver.check(*assume, q)
+        if r == z3.unknown and not self.full:
+            # a check the long-lived solver could not settle quickly: again on a new solver, with the full time
+            self.fresh(full=True)
+            stats["z3 checks"] -= 1
+            stats["z3 checks asked again"] = stats.get("z3 checks asked again", 0) + 1
+            return self.check(known, question, stats)
+        if r == z3.unsat:
+            keys = self._keys
+            core = tuple(keys[c.get_id()] for c in self.solver.unsat_core() if not c.eq(q))
+            self.cores.setdefault(question, []).append(core)
+        return r
+
+
+class _AsFrac:
+    """A polynomial seen as a rational function with denominator 1, for :meth:`Decider._reduce`."""
+
+    __slots__ = ("numer", "denom")
+
+    def __init__(self, poly: Any) -> None:
+        self.numer, self.denom = poly, None
+
+
 class Decider:
     """One cell being refined: known sign sets of atoms, a z3 solver holding them, and the pending cells.
 
@@ -106,6 +190,18 @@ class Decider:
         self.order: list = []          # the constraints of this cell in the order they were decided
         import z3
         self.z3 = z3
+        if SHARED_SOLVER:
+            self._shared = space.shared_solver()
+            self._shared.cells += 1
+            if self._shared.cells > SHARED_CELLS:
+                self._shared.fresh()
+            self.solver = self._shared.solver
+            for poly, signs in space.base:
+                self.known[poly] = self.known.get(poly, ALL) & signs
+            for poly, signs in start:
+                self._add(poly, signs)
+            return
+        self._shared = None
         self.solver = z3.SolverFor(space.logic) if space.logic else z3.Solver()
         self.solver.set("timeout", space.check_ms)
         for poly, signs in space.base:
@@ -128,27 +224,32 @@ class Decider:
         self.known[poly] = new
         if record:
             self.order.append((poly, new))
-        self.solver.add(self.space.z3_sign(poly, new))
+        if self._shared is None:
+            self.solver.add(self.space.z3_sign(poly, new))
 
     def feasible(self, poly: Any, signs: frozenset, model: bool = False) -> Any:
         """Whether the cell meets ``sign(poly) in signs``; with ``model``, (that, a rational point there or None)."""
         s = self.solver
-        s.push()
         pt = None
-        try:
-            s.add(self.space.z3_sign(poly, signs))
-            self.stats["z3 checks"] = self.stats.get("z3 checks", 0) + 1
-            r = s.check()
+        if self._shared is not None:
+            r = self._shared.check(self.known, (poly, signs), self.stats)
+            self.solver = s = self._shared.solver   # a new one when the check was asked again
             if model and r == self.z3.sat:
                 pt = self.space.rational_model(s.model())
-        finally:
-            s.pop()
+        else:
+            s.push()
+            try:
+                s.add(self.space.z3_sign(poly, signs))
+                self.stats["z3 checks"] = self.stats.get("z3 checks", 0) + 1
+                r = s.check()
+                if model and r == self.z3.sat:
+                    pt = self.space.rational_model(s.model())
+            finally:
+                s.pop()
         if r == self.z3.sat:
             return (True, pt) if model else True
         if r == self.z3.unsat:
             return (False, None) if model else False
-        if r == self.z3.unsat:
-            return False
         raise SolverUnknown(f"z3 could not decide {self.space.show(poly, signs)} on a cell within "
                       f"{self.space.check_ms} ms ({s.reason_unknown()})")
 
@@ -162,6 +263,18 @@ class Decider:
             return False
         if num.is_ground:
             return True
+        if UNFACTORED and self._shared is not None and \
+                not any(s == _ZERO_ONLY and (num % p).is_zero for p, s in self.known.items()):
+            # no polynomial known to be 0 here divides num, so none of its factors is: z3 gets num != 0 as it
+            # is (the same question as its factors' conjunction, without factoring num)
+            r = self._shared.check(self.known, ("!=0", (num.monic(),)), self.stats)
+            self.solver = self._shared.solver
+            if r == self.z3.sat:
+                return True
+            if r == self.z3.unsat:
+                return False
+            raise SolverUnknown(f"z3 could not decide whether {num.as_expr()} != 0 somewhere on a cell within "
+                                f"{self.space.check_ms} ms ({self.solver.reason_unknown()})")
         _, factors = num.factor_list()
         parts = []
         for f, _e in factors:
@@ -172,14 +285,18 @@ class Decider:
                 return False
             parts.append(m)
         s = self.solver
-        s.push()
-        try:
-            for m in parts:
-                s.add(self.space.z3_sign(m, frozenset((NEG, POS))))
-            self.stats["z3 checks"] = self.stats.get("z3 checks", 0) + 1
-            r = s.check()
-        finally:
-            s.pop()
+        if self._shared is not None:
+            r = self._shared.check(self.known, ("!=0", tuple(parts)), self.stats)
+            self.solver = s = self._shared.solver
+        else:
+            s.push()
+            try:
+                for m in parts:
+                    s.add(self.space.z3_sign(m, frozenset((NEG, POS))))
+                self.stats["z3 checks"] = self.stats.get("z3 checks", 0) + 1
+                r = s.check()
+            finally:
+                s.pop()
         if r == self.z3.sat:
             return True
         if r == self.z3.unsat:
@@ -187,15 +304,45 @@ class Decider:
         raise SolverUnknown(f"z3 could not decide whether {num.as_expr()} != 0 somewhere on a cell within "
                       f"{self.space.check_ms} ms ({s.reason_unknown()})")
 
-    def reduce(self, frac: Any) -> Any:
+    def reduce(self, frac: Any, numer_only: bool = False) -> Any:
         """``frac`` with the cell's linear equalities substituted (equal to ``frac`` everywhere on the cell).
 
         An equality ``c*x + g = 0`` (``c`` a constant, ``g`` free of ``x``) replaces ``x`` by ``-g/c``:
-        a polynomial substitution, so no denominator can vanish that did not before.
+        a polynomial substitution, so no denominator can vanish that did not before. Returns
+        ``(numerator, denominator)``; with ``numer_only`` the denominator is left as it was (unsubstituted).
         """
+        eqs = [p for p, s in self.known.items() if s == _ZERO_ONLY]
+        if not eqs:
+            return frac.numer, frac.denom
+        if not CACHE_REDUCE:
+            return self._reduce(frac, eqs, False)
+        key = (frac, tuple(eqs))
+        hit = _REDUCED.get(key)
+        if hit is None or (hit[1] is None and not numer_only):
+            hit = self._reduce(frac, eqs, numer_only)
+            if len(_REDUCED) >= _OPS_LIMIT:
+                _REDUCED.clear()
+            _REDUCED[key] = hit
+        return hit if hit[1] is not None else (hit[0], frac.denom)
+
+    def reduce_poly(self, poly: Any) -> Any:
+        """``poly`` with the cell's linear equalities substituted, all at once: equal to ``poly`` on the cell.
+
+        The variables :meth:`reduce` would eliminate, in its order, each replaced by an affine function
+        of the variables left (computed once per set of equalities): one simultaneous substitution.
+        """
+        eqs = tuple(p for p, s in self.known.items() if s == _ZERO_ONLY)
+        if not eqs:
+            return poly
+        subs = _SUBSTITUTIONS.get(eqs)
+        if subs is None:
+            subs = _SUBSTITUTIONS[eqs] = self._substitution(list(eqs))
+        return poly.compose(subs) if subs else poly
+
+    def _substitution(self, eqs: list) -> list:
+        """``[(x, affine function of the variables left)]``: the eliminations of :meth:`_reduce`, composed."""
         R = self.space.K.ring
-        eqs = [p for p, s in self.known.items() if s == frozenset((ZERO,))]
-        num, den = frac.numer, frac.denom
+        done: list = []
         while eqs:
             for k, eq in enumerate(eqs):
                 pick = None
@@ -211,7 +358,30 @@ class Decider:
                 break
             x, g = pick
             del eqs[k]
-            num, den = num.compose(x, g), den.compose(x, g)
+            done = [(y, h.compose(x, g)) for y, h in done] + [(x, g)]
+            eqs = [e.compose(x, g) for e in eqs]
+            eqs = [e.monic() for e in eqs if not e.is_zero and not e.is_ground]
+        return done
+
+    def _reduce(self, frac: Any, eqs: list, numer_only: bool) -> Any:
+        R = self.space.K.ring
+        num, den = frac.numer, (None if numer_only else frac.denom)
+        while eqs:
+            for k, eq in enumerate(eqs):
+                pick = None
+                for i, x in enumerate(R.gens):
+                    if eq.degree(i) == 1:
+                        c = eq.diff(x)
+                        if c.is_ground:
+                            pick = (x, -(eq - c * x) * (1 / c.LC))
+                            break
+                if pick is not None:
+                    break
+            else:
+                break
+            x, g = pick
+            del eqs[k]
+            num, den = num.compose(x, g), (None if den is None else den.compose(x, g))
             eqs = [e.compose(x, g) for e in eqs]
             eqs = [e.monic() for e in eqs if not e.is_zero and not e.is_ground]
             if num.is_zero:
@@ -309,10 +479,8 @@ class SymNum:
         t = type(x)
         if t is SymNum:
             return x.f
-        if t is int or t is bool:
-            return _K(int(x))
-        if t is Fraction:
-            return _K(_QQ(x.numerator, x.denominator))
+        if t is int or t is bool or t is Fraction:
+            return _constant(x)
         if isinstance(x, float):
             raise InexactArithmetic(f"a float ({x!r}) met a symbolic probability in {op} (at {where()}); "
                                     "es.prove is exact: use Fraction or int constants (step.number)")
@@ -459,6 +627,11 @@ _FUNCS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a 
 
 
 CACHE_OPS = True   # False: recompute every operation (the benchmark's baseline)
+#: keep atoms' sign polynomials and factorisations across new operations (False: the old path, which cleared
+#: them at every operation not met before)
+SHARE_ATOMS = True
+#: keep each constraint's z3 expression for the whole proof (False: the old path, rebuilt at every use)
+CACHE_Z3 = True
 
 
 def _op(tag: str, a: Any, b: Any) -> Any:
@@ -470,13 +643,22 @@ def _op(tag: str, a: Any, b: Any) -> Any:
         hit = _FUNCS[tag](a, b)
         if len(_OPS) >= _OPS_LIMIT:
             _OPS.clear()
-        _ATOMS.clear()
-        _FACTORS.clear()
+            _ATOMS.clear()
+            _FACTORS.clear()
+        elif not SHARE_ATOMS:   # the old path: every new operation dropped the atoms' signs and factors
+            _ATOMS.clear()
+            _FACTORS.clear()
         _OPS[key] = hit
     return hit
 
 
-_POS_ONLY, _NEG_ONLY = frozenset((POS,)), frozenset((NEG,))
+_POS_ONLY, _NEG_ONLY, _ZERO_ONLY, _NONZERO = frozenset((POS,)), frozenset((NEG,)), frozenset((ZERO,)), frozenset((NEG, POS))
+#: ``Decider.reduce`` results by (rational function, the cell's equalities in order), shared by the cells of a proof
+_REDUCED: dict = {}
+#: the composed substitution of each set of equalities (``Decider.reduce_poly``), cleared with the field
+_SUBSTITUTIONS: dict = {}
+#: keep those results (False: the old path, which substituted again in every cell)
+CACHE_REDUCE = True
 _FACTORS: dict = {}
 
 
@@ -524,11 +706,30 @@ def _nonzero(f: Any) -> None:
 
 _QQ: Any = None
 _K: Any = None
+#: rational constants as constant rational functions (each converted once per proof; cleared with the field)
+_CONSTANTS: dict = {}
+#: keep constants converted (False: the old path, which converted each one at every use)
+CACHE_CONSTANTS = True
+
+
+def _constant(x: Any) -> Any:
+    """An int or Fraction as a constant of the current field, memoised."""
+    hit = _CONSTANTS.get(x) if CACHE_CONSTANTS else None
+    if hit is None:
+        hit = _K(int(x)) if type(x) is not Fraction else _K(_QQ(x.numerator, x.denominator))
+        if CACHE_CONSTANTS:
+            if len(_CONSTANTS) >= _OPS_LIMIT:
+                _CONSTANTS.clear()
+            _CONSTANTS[x] = hit
+    return hit
 
 
 def _set_qq(qq: Any, K: Any = None) -> None:
     global _QQ, _K
     _QQ, _K = qq, K
+    _CONSTANTS.clear()
+    _REDUCED.clear()
+    _SUBSTITUTIONS.clear()
 
 
 class SymField(Field):
@@ -626,8 +827,19 @@ class Space:
                     self.base.append((poly.monic(), OPS[">="] if lc > 0 else OPS["<="]))
             self.laws[who] = laws
         self.atoms: set = set()
+        self._stack: Any = None
         self._z3cache: dict = {}
+        self._signcache: dict = {}
         self._shown: dict = {}
+
+    def shared_solver(self) -> SharedSolver:
+        """The proof's shared solver (made at first use; ``forget_solver`` drops it after an interruption)."""
+        if self._stack is None:
+            self._stack = SharedSolver(self)
+        return self._stack
+
+    def forget_solver(self) -> None:
+        self._stack = None
 
     def z3_poly(self, poly: Any) -> Any:
         hit = self._z3cache.get(poly)
@@ -645,9 +857,16 @@ class Space:
         return hit
 
     def z3_sign(self, poly: Any, signs: frozenset) -> Any:
-        import z3
-        e = self.z3_poly(poly)
-        return z3.Or([e < 0 if s == NEG else e == 0 if s == ZERO else e > 0 for s in sorted(signs)])
+        """The z3 constraint ``sign(poly) in signs`` (built once per proof unless ``CACHE_Z3`` is off)."""
+        key = (poly, signs)
+        hit = self._signcache.get(key) if CACHE_Z3 else None
+        if hit is None:
+            import z3
+            e = self.z3_poly(poly)
+            hit = z3.Or([e < 0 if s == NEG else e == 0 if s == ZERO else e > 0 for s in sorted(signs)])
+            if CACHE_Z3:
+                self._signcache[key] = hit
+        return hit
 
     def show(self, poly: Any, signs: frozenset) -> str:
         """``p_0 - q_0 > 0`` style text (each polynomial printed once per proof)."""

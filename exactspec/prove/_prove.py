@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field as dc_field
 from fractions import Fraction
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from ..errors import BudgetExceeded, ExactSpecError, RuleError
 from ._field import _set_qq
-from ._field import NEG, POS, Decider, Space, SymbolicModel, SolverUnknown
+from ._field import NEG, POS, ZERO, Decider, Space, SymbolicModel, SolverUnknown
 
 __all__ = ["prove", "Proof", "Refutation", "default_family"]
 
@@ -186,7 +187,8 @@ def _default_proposer(rule: Any) -> Any:
 
 def prove(rule: Any, *, proposer: Any = None, vocab: int, tokens: int, family: str | None = None,
           timeout: float | None = None, closed_form: bool = True, prompt: tuple = (),
-          check_ms: int = 10_000) -> "Proof | Refutation":
+          check_ms: int = 10_000, workers: int | None = None,
+          progress: Callable[[int, int], None] | None = None) -> "Proof | Refutation":
     """Prove that ``rule`` keeps the target's law for every target and draft law, or refute it exactly.
 
     ``family=None`` (the default) picks the most general family that is feasible at this size
@@ -205,12 +207,21 @@ def prove(rule: Any, *, proposer: Any = None, vocab: int, tokens: int, family: s
     ``timeout`` seconds, ``SolverUnknown`` (exit 3) where z3 cannot decide a check within
     ``check_ms``, and ``UnsupportedSymbolic`` (exit 2) naming an operation the prover cannot follow.
 
+    ``workers``: processes that run the cells (``0``: every core; ``1``: this process). ``None``
+    (the default) splits the cells over every core when the proof is long (at least
+    ``PARALLEL_MIN_VARIABLES`` = 6 free variables: context-free vocab 4 and up), runs it in this
+    process otherwise, and in one worker process when ``timeout`` is given (so a proof stopped
+    mid-computation never leaves sympy unusable in this process). Every split gives the same
+    cells in the same order, the same counts and the same first refuted cell as one process (a
+    rule that cannot be sent to a worker is proven here under the default, and raises
+    ``NotPicklable`` when ``workers`` asks for processes). ``progress(done, total)`` is called
+    as cells finish (``total``: the cells known so far, which grows as cells fork).
+
     >>> import exactspec as es
     >>> es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1), vocab=2, tokens=1).proven
     True
     """
-    from ..enumerate import Budget
-    from ..enumerate.stream import Engine, greedy_sequence, target_law
+    from ..parallel import NotPicklable
     from ..rules import as_rule
     try:
         import z3  # noqa: F401
@@ -243,20 +254,161 @@ def prove(rule: Any, *, proposer: Any = None, vocab: int, tokens: int, family: s
     if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in prompt):
         raise ExactSpecError(f"prove: prompt must be token ids in 0..{vocab - 1}, got {prompt!r}")
     decoding = "greedy" if rule.claim == "lossless-greedy" else "sample"
-    positions = {"context_free": 1, "per_position": tokens, "table": vocab}[family]
-    space = Space(vocab, positions, check_ms)
-    order = {"context_free": 0, "per_position": None, "table": 1}[family]
-    target = SymbolicModel(vocab, space.laws["p"], order, "p", len(prompt))
-    draft = SymbolicModel(vocab, space.laws["q"], order, "q", len(prompt))
+    job = _Job(rule=rule, proposer=proposer, vocab=vocab, tokens=tokens, family=family, prompt=prompt,
+               decoding=decoding, closed_form=closed_form, check_ms=check_ms, nonce=_nonce())
+    n = _workers_for(workers, family, vocab, tokens, timeout)
+    if n is not None:
+        try:
+            sent = _sendable(job)
+        except NotPicklable:
+            if workers is not None:
+                raise
+            n = None   # the automatic choice only: a rule that cannot travel is proven here, as before
+    if n is None:
+        su = _Setup(job, rule, proposer)
+        assumptions = _assumptions(job, su.space, family_source)
+        deadline = None if timeout is None else t0 + timeout
+        stats: dict = {}
+        cells, paths, ref = _dfs(su, [([], None)], stats, deadline, timeout, t0, progress)
+        if ref is not None:
+            ref.assumptions, ref.seconds = assumptions, time.perf_counter() - t0
+            return ref
+        stats["cells"] = len(cells)
+        return Proof(rule=rule.name, cells=cells, paths=paths, atoms=len(su.space.atoms), assumptions=assumptions,
+                     seconds=time.perf_counter() - t0, stats=stats)
+    return _prove_in_workers(job, sent, n, rule.name, family_source, timeout, t0, progress)
+
+
+# -- the cells ------------------------------------------------------------------------------------------------
+
+#: the fewest free variables at which ``workers=None`` splits the cells over every core (6: context-free vocab 4,
+#: 815 cells, seconds; 4 variables take well under a second, less than starting the worker processes pays back)
+PARALLEL_MIN_VARIABLES = 6
+#: subtrees of cells handed to the workers, per worker (more: better balance, more cells run before the split)
+CHUNKS_PER_WORKER = 8
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What a worker needs to run cells of one proof (``rule`` and ``proposer`` as sent: see :func:`_sendable`)."""
+
+    rule: Any
+    proposer: Any
+    vocab: int
+    tokens: int
+    family: str
+    prompt: tuple
+    decoding: str
+    closed_form: bool
+    check_ms: int
+    nonce: tuple
+
+
+def _nonce() -> tuple:
+    import os
+    global _COUNTER
+    _COUNTER += 1
+    return (os.getpid(), _COUNTER, time.time())
+
+
+_COUNTER = 0
+
+
+class _Setup:
+    """The symbolic space, models and field of one proof, in the process that runs its cells."""
+
+    def __init__(self, job: _Job, rule: Any, proposer: Any) -> None:
+        self.job, self.rule, self.proposer = job, rule, proposer
+        positions = {"context_free": 1, "per_position": job.tokens, "table": job.vocab}[job.family]
+        self.space = Space(job.vocab, positions, job.check_ms)
+        order = {"context_free": 0, "per_position": None, "table": 1}[job.family]
+        self.target = SymbolicModel(job.vocab, self.space.laws["p"], order, "p", len(job.prompt))
+        self.draft = SymbolicModel(job.vocab, self.space.laws["q"], order, "q", len(job.prompt))
+
+
+def _assumptions(job: _Job, space: Space, family_source: str) -> dict:
+    return {"family": job.family, "family_source": family_source, "vocab": job.vocab, "tokens": job.tokens,
+            "prompt": list(job.prompt), "proposer": job.proposer.describe(),
+            "expected": "greedy-sequence" if job.decoding == "greedy" else "target",
+            "variables": list(space.names), "ties": "argmax ties resolve to the lowest token id",
+            "closed_form": job.closed_form}
+
+
+def _run_cell(su: _Setup, start: list, point: Any, pending: list, stats: dict, deadline: float | None,
+              t0: float) -> tuple:
+    """Run the engine on one cell: ``(cell text, paths)`` when it keeps the law, else ``(Refutation, paths)``.
+
+    Forks of the cell are appended to ``pending`` (``(constraints, point)``, in the order they arose).
+    """
+    from ..enumerate import Budget
+    from ..enumerate.stream import Engine, greedy_sequence, target_law
+    rule, space, job = su.rule, su.space, su.job
     fld = space.field
-    assumptions = {"family": family, "family_source": family_source, "vocab": vocab, "tokens": tokens,
-                   "prompt": list(prompt),
-                   "proposer": proposer.describe(), "expected": "greedy-sequence" if decoding == "greedy" else "target",
-                   "variables": list(space.names), "ties": "argmax ties resolve to the lowest token id",
-                   "closed_form": closed_form}
-    deadline = None if timeout is None else t0 + timeout
-    pending: list = [([], None)]   # cells to run: (constraints, a rational point inside or None)
-    stats: dict = {}
+    left = None if deadline is None else max(deadline - time.perf_counter(), 1e-3)
+    with Decider(space, start, pending, stats, point) as dec:
+        eng = Engine(rule, su.proposer, su.target, su.draft, fld, budget=Budget(seconds=left),
+                     closed_form=job.closed_form)
+        try:
+            with eng.guard():   # stops a rule's busy loop at the deadline (BudgetExceeded, exit 3)
+                out, _ = eng.output(job.prompt, job.tokens)
+                if job.decoding == "greedy":
+                    expected = {greedy_sequence(su.target, job.prompt, job.tokens): fld.one}
+                else:
+                    expected = target_law(su.target, job.prompt, job.tokens, fld, orders=eng._orders)
+        except BudgetExceeded:
+            # the watchdog interrupts wherever the code is, sympy's caches included: drop them so a
+            # half-built entry can never be read by a later computation in this process
+            _forget_symbolic_caches()
+            space.forget_solver()
+            raise
+        except RuleError as exc:
+            cell = [space.show(p, s) for p, s in dec.order]
+            raise RuleError(f"{exc} [es.prove: on the cell {{{', '.join(cell)}}}]", rule=rule.name,
+                            trace=exc.trace) from exc
+        except ExactSpecError as exc:   # e.g. a law the rule built is invalid on this cell: say where
+            if exc.exit_code == 2 and hasattr(exc, "add_note"):
+                exc.add_note("es.prove: on the cell {" + ", ".join(space.show(p, s) for p, s in dec.order) + "}")
+            raise
+        finally:
+            eng.close()
+        stats["step laws"] = stats.get("step laws", 0) + eng.meter.steps
+        for o in sorted(set(out) | set(expected)):
+            a = fld.check(out.get(o, 0), "an output probability").f
+            b = fld.check(expected.get(o, 0), "an expected probability").f
+            if FAST_DIFFERENCE:
+                # a - b vanishes on the cell iff a.numer * b.denom - b.numer * a.denom does once the cell's
+                # equalities are substituted: it is a - b's numerator times a divisor of the denominators
+                # (non-zero on the cell, so on the affine span of its equalities too): no gcd needed
+                raw = a.numer * b.denom - b.numer * a.denom
+                if raw.is_zero:
+                    continue
+                stats["reductions"] = stats.get("reductions", 0) + 1
+                if dec.reduce_poly(raw).is_zero:
+                    continue
+            d = a - b
+            if d.numer.is_zero:
+                continue
+            num, _den = dec.reduce(d, numer_only=True)   # the cell's linear equalities substituted
+            if not FAST_DIFFERENCE:
+                stats["reductions"] = stats.get("reductions", 0) + 1
+            if num.is_zero:
+                continue
+            # denominators are non-zero on the cell: d != 0 there iff its numerator is
+            poly = d.numer.monic()
+            if not dec.may_be_nonzero(num):
+                continue
+            return _refute(rule, space, dec, poly, d, o, su.proposer, job.family, job.tokens, job.prompt,
+                           job.decoding, {}, t0, 0), eng.meter.paths
+        return [space.show(p, s) for p, s in dec.order], eng.meter.paths
+
+
+def _dfs(su: _Setup, pending: list, stats: dict, deadline: float | None, timeout: Any, t0: float,
+         progress: Any = None) -> tuple:
+    """Run the cells of ``pending`` and of their forks depth first (last pushed first): ``(cells, paths, ref)``.
+
+    ``ref`` is the first Refutation in that order (None: every cell keeps the law); this is the
+    order of the sequential proof, so a subtree run in a worker lists its cells as the whole run would.
+    """
     cells: list = []
     paths = 0
     while pending:
@@ -264,52 +416,261 @@ def prove(rule: Any, *, proposer: Any = None, vocab: int, tokens: int, family: s
             raise BudgetExceeded("seconds", timeout, covered={"cells proven": len(cells), "cells pending": len(pending),
                                                               "paths": paths})
         start, point = pending.pop()
-        left = None if deadline is None else max(deadline - time.perf_counter(), 1e-3)
-        with Decider(space, start, pending, stats, point) as dec:
-            eng = Engine(rule, proposer, target, draft, fld, budget=Budget(seconds=left), closed_form=closed_form)
-            try:
-                with eng.guard():   # stops a rule's busy loop at the deadline (BudgetExceeded, exit 3)
-                    out, _ = eng.output(prompt, tokens)
-                    if decoding == "greedy":
-                        expected = {greedy_sequence(target, prompt, tokens): fld.one}
-                    else:
-                        expected = target_law(target, prompt, tokens, fld, orders=eng._orders)
-            except BudgetExceeded:
-                # the watchdog interrupts wherever the code is, sympy's caches included: drop them so a
-                # half-built entry can never be read by a later computation in this process
-                _forget_symbolic_caches()
-                raise
-            except RuleError as exc:
-                cell = [space.show(p, s) for p, s in dec.order]
-                raise RuleError(f"{exc} [es.prove: on the cell {{{', '.join(cell)}}}]", rule=rule.name,
-                                trace=exc.trace) from exc
-            except ExactSpecError as exc:   # e.g. a law the rule built is invalid on this cell: say where
-                if exc.exit_code == 2 and hasattr(exc, "add_note"):
-                    exc.add_note("es.prove: on the cell {" + ", ".join(space.show(p, s) for p, s in dec.order) + "}")
-                raise
-            finally:
-                eng.close()
-            paths += eng.meter.paths
-            stats["step laws"] = stats.get("step laws", 0) + eng.meter.steps
-            for o in sorted(set(out) | set(expected)):
-                d = fld.check(out.get(o, 0), "an output probability").f - \
-                    fld.check(expected.get(o, 0), "an expected probability").f
-                if d.numer.is_zero:
-                    continue
-                num, _den = dec.reduce(d)   # the cell's linear equalities substituted
-                stats["reductions"] = stats.get("reductions", 0) + 1
-                if num.is_zero:
-                    continue
-                # denominators are non-zero on the cell: d != 0 there iff its numerator is
-                poly = d.numer.monic()
-                if not dec.may_be_nonzero(num):
-                    continue
-                return _refute(rule, space, dec, poly, d, o, proposer, family, tokens, prompt, decoding,
-                               assumptions, t0, len(cells))
-            cells.append([space.show(p, s) for p, s in dec.order])
+        res, p = _run_cell(su, start, point, pending, stats, deadline, t0)
+        paths += p
+        if isinstance(res, Refutation):
+            res.cells_done = len(cells)
+            return cells, paths, res
+        cells.append(res)
+        if progress is not None:
+            progress(len(cells), len(cells) + len(pending))
+    return cells, paths, None
+
+
+def _expand(su: _Setup, target: int, stats: dict, deadline: float | None, timeout: Any, t0: float) -> tuple:
+    """The proof's cells in depth-first order as ``items``: cells run here and subtrees left to run.
+
+    Starting from the whole space, the shallowest subtree is run (its cell) and replaced, in place,
+    by its cell and its forks in the order the depth-first run would visit them (last pushed first),
+    until ``target`` subtrees are left or none. An item is ``("cell", text)``, ``("sub", constraints,
+    point)`` or ``("refuted", Refutation)`` (nothing after it is needed). Returns ``(items, paths)``.
+    """
+    items: list = [("sub", [], None)]
+    paths = 0
+    while True:
+        subs = [i for i, it in enumerate(items) if it[0] == "sub"]
+        if not subs or len(subs) >= target:
+            return items, paths
+        k = min(subs, key=lambda i: (len(items[i][1]), i))
+        if deadline is not None and time.perf_counter() > deadline:
+            raise BudgetExceeded("seconds", timeout, covered={"cells proven": sum(it[0] == "cell" for it in items),
+                                                              "paths": paths})
+        forks: list = []
+        res, p = _run_cell(su, items[k][1], items[k][2], forks, stats, deadline, t0)
+        paths += p
+        if isinstance(res, Refutation):
+            items[k:] = [("refuted", res)]
+        else:
+            items[k:k + 1] = [("cell", res)] + [("sub", c, pt) for c, pt in reversed(forks)]
+
+
+# -- worker processes ---------------------------------------------------------------------------------------
+
+def _workers_for(workers: Any, family: str, vocab: int, tokens: int, timeout: Any) -> int | None:
+    """How many worker processes run the proof (None: in this process, the sequential path)."""
+    from .. import parallel
+    if _LEGACY:
+        return None
+    if workers is not None:
+        n = parallel.resolve_workers(workers)
+        return None if n == 1 else n
+    cores = parallel.resolve_workers(0)
+    if _variables(family, vocab, tokens) >= PARALLEL_MIN_VARIABLES and cores > 1:
+        return cores
+    return 1 if timeout is not None else None   # a time limit: one worker process, so a stop cannot touch this one
+
+
+def _sendable(job: _Job) -> _Job:
+    """``job`` with its rule and proposer made ready for a worker process (``NotPicklable`` when they cannot go)."""
+    from ..parallel import portable, portable_rule
+    from dataclasses import replace
+    return replace(job, rule=portable_rule(job.rule), proposer=portable(job.proposer, "proposer"))
+
+
+_CURRENT: Any = None   # (nonce, _Setup) of the proof this worker process is running cells of
+
+
+def _setup_in_worker(job: _Job) -> _Setup:
+    global _CURRENT
+    if _CURRENT is not None and _CURRENT[0] == job.nonce:
+        return _CURRENT[1]
+    from ..parallel import load_portable, load_rule
+    from ..rules import as_rule
+    su = _Setup(job, as_rule(load_rule(job.rule)), load_portable(job.proposer))
+    _CURRENT = (job.nonce, su)
+    return su
+
+
+def _pack(poly: Any) -> tuple:
+    """A polynomial as plain data (sympy's own pickling of ring elements is not reliable)."""
+    return tuple((m, int(c.numerator), int(c.denominator)) for m, c in poly.terms())
+
+
+def _unpack(space: Space, data: tuple) -> Any:
+    R = space.K.ring
+    from sympy import QQ
+    return R.from_dict({m: QQ(a, b) for m, a, b in data})
+
+
+def _chunk(task: tuple) -> dict:
+    """One worker task: ``("expand", target)`` (the first cells and the subtrees left) or ``("dfs", subtree)``."""
+    global _CURRENT
+    job, kind, payload, wall = task
+    su = _setup_in_worker(job)
+    space = su.space
+    t0 = time.perf_counter()
+    deadline = None if wall is None else t0 + (wall - time.time())
+    stats: dict = {}
+    before = set(space.atoms)
+    try:
+        if kind == "expand":
+            items, paths = _expand(su, payload, stats, deadline, None, t0)
+            out: dict = {"items": [(it[0], [(_pack(p), s) for p, s in it[1]], it[2]) if it[0] == "sub" else it
+                                   for it in items], "paths": paths}
+        else:
+            start, point = payload
+            cells, paths, ref = _dfs(su, [([(_unpack(space, p), s) for p, s in start], point)], stats, deadline,
+                                     None, t0)
+            out = {"cells": cells, "paths": paths, "refutation": ref}
+    except BudgetExceeded as exc:   # its caches were dropped: the next task of this process builds its own
+        _CURRENT = None
+        return {"budget": exc.covered}
+    except ExactSpecError as exc:
+        _CURRENT = None
+        import pickle
+        try:
+            pickle.loads(pickle.dumps(exc))
+        except Exception:   # an error that does not survive pickling: its type, message and exit code
+            return {"error": (type(exc).__name__, str(exc), exc.exit_code)}
+        return {"error": exc}
+    out["stats"] = stats
+    out["atoms"] = [_pack(a) for a in space.atoms - before]
+    return out
+
+
+def _raise_from(res: dict, timeout: Any, covered: dict) -> None:
+    if "budget" in res:
+        raise BudgetExceeded("seconds", timeout, covered=covered)
+    if "error" in res:
+        err = res["error"]
+        if isinstance(err, tuple):
+            name, text, code = err
+            exc = ExactSpecError(f"{name}: {text}")
+            exc.exit_code = code
+            raise exc
+        raise err
+
+
+def _prove_in_workers(job: _Job, sent: _Job, n: int, rule_name: str, family_source: str, timeout: Any, t0: float,
+                      progress: Any) -> "Proof | Refutation":
+    """The proof on ``n`` worker processes (1: one process, for isolation): the same cells, verdict and counts.
+
+    One worker runs the first cells breadth first until ``CHUNKS_PER_WORKER * n`` subtrees are
+    left (:func:`_expand`); the subtrees then run depth first on every worker, merged in the
+    order of the sequential run, so the cells, the counts and the first refuted cell are the
+    sequential run's. This process only merges: a time limit stops the workers, never sympy here.
+    """
+    from .. import parallel
+    space = Space(job.vocab, {"context_free": 1, "per_position": job.tokens, "table": job.vocab}[job.family],
+                  job.check_ms)   # the names for the assumptions (no arithmetic here)
+    assumptions = _assumptions(job, space, family_source)
+    wall = parallel.wall_deadline(timeout)
+    covered: dict = {"cells proven": 0}
+    total: dict = {}
+    atoms: set = set()
+
+    def merge(res: dict) -> None:
+        for k, v in res["stats"].items():
+            total[k] = total.get(k, 0) + v
+        atoms.update(res["atoms"])
+
+    def lost(run: Any, what: str) -> None:
+        if run.lost:
+            if wall is not None and time.time() >= wall:
+                raise BudgetExceeded("seconds", timeout, covered=covered)
+            run.require_all(what)
+
+    with parallel.executor_for(workers=n, isolate=True) as (ex, owned):
+        rebuild = parallel.pool_maker(n, isolate=True)
+        if n == 1:
+            items = [("sub", [], None)]
+            paths = 0
+        else:
+            run = parallel.run_chunks(_chunk, [(sent, "expand", CHUNKS_PER_WORKER * n, wall)], executor=ex,
+                                      owned=owned, deadline=wall, rebuild=rebuild)
+            lost(run, "es.prove")
+            first = run.results[0]
+            _raise_from(first, timeout, covered)
+            merge(first)
+            items, paths = first["items"], first["paths"]
+        subs = [it for it in items if it[0] == "sub"]
+        done = [sum(it[0] == "cell" for it in items)]
+        covered["cells proven"] = done[0]
+        if progress is not None and n > 1:
+            progress(done[0], done[0] + len(subs))
+
+        def tick(finished: int, _total: int) -> None:
+            if progress is not None:
+                progress(done[0], done[0] + len(subs) - finished)
+
+        def keep(res: dict) -> dict:
+            if "cells" in res:
+                done[0] += len(res["cells"])
+                covered["cells proven"] = done[0]
+            return res
+
+        run = parallel.run_chunks(_chunk, [(sent, "dfs", (it[1], it[2]), wall) for it in subs], executor=ex,
+                                  owned=owned, deadline=wall, rebuild=rebuild, on_result=keep, progress=tick,
+                                  final=lambda r: r.get("refutation") is not None or "cells" not in r,
+                                  order=sorted(range(len(subs)), key=lambda k: (len(subs[k][1]), k)))
+    stop = len(subs) if run.stop_at is None else run.stop_at
+    for k in range(stop + 1 if run.stop_at is not None else stop):
+        if k in run.results:
+            _raise_from(run.results[k], timeout, covered)
+    lost(run, "es.prove")
+    cells: list = []
+    j = 0
+    for it in items:
+        if it[0] == "cell":
+            cells.append(it[1])
+            continue
+        if it[0] == "refuted":
+            ref = it[1]
+        else:
+            res = run.results[j]
+            j += 1
+            merge(res)
+            paths += res["paths"]
+            ref = res["refutation"]
+            if ref is None:
+                cells.extend(res["cells"])
+                continue
+            cells.extend(res["cells"])   # the cells of this subtree before its refuted one
+            ref.cells_done = len(cells) - len(res["cells"]) + ref.cells_done
+        ref.cells_done = min(ref.cells_done, len(cells)) if it[0] != "refuted" else len(cells)
+        ref.assumptions, ref.seconds = assumptions, time.perf_counter() - t0
+        return ref
+    stats = dict(total)   # keys in the order they first arose (the first phase's cells come first)
     stats["cells"] = len(cells)
-    return Proof(rule=rule.name, cells=cells, paths=paths, atoms=len(space.atoms), assumptions=assumptions,
+    return Proof(rule=rule_name, cells=cells, paths=paths, atoms=len(atoms), assumptions=assumptions,
                  seconds=time.perf_counter() - t0, stats=stats)
+
+
+# -- the old path (benchmarks) ------------------------------------------------------------------------------
+
+_LEGACY = False
+#: decide ``output - expected == 0`` on a cell from the cross-multiplied numerator (no gcd; False: the old path,
+#: which cancelled the difference first)
+FAST_DIFFERENCE = True
+
+
+@contextmanager
+def legacy_path() -> Iterator[None]:
+    """Run ``es.prove`` as before issue 17 inside this block: in this process, every new cache off (benchmarks)."""
+    global _LEGACY
+    from . import _field
+    global FRESH_WITNESS, FAST_DIFFERENCE
+    names = ("SHARE_ATOMS", "CACHE_CONSTANTS", "CACHE_REDUCE", "CACHE_Z3", "SHARED_SOLVER", "UNFACTORED")
+    saved = _LEGACY, FRESH_WITNESS, FAST_DIFFERENCE, {k: getattr(_field, k) for k in names}
+    _LEGACY, FRESH_WITNESS, FAST_DIFFERENCE = True, False, False
+    for k in names:
+        setattr(_field, k, False)
+    try:
+        yield
+    finally:
+        _LEGACY, FRESH_WITNESS, FAST_DIFFERENCE = saved[0], saved[1], saved[2]
+        for k, v in saved[3].items():
+            setattr(_field, k, v)
 
 
 def _as_fraction(v: Any) -> Fraction | None:
@@ -323,18 +684,50 @@ def _as_fraction(v: Any) -> Fraction | None:
     return None
 
 
+#: look for a refutation's witness in a fresh z3 context that holds the cell's constraints only, so the witness
+#: depends on the cell alone: not on what this process solved before, nor on how the cells were split over
+#: workers (False: the old path, on the cell's own solver, whose models depend on the process's z3 history)
+FRESH_WITNESS = True
+
+
+def _cell_solver(space: Space, dec: Decider) -> tuple:
+    """``(solver, variables, sign)``: a new z3 context and solver asserting the cell's known signs, in order."""
+    import z3
+    ctx = z3.Context()
+    zvars = [z3.Real(n, ctx) for n in space.names]
+    solver = z3.SolverFor(space.logic, ctx=ctx) if space.logic else z3.Solver(ctx=ctx)
+    solver.set("timeout", space.check_ms)
+
+    def sign(poly: Any, signs: frozenset) -> Any:
+        terms = []
+        for monom, c in poly.terms():
+            t = z3.RealVal(f"{int(c.numerator)}/{int(c.denominator)}", ctx)
+            for i, e in enumerate(monom):
+                if e:
+                    t = t * (zvars[i] if e == 1 else zvars[i] ** e)
+            terms.append(t)
+        e = z3.Sum(terms) if len(terms) > 1 else terms[0]
+        return z3.Or([e < 0 if x == NEG else e == 0 if x == ZERO else e > 0 for x in sorted(signs)])
+    for poly, signs in dec.known.items():
+        solver.add(sign(poly, signs))
+    return solver, zvars, sign, ctx
+
+
 def _rational_point(space: Space, dec: Decider, poly: Any) -> dict | None:
     """A rational point of the cell where ``poly != 0``, fixing one variable at a time (z3 picks)."""
     import z3
-    s = dec.solver
+    if FRESH_WITNESS or dec._shared is not None:   # a shared solver holds the cell as assumptions only
+        s, zvars, sign, ctx = _cell_solver(space, dec)
+    else:
+        s, zvars, sign, ctx = dec.solver, space.z3vars, space.z3_sign, None
     n0 = s.num_scopes()
     s.push()
     try:
-        s.add(space.z3_sign(poly, frozenset((NEG, POS))))
+        s.add(sign(poly, frozenset((NEG, POS))))
         if s.check() != z3.sat:
             return None
         point: dict = {}
-        for name, var in zip(space.names, space.z3vars):
+        for name, var in zip(space.names, zvars):
             m = s.model()
             v = m.eval(var, model_completion=True)
             c = _as_fraction(v)
@@ -346,7 +739,7 @@ def _rational_point(space: Space, dec: Decider, poly: Any) -> dict | None:
                     candidates += [a.limit_denominator(d) for d in (10, 100, 10 ** 4, 10 ** 8)] + [a]
             for cand in candidates:
                 s.push()
-                s.add(var == z3.RealVal(f"{cand.numerator}/{cand.denominator}"))
+                s.add(var == z3.RealVal(f"{cand.numerator}/{cand.denominator}", ctx))
                 if s.check() == z3.sat:
                     point[name] = cand
                     break
