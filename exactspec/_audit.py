@@ -143,7 +143,7 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     inputs = validate_audit(target=target, rule=rule, draft=draft, proposer=proposer, prompt=prompt, tokens=tokens,
                             decoding=decoding, field=field, precision=precision, tolerance=tolerance,
                             expected=expected, worst=worst, backend=backend, rng_model=rng_model)
-    return run_audit(inputs, budget=budget, closed_form=closed_form, exact_floats=exact_floats, start=t0)
+    return run_audit(inputs, budget=budget, closed_form=closed_form, exact_floats=exact_floats, start=t0, lazy=True)
 
 
 # -- the steps of an audit: validate, build the engine, compute the laws, assemble the report ----------------
@@ -245,8 +245,12 @@ def validate_audit(*, target: Model, rule: Any, draft: Model | None = None, prop
 
 
 def build_engine(inputs: AuditInputs, *, budget: Budget | None = None, closed_form: bool = True,
-                 exact_floats: bool = False, on_error: str = "raise") -> Engine:
+                 exact_floats: bool = False, on_error: str = "raise", lazy: bool = False) -> Engine:
     """The engine that enumerates ``inputs`` (nothing is enumerated until :func:`compute_laws`).
+
+    ``lazy=True`` lets the engine defer the draws of the last token a step keeps (see
+    :class:`~exactspec.enumerate.rng.DeferredToken`): what :func:`audit` asks for rules; a
+    sampler audit, whose code hands drawn tokens to numpy and torch, does not.
 
     >>> import exactspec as es
     >>> m = es.models.context_free(("1/2", "1/2"))
@@ -254,7 +258,8 @@ def build_engine(inputs: AuditInputs, *, budget: Budget | None = None, closed_fo
     True
     """
     return Engine(inputs.rule, inputs.proposer, inputs.target, inputs.draft, inputs.field, budget=budget,
-                  closed_form=closed_form, lattice=inputs.lattice, exact_floats=exact_floats, on_error=on_error)
+                  closed_form=closed_form, lattice=inputs.lattice, exact_floats=exact_floats, on_error=on_error,
+                  lazy=lazy)
 
 
 @dataclass
@@ -299,7 +304,7 @@ def compute_laws(engine: Engine, inputs: AuditInputs) -> AuditLaws:
     # MemoryError / RecursionError is a budget too (exit 3), never a verdict
     with engine.guard():
         try:
-            tpc, accepted, nodes = engine.efficiency(prompt_t)
+            tpc, accepted, nodes = engine.efficiency(prompt_t, tokens)
             output, calls = engine.output(prompt_t, tokens)
         finally:
             engine.close()
@@ -371,12 +376,13 @@ def assemble_report(inputs: AuditInputs, engine: Engine, laws: AuditLaws, *, sec
 
 
 def run_audit(inputs: AuditInputs, *, budget: Budget | None = None, closed_form: bool = True,
-              exact_floats: bool = False, start: float | None = None, on_error: str = "raise") -> AuditReport:
+              exact_floats: bool = False, start: float | None = None, on_error: str = "raise",
+              lazy: bool = False) -> AuditReport:
     """Audit validated inputs: build the engine, compute the laws, assemble the report.
 
     ``start`` is the ``time.perf_counter()`` the report's ``seconds`` count from (default: now).
     ``on_error="record"``: a branch on which the rule's own code raises is no error but a crash,
-    reported with its exact probability (see :func:`compute_laws`).
+    reported with its exact probability (see :func:`compute_laws`). ``lazy``: see :func:`build_engine`.
 
     >>> import exactspec as es
     >>> m = es.models.context_free(("1/2", "1/2"))
@@ -385,6 +391,6 @@ def run_audit(inputs: AuditInputs, *, budget: Budget | None = None, closed_form:
     """
     t0 = time.perf_counter() if start is None else start
     engine = build_engine(inputs, budget=budget, closed_form=closed_form, exact_floats=exact_floats,
-                          on_error=on_error)
+                          on_error=on_error, lazy=lazy)
     laws = compute_laws(engine, inputs)
     return assemble_report(inputs, engine, laws, seconds=time.perf_counter() - t0)

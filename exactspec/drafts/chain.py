@@ -29,7 +29,7 @@ class ChainStep:
     """
 
     __slots__ = ("gamma", "vocab", "_env", "_rng", "_ctxs", "_drafts", "_claims", "_sample", "_point", "accepted",
-                 "_source", "_last")
+                 "_source", "_last", "_draw")
 
     family = "chain"
 
@@ -38,6 +38,8 @@ class ChainStep:
         self.vocab = env.vocab
         self._env = env
         self._rng = rng
+        # the proposer reads a draft as soon as it is drawn: never a deferred draw (see PathRng.draw_now)
+        self._draw = getattr(rng, "draw_now", None) or getattr(rng, "categorical", None)
         self._ctxs = [context]   # the context at each of the first KEEP_CONTEXTS positions (later: rebuilt)
         self._last = context     # the context after every draft drawn so far
         self._drafts: list[int] = []
@@ -56,7 +58,7 @@ class ChainStep:
             ctx = self._last
             q = env.q(ctx)
             s = q if source is None else env.view(source)(ctx)
-            x = self._rng.categorical(s) if self._sample else env.argmax(s)
+            x = self._draw(s) if self._sample else env.argmax(s)
             self._drafts.append(x)
             self._claims.append(env.point_mass(x) if self._point else q)
             self._last = ctx = ctx + (x,)

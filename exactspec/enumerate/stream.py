@@ -15,6 +15,7 @@ True
 
 from __future__ import annotations
 
+import os
 from fractions import Fraction as F  # noqa: F401  (doctest)
 from typing import Any
 
@@ -23,32 +24,54 @@ from ..fields import Field
 from ..laws import clear_memo
 from ..models import Model
 from .env import Env, state_key
-from .step import Budget, Meter, StepEnumerator, check_budget, crash_index, crash_outcome, is_crash
+from .step import Budget, Meter, StepEnumerator, check_budget, crash_index, crash_outcome, engine_rule, is_crash
 from .watchdog import guard as BudgetGuard
 
-__all__ = ["Engine", "target_law", "greedy_sequence"]
+__all__ = ["Engine", "target_law", "greedy_sequence", "LEGACY_ENV"]
+
+#: set this environment variable to ``1`` to run every engine on its earlier path (benchmarks compare the two)
+LEGACY_ENV = "EXACTSPEC_LEGACY_ENGINE"
 
 
 class Engine:
-    """Exact output law of a rule + proposer over a target (and draft) model, memoised by state."""
+    """Exact output law of a rule + proposer over a target (and draft) model, memoised by state.
+
+    ``rule`` is a rule record (``es.rules.Rule``) or a plain function ``fn(step, rng)``; the
+    engine knows no rule by name (``es.audit`` resolves names). ``lazy=True`` defers the draws of
+    the last token a step keeps (see :class:`~exactspec.enumerate.rng.DeferredToken`): the
+    entry points for rules ask for it; a sampler audit does not. ``legacy=True`` (default: the
+    environment variable :data:`LEGACY_ENV`) runs the earlier path: the output law composed
+    backwards from memoised sub-laws, the efficiency from the whole uncut first step, nothing
+    deferred. In an exact field both paths give the same laws (``==``); in an inexact one only
+    the earlier path runs, so float results keep their rounding.
+    """
 
     def __init__(self, rule: Any, proposer: Any, target: Model, draft: Model | None, field: Field, *,
                  budget: Budget | None = None, closed_form: bool = True, lattice: Any = None,
-                 exact_floats: bool = False, on_error: str = "raise") -> None:
-        from ..rules import as_rule
-        self.rule = as_rule(rule)
+                 exact_floats: bool = False, on_error: str = "raise", lazy: bool = False,
+                 legacy: bool | None = None) -> None:
+        budget = check_budget(budget, "Engine")
+        self.rule = engine_rule(rule, "Engine")
         self.proposer = proposer
         self.field = field
+        if legacy is None:
+            legacy = os.environ.get(LEGACY_ENV, "") not in ("", "0")
+        #: the faster path: forward composition, horizons cut from longer ones, efficiency with the first step
+        self.fast = not legacy and field.exact
         self.env = Env(target, draft, field)
-        self.meter = Meter(check_budget(budget, "Engine") or Budget())
+        self.meter = Meter(budget or Budget())
         self.steps = StepEnumerator(self.rule, proposer, self.env, self.meter, lattice=lattice,
-                                    exact_floats=exact_floats, on_error=on_error)
-        self.use_closed_form = bool(closed_form and self.rule.closed_form is not None
+                                    exact_floats=exact_floats, on_error=on_error, lazy=lazy and self.fast)
+        self.use_closed_form = bool(closed_form and getattr(self.rule, "closed_form", None) is not None
                                     and hasattr(proposer, "laws") and proposer.family == self.rule.family)
         orders = [target.order] + ([draft.order] if draft is not None else []) + list(proposer.orders())
         self._orders = orders
         self._step_memo: dict[tuple, dict] = {}
         self._out_memo: dict[tuple, tuple[dict, Any]] = {}
+        #: fast path: the horizons each state's step law was computed at, and the laws any shorter horizon may be
+        #: cut from (a law of the first step computed uncut, or any law when no crash is recorded)
+        self._horizons: dict[tuple, list] = {}
+        self._cut_from: set = set()
         clear_memo()
 
     def key(self, context: tuple) -> tuple:
@@ -72,6 +95,8 @@ class Engine:
         if law is not None:
             return law
         full = memo.get((key, None))
+        if full is None and self.fast and horizon is not None:
+            full = self._longer(key, horizon)
         if full is not None and horizon is not None:
             law = {}
             for e, w in full.items():
@@ -82,8 +107,31 @@ class Engine:
             law = self._closed(key, horizon)
             if law is None:
                 law = self.steps.law(key, horizon)
-        memo[(key, horizon)] = law
+                if self.fast and not self.steps.record:   # no crash can hide behind a cut: any law may be cut
+                    self._cut_from.add((key, horizon))
+        self._remember(key, horizon, law)
         return law
+
+    def _remember(self, key: tuple, horizon: int | None, law: dict) -> None:
+        self._step_memo[(key, horizon)] = law
+        if self.fast:
+            self._horizons.setdefault(key, []).append(horizon)
+
+    def _longer(self, key: tuple, horizon: int) -> dict | None:
+        """A law of this state at a longer horizon, enumerated, to cut at ``horizon`` (fast path), or None.
+
+        Cutting gives the law enumerating at ``horizon`` gives: a branch runs the same draws up to
+        its ``horizon``-th token either way. Not with recorded crashes (a branch crashing after its
+        ``horizon``-th token is a crash only in the longer law), except from the first step's law
+        computed with the efficiency, as the earlier path cut its uncut law.
+        """
+        best: Any = None          # the shortest longer horizon (None: uncut, the longest)
+        found = False
+        for h in self._horizons.get(key, ()):
+            if (key, h) in self._cut_from and (h is None or h > horizon) and (
+                    not found or (h is not None and (best is None or h < best))):
+                best, found = h, True
+        return self._step_memo[(key, best)] if found else None
 
     def _check_length(self, horizon: int | None) -> None:
         """Refuse a step that may draft more positions than the depth budget allows draws.
@@ -119,7 +167,60 @@ class Engine:
 
     def output(self, prompt: tuple, tokens: int) -> tuple[dict, Any]:
         """(law of the first ``tokens`` emitted tokens, expected number of steps to emit them)."""
+        if self.fast:
+            return self._forward(tuple(prompt), tokens)
         return self._output(tuple(prompt), tokens)
+
+    def _forward(self, context: tuple, tokens: int) -> tuple[dict, Any]:
+        """The law of the first ``tokens`` tokens, composed forwards over the tokens emitted so far.
+
+        ``levels[n]`` holds, for every sequence of ``n`` tokens after which a step starts, the
+        probability of starting one there; sequences reached by different splits into steps are
+        merged before their next step is expanded. Each level is expanded once, in order, and
+        freed: memory is the outcomes plus one level. The expected number of steps is the sum of
+        those probabilities (1 for the first step). Same law as :meth:`_output`, summed in another
+        order (exact fields only).
+        """
+        memo = self._out_memo
+        root = (self.key(context), tokens)
+        hit = memo.get(root)
+        if hit is not None:
+            return hit
+        meter = self.meter
+        held, most = meter.outcomes, meter.budget.outcomes or float("inf")   # outcomes held, counted here
+        out: dict = {}
+        levels: list = [None] * tokens
+        levels[0] = {(): self.field.one}
+        calls: Any = 1
+        for n in range(tokens):
+            level, levels[n] = levels[n], None
+            if not level:
+                continue
+            r = tokens - n
+            for e0, w0 in level.items():
+                if n:
+                    calls += w0
+                meter.check_time()
+                for e, pe in self.step_law(context + e0, r).items():
+                    m = len(e)
+                    if m >= r:
+                        dest = out
+                    else:
+                        dest = levels[n + m]
+                        if dest is None:
+                            dest = levels[n + m] = {}
+                    k = e0 + e
+                    old = dest.get(k)
+                    if old is None:
+                        dest[k] = w0 * pe
+                        held += 1
+                    else:
+                        dest[k] = old + w0 * pe
+                if held > most:
+                    meter.hold(held - meter.outcomes)
+        meter.outcomes = held
+        done = memo[root] = (out, calls)
+        return done
 
     def _output(self, context: tuple, r: int) -> tuple[dict, Any]:
         """The law from ``context`` by remaining tokens ``r``, memoised by ``(state, r)``.
@@ -178,11 +279,13 @@ class Engine:
         self.meter.check_time()
         return [key, context, r, iter(self.step_law(context, r).items()), {}, 1, None]
 
-    def efficiency(self, prompt: tuple) -> tuple[Any, Any, Any]:
+    def efficiency(self, prompt: tuple, tokens: int | None = None) -> tuple[Any, Any, Any]:
         """Exact expectations for the first (uncut) step from ``prompt``.
 
         Returns (tokens emitted, drafts accepted or None when the rule marks no acceptance,
-        speculated nodes the target verifies).
+        speculated nodes the target verifies). ``tokens``: the horizon the output law will be asked
+        for; the fast path then keeps the first step's law cut there, computed on the way (every
+        branch of the first step runs to its end either way), instead of the uncut one.
         """
         key = self.key(tuple(prompt))
         self._check_length(None)
@@ -196,14 +299,21 @@ class Engine:
                 accepted += a * w
             return tokens, accepted, nodes
         stats: dict = {}
+        marks = getattr(self.rule, "marks_accepted", False)
+        if self.fast:
+            law = self.steps.law(key, tokens, stats)
+            self._remember(key, tokens, law)
+            self._cut_from.add((key, tokens))   # cut as the earlier path cut its uncut law
+            marked = stats.get("marked") or marks
+            return stats.get("tokens", 0), (stats.get("accepted", 0) if marked else None), nodes
         full = self.steps.law(key, None, stats)
         self._step_memo[(key, None)] = full
-        tokens = 0
+        emitted: Any = 0
         for e, w in full.items():
             if not is_crash(e):          # a branch that crashed emitted nothing
-                tokens += len(e) * w
-        marked = stats.get("marked") or self.rule.marks_accepted
-        return tokens, (stats.get("accepted", 0) if marked else None), nodes
+                emitted += len(e) * w
+        marked = stats.get("marked") or marks
+        return emitted, (stats.get("accepted", 0) if marked else None), nodes
 
     def close(self) -> None:
         clear_memo()
