@@ -141,6 +141,24 @@ class ChainLaws:
             p = self._p[prefix] = self.env.p(self.context + prefix)
         return p
 
+    def state(self, prefix: tuple) -> tuple:
+        """The context suffix every model of the step reads after ``prefix`` (the whole context for a model of
+        order None): prefixes with the same state have the same laws at every later position."""
+        ctx = self.context + prefix
+        orders = [self.env.p.model.order] + ([self.env.q.model.order] if self.env.q is not None else []) + (
+            [self.proposer.sampled_from.order] if self.proposer.sampled_from is not None else [])
+        if any(o is None for o in orders):
+            return ctx
+        k = max(orders)
+        return ctx[-k:] if k else ()
+
+    def row_key(self, prefix: tuple) -> tuple:
+        """What names every law at ``prefix`` for the audit: the identities of the target, sampling and draft laws
+        (shared objects, alive while the audit runs), and the claim kind. Two prefixes with equal keys have equal
+        laws, so a closed form reading only those may reuse its work (see ``chain_step_law``'s ``row_key``)."""
+        return (id(self.target(prefix)), id(self.sampling(prefix)),
+                None if self._point else id(self._draft_law(prefix)))
+
 
 class ChainProposer:
     """Drafts ``gamma`` tokens from the draft model; see :func:`chain`."""

@@ -59,6 +59,7 @@ class Engine:
         #: the faster path: forward composition, horizons cut from longer ones, efficiency with the first step
         self.fast = not legacy and field.exact
         self.env = Env(target, draft, field)
+        self.env.fast = self.fast
         self.meter = Meter(budget or Budget())
         self.steps = StepEnumerator(self.rule, proposer, self.env, self.meter, lattice=lattice,
                                     exact_floats=exact_floats, on_error=on_error, lazy=lazy and self.fast)
