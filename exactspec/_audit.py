@@ -322,9 +322,9 @@ def compute_laws(engine: Engine, inputs: AuditInputs) -> AuditLaws:
             exp = {greedy_sequence(inputs.target, prompt_t, tokens): fld.one}
         else:
             ref = inputs.expected if inputs.expected is not None else inputs.target
-            exp = target_law(ref, prompt_t, tokens, fld, [ref.order], meter=engine.meter)
+            exp = target_law(ref, prompt_t, tokens, fld, [ref.order], meter=engine.meter, fast=engine.fast)
         tv = total_variation(output, exp)
-    ex = fld.export
+    ex = fld.export if engine.fast else _export_plain(fld)
     if ex(fld.one) is not fld.one:  # hand users Fractions whatever rational type computed them
         output = {k: ex(v) for k, v in output.items()}
         exp = {k: ex(v) for k, v in exp.items()}
@@ -335,6 +335,14 @@ def compute_laws(engine: Engine, inputs: AuditInputs) -> AuditLaws:
             crashes = {k: (ex(p), site) for k, (p, site) in crashes.items()}
     return AuditLaws(output=output, expected=exp, tv=tv, tokens_per_call=tpc, accepted_per_call=accepted,
                      nodes_per_call=nodes, target_calls=calls, crashes=crashes)
+
+
+def _export_plain(fld: Field) -> Any:
+    """The earlier path's conversion to Fractions (reduced again: same Fractions, slower)."""
+    if fld.export(fld.one) is fld.one:
+        return fld.export
+    from fractions import Fraction
+    return lambda x: x if type(x) is Fraction else Fraction(int(x.numerator), int(x.denominator))
 
 
 def assemble_report(inputs: AuditInputs, engine: Engine, laws: AuditLaws, *, seconds: float) -> AuditReport:

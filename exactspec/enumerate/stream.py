@@ -321,10 +321,14 @@ class Engine:
 
 
 def target_law(target: Model, prompt: tuple, tokens: int, field: Field, orders: list | None = None, *,
-               meter: Meter | None = None) -> dict:
+               meter: Meter | None = None, fast: bool | None = None) -> dict:
     """The target's own autoregressive law of the first ``tokens`` tokens after ``prompt``.
 
     With ``meter`` (an engine's), the outcomes it holds count against that audit's budget.
+    ``fast`` (default: in exact fields, unless :data:`LEGACY_ENV` is set) extends the prefixes one
+    token at a time (``tokens * vocab ** tokens`` products at most, none of the sub-laws); otherwise
+    the law is composed backwards from sub-laws memoised by state, as inexact fields need to keep
+    their rounding. Both count the same outcomes against the budget.
 
     >>> import exactspec as es
     >>> from exactspec.fields import get_field
@@ -335,6 +339,10 @@ def target_law(target: Model, prompt: tuple, tokens: int, field: Field, orders: 
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
         raise ExactSpecError(f"tokens must be an int >= 1, got {tokens!r}")
     view = ModelView(target, field)
+    if fast is None:
+        fast = field.exact and os.environ.get(LEGACY_ENV, "") in ("", "0")
+    if fast:
+        return _target_forward(view, tuple(prompt), tokens, meter)
     orders = orders or [target.order]
     memo: dict[tuple, dict] = {}
     root = (state_key(tuple(prompt), orders), tokens)
@@ -372,6 +380,21 @@ def target_law(target: Model, prompt: tuple, tokens: int, field: Field, orders: 
             stack.pop()
             done = memo[key] = law
     return done
+
+
+def _target_forward(view: Any, prompt: tuple, tokens: int, meter: Meter | None) -> dict:
+    """:func:`target_law` one token at a time: each level's prefixes times the next token's law."""
+    hold = meter.hold if meter is not None else _ignore
+    level: dict = {(): None}
+    for n in range(tokens):
+        nxt: dict = {}
+        for prefix, w in level.items():
+            for t, pt in enumerate(view(prompt + prefix)):
+                if pt:
+                    nxt[prefix + (t,)] = pt if w is None else w * pt
+        hold(len(nxt))
+        level = nxt
+    return level
 
 
 def _ignore(n: int) -> None:
