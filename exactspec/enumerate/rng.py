@@ -629,6 +629,10 @@ class Uniform:
         """``a*u + b < t`` (``<=`` when not ``strict``)."""
         t = self._num(t, op)
         a, b = self._a, self._b
+        cell = self._cell
+        rng = cell.rng
+        if a is rng._one and b is rng._zero and rng._exact:   # the uniform itself, exact field: the bound is t
+            return rng._compare(cell, t, strict)
         if a == 0:
             return b < t if strict else b <= t
         bound = (t - b) / a

@@ -378,6 +378,8 @@ class StepEnumerator:
         keep = horizon if cap is None or (horizon is not None and horizon < cap) else cap   # tokens kept
         lazy_from = keep - 1 if self.lazy and keep is not None else None
         law: dict = {}
+        #: emitted deferred draws by (tokens before, values): their branches' weights, summed before spreading
+        spread: dict = {}
         stack: list = [((), field.one)]
         meter.steps += 1
         while stack:
@@ -445,11 +447,14 @@ class StepEnumerator:
                     continue
                 key = out if keep is None or len(out) <= keep else out[:keep]
                 last = key[-1]
-                if type(last) is DeferredToken:   # emitted unread: spread the branch over the values it stands for
-                    base = key[:-1]
-                    for v, pv in last.values():
-                        k = base + (v,)
-                        law[k] = law.get(k, 0) + w * pv
+                if type(last) is DeferredToken:   # emitted unread: stands for all its values (spread below)
+                    values = last.values()
+                    sk = (key[:-1], id(values))
+                    hit = spread.get(sk)
+                    if hit is None:
+                        spread[sk] = [values, w]
+                    else:
+                        hit[1] += w
                 else:
                     law[key] = law.get(key, 0) + w
             elif run_h is None and keep is not None and len(out) > keep:
@@ -463,6 +468,10 @@ class StepEnumerator:
                 if n:
                     stats["marked"] = True
                     stats["accepted"] = stats.get("accepted", 0) + n * w
+        for (base, _), (values, w) in spread.items():
+            for v, pv in values:
+                k = base + (v,)
+                law[k] = law.get(k, 0) + w * pv
         return law
 
     def _replayer(self, context: tuple, horizon: int | None, choices: tuple) -> Callable[[], Any]:
