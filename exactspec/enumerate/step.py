@@ -345,6 +345,9 @@ class StepEnumerator:
                  lazy: bool = False) -> None:
         self.lattice, self.exact_floats = lattice, exact_floats
         self.lazy = bool(lazy)
+        #: deferred draws made, and redrawn because the rule looked at them (a rule that looks at most of its
+        #: draws gains nothing from deferring them and pays a partial run each time: deferring stops then)
+        self.deferrals, self.redraws = 0, 0
         if on_error not in ("raise", "record"):
             raise ExactSpecError(f"on_error must be 'raise' or 'record', got {on_error!r}")
         #: ``on_error="record"``: a branch on which the rule's own code raises is an outcome of its own (see
@@ -376,7 +379,8 @@ class StepEnumerator:
         depth = meter.budget.depth
         run_h = horizon if stats is None else None     # how far each branch runs
         keep = horizon if cap is None or (horizon is not None and horizon < cap) else cap   # tokens kept
-        lazy_from = keep - 1 if self.lazy and keep is not None else None
+        lazy_from = keep - 1 if self.lazy and keep is not None and not (
+            self.redraws > 64 and 2 * self.redraws > self.deferrals) else None
         law: dict = {}
         #: emitted deferred draws by (tokens before, values): their branches' weights, summed before spreading
         spread: dict = {}
@@ -390,11 +394,11 @@ class StepEnumerator:
             try:
                 out = run_rule(fn, step, rng, run_h, vocab, name, cap, lazy_from)
             except Touched as exc:   # the rule looked at a deferred draw: draw it for real, run the branch again
-                rng.redraw(_to_redraw(rng, exc.token))
+                self._redraw(rng, exc.token)
                 continue
             except RuleError as exc:
                 if rng.deferred:     # whatever failed, see it on a branch with every draw drawn
-                    rng.redraw(_to_redraw(rng))
+                    self._redraw(rng)
                     continue
                 if not exc.trace:
                     exc.trace = rng.trace
@@ -403,17 +407,17 @@ class StepEnumerator:
                 raise
             except _Diverged as exc:
                 if rng.deferred:
-                    rng.redraw(_to_redraw(rng))
+                    self._redraw(rng)
                     continue
                 raise RuleError(f"rule {name}: {exc}", rule=name, trace=rng.trace) from exc
             except (ExactSpecError, MemoryError, RecursionError) as exc:
                 if rng.deferred and isinstance(exc, ExactSpecError) and not isinstance(exc, BudgetExceeded):
-                    rng.redraw(_to_redraw(rng))
+                    self._redraw(rng)
                     continue
                 raise   # resources run out are budget errors (see watchdog.guard), not the rule's fault
             except Exception as exc:
                 if rng.deferred:
-                    rng.redraw(_to_redraw(rng))
+                    self._redraw(rng)
                     continue
                 from .._crash import crash_site
                 site = crash_site(exc)
@@ -433,7 +437,7 @@ class StepEnumerator:
                     rule=name, trace=trace, replay=self._replayer(context, run_h, rng.choices)) from exc
             except SystemExit as exc:   # user code ending the process is a failure (exit 2), never a verdict
                 if rng.deferred:
-                    rng.redraw(_to_redraw(rng))
+                    self._redraw(rng)
                     continue
                 trace = rng.trace
                 raise RuleError(f"rule {name} called sys.exit({exc.code!r}) (context {context}, draws {trace})",
@@ -443,8 +447,9 @@ class StepEnumerator:
             w = rng.weight
             if rng.deferred:
                 if any(t._es_touched for t in rng.deferred):   # a touch the rule caught and went on from
-                    rng.redraw(_to_redraw(rng))
+                    self._redraw(rng)
                     continue
+                self.deferrals += len(rng.deferred)
                 key = out if keep is None or len(out) <= keep else out[:keep]
                 last = key[-1]
                 if type(last) is DeferredToken:   # emitted unread: stands for all its values (spread below)
@@ -473,6 +478,12 @@ class StepEnumerator:
                 k = base + (v,)
                 law[k] = law.get(k, 0) + w * pv
         return law
+
+    def _redraw(self, rng: PathRng, tok: DeferredToken | None = None) -> None:
+        """Draw a deferred draw of this failed branch for real (see :func:`_to_redraw`), and count it."""
+        self.deferrals += len(rng.deferred)
+        self.redraws += 1
+        rng.redraw(_to_redraw(rng, tok))
 
     def _replayer(self, context: tuple, horizon: int | None, choices: tuple) -> Callable[[], Any]:
         def replay() -> Any:

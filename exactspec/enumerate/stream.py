@@ -96,7 +96,7 @@ class Engine:
         if law is not None:
             return law
         full = memo.get((key, None))
-        if full is None and self.fast and horizon is not None:
+        if full is None and self.steps.lazy and horizon is not None:
             full = self._longer(key, horizon)
         if full is not None and horizon is not None:
             law = {}
@@ -119,7 +119,10 @@ class Engine:
             self._horizons.setdefault(key, []).append(horizon)
 
     def _longer(self, key: tuple, horizon: int) -> dict | None:
-        """A law of this state at a longer horizon, enumerated, to cut at ``horizon`` (fast path), or None.
+        """A law of this state at a longer horizon, enumerated, to cut at ``horizon``, or None.
+
+        With ``lazy`` only (the rule entry points): a sampler audit caches its sampler's calls by
+        their inputs, and answers the shorter horizons from that cache itself.
 
         Cutting gives the law enumerating at ``horizon`` gives: a branch runs the same draws up to
         its ``horizon``-th token either way. Not with recorded crashes (a branch crashing after its
