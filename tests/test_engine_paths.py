@@ -230,11 +230,23 @@ def test_a_deferred_draw_stands_for_all_its_values_and_any_use_is_seen():
     rng.defer = True
     tok = rng.categorical((F(1, 3), F(2, 3)))
     assert type(tok) is DeferredToken and tok.values() == [(0, F(1, 3)), (1, F(2, 3))]
-    for use in (lambda t: t == 0, lambda t: hash(t), lambda t: int(t), lambda t: [0, 1][t], lambda t: t + 1,
+    for use in (lambda t: t == 0.0, lambda t: t == F(0), lambda t: hash(t), lambda t: int(t), lambda t: [0, 1][t], lambda t: t + 1,
                 lambda t: str(t), lambda t: t.numerator, lambda t: bool(t), lambda t: f"{t}", lambda t: t < 1):
         with pytest.raises(Touched):
             use(tok)
     assert rng.draw_now((F(1, 2), F(1, 2))) == 0   # a proposer's draw is never deferred
+
+
+def test_comparing_a_deferred_draw_with_an_int_narrows_it():
+    from exactspec.enumerate.rng import PathRng
+    stack = []
+    rng = PathRng((), F(1), get_field(backend="python"), stack, {})
+    rng.defer = True
+    tok = rng.categorical((F(1, 2), F(1, 4), F(1, 4)))
+    assert (tok == 5) is False and not stack                 # not a value it can take: no fork
+    assert (tok != 1) is False and rng.weight == F(1, 4)      # a fork: equal taken first, not-equal pushed
+    assert stack[-1][1] == F(3, 4) and tok.values() == [(1, F(1))]
+    assert (tok == 1) is True and len(stack) == 1             # decided: no second fork
 
 
 def test_the_first_step_law_is_kept_cut_at_the_horizon_not_uncut():

@@ -205,9 +205,36 @@ class PathRng:
             self._choices.append(UNSEEN)
         self._pos = pos + 1
         self._kinds.append("categorical")
-        tok = DeferredToken(support, pos, self._n if replayed else pos + 1, len(self._stack), self.weight)
+        tok = DeferredToken(support, pos, self._n if replayed else pos + 1, len(self._stack), self.weight, self)
         self.deferred.append(tok)
         return tok
+
+    def _deferred_eq(self, tok: "DeferredToken", t: int) -> bool:
+        """``tok == t`` for an int ``t``: decided without drawing ``tok`` when ``t`` is not (or is the only one)
+        among the values it may still take; otherwise a two-way fork (equal: ``P(t)``; not: the rest), after
+        which ``tok`` stands for ``t`` alone or for its other values."""
+        sub = tok._es_sub
+        pt = None
+        for v, pv in sub:
+            if v == t:
+                pt = pv
+                break
+        if pt is None:
+            return False
+        if len(sub) == 1:
+            return True
+        pos = self._pos
+        mass = tok._es_mass
+        if pos < self._n:
+            eq = self._replayed("deferred ==", bool)
+        else:
+            eq = self._fork("deferred ==", [(True, pt / mass), (False, (mass - pt) / mass)])
+        tok._es_eqs.append((pos, t))
+        if eq:
+            tok._es_sub, tok._es_mass = [(t, pt)], pt
+        else:
+            tok._es_sub, tok._es_mass = [(v, pv) for v, pv in sub if v != t], mass - pt
+        return eq
 
     def redraw(self, tok: "DeferredToken") -> None:
         """Draw the deferred ``tok`` for real: drop what this branch pushed after it and push its values instead.
@@ -218,10 +245,27 @@ class PathRng:
         ``tok`` depended on its value.
         """
         del self._stack[tok._es_height:]
-        base = self._choices[: tok._es_keep]
+        keep = tok._es_keep
+        base = self._choices[:keep]
         push = self._stack.append
         w, pos = tok._es_weight, tok._es_pos
-        for v, pv in tok._es_support:
+        values = tok._es_support
+        eqs = [(e, t) for e, t in tok._es_eqs if e < keep]
+        if eqs:   # replayed comparisons ``tok == t`` in the kept choices: the values they leave, their draws dropped
+            mass = self._one
+            for e, t in eqs:
+                if base[e]:
+                    values = [(v, pv) for v, pv in values if v == t]
+                else:
+                    values = [(v, pv) for v, pv in values if v != t]
+            mass = sum((pv for _, pv in values), self._zero)
+            w = w / mass                 # the kept choices weighed the comparisons: P(values left) = mass
+            gone = {e for e, _ in eqs}
+            for v, pv in values:
+                base[pos] = v
+                push((tuple(c for i, c in enumerate(base) if i not in gone), w * pv))
+            return
+        for v, pv in values:
             base[pos] = v
             push((tuple(base), w * pv))
 
@@ -357,9 +401,10 @@ class DeferredToken:
 
     The engine defers a draw made while the next token the rule emits is the last one it keeps
     (the horizon): a rule that emits it unread (``yield rng.categorical(law)``) runs once for all
-    its values, which the engine spreads over the outcome afterwards. Any use of its value
-    (comparing, hashing, indexing, arithmetic, ``int()``, ``str()``, any attribute) raises
-    :class:`Touched`, and the engine redraws it for real; so does any exception raised while a
+    its values, which the engine spreads over the outcome afterwards. ``tok == t`` and ``tok != t``
+    with an int ``t`` fork two ways (equal or not) and narrow the values it stands for. Any other
+    use of its value (ordering, hashing, indexing, arithmetic, ``int()``, ``str()``, any attribute)
+    raises :class:`Touched`, and the engine redraws it for real; so does any exception raised while a
     branch holds one. Only code that tells it from an int by ``type()``, ``isinstance`` or ``is``
     without raising could see the difference.
 
@@ -368,7 +413,7 @@ class DeferredToken:
     >>> rng = PathRng((), 1, get_field(backend="python"), [], {})
     >>> rng.defer = True
     >>> tok = rng.categorical((F(1, 4), F(3, 4)))
-    >>> tok == 1
+    >>> tok < 1
     Traceback (most recent call last):
     ...
     exactspec.enumerate.rng.Touched: a deferred draw was looked at
@@ -376,15 +421,35 @@ class DeferredToken:
     [(0, Fraction(1, 4)), (1, Fraction(3, 4))]
     """
 
-    __slots__ = ("_es_support", "_es_pos", "_es_keep", "_es_height", "_es_weight", "_es_touched")
+    __slots__ = ("_es_support", "_es_pos", "_es_keep", "_es_height", "_es_weight", "_es_touched", "_es_rng",
+                 "_es_sub", "_es_mass", "_es_eqs")
 
-    def __init__(self, support: list, pos: int, keep: int, height: int, weight: Any) -> None:
+    def __init__(self, support: list, pos: int, keep: int, height: int, weight: Any, rng: Any = None) -> None:
         self._es_support, self._es_pos, self._es_keep = support, pos, keep
         self._es_height, self._es_weight, self._es_touched = height, weight, False
+        #: the values it may still take (comparisons with ints narrow them), their mass, the comparisons' draws
+        self._es_rng, self._es_sub, self._es_mass, self._es_eqs = rng, support, None, []
 
     def values(self) -> list:
-        """The (token, probability) pairs the token stands for (for the engine; reading them is not a touch)."""
-        return self._es_support
+        """The (token, probability) pairs the token stands for (for the engine; reading them is not a touch).
+
+        After comparisons with ints narrowed it, the values left, with their probabilities given those
+        comparisons (the branch's weight holds the probability of the comparisons' answers).
+        """
+        if not self._es_eqs:
+            return self._es_support
+        mass = self._es_mass
+        return [(v, pv / mass) for v, pv in self._es_sub]
+
+    def __eq__(self, t: Any) -> Any:
+        if type(t) is not int or self._es_rng is None:
+            return self._es_touch()
+        if self._es_mass is None:
+            self._es_mass = self._es_rng._one
+        return self._es_rng._deferred_eq(self, t)
+
+    def __ne__(self, t: Any) -> Any:
+        return not self.__eq__(t)
 
     def _es_touch(self, *args: Any, **kwargs: Any) -> Any:
         self._es_touched = True
@@ -401,7 +466,7 @@ def _touching(name: str) -> Any:
     return method
 
 
-for _name in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__", "__int__",
+for _name in ("__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__", "__int__",
               "__float__", "__complex__", "__index__", "__str__", "__repr__", "__format__", "__len__", "__iter__",
               "__contains__", "__getitem__", "__setitem__", "__call__", "__add__", "__radd__", "__sub__", "__rsub__",
               "__mul__", "__rmul__", "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__",
