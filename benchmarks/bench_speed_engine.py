@@ -71,20 +71,25 @@ def same_laws(a: Any, b: Any) -> bool:
             and a.target_calls == b.target_calls and a.nodes_per_call == b.nodes_per_call)
 
 
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    t0 = time.perf_counter()
+_CPU: dict = {}
+
+
+def timed(fn: Callable[[], Any], label: str = "") -> tuple[float, Any]:
+    """(wall seconds, result); the CPU seconds go to ``_CPU[label]`` (on a loaded machine, closer to a quiet wall)."""
+    t0, c0 = time.perf_counter(), time.process_time()
     out = fn()
+    _CPU[label] = time.process_time() - c0
     return time.perf_counter() - t0, out
 
 
 def engine_row(job: str, inst: Any, rule: Any, target_s: float, cap: float | None, label: str) -> dict:
     """One engine row: the new path, then the earlier one (stopped after ``cap`` seconds)."""
     with legacy(False):
-        new_s, new = timed(lambda: audit(inst, rule))
+        new_s, new = timed(lambda: audit(inst, rule), "new")
     row = {"job": job, "new_s": new_s, "old_s": None, "same": False, "target_s": target_s}
     with legacy(True):
         try:
-            old_s, old = timed(lambda: audit(inst, rule, None if cap is None else es.Budget(seconds=cap)))
+            old_s, old = timed(lambda: audit(inst, rule, None if cap is None else es.Budget(seconds=cap)), "old")
         except es.BudgetExceeded:
             row["old_capped_s"] = cap
             old = None
@@ -102,18 +107,26 @@ def engine_row(job: str, inst: Any, rule: Any, target_s: float, cap: float | Non
         row["same"] = same_laws(a, b)
         compared = "earlier path stopped at the cap: laws compared at vocab 6 instead"
     v = inst.target.vocab
-    row["note"] = (f"{label}; make_instance(vocab={v}, order=2, gamma={inst.proposer.gamma}, tokens={inst.tokens}) "
+    cpu = f"CPU {_CPU['new']:.2f} s new" + (f" vs {_CPU['old']:.2f} s earlier" if old is not None else "")
+    row["note"] = (f"{label}; {cpu}; make_instance(vocab={v}, order=2, gamma={inst.proposer.gamma}, tokens={inst.tokens}) "
                    f"(seeded order-2 random rational tables, perturbed draft); {len(new.output)} outcomes, "
                    f"{new.paths} branches new vs {old.paths if old is not None else '?'} earlier; {compared}")
     return row
 
 
+def _children_cpu() -> float:
+    import resource
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def run_check(old: bool) -> tuple[float, dict]:
     env = dict(os.environ, **{LEGACY_ENV: "1" if old else "0"})
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _children_cpu()
     proc = subprocess.run([sys.executable, "-m", "exactspec", "check", "--json", "--no-timings"], env=env,
                           capture_output=True, text=True)
     dt = time.perf_counter() - t0
+    _CPU["old" if old else "new"] = _children_cpu() - c0
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"exactspec check exited {proc.returncode}: {proc.stderr[-2000:]}")
     return dt, json.loads(proc.stdout)
@@ -129,7 +142,8 @@ def check_row() -> dict:
     same = without_counters(new) == without_counters(old)
     paths = sum(r["paths"] for r in new["rules"]), sum(r["paths"] for r in old["rules"])
     return {"job": CHECK_JOB, "new_s": new_s, "old_s": old_s, "same": same, "target_s": 2.0,
-            "note": f"python -m exactspec check --json --no-timings in a fresh process (import included), "
+            "note": f"CPU {_CPU['new']:.2f} s new vs {_CPU['old']:.2f} s earlier (the process and its workers); "
+                    f"python -m exactspec check --json --no-timings in a fresh process (import included), "
                     f"{len(new['rules'])} configurations, default workers; reports identical but for the work "
                     f"counters {', '.join(COUNTERS)} ({paths[0]} branches new vs {paths[1]} earlier)"}
 
