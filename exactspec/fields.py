@@ -20,8 +20,6 @@ import sys
 from fractions import Fraction
 from typing import Any
 
-import mpmath
-
 from ._numbers import MAX_TEXT, finite_float, parse_rational
 from .errors import ExactSpecError, InexactArithmetic
 
@@ -211,6 +209,7 @@ class MpmathField(Field):
         if not isinstance(precision, int) or isinstance(precision, bool) or precision < 16:
             raise ExactSpecError(f"mpmath precision must be an int >= 16 bits, got {precision!r}")
         self.precision = precision
+        import mpmath   # imported when an mpmath field is made: `import exactspec` does not pay for it here
         self.ctx = mpmath.MPContext()
         self.ctx.prec = precision
         self.zero = self.ctx.mpf(0)
