@@ -307,3 +307,31 @@ def test_a_function_that_does_not_bind_still_gets_its_hint_from_the_rule_record(
     half = es.models.context_free(("1/2", "1/2"))
     with pytest.raises(es.RuleError, match=r"exactspec calls a rule as fn\(step, rng\), and the two arguments did not bind"):
         es.audit(target=half, draft=half, rule=one_argument, tokens=1)
+
+
+def crashes_after_a_one(step, rng):
+    """Raises on the branches where a drawn token 1 follows an accepted draft (a crash, recorded as an outcome)."""
+    x = step.draft(0)
+    if rng.bernoulli(F(1, 2)):
+        yield x
+        y = rng.categorical(step.target(1))
+        if y == 1:
+            raise ValueError("one after an accepted draft")
+        yield y
+    else:
+        yield rng.categorical(step.target(0))
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_recorded_crashes_are_the_same_on_both_paths(monkeypatch, lazy):
+    from exactspec._audit import run_audit, validate_audit
+    inst = make_instance(vocab=3, order=1, gamma=2, tokens=4)
+    reports = []
+    for legacy in ("1", "0"):
+        monkeypatch.setenv(LEGACY_ENV, legacy)
+        inputs = validate_audit(target=inst.target, draft=inst.draft, proposer=inst.proposer,
+                                rule=crashes_after_a_one, prompt=inst.prompt, tokens=4)
+        reports.append(run_audit(inputs, on_error="record", lazy=lazy))
+    old, new = reports
+    assert_same(old, new)
+    assert new.extra["errors"] == old.extra["errors"] and new.extra["error_probability"] != "0"

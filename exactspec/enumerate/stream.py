@@ -73,6 +73,7 @@ class Engine:
         #: cut from (a law of the first step computed uncut, or any law when no crash is recorded)
         self._horizons: dict[tuple, list] = {}
         self._cut_from: set = set()
+        self._first: tuple | None = None     # the memo key of the first step's law computed with the efficiency
         clear_memo()
 
     def key(self, context: tuple) -> tuple:
@@ -96,7 +97,7 @@ class Engine:
         if law is not None:
             return law
         full = memo.get((key, None))
-        if full is None and self.steps.lazy and horizon is not None:
+        if full is None and self.fast and horizon is not None:
             full = self._longer(key, horizon)
         if full is not None and horizon is not None:
             law = {}
@@ -121,8 +122,9 @@ class Engine:
     def _longer(self, key: tuple, horizon: int) -> dict | None:
         """A law of this state at a longer horizon, enumerated, to cut at ``horizon``, or None.
 
-        With ``lazy`` only (the rule entry points): a sampler audit caches its sampler's calls by
-        their inputs, and answers the shorter horizons from that cache itself.
+        Without ``lazy`` (a sampler audit, which caches its sampler's calls by their inputs and
+        answers the shorter horizons from that cache itself) only the first step's law is cut, as
+        the earlier path cut its uncut law.
 
         Cutting gives the law enumerating at ``horizon`` gives: a branch runs the same draws up to
         its ``horizon``-th token either way. Not with recorded crashes (a branch crashing after its
@@ -131,8 +133,9 @@ class Engine:
         """
         best: Any = None          # the shortest longer horizon (None: uncut, the longest)
         found = False
+        lazy, first = self.steps.lazy, self._first
         for h in self._horizons.get(key, ()):
-            if (key, h) in self._cut_from and (h is None or h > horizon) and (
+            if ((key, h) in self._cut_from if lazy else (key, h) == first) and (h is None or h > horizon) and (
                     not found or (h is not None and (best is None or h < best))):
                 best, found = h, True
         return self._step_memo[(key, best)] if found else None
@@ -308,6 +311,7 @@ class Engine:
             law = self.steps.law(key, tokens, stats)
             self._remember(key, tokens, law)
             self._cut_from.add((key, tokens))   # cut as the earlier path cut its uncut law
+            self._first = (key, tokens)
             marked = stats.get("marked") or marks
             return stats.get("tokens", 0), (stats.get("accepted", 0) if marked else None), nodes
         full = self.steps.law(key, None, stats)
