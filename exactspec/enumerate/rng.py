@@ -696,7 +696,7 @@ class Uniform:
         a, b = self._a, self._b
         cell = self._cell
         rng = cell.rng
-        if a is rng._one and b is rng._zero and rng._exact:   # the uniform itself, exact field: the bound is t
+        if type(rng) is PathRng and a is rng._one and b is rng._zero and rng._exact:   # the uniform itself (exact)
             return rng._compare(cell, t, strict)
         if a == 0:
             return b < t if strict else b <= t
