@@ -82,19 +82,30 @@ def timed(fn: Callable[[], Any], label: str = "") -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
-def engine_row(job: str, inst: Any, rule: Any, target_s: float, cap: float | None, label: str) -> dict:
-    """One engine row: the new path, then the earlier one (stopped after ``cap`` seconds)."""
-    with legacy(False):
-        new_s, new = timed(lambda: audit(inst, rule), "new")
-    row = {"job": job, "new_s": new_s, "old_s": None, "same": False, "target_s": target_s}
-    with legacy(True):
-        try:
-            old_s, old = timed(lambda: audit(inst, rule, None if cap is None else es.Budget(seconds=cap)), "old")
-        except es.BudgetExceeded:
-            row["old_capped_s"] = cap
-            old = None
-        else:
-            row["old_s"] = old_s
+def engine_row(job: str, inst: Any, rule: Any, target_s: float, cap: float | None, label: str,
+               repeat: int = 1) -> dict:
+    """One engine row: the new path, then the earlier one (stopped after ``cap`` seconds), alternately
+    ``repeat`` times, the best of each kept (a loaded machine's spikes fall on either)."""
+    row: dict = {"job": job, "new_s": None, "old_s": None, "same": False, "target_s": target_s}
+    old = None
+    cpu: dict = {}
+    for _ in range(repeat):
+        with legacy(False):
+            new_s, new = timed(lambda: audit(inst, rule), "new")
+        row["new_s"] = new_s if row["new_s"] is None else min(row["new_s"], new_s)
+        cpu["new"] = min(cpu.get("new", _CPU["new"]), _CPU["new"])
+        if "old_capped_s" in row:
+            continue
+        with legacy(True):
+            try:
+                old_s, old = timed(lambda: audit(inst, rule, None if cap is None else es.Budget(seconds=cap)), "old")
+            except es.BudgetExceeded:
+                row["old_capped_s"] = cap
+                old = None
+            else:
+                row["old_s"] = old_s if row["old_s"] is None else min(row["old_s"], old_s)
+                cpu["old"] = min(cpu.get("old", _CPU["old"]), _CPU["old"])
+    _CPU.update(cpu)
     if old is not None:
         row["same"] = same_laws(new, old)
         compared = "laws compared on this instance"
@@ -157,7 +168,7 @@ def rows(quick: bool = False) -> list[dict]:
     vocab = 8 if quick else 16
     inst = make_instance(vocab=vocab, order=2, gamma=4, tokens=4)
     out = [engine_row(CATALOG_JOB, inst, es.rules.speculative_sampling, 1.0, None,
-                      "speculative_sampling (closed form)"),
+                      "speculative_sampling (closed form), best of 2 alternate runs", repeat=2),
            engine_row(USER_JOB, inst, user_rule, 5.0, 30.0 if quick else 240.0,
                       "benchmarks.bench_engine.user_rule (uniform and categorical draws, no closed form)")]
     out.append(check_row())
