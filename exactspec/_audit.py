@@ -143,7 +143,7 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     inputs = validate_audit(target=target, rule=rule, draft=draft, proposer=proposer, prompt=prompt, tokens=tokens,
                             decoding=decoding, field=field, precision=precision, tolerance=tolerance,
                             expected=expected, worst=worst, backend=backend, rng_model=rng_model)
-    return run_audit(inputs, budget=budget, closed_form=closed_form, exact_floats=exact_floats, start=t0)
+    return run_audit(inputs, budget=budget, closed_form=closed_form, exact_floats=exact_floats, start=t0, lazy=True)
 
 
 # -- the steps of an audit: validate, build the engine, compute the laws, assemble the report ----------------
@@ -245,8 +245,12 @@ def validate_audit(*, target: Model, rule: Any, draft: Model | None = None, prop
 
 
 def build_engine(inputs: AuditInputs, *, budget: Budget | None = None, closed_form: bool = True,
-                 exact_floats: bool = False, on_error: str = "raise") -> Engine:
+                 exact_floats: bool = False, on_error: str = "raise", lazy: bool = False) -> Engine:
     """The engine that enumerates ``inputs`` (nothing is enumerated until :func:`compute_laws`).
+
+    ``lazy=True`` lets the engine defer the draws of the last token a step keeps (see
+    :class:`~exactspec.enumerate.rng.DeferredToken`): what :func:`audit` asks for rules; a
+    sampler audit, whose code hands drawn tokens to numpy and torch, does not.
 
     >>> import exactspec as es
     >>> m = es.models.context_free(("1/2", "1/2"))
@@ -254,7 +258,8 @@ def build_engine(inputs: AuditInputs, *, budget: Budget | None = None, closed_fo
     True
     """
     return Engine(inputs.rule, inputs.proposer, inputs.target, inputs.draft, inputs.field, budget=budget,
-                  closed_form=closed_form, lattice=inputs.lattice, exact_floats=exact_floats, on_error=on_error)
+                  closed_form=closed_form, lattice=inputs.lattice, exact_floats=exact_floats, on_error=on_error,
+                  lazy=lazy)
 
 
 @dataclass
@@ -299,7 +304,7 @@ def compute_laws(engine: Engine, inputs: AuditInputs) -> AuditLaws:
     # MemoryError / RecursionError is a budget too (exit 3), never a verdict
     with engine.guard():
         try:
-            tpc, accepted, nodes = engine.efficiency(prompt_t)
+            tpc, accepted, nodes = engine.efficiency(prompt_t, tokens)
             output, calls = engine.output(prompt_t, tokens)
         finally:
             engine.close()
@@ -317,9 +322,9 @@ def compute_laws(engine: Engine, inputs: AuditInputs) -> AuditLaws:
             exp = {greedy_sequence(inputs.target, prompt_t, tokens): fld.one}
         else:
             ref = inputs.expected if inputs.expected is not None else inputs.target
-            exp = target_law(ref, prompt_t, tokens, fld, [ref.order], meter=engine.meter)
+            exp = target_law(ref, prompt_t, tokens, fld, [ref.order], meter=engine.meter, fast=engine.fast)
         tv = total_variation(output, exp)
-    ex = fld.export
+    ex = fld.export if engine.fast else _export_plain(fld)
     if ex(fld.one) is not fld.one:  # hand users Fractions whatever rational type computed them
         output = {k: ex(v) for k, v in output.items()}
         exp = {k: ex(v) for k, v in exp.items()}
@@ -330,6 +335,14 @@ def compute_laws(engine: Engine, inputs: AuditInputs) -> AuditLaws:
             crashes = {k: (ex(p), site) for k, (p, site) in crashes.items()}
     return AuditLaws(output=output, expected=exp, tv=tv, tokens_per_call=tpc, accepted_per_call=accepted,
                      nodes_per_call=nodes, target_calls=calls, crashes=crashes)
+
+
+def _export_plain(fld: Field) -> Any:
+    """The earlier path's conversion to Fractions (reduced again: same Fractions, slower)."""
+    if fld.export(fld.one) is fld.one:
+        return fld.export
+    from fractions import Fraction
+    return lambda x: x if type(x) is Fraction else Fraction(int(x.numerator), int(x.denominator))
 
 
 def assemble_report(inputs: AuditInputs, engine: Engine, laws: AuditLaws, *, seconds: float) -> AuditReport:
@@ -371,12 +384,13 @@ def assemble_report(inputs: AuditInputs, engine: Engine, laws: AuditLaws, *, sec
 
 
 def run_audit(inputs: AuditInputs, *, budget: Budget | None = None, closed_form: bool = True,
-              exact_floats: bool = False, start: float | None = None, on_error: str = "raise") -> AuditReport:
+              exact_floats: bool = False, start: float | None = None, on_error: str = "raise",
+              lazy: bool = False) -> AuditReport:
     """Audit validated inputs: build the engine, compute the laws, assemble the report.
 
     ``start`` is the ``time.perf_counter()`` the report's ``seconds`` count from (default: now).
     ``on_error="record"``: a branch on which the rule's own code raises is no error but a crash,
-    reported with its exact probability (see :func:`compute_laws`).
+    reported with its exact probability (see :func:`compute_laws`). ``lazy``: see :func:`build_engine`.
 
     >>> import exactspec as es
     >>> m = es.models.context_free(("1/2", "1/2"))
@@ -385,6 +399,6 @@ def run_audit(inputs: AuditInputs, *, budget: Budget | None = None, closed_form:
     """
     t0 = time.perf_counter() if start is None else start
     engine = build_engine(inputs, budget=budget, closed_form=closed_form, exact_floats=exact_floats,
-                          on_error=on_error)
+                          on_error=on_error, lazy=lazy)
     laws = compute_laws(engine, inputs)
     return assemble_report(inputs, engine, laws, seconds=time.perf_counter() - t0)

@@ -20,8 +20,6 @@ import sys
 from fractions import Fraction
 from typing import Any
 
-import mpmath
-
 from ._numbers import MAX_TEXT, finite_float, parse_rational
 from .errors import ExactSpecError, InexactArithmetic
 
@@ -96,6 +94,22 @@ class Field:
         return self.name
 
 
+def _coprime_fraction() -> Any:
+    """``make(n, d)``: the Fraction ``n/d`` for coprime ints with ``d > 0``, skipping the gcd ``Fraction(n, d)`` takes."""
+    make = getattr(Fraction, "_from_coprime_ints", None)          # Python 3.12+
+    if make is not None:
+        return make
+    try:
+        if Fraction(2, 4, _normalize=False).numerator == 2:      # Python 3.11 and earlier  # type: ignore[call-arg]
+            return lambda n, d: Fraction(n, d, _normalize=False)   # type: ignore[call-arg]
+    except TypeError:
+        pass
+    return Fraction
+
+
+_FRACTION = _coprime_fraction()
+
+
 def _gmpy2_mpq() -> Any:
     try:
         import gmpy2
@@ -154,7 +168,11 @@ class FractionField(Field):
                                 "the fraction field takes Fraction or int")
 
     def export(self, x: Any) -> Fraction:
-        return x if type(x) is Fraction else Fraction(int(x.numerator), int(x.denominator))
+        if type(x) is Fraction:
+            return x
+        if type(x) is self.Q:    # an mpq is in lowest terms with a positive denominator: no gcd to take again
+            return _FRACTION(int(x.numerator), int(x.denominator))
+        return Fraction(int(x.numerator), int(x.denominator))
 
     def to_str(self, x: Any) -> str:
         x = self.export(x)
@@ -191,6 +209,7 @@ class MpmathField(Field):
         if not isinstance(precision, int) or isinstance(precision, bool) or precision < 16:
             raise ExactSpecError(f"mpmath precision must be an int >= 16 bits, got {precision!r}")
         self.precision = precision
+        import mpmath   # imported when an mpmath field is made: `import exactspec` does not pay for it here
         self.ctx = mpmath.MPContext()
         self.ctx.prec = precision
         self.zero = self.ctx.mpf(0)

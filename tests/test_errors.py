@@ -373,9 +373,13 @@ def test_depth_budget_exceeded():
     assert info.value.covered == {"draws on this branch": 1}
 
 
-def test_time_budget_exceeded_while_enumerating():
+@pytest.mark.parametrize("legacy, gamma", [("1", 3), ("0", 4)])
+def test_time_budget_exceeded_while_enumerating(monkeypatch, legacy, gamma):
     # the deadline is checked every 256 branches. On a clock the test controls, where each branch (one
     # call of the rule) costs one second, a 100 s budget is found spent at the 256th branch, on any machine
+    # (the engine's new path runs the first step of gamma 3 in 103 branches: gamma 4 there, 411)
+    from exactspec.enumerate.stream import LEGACY_ENV
+    monkeypatch.setenv(LEGACY_ENV, legacy)
     now = [0]
 
     def costly(step, rng):
@@ -384,7 +388,7 @@ def test_time_budget_exceeded_while_enumerating():
 
     big = es.models.random_table(vocab=4, order=1)
     with pytest.raises(es.BudgetExceeded) as info:
-        es.audit(target=big, draft=es.models.perturbed(big), proposer=es.drafts.chain(3),
+        es.audit(target=big, draft=es.models.perturbed(big), proposer=es.drafts.chain(gamma),
                  rule=costly, prompt=(0,), tokens=3, budget=es.Budget(seconds=100, clock=lambda: now[0]),
                  closed_form=False)
     assert info.value.what == "seconds" and info.value.limit == 100
@@ -392,7 +396,7 @@ def test_time_budget_exceeded_while_enumerating():
     assert info.value.covered["paths"] == 256 and info.value.covered["seconds"] == 255
     # the same audit on the same clock with time to spare is complete: the budget, not the rule, stopped it
     now[0] = 0
-    rep = es.audit(target=big, draft=es.models.perturbed(big), proposer=es.drafts.chain(3), rule=costly,
+    rep = es.audit(target=big, draft=es.models.perturbed(big), proposer=es.drafts.chain(gamma), rule=costly,
                    prompt=(0,), tokens=3, budget=es.Budget(seconds=10 ** 9, clock=lambda: now[0]), closed_form=False)
     assert rep.lossless and rep.paths == now[0] > 256
 

@@ -6,8 +6,10 @@ import json
 from fractions import Fraction as F
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import exactspec as es
+from exactspec.fields import get_field
 from exactspec.instances import make_instance
 
 P = es.models.context_free((F(3, 5), F(2, 5)))
@@ -191,3 +193,18 @@ def test_claim_broken_is_reported():
     assert r.lossless and not r.claim_holds
     assert "LOSSLESS WITHIN 1e-12 (not an exact proof)  [CLAIM UNDECIDED: the float field cannot resolve a TV " \
            "below its tolerance]" in r.summary()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.tuples(st.integers(0, 2), st.integers(0, 2)), st.fractions(0, 1), max_size=9),
+       st.dictionaries(st.tuples(st.integers(0, 2), st.integers(0, 2)), st.fractions(0, 1), max_size=9),
+       st.integers(0, 12))
+def test_worst_is_the_head_of_the_full_sort(output, expected, n):
+    # worst keeps only the n largest differences (no full sort): the same list as sorting every outcome
+    from exactspec.report import AuditReport, Outcome
+    rep = AuditReport(rule="r", claim="lossless", instance={}, field=get_field(), output=output, expected=expected,
+                      tv=F(0), tolerance=0, tokens_per_call=F(1), target_calls=F(1), seconds=0.0, paths=0,
+                      step_laws=0, worst_count=n)
+    rows = [Outcome(k, output.get(k, 0), expected.get(k, 0)) for k in set(output) | set(expected)]
+    rows.sort(key=lambda o: (-abs(o.output - o.expected), o.tokens))
+    assert rep.worst == [o for o in rows[:n] if o.output != o.expected]

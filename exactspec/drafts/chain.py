@@ -29,7 +29,7 @@ class ChainStep:
     """
 
     __slots__ = ("gamma", "vocab", "_env", "_rng", "_ctxs", "_drafts", "_claims", "_sample", "_point", "accepted",
-                 "_source", "_last")
+                 "_source", "_last", "_draw")
 
     family = "chain"
 
@@ -38,6 +38,8 @@ class ChainStep:
         self.vocab = env.vocab
         self._env = env
         self._rng = rng
+        # the proposer reads a draft as soon as it is drawn: never a deferred draw (see PathRng.draw_now)
+        self._draw = getattr(rng, "draw_now", None) or getattr(rng, "categorical", None)
         self._ctxs = [context]   # the context at each of the first KEEP_CONTEXTS positions (later: rebuilt)
         self._last = context     # the context after every draft drawn so far
         self._drafts: list[int] = []
@@ -56,7 +58,7 @@ class ChainStep:
             ctx = self._last
             q = env.q(ctx)
             s = q if source is None else env.view(source)(ctx)
-            x = self._rng.categorical(s) if self._sample else env.argmax(s)
+            x = self._draw(s) if self._sample else env.argmax(s)
             self._drafts.append(x)
             self._claims.append(env.point_mass(x) if self._point else q)
             self._last = ctx = ctx + (x,)
@@ -138,6 +140,24 @@ class ChainLaws:
         if p is None:
             p = self._p[prefix] = self.env.p(self.context + prefix)
         return p
+
+    def state(self, prefix: tuple) -> tuple:
+        """The context suffix every model of the step reads after ``prefix`` (the whole context for a model of
+        order None): prefixes with the same state have the same laws at every later position."""
+        ctx = self.context + prefix
+        orders = [self.env.p.model.order] + ([self.env.q.model.order] if self.env.q is not None else []) + (
+            [self.proposer.sampled_from.order] if self.proposer.sampled_from is not None else [])
+        if any(o is None for o in orders):
+            return ctx
+        k = max(orders)
+        return ctx[-k:] if k else ()
+
+    def row_key(self, prefix: tuple) -> tuple:
+        """What names every law at ``prefix`` for the audit: the identities of the target, sampling and draft laws
+        (shared objects, alive while the audit runs), and the claim kind. Two prefixes with equal keys have equal
+        laws, so a closed form reading only those may reuse its work (see ``chain_step_law``'s ``row_key``)."""
+        return (id(self.target(prefix)), id(self.sampling(prefix)),
+                None if self._point else id(self._draft_law(prefix)))
 
 
 class ChainProposer:

@@ -179,13 +179,13 @@ class TreeStep:
         earlier = tuple(self._tok[c] for c in kids)
         if prop.children == "iid":
             law = q
-            x = self._rng.categorical(law)
+            x = _draw_now(self._rng, law)
         elif prop.children == "without_replacement":
             law = env.without(q, earlier)
             if law is None:
                 self._done[node] = True
                 return False
-            x = self._rng.categorical(law)
+            x = _draw_now(self._rng, law)
         else:
             top = _topk(q, k)
             if len(kids) >= len(top):
@@ -220,13 +220,19 @@ class TreeStep:
             return False
         m = through[len(props)]
         q = self._env.view(self._prop.models[m])(self._ctx[node])
-        x = self._rng.categorical(q)
+        x = _draw_now(self._rng, q)
         c = next((c for c in self._kids[node] if self._tok[c] == x), None)
         if c is None:
             c = self._new(node, x, q)
         self._through[c].append(m)
         props.append((c, q))
         return True
+
+
+def _draw_now(rng: Any, law: tuple) -> int:
+    """A drafted token, drawn at once: the proposer reads it as soon as it is drawn (never a deferred draw)."""
+    draw = getattr(rng, "draw_now", None)
+    return draw(law) if draw is not None else rng.categorical(law)
 
 
 class TreeLaws:

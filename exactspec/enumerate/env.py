@@ -52,6 +52,10 @@ class Env:
         self._point: dict[int, tuple] = {}
         self._argmax: dict[int, tuple[tuple, int]] = {}
         self._numbers: dict[Any, Any] = {}
+        #: what closed forms memoise for the whole audit (keyed by the closed form's own names)
+        self.cache: dict[Any, Any] = {}
+        #: closed forms may take their faster, exact-only paths (the engine turns it off for its earlier path)
+        self.fast = field.exact
 
     def view(self, model: Model) -> ModelView:
         """The field view of any other model (e.g. a merge proposer's draft models), one per model."""

@@ -24,8 +24,7 @@ from ..errors import ExactSpecError, InvalidDistribution, UnsupportedRandomness
 from ..fields import Field, _caller
 
 __all__ = ["PathRng", "Uniform", "enumerate_program", "Lattice", "RoundedLattice", "LATTICES", "NATIVE", "NATIVE64",
-           "RNG_MODELS",
-           "lattice_for"]
+           "RNG_MODELS", "DeferredToken", "lattice_for"]
 
 
 class _Diverged(ExactSpecError):
@@ -43,7 +42,8 @@ class PathRng:
     """
 
     __slots__ = ("_prefix", "_n", "_pos", "_choices", "_kinds", "weight", "_field", "_stack", "_supports",
-                 "_one", "_zero", "_exact", "max_depth", "lattice", "exact_floats", "_head", "observe")
+                 "_one", "_zero", "_exact", "max_depth", "lattice", "exact_floats", "_head", "observe", "defer",
+                 "deferred")
 
     def __init__(self, prefix: tuple, weight: Any, field: Field, stack: list, supports: dict,
                  max_depth: int | None = None, lattice: "Lattice | None" = None, exact_floats: bool = False) -> None:
@@ -71,6 +71,11 @@ class PathRng:
         self.exact_floats = exact_floats
         #: called with every number compared with or combined with a uniform (None: nothing observes)
         self.observe: Callable[[Any], None] | None = None
+        #: set by the engine while the next token a rule emits is the last one it keeps: a new categorical
+        #: draw then returns a :class:`DeferredToken` instead of forking (see :meth:`categorical`)
+        self.defer = False
+        #: the deferred draws of this branch, in draw order
+        self.deferred: list[DeferredToken] = []
 
     # -- bookkeeping -------------------------------------------------------------------------
     @property
@@ -158,8 +163,111 @@ class PathRng:
         if len(support) == 1:
             return support[0][0]
         if self._pos < self._n:
+            if self._prefix[self._pos] is UNSEEN:
+                return self._defer(support)
+            return self._replayed("categorical", int)
+        if self.defer:
+            return self._defer(support)
+        return self._fork("categorical", support)
+
+    def draw_now(self, law: Any) -> int:
+        """:meth:`categorical`, never deferred: for a draw whose value the caller reads at once (a proposer's drafts).
+
+        >>> from fractions import Fraction as F
+        >>> from exactspec.fields import get_field
+        >>> rng = PathRng((), 1, get_field(backend="python"), [], {})
+        >>> rng.defer = True
+        >>> rng.draw_now((F(1, 2), F(1, 2))), type(rng.categorical((F(1, 2), F(1, 2)))).__name__
+        (0, 'DeferredToken')
+        """
+        support = self._support(law)
+        if len(support) == 1:
+            return support[0][0]
+        if self._pos < self._n:
             return self._replayed("categorical", int)
         return self._fork("categorical", support)
+
+    def _defer(self, support: list) -> "DeferredToken":
+        """A categorical draw left undrawn: the token stands for every value of ``support`` at once.
+
+        A new draw records the placeholder :data:`UNSEEN` as its choice, so the branches pushed after
+        it replay it as deferred too; a replayed placeholder is deferred again. The token keeps what
+        :meth:`redraw` needs to draw it for real: its position, the choices before it (those of the
+        replayed prefix when it was replayed) and the weight and stack height when it was made.
+        """
+        pos = self._pos
+        replayed = pos < self._n
+        if not replayed:
+            if self.max_depth is not None and pos >= self.max_depth:
+                from ..errors import BudgetExceeded
+                raise BudgetExceeded("depth", self.max_depth, covered={"draws on this branch": pos})
+            self._head = (self._head, UNSEEN)
+            self._choices.append(UNSEEN)
+        self._pos = pos + 1
+        self._kinds.append("categorical")
+        tok = DeferredToken(support, pos, self._n if replayed else pos + 1, len(self._stack), self.weight, self)
+        self.deferred.append(tok)
+        return tok
+
+    def _deferred_eq(self, tok: "DeferredToken", t: int) -> bool:
+        """``tok == t`` for an int ``t``: decided without drawing ``tok`` when ``t`` is not (or is the only one)
+        among the values it may still take; otherwise a two-way fork (equal: ``P(t)``; not: the rest), after
+        which ``tok`` stands for ``t`` alone or for its other values."""
+        sub = tok._es_sub
+        pt = None
+        for v, pv in sub:
+            if v == t:
+                pt = pv
+                break
+        if pt is None:
+            return False
+        if len(sub) == 1:
+            return True
+        pos = self._pos
+        mass = tok._es_mass
+        if pos < self._n:
+            eq = self._replayed("deferred ==", bool)
+        else:
+            eq = self._fork("deferred ==", [(True, pt / mass), (False, (mass - pt) / mass)])
+        tok._es_eqs.append((pos, t))
+        if eq:
+            tok._es_sub, tok._es_mass = [(t, pt)], pt
+        else:
+            tok._es_sub, tok._es_mass = [(v, pv) for v, pv in sub if v != t], mass - pt
+        return eq
+
+    def redraw(self, tok: "DeferredToken") -> None:
+        """Draw the deferred ``tok`` for real: drop what this branch pushed after it and push its values instead.
+
+        Each value ``v`` becomes a branch replaying this branch's choices up to ``tok`` (up to the end
+        of the replayed prefix when ``tok`` was replayed) with ``v`` in its place, weighted by the weight
+        when ``tok`` was made times ``P(v)``. Sound because nothing this branch did before it looked at
+        ``tok`` depended on its value.
+        """
+        del self._stack[tok._es_height:]
+        keep = tok._es_keep
+        base = self._choices[:keep]
+        push = self._stack.append
+        w, pos = tok._es_weight, tok._es_pos
+        values = tok._es_support
+        eqs = [(e, t) for e, t in tok._es_eqs if e < keep]
+        if eqs:   # replayed comparisons ``tok == t`` in the kept choices: the values they leave, their draws dropped
+            mass = self._one
+            for e, t in eqs:
+                if base[e]:
+                    values = [(v, pv) for v, pv in values if v == t]
+                else:
+                    values = [(v, pv) for v, pv in values if v != t]
+            mass = sum((pv for _, pv in values), self._zero)
+            w = w / mass                 # the kept choices weighed the comparisons: P(values left) = mass
+            gone = {e for e, _ in eqs}
+            for v, pv in values:
+                base[pos] = v
+                push((tuple(c for i, c in enumerate(base) if i not in gone), w * pv))
+            return
+        for v, pv in values:
+            base[pos] = v
+            push((tuple(base), w * pv))
 
     def bernoulli(self, prob: Any) -> bool:
         """Return True with probability ``prob``.
@@ -261,6 +369,114 @@ class PathRng:
         else:
             cell.lo = kcut + 1
         return below
+
+
+class _Unseen:
+    """The choice recorded for a deferred categorical draw (see :meth:`PathRng.categorical`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<deferred>"
+
+
+#: the placeholder choice of a deferred draw
+UNSEEN = _Unseen()
+
+
+class Touched(BaseException):
+    """Code looked at a :class:`DeferredToken`: the engine draws it for real and runs the branch again.
+
+    A ``BaseException``, so that a rule's ``except Exception`` does not swallow it (the token also
+    remembers it was touched, for the engine to check after the branch).
+    """
+
+    def __init__(self, token: "DeferredToken") -> None:
+        super().__init__("a deferred draw was looked at")
+        self.token = token
+
+
+class DeferredToken:
+    """A categorical draw not yet drawn: what ``rng.categorical`` returns while the engine defers draws.
+
+    The engine defers a draw made while the next token the rule emits is the last one it keeps
+    (the horizon): a rule that emits it unread (``yield rng.categorical(law)``) runs once for all
+    its values, which the engine spreads over the outcome afterwards. ``tok == t`` and ``tok != t``
+    with an int ``t`` fork two ways (equal or not) and narrow the values it stands for. Any other
+    use of its value (ordering, hashing, indexing, arithmetic, ``int()``, ``str()``, any attribute)
+    raises :class:`Touched`, and the engine redraws it for real; so does any exception raised while a
+    branch holds one. Only code that tells it from an int by ``type()``, ``isinstance`` or ``is``
+    without raising could see the difference.
+
+    >>> from fractions import Fraction as F
+    >>> from exactspec.fields import get_field
+    >>> rng = PathRng((), 1, get_field(backend="python"), [], {})
+    >>> rng.defer = True
+    >>> tok = rng.categorical((F(1, 4), F(3, 4)))
+    >>> tok < 1
+    Traceback (most recent call last):
+    ...
+    exactspec.enumerate.rng.Touched: a deferred draw was looked at
+    >>> tok.values()
+    [(0, Fraction(1, 4)), (1, Fraction(3, 4))]
+    """
+
+    __slots__ = ("_es_support", "_es_pos", "_es_keep", "_es_height", "_es_weight", "_es_touched", "_es_rng",
+                 "_es_sub", "_es_mass", "_es_eqs")
+
+    def __init__(self, support: list, pos: int, keep: int, height: int, weight: Any, rng: Any = None) -> None:
+        self._es_support, self._es_pos, self._es_keep = support, pos, keep
+        self._es_height, self._es_weight, self._es_touched = height, weight, False
+        #: the values it may still take (comparisons with ints narrow them), their mass, the comparisons' draws
+        self._es_rng, self._es_sub, self._es_mass, self._es_eqs = rng, support, None, []
+
+    def values(self) -> list:
+        """The (token, probability) pairs the token stands for (for the engine; reading them is not a touch).
+
+        After comparisons with ints narrowed it, the values left, with their probabilities given those
+        comparisons (the branch's weight holds the probability of the comparisons' answers).
+        """
+        if not self._es_eqs:
+            return self._es_support
+        mass = self._es_mass
+        return [(v, pv / mass) for v, pv in self._es_sub]
+
+    def __eq__(self, t: Any) -> Any:
+        if type(t) is not int or self._es_rng is None:
+            return self._es_touch()
+        if self._es_mass is None:
+            self._es_mass = self._es_rng._one
+        return self._es_rng._deferred_eq(self, t)
+
+    def __ne__(self, t: Any) -> Any:
+        return not self.__eq__(t)
+
+    def _es_touch(self, *args: Any, **kwargs: Any) -> Any:
+        self._es_touched = True
+        raise Touched(self)
+
+    def __getattr__(self, name: str) -> Any:
+        return self._es_touch()
+
+
+def _touching(name: str) -> Any:
+    def method(self: DeferredToken, *args: Any, **kwargs: Any) -> Any:
+        return self._es_touch()
+    method.__name__ = name
+    return method
+
+
+for _name in ("__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__", "__int__",
+              "__float__", "__complex__", "__index__", "__str__", "__repr__", "__format__", "__len__", "__iter__",
+              "__contains__", "__getitem__", "__setitem__", "__call__", "__add__", "__radd__", "__sub__", "__rsub__",
+              "__mul__", "__rmul__", "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__",
+              "__rmod__", "__divmod__", "__rdivmod__", "__pow__", "__rpow__", "__lshift__", "__rlshift__",
+              "__rshift__", "__rrshift__", "__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__",
+              "__neg__", "__pos__", "__abs__", "__invert__", "__round__", "__trunc__", "__floor__", "__ceil__",
+              "__reduce__", "__reduce_ex__", "__copy__", "__deepcopy__", "__getstate__", "__array__", "__bytes__",
+              "__fspath__", "__enter__", "__exit__"):
+    setattr(DeferredToken, _name, _touching(_name))
+del _name
 
 
 class Lattice:
@@ -478,6 +694,10 @@ class Uniform:
         """``a*u + b < t`` (``<=`` when not ``strict``)."""
         t = self._num(t, op)
         a, b = self._a, self._b
+        cell = self._cell
+        rng = cell.rng
+        if type(rng) is PathRng and a is rng._one and b is rng._zero and rng._exact:   # the uniform itself (exact)
+            return rng._compare(cell, t, strict)
         if a == 0:
             return b < t if strict else b <= t
         bound = (t - b) / a

@@ -18,10 +18,11 @@ from types import GeneratorType
 from typing import Any, Callable
 
 from ..errors import BudgetExceeded, ExactSpecError, RuleError
-from .rng import PathRng, _Diverged
+from .rng import DeferredToken, PathRng, Touched, _Diverged
 from .watchdog import guard
 
-__all__ = ["Budget", "StepEnumerator", "run_rule", "check_budget", "crash_outcome", "is_crash", "crash_index"]
+__all__ = ["Budget", "StepEnumerator", "run_rule", "check_budget", "crash_outcome", "is_crash", "crash_index",
+           "engine_rule"]
 
 
 class Budget:
@@ -155,6 +156,10 @@ class Meter:
 def _token(tok: Any, vocab: int, name: str) -> int:
     if type(tok) is int and 0 <= tok < vocab:
         return tok
+    if type(tok) is DeferredToken:   # a deferred draw emitted unread: every value it stands for must be a token
+        if tok.values()[-1][0] >= vocab:
+            tok._es_touch()          # one is not: draw it for real, so the branch that emits it raises below
+        return tok  # type: ignore[return-value]
     try:
         import operator
         t = operator.index(tok)
@@ -171,7 +176,7 @@ def _too_many(name: str, cap: int) -> RuleError:
 
 
 def run_rule(fn: Callable, step: Any, rng: Any, horizon: int | None, vocab: int, name: str,
-             cap: int | None = None) -> tuple:
+             cap: int | None = None, lazy_from: int | None = None) -> tuple:
     """Run a rule once and return the tokens it emits, cut at ``horizon``.
 
     A generator rule is stopped as soon as ``horizon`` tokens are out, so nothing after the
@@ -195,11 +200,33 @@ def run_rule(fn: Callable, step: Any, rng: Any, horizon: int | None, vocab: int,
     Traceback (most recent call last):
     ...
     exactspec.errors.RuleError: rule repeats emitted more than 2 tokens in one step (at most 1 accepted drafts plus one correction or bonus)
+
+    ``lazy_from`` (a generator rule and a :class:`PathRng` only): while the rule computes its token
+    number ``lazy_from`` (0-based) or a later one, the rng defers categorical draws (``rng.defer``),
+    so the tokens emitted from there on may be :class:`DeferredToken`.
     """
     res = fn(step, rng)
     out: list[int] = []
     stop = horizon if cap is None else cap + 1 if horizon is None else min(horizon, cap + 1)
-    if isinstance(res, GeneratorType):
+    if lazy_from is not None and isinstance(res, GeneratorType):
+        nxt = res.__next__
+        try:
+            while True:
+                rng.defer = len(out) >= lazy_from
+                try:
+                    tok = nxt()
+                except StopIteration:
+                    break
+                out.append(_token(tok, vocab, name))
+                if stop is not None and len(out) >= stop:
+                    rng.defer = False
+                    res.close()
+                    break
+        finally:
+            rng.defer = False
+        if cap is not None and len(out) > cap:
+            raise _too_many(name, cap)
+    elif isinstance(res, GeneratorType):
         if stop is None:
             for tok in res:
                 out.append(_token(tok, vocab, name))
@@ -260,20 +287,74 @@ def crash_index(outcome: tuple) -> int:
     return -1 - outcome[-1]
 
 
+class _BareRule:
+    """A plain function ``fn(step, rng)`` handed to the engine itself: no claim, no closed form, no record."""
+
+    __slots__ = ("fn", "name", "family", "closed_form", "marks_accepted")
+
+    def __init__(self, fn: Callable) -> None:
+        self.fn, self.name = fn, getattr(fn, "__name__", "rule")
+        self.family, self.closed_form, self.marks_accepted = None, None, False
+
+    def __repr__(self) -> str:
+        return f"<rule {self.name}: a plain function>"
+
+
+def engine_rule(rule: Any, where: str = "the engine") -> Any:
+    """The rule object the engine runs: a rule record (``fn``, ``name``, optional ``closed_form``, ``family``,
+    ``marks_accepted``, ``binding_hint``), or a plain function ``fn(step, rng)`` as it is.
+
+    The engine knows no rule by name: the entry points (``es.audit``, the CLI, search, sweep)
+    resolve a catalog name with ``es.rules.get`` and hand the engine the rule.
+
+    >>> engine_rule(lambda step, rng: [0]).closed_form is None
+    True
+    >>> engine_rule("speculative_sampling")
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.ExactSpecError: the engine takes a rule, not the name 'speculative_sampling': pass es.rules.get('speculative_sampling') (es.audit and the other entry points take names)
+    """
+    if isinstance(rule, str):
+        raise ExactSpecError(f"{where} takes a rule, not the name {rule!r}: pass es.rules.get({rule!r}) (es.audit and "
+                             "the other entry points take names)")
+    if callable(getattr(rule, "fn", None)) and isinstance(getattr(rule, "name", None), str):
+        return rule
+    if callable(rule):
+        return _BareRule(rule)
+    raise ExactSpecError(f"rule must be a Rule, a function fn(step, rng) or a catalog name, got {rule!r}")
+
+
+def _to_redraw(rng: PathRng, tok: DeferredToken | None = None) -> DeferredToken:
+    """The deferred draw to draw for real after a branch failed: the first one touched, else ``tok`` or the last."""
+    for t in rng.deferred:
+        if t._es_touched:
+            return t
+    return tok if tok is not None else rng.deferred[-1]
+
+
 class StepEnumerator:
-    """Enumerates a rule on a proposer's steps, memo-free: ``law(context, horizon)``."""
+    """Enumerates a rule on a proposer's steps, memo-free: ``law(context, horizon)``.
+
+    ``lazy=True`` defers the categorical draws of the last token a step keeps (see
+    :class:`~exactspec.enumerate.rng.DeferredToken`): a rule emitting such a draw unread runs once
+    for all its values. Exact fields only (the law is the same; only the order of its sums differs).
+    """
 
     def __init__(self, rule: Any, proposer: Any, env: Any, meter: Meter | None = None, *,
-                 lattice: Any = None, exact_floats: bool = False, on_error: str = "raise") -> None:
-        from ..rules import as_rule
+                 lattice: Any = None, exact_floats: bool = False, on_error: str = "raise",
+                 lazy: bool = False) -> None:
         self.lattice, self.exact_floats = lattice, exact_floats
+        self.lazy = bool(lazy)
+        #: deferred draws made, and redrawn because the rule looked at them (a rule that looks at most of its
+        #: draws gains nothing from deferring them and pays a partial run each time: deferring stops then)
+        self.deferrals, self.redraws = 0, 0
         if on_error not in ("raise", "record"):
             raise ExactSpecError(f"on_error must be 'raise' or 'record', got {on_error!r}")
         #: ``on_error="record"``: a branch on which the rule's own code raises is an outcome of its own (see
         #: :meth:`law`), ``crashes[i]`` its ``(what, site)``; otherwise the first one raises a RuleError
         self.record = on_error == "record"
         self.crashes: list[tuple[str, str]] = []
-        self.rule = as_rule(rule)
+        self.rule = engine_rule(rule, "StepEnumerator")
         self.proposer = proposer
         self.env = env
         self.meter = meter or Meter(Budget())
@@ -286,14 +367,23 @@ class StepEnumerator:
     def law(self, context: tuple, horizon: int | None, stats: dict | None = None) -> dict:
         """Exact law of the emitted tokens (each tuple cut at ``horizon``) of one step from ``context``.
 
-        With ``stats`` (a dict), also accumulates ``stats["accepted"]``, the expected number of
-        drafts the rule marked accepted (``step.accept``), and ``stats["marked"]``, whether any was.
+        With ``stats`` (a dict), every branch runs to the end of the step (only its outcome is cut
+        at ``horizon``) and the call also accumulates ``stats["tokens"]``, the expected number of
+        tokens the uncut step emits (branches that crashed emit none), ``stats["accepted"]``, the
+        expected number of drafts the rule marked accepted (``step.accept``), and
+        ``stats["marked"]``, whether any was.
         """
         env, field = self.env, self.env.field
         rule, fn, name, vocab, cap = self.rule, self.rule.fn, self.rule.name, env.vocab, self.cap
         proposer, meter, supports = self.proposer, self.meter, self._supports
         depth = meter.budget.depth
+        run_h = horizon if stats is None else None     # how far each branch runs
+        keep = horizon if cap is None or (horizon is not None and horizon < cap) else cap   # tokens kept
+        lazy_from = keep - 1 if self.lazy and keep is not None and not (
+            self.redraws > 64 and 2 * self.redraws > self.deferrals) else None
         law: dict = {}
+        #: emitted deferred draws by (tokens before, values): their branches' weights, summed before spreading
+        spread: dict = {}
         stack: list = [((), field.one)]
         meter.steps += 1
         while stack:
@@ -302,18 +392,33 @@ class StepEnumerator:
             rng = PathRng(prefix, w, field, stack, supports, depth, self.lattice, self.exact_floats)
             step = proposer.step(env, context, rng)
             try:
-                out = run_rule(fn, step, rng, horizon, vocab, name, cap)
+                out = run_rule(fn, step, rng, run_h, vocab, name, cap, lazy_from)
+            except Touched as exc:   # the rule looked at a deferred draw: draw it for real, run the branch again
+                self._redraw(rng, exc.token)
+                continue
             except RuleError as exc:
+                if rng.deferred:     # whatever failed, see it on a branch with every draw drawn
+                    self._redraw(rng)
+                    continue
                 if not exc.trace:
                     exc.trace = rng.trace
                     exc.rule = name
-                    exc._replay = self._replayer(context, horizon, rng.choices)
+                    exc._replay = self._replayer(context, run_h, rng.choices)
                 raise
             except _Diverged as exc:
+                if rng.deferred:
+                    self._redraw(rng)
+                    continue
                 raise RuleError(f"rule {name}: {exc}", rule=name, trace=rng.trace) from exc
-            except (ExactSpecError, MemoryError, RecursionError):
+            except (ExactSpecError, MemoryError, RecursionError) as exc:
+                if rng.deferred and isinstance(exc, ExactSpecError) and not isinstance(exc, BudgetExceeded):
+                    self._redraw(rng)
+                    continue
                 raise   # resources run out are budget errors (see watchdog.guard), not the rule's fault
             except Exception as exc:
+                if rng.deferred:
+                    self._redraw(rng)
+                    continue
                 from .._crash import crash_site
                 site = crash_site(exc)
                 if self.record and site is not None:   # the rule's code crashed on this branch: an outcome
@@ -324,25 +429,61 @@ class StepEnumerator:
                     law[key] = law.get(key, 0) + rng.weight
                     continue
                 trace = rng.trace
-                from ..rules._shape import binding_hint   # a sampler or loop whose first call as fn(step, rng) failed
-                hint = binding_hint(fn, exc, run_rule.__code__, not self._ran)
+                hint_of = getattr(rule, "binding_hint", None)   # a sampler or loop whose first call as fn(step, rng) failed
+                hint = hint_of(exc, run_rule.__code__, not self._ran) if hint_of is not None else ""
                 raise RuleError(
                     f"rule {name} raised {type(exc).__name__}: {exc}{hint} (context {context}, draws {trace})"
                     f"{f' at {site}' if site else ''}; call .replay() on this error to re-run that branch",
-                    rule=name, trace=trace, replay=self._replayer(context, horizon, rng.choices)) from exc
+                    rule=name, trace=trace, replay=self._replayer(context, run_h, rng.choices)) from exc
             except SystemExit as exc:   # user code ending the process is a failure (exit 2), never a verdict
+                if rng.deferred:
+                    self._redraw(rng)
+                    continue
                 trace = rng.trace
                 raise RuleError(f"rule {name} called sys.exit({exc.code!r}) (context {context}, draws {trace})",
                                 rule=name, trace=trace,
-                                replay=self._replayer(context, horizon, rng.choices)) from None
+                                replay=self._replayer(context, run_h, rng.choices)) from None
             self._ran = True
-            law[out] = law.get(out, 0) + rng.weight
+            w = rng.weight
+            if rng.deferred:
+                if any(t._es_touched for t in rng.deferred):   # a touch the rule caught and went on from
+                    self._redraw(rng)
+                    continue
+                self.deferrals += len(rng.deferred)
+                key = out if keep is None or len(out) <= keep else out[:keep]
+                last = key[-1]
+                if type(last) is DeferredToken:   # emitted unread: stands for all its values (spread below)
+                    values = last.values()
+                    sk = (key[:-1], id(values))
+                    hit = spread.get(sk)
+                    if hit is None:
+                        spread[sk] = [values, w]
+                    else:
+                        hit[1] += w
+                else:
+                    law[key] = law.get(key, 0) + w
+            elif run_h is None and keep is not None and len(out) > keep:
+                key = out[:keep]
+                law[key] = law.get(key, 0) + w
+            else:
+                law[out] = law.get(out, 0) + w
             if stats is not None:
+                stats["tokens"] = stats.get("tokens", 0) + len(out) * w
                 n = getattr(step, "accepted", 0)
                 if n:
                     stats["marked"] = True
-                    stats["accepted"] = stats.get("accepted", 0) + n * rng.weight
+                    stats["accepted"] = stats.get("accepted", 0) + n * w
+        for (base, _), (values, w) in spread.items():
+            for v, pv in values:
+                k = base + (v,)
+                law[k] = law.get(k, 0) + w * pv
         return law
+
+    def _redraw(self, rng: PathRng, tok: DeferredToken | None = None) -> None:
+        """Draw a deferred draw of this failed branch for real (see :func:`_to_redraw`), and count it."""
+        self.deferrals += len(rng.deferred)
+        self.redraws += 1
+        rng.redraw(_to_redraw(rng, tok))
 
     def _replayer(self, context: tuple, horizon: int | None, choices: tuple) -> Callable[[], Any]:
         def replay() -> Any:

@@ -15,6 +15,7 @@ True
 
 from __future__ import annotations
 
+import os
 from fractions import Fraction as F  # noqa: F401  (doctest)
 from typing import Any
 
@@ -23,32 +24,56 @@ from ..fields import Field
 from ..laws import clear_memo
 from ..models import Model
 from .env import Env, state_key
-from .step import Budget, Meter, StepEnumerator, check_budget, crash_index, crash_outcome, is_crash
+from .step import Budget, Meter, StepEnumerator, check_budget, crash_index, crash_outcome, engine_rule, is_crash
 from .watchdog import guard as BudgetGuard
 
-__all__ = ["Engine", "target_law", "greedy_sequence"]
+__all__ = ["Engine", "target_law", "greedy_sequence", "LEGACY_ENV"]
+
+#: set this environment variable to ``1`` to run every engine on its earlier path (benchmarks compare the two)
+LEGACY_ENV = "EXACTSPEC_LEGACY_ENGINE"
 
 
 class Engine:
-    """Exact output law of a rule + proposer over a target (and draft) model, memoised by state."""
+    """Exact output law of a rule + proposer over a target (and draft) model, memoised by state.
+
+    ``rule`` is a rule record (``es.rules.Rule``) or a plain function ``fn(step, rng)``; the
+    engine knows no rule by name (``es.audit`` resolves names). ``lazy=True`` defers the draws of
+    the last token a step keeps (see :class:`~exactspec.enumerate.rng.DeferredToken`): the
+    entry points for rules ask for it; a sampler audit does not. ``legacy=True`` (default: the
+    environment variable :data:`LEGACY_ENV`) runs the earlier path: the output law composed
+    backwards from memoised sub-laws, the efficiency from the whole uncut first step, nothing
+    deferred. In an exact field both paths give the same laws (``==``); in an inexact one only
+    the earlier path runs, so float results keep their rounding.
+    """
 
     def __init__(self, rule: Any, proposer: Any, target: Model, draft: Model | None, field: Field, *,
                  budget: Budget | None = None, closed_form: bool = True, lattice: Any = None,
-                 exact_floats: bool = False, on_error: str = "raise") -> None:
-        from ..rules import as_rule
-        self.rule = as_rule(rule)
+                 exact_floats: bool = False, on_error: str = "raise", lazy: bool = False,
+                 legacy: bool | None = None) -> None:
+        budget = check_budget(budget, "Engine")
+        self.rule = engine_rule(rule, "Engine")
         self.proposer = proposer
         self.field = field
+        if legacy is None:
+            legacy = os.environ.get(LEGACY_ENV, "") not in ("", "0")
+        #: the faster path: forward composition, horizons cut from longer ones, efficiency with the first step
+        self.fast = not legacy and field.exact
         self.env = Env(target, draft, field)
-        self.meter = Meter(check_budget(budget, "Engine") or Budget())
+        self.env.fast = self.fast
+        self.meter = Meter(budget or Budget())
         self.steps = StepEnumerator(self.rule, proposer, self.env, self.meter, lattice=lattice,
-                                    exact_floats=exact_floats, on_error=on_error)
-        self.use_closed_form = bool(closed_form and self.rule.closed_form is not None
+                                    exact_floats=exact_floats, on_error=on_error, lazy=lazy and self.fast)
+        self.use_closed_form = bool(closed_form and getattr(self.rule, "closed_form", None) is not None
                                     and hasattr(proposer, "laws") and proposer.family == self.rule.family)
         orders = [target.order] + ([draft.order] if draft is not None else []) + list(proposer.orders())
         self._orders = orders
         self._step_memo: dict[tuple, dict] = {}
         self._out_memo: dict[tuple, tuple[dict, Any]] = {}
+        #: fast path: the horizons each state's step law was computed at, and the laws any shorter horizon may be
+        #: cut from (a law of the first step computed uncut, or any law when no crash is recorded)
+        self._horizons: dict[tuple, list] = {}
+        self._cut_from: set = set()
+        self._first: tuple | None = None     # the memo key of the first step's law computed with the efficiency
         clear_memo()
 
     def key(self, context: tuple) -> tuple:
@@ -72,6 +97,8 @@ class Engine:
         if law is not None:
             return law
         full = memo.get((key, None))
+        if full is None and self.fast and horizon is not None:
+            full = self._longer(key, horizon)
         if full is not None and horizon is not None:
             law = {}
             for e, w in full.items():
@@ -82,8 +109,36 @@ class Engine:
             law = self._closed(key, horizon)
             if law is None:
                 law = self.steps.law(key, horizon)
-        memo[(key, horizon)] = law
+                if self.fast and not self.steps.record:   # no crash can hide behind a cut: any law may be cut
+                    self._cut_from.add((key, horizon))
+        self._remember(key, horizon, law)
         return law
+
+    def _remember(self, key: tuple, horizon: int | None, law: dict) -> None:
+        self._step_memo[(key, horizon)] = law
+        if self.fast:
+            self._horizons.setdefault(key, []).append(horizon)
+
+    def _longer(self, key: tuple, horizon: int) -> dict | None:
+        """A law of this state at a longer horizon, enumerated, to cut at ``horizon``, or None.
+
+        Without ``lazy`` (a sampler audit, which caches its sampler's calls by their inputs and
+        answers the shorter horizons from that cache itself) only the first step's law is cut, as
+        the earlier path cut its uncut law.
+
+        Cutting gives the law enumerating at ``horizon`` gives: a branch runs the same draws up to
+        its ``horizon``-th token either way. Not with recorded crashes (a branch crashing after its
+        ``horizon``-th token is a crash only in the longer law), except from the first step's law
+        computed with the efficiency, as the earlier path cut its uncut law.
+        """
+        best: Any = None          # the shortest longer horizon (None: uncut, the longest)
+        found = False
+        lazy, first = self.steps.lazy, self._first
+        for h in self._horizons.get(key, ()):
+            if ((key, h) in self._cut_from if lazy else (key, h) == first) and (h is None or h > horizon) and (
+                    not found or (h is not None and (best is None or h < best))):
+                best, found = h, True
+        return self._step_memo[(key, best)] if found else None
 
     def _check_length(self, horizon: int | None) -> None:
         """Refuse a step that may draft more positions than the depth budget allows draws.
@@ -119,7 +174,60 @@ class Engine:
 
     def output(self, prompt: tuple, tokens: int) -> tuple[dict, Any]:
         """(law of the first ``tokens`` emitted tokens, expected number of steps to emit them)."""
+        if self.fast:
+            return self._forward(tuple(prompt), tokens)
         return self._output(tuple(prompt), tokens)
+
+    def _forward(self, context: tuple, tokens: int) -> tuple[dict, Any]:
+        """The law of the first ``tokens`` tokens, composed forwards over the tokens emitted so far.
+
+        ``levels[n]`` holds, for every sequence of ``n`` tokens after which a step starts, the
+        probability of starting one there; sequences reached by different splits into steps are
+        merged before their next step is expanded. Each level is expanded once, in order, and
+        freed: memory is the outcomes plus one level. The expected number of steps is the sum of
+        those probabilities (1 for the first step). Same law as :meth:`_output`, summed in another
+        order (exact fields only).
+        """
+        memo = self._out_memo
+        root = (self.key(context), tokens)
+        hit = memo.get(root)
+        if hit is not None:
+            return hit
+        meter = self.meter
+        held, most = meter.outcomes, meter.budget.outcomes or float("inf")   # outcomes held, counted here
+        out: dict = {}
+        levels: list = [None] * tokens
+        levels[0] = {(): self.field.one}
+        calls: Any = 1
+        for n in range(tokens):
+            level, levels[n] = levels[n], None
+            if not level:
+                continue
+            r = tokens - n
+            for e0, w0 in level.items():
+                if n:
+                    calls += w0
+                meter.check_time()
+                for e, pe in self.step_law(context + e0, r).items():
+                    m = len(e)
+                    if m >= r:
+                        dest = out
+                    else:
+                        dest = levels[n + m]
+                        if dest is None:
+                            dest = levels[n + m] = {}
+                    k = e0 + e
+                    old = dest.get(k)
+                    if old is None:
+                        dest[k] = w0 * pe
+                        held += 1
+                    else:
+                        dest[k] = old + w0 * pe
+                if held > most:
+                    meter.hold(held - meter.outcomes)
+        meter.outcomes = held
+        done = memo[root] = (out, calls)
+        return done
 
     def _output(self, context: tuple, r: int) -> tuple[dict, Any]:
         """The law from ``context`` by remaining tokens ``r``, memoised by ``(state, r)``.
@@ -178,11 +286,13 @@ class Engine:
         self.meter.check_time()
         return [key, context, r, iter(self.step_law(context, r).items()), {}, 1, None]
 
-    def efficiency(self, prompt: tuple) -> tuple[Any, Any, Any]:
+    def efficiency(self, prompt: tuple, tokens: int | None = None) -> tuple[Any, Any, Any]:
         """Exact expectations for the first (uncut) step from ``prompt``.
 
         Returns (tokens emitted, drafts accepted or None when the rule marks no acceptance,
-        speculated nodes the target verifies).
+        speculated nodes the target verifies). ``tokens``: the horizon the output law will be asked
+        for; the fast path then keeps the first step's law cut there, computed on the way (every
+        branch of the first step runs to its end either way), instead of the uncut one.
         """
         key = self.key(tuple(prompt))
         self._check_length(None)
@@ -196,24 +306,36 @@ class Engine:
                 accepted += a * w
             return tokens, accepted, nodes
         stats: dict = {}
+        marks = getattr(self.rule, "marks_accepted", False)
+        if self.fast:
+            law = self.steps.law(key, tokens, stats)
+            self._remember(key, tokens, law)
+            self._cut_from.add((key, tokens))   # cut as the earlier path cut its uncut law
+            self._first = (key, tokens)
+            marked = stats.get("marked") or marks
+            return stats.get("tokens", 0), (stats.get("accepted", 0) if marked else None), nodes
         full = self.steps.law(key, None, stats)
         self._step_memo[(key, None)] = full
-        tokens = 0
+        emitted: Any = 0
         for e, w in full.items():
             if not is_crash(e):          # a branch that crashed emitted nothing
-                tokens += len(e) * w
-        marked = stats.get("marked") or self.rule.marks_accepted
-        return tokens, (stats.get("accepted", 0) if marked else None), nodes
+                emitted += len(e) * w
+        marked = stats.get("marked") or marks
+        return emitted, (stats.get("accepted", 0) if marked else None), nodes
 
     def close(self) -> None:
         clear_memo()
 
 
 def target_law(target: Model, prompt: tuple, tokens: int, field: Field, orders: list | None = None, *,
-               meter: Meter | None = None) -> dict:
+               meter: Meter | None = None, fast: bool | None = None) -> dict:
     """The target's own autoregressive law of the first ``tokens`` tokens after ``prompt``.
 
     With ``meter`` (an engine's), the outcomes it holds count against that audit's budget.
+    ``fast`` (default: in exact fields, unless :data:`LEGACY_ENV` is set) extends the prefixes one
+    token at a time (``tokens * vocab ** tokens`` products at most, none of the sub-laws); otherwise
+    the law is composed backwards from sub-laws memoised by state, as inexact fields need to keep
+    their rounding. Both count the same outcomes against the budget.
 
     >>> import exactspec as es
     >>> from exactspec.fields import get_field
@@ -224,6 +346,10 @@ def target_law(target: Model, prompt: tuple, tokens: int, field: Field, orders: 
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
         raise ExactSpecError(f"tokens must be an int >= 1, got {tokens!r}")
     view = ModelView(target, field)
+    if fast is None:
+        fast = field.exact and os.environ.get(LEGACY_ENV, "") in ("", "0")
+    if fast:
+        return _target_forward(view, tuple(prompt), tokens, meter)
     orders = orders or [target.order]
     memo: dict[tuple, dict] = {}
     root = (state_key(tuple(prompt), orders), tokens)
@@ -261,6 +387,21 @@ def target_law(target: Model, prompt: tuple, tokens: int, field: Field, orders: 
             stack.pop()
             done = memo[key] = law
     return done
+
+
+def _target_forward(view: Any, prompt: tuple, tokens: int, meter: Meter | None) -> dict:
+    """:func:`target_law` one token at a time: each level's prefixes times the next token's law."""
+    hold = meter.hold if meter is not None else _ignore
+    level: dict = {(): None}
+    for n in range(tokens):
+        nxt: dict = {}
+        for prefix, w in level.items():
+            for t, pt in enumerate(view(prompt + prefix)):
+                if pt:
+                    nxt[prefix + (t,)] = pt if w is None else w * pt
+        hold(len(nxt))
+        level = nxt
+    return level
 
 
 def _ignore(n: int) -> None:

@@ -66,9 +66,14 @@ def _bonus_p(laws: Any, prefix: tuple) -> tuple:
     return laws.target(prefix)
 
 
-def _cf(accept: Any, reject: Any, bonus: Any) -> Any:
+def _at_prefix(laws: Any, prefix: tuple) -> Any:
+    """The row key of a rule whose acceptance and rejection read only the laws at the current prefix."""
+    return laws.row_key(prefix)
+
+
+def _cf(accept: Any, reject: Any, bonus: Any, row_key: Any = _at_prefix) -> Any:
     def closed_form(laws: Any, horizon: int | None, lengths: bool = False) -> dict:
-        return chain_step_law(laws, horizon, accept, reject, bonus, lengths=lengths)
+        return chain_step_law(laws, horizon, accept, reject, bonus, lengths=lengths, row_key=row_key)
     return closed_form
 
 
@@ -190,7 +195,7 @@ stale_draft_probs = Rule(
     description="off-by-one: position j >= 1 uses the claimed law of position j-1 in the ratio and the "
                 "residual (invisible on context-free models)",
     reference="off-by-one indexing of draft probabilities (a classic refactor bug; no single public report)",
-    marks_accepted=True, closed_form=_cf(_stale_accept, _stale_reject, _bonus_p))
+    marks_accepted=True, closed_form=_cf(_stale_accept, _stale_reject, _bonus_p, None))   # reads position j - 1 too
 
 
 # -- unverified_first_draft ------------------------------------------------------------------------
@@ -211,11 +216,15 @@ def _ufd_accept(laws: Any, prefix: tuple, x: int) -> Any:
     return 1 if not prefix else _ss_accept(laws, prefix, x)
 
 
+def _ufd_key(laws: Any, prefix: tuple) -> Any:
+    return laws.row_key(prefix), not prefix
+
+
 unverified_first_draft = Rule(
     _unverified_first_draft, name="unverified_first_draft", claim="biased",
     description="the first draft is always accepted; the rest are verified as in speculative_sampling",
     reference="a verification loop starting at the second draft position (illustrative misuse)",
-    marks_accepted=True, closed_form=_cf(_ufd_accept, _ss_reject, _bonus_p))
+    marks_accepted=True, closed_form=_cf(_ufd_accept, _ss_reject, _bonus_p, _ufd_key))
 
 
 # -- no_bonus ------------------------------------------------------------------------------------

@@ -249,6 +249,20 @@ class Rule:
             return self.claim
         return self.otherwise  # type: ignore[return-value]
 
+    def binding_hint(self, exc: BaseException, caller: Any, first: bool) -> str:
+        """What the engine adds to the error when the rule's first call failed to bind ``fn(step, rng)``, or "".
+
+        ``caller`` is the code object of the engine's frame that called the rule (see
+        :func:`exactspec.rules._shape.binding_hint`): a sampler or a loop handed as a rule gets told
+        which call audits it.
+
+        >>> r = Rule(lambda step, rng: [0])
+        >>> r.binding_hint(TypeError("boom"), None, True)
+        ''
+        """
+        from ._shape import binding_hint
+        return binding_hint(self.fn, exc, caller, first)
+
     def without_closed_form(self) -> "Rule":
         """The same rule forced through the generic rng enumeration."""
         return Rule(self.fn, name=self.name, family=self.family, claim=self.claim, description=self.description,
