@@ -109,7 +109,7 @@ def test_a_closed_pipe_keeps_the_exit_code(cmd, code):
 def test_ctrl_c_is_one_line_and_130(capsys, monkeypatch):
     def interrupted(**kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(cli, "audit", interrupted)
+    monkeypatch.setattr(cli.audit, "audit", interrupted)   # the audit `exactspec audit` calls
     code, out, err = run(capsys, "audit", "--rule", "speculative_sampling")
     assert code == 130 and out == ""
     assert err == "exactspec: interrupted\n"
@@ -119,7 +119,7 @@ def test_ctrl_c_is_one_line_and_130(capsys, monkeypatch):
 def test_memory_and_recursion_errors_are_an_incomplete_check(capsys, monkeypatch, exc):
     def blow(**kwargs):
         raise exc()
-    monkeypatch.setattr(cli, "audit", blow)
+    monkeypatch.setattr(cli.audit, "audit", blow)
     code, out, err = run(capsys, "audit", "--rule", "speculative_sampling")
     assert code == 3 and out == ""
     one_line(err)
