@@ -88,7 +88,7 @@ def test_audit_exits_on_the_law_and_check_on_claims(capsys):
 
 # -- pipes, Ctrl-C, memory --------------------------------------------------------------------------
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(cli.__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(es.__file__)))   # the checkout holding exactspec/
 #: the console script's entry point, run from the source tree under test
 EXACTSPEC = f"{sys.executable} -c 'import sys; sys.argv[0] = \"exactspec\"; from exactspec.cli import entry; entry()'"
 

@@ -51,7 +51,7 @@ from . import audit as audit_command
 from .check import _short_proposer, _sig4  # noqa: F401 - the check table's formats, tested by name
 from .common import DEFAULT_TIME_LIMIT, TABLE_WIDTH, TIMING_KEYS, _Out, adapter_names, drop_timings
 from .common import _ints, _names, _tolerance  # noqa: F401 - the option parsers, tested by name
-from .parser import _parser
+from .parser import build
 from .rules import rules_json
 
 __all__ = ["main", "entry", "DEFAULT_TIME_LIMIT", "TABLE_WIDTH", "TIMING_KEYS", "adapter_names", "drop_timings",
@@ -62,6 +62,11 @@ __all__ = ["main", "entry", "DEFAULT_TIME_LIMIT", "TABLE_WIDTH", "TIMING_KEYS", 
 COMMANDS: dict[str, ModuleType] = {"check": check, "audit": audit_command, "search": search, "sweep": sweep,
                                    "audit-sampler": audit_sampler, "audit-loop": audit_loop, "prove": prove,
                                    "rules": rules}
+
+
+def _parser() -> Any:
+    """The ``exactspec`` argument parser (:func:`exactspec.cli.parser.build` of :data:`COMMANDS`)."""
+    return build(COMMANDS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

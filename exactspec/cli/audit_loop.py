@@ -39,7 +39,7 @@ def _cmd_audit_loop(args: Any) -> int:
             raise ExactSpecError(f"--vocab (the search's largest vocabulary) must be >= 2, got {args.vocab}")
         space = _loop_space(None, args.tokens).with_(vocabs=tuple(range(2, args.vocab + 1)))
         found = audit_loop(fn, target=None, search=True, space=space, seed=args.seed, budget=args.time_limit,
-                           **options)
+                           progress=not args.quiet, **options)
         return _code_search_out(args, found)
     inst = make_instance(vocab=args.vocab, order=args.order, gamma=1, tokens=1, seed=args.seed)
     rep = audit_loop(fn, target=inst.target, draft=inst.draft, prompt=inst.prompt or (0,), tokens=args.tokens,
@@ -106,6 +106,7 @@ def register(sub: Any, o: Options) -> None:
                     help=o.limit + "; a search stopped early is incomplete (exit 3), never 'no counterexample'")
     lo.add_argument("--json", action="store_true", help=o.json_help)
     lo.add_argument("--no-timings", action="store_true", help=o.no_timings)
+    o.quiet(lo)
 
 
 run = _cmd_audit_loop

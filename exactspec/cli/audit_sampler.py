@@ -56,7 +56,7 @@ def _cmd_audit_sampler(args: Any) -> int:
         from ..samplers.sampler_search import search_sampler
         space = _sampler_search_space(args, adapter.family)
         found = search_sampler(sampler, adapter=adapter, space=space, rng_model=args.rng_model, seed=args.seed,
-                               budget=args.time_limit, **precision)
+                               budget=args.time_limit, progress=not args.quiet, **precision)
         return _code_search_out(args, found)
     inst, proposer = _instance(args, adapter.family, None)
     rep = audit_sampler(sampler, adapter=adapter, target=inst.target, draft=inst.draft, proposer=proposer,
@@ -102,6 +102,7 @@ def register(sub: Any, o: Options) -> None:
                     help=o.limit + "; a search stopped early is incomplete (exit 3), never 'no counterexample'")
     sa.add_argument("--json", action="store_true", help=o.json_help)
     sa.add_argument("--no-timings", action="store_true", help=o.no_timings)
+    o.quiet(sa)
 
 
 run = _cmd_audit_sampler

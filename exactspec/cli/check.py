@@ -18,8 +18,13 @@ from .._audit import audit
 from ..enumerate import Budget
 from ..errors import BudgetExceeded, ExactSpecError
 from ..instances import check_cases, default_instance
-from .common import TABLE_WIDTH, _Clock, _dump, _no_timings_needs_json, _parallel_args, _print, _wrap
+from .. import _progress
+from .common import TABLE_WIDTH, _Clock, _dump, _no_timings_needs_json, _print, _wrap
 from .parser import Options
+
+#: what ``check`` without ``--workers`` assumes one configuration costs in this process, in seconds: the
+#: configurations go to every core when they add up to ``parallel.AUTO_MIN_SECONDS`` or more
+CASE_SECONDS = 0.2
 
 def _sig4(x: Any) -> str:
     """``x`` (a rational, float or mpmath number) as a decimal with 4 significant digits.
@@ -108,22 +113,33 @@ def _check_chunk(job: tuple) -> tuple:
     return ("ok", rep, time.perf_counter() - t0)
 
 
-def _check_parallel(args: Any, cases: list) -> list[tuple[Any, float]]:
+def _workers(args: Any, cases: list) -> Any:
+    """The workers ``check`` runs on: ``--workers`` as given, else every core when its configurations are
+    estimated long enough to pay for a pool (:func:`exactspec.parallel.auto_workers`), else None (this process)."""
+    from .. import parallel
+    if args.workers is not None or args.scheduler is not None:
+        return args.workers
+    return parallel.auto_workers(parallel.AUTO, len(cases) * CASE_SECONDS, args.time_limit)
+
+
+def _check_parallel(args: Any, cases: list, workers: Any = None,
+                    progress: Any = None) -> list[tuple[Any, float]]:
     """Every configuration of ``check`` on ``--workers`` processes or a ``--scheduler``; reports in table order.
 
     Configurations without a closed form (enumerated branch by branch: the long ones) are
     submitted first, for load balance; the table's order, and every figure in it, is the same.
     """
     from .. import parallel
-    if args.workers is not None and args.workers < 0:
-        raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {args.workers}")
+    if workers is not None and workers < 0:
+        raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {workers}")
     deadline = parallel.wall_deadline(args.time_limit)
     order = sorted(range(len(cases)), key=lambda i: (cases[i].rule.closed_form is not None, i))
     jobs = [(i, args.field, args.precision, deadline, bool(args.json)) for i in range(len(cases))]
-    with parallel.executor_for(None, args.workers, args.scheduler) as (ex, owned):
+    _CHECK_CASES.clear()   # this process (workers=1) and forked workers rebuild the cases this run audits
+    with parallel.executor_for(None, workers, args.scheduler) as (ex, owned):
         run = parallel.run_chunks(_check_chunk, jobs, executor=ex or parallel._Inline(), owned=owned or ex is None,
-                                  order=order, deadline=deadline, rebuild=parallel.pool_maker(args.workers),
-                                  progress=parallel.terminal_progress("check"))
+                                  order=order, deadline=deadline, rebuild=parallel.pool_maker(workers),
+                                  progress=progress)
     out: list[tuple[Any, float]] = []
     for i, case in enumerate(cases):
         if i not in run.results:
@@ -151,10 +167,21 @@ def _cmd_check(args: Any) -> int:
         raise ExactSpecError("--wide applies to the table, not to --json output (which has every field)")
     inst = default_instance()
     clock = _Clock(args.time_limit)
+    cases = check_cases(inst)
+    shown = _progress.reporter("check", unit="configurations", enabled=not args.quiet)
+    try:
+        return _check_table(args, inst, cases, clock, shown)
+    finally:
+        _progress.close(shown)
+
+
+def _check_table(args: Any, inst: Any, cases: list, clock: _Clock, shown: Any) -> int:
+    """Audit ``cases`` (in this process or on workers), print the table or the JSON, return the exit code."""
     rows: list[dict[str, str]] = []
     reports = []
-    cases = check_cases(inst)
-    done = _check_parallel(args, cases) if _parallel_args(args) else None
+    workers = _workers(args, cases)
+    chunked = workers is not None or args.scheduler is not None
+    done = _check_parallel(args, cases, workers, shown) if chunked else None
     for i, case in enumerate(cases):
         t0 = time.perf_counter()
         if done is not None:  # audited in chunks on workers; merged here in the table's order
@@ -164,6 +191,8 @@ def _cmd_check(args: Any) -> int:
                         case.proposer.needs_draft() else inst.draft, proposer=case.proposer, rule=case.rule,
                         prompt=inst.prompt, tokens=case.tokens, field=args.field, precision=args.precision,
                         budget=clock.budget(f"{i} of the configurations"))
+            if shown is not None:
+                shown(i + 1, len(cases))
         rep.claim = case.claim
         dt = time.perf_counter() - t0 if done is None else dt
         reports.append(rep)
@@ -179,6 +208,7 @@ def _cmd_check(args: Any) -> int:
                      "verdict_short": "<= tol" if inexact_lossless else rep.verdict,
                      "tokens/call": _num(rep, rep.tokens_per_call), "accepted/call": _num(rep, rep.accepted_per_call),
                      "nodes/call": _num(rep, rep.nodes_per_call), "time": f"{dt:.3f}s"})
+    _progress.close(shown)   # the bar is gone before the table is printed
     broken = [f"{r['rule']} with {r['proposer']}" for r in rows if r["holds"] == "NO"]
     inexact = [r for r in rows if r["holds"] in ("undecided", "within tol")]
     ok = not broken
@@ -252,6 +282,7 @@ def register(sub: Any, o: Options) -> None:
                    help=f"table with every column and the full proposer descriptions (default: a table that fits "
                         f"{TABLE_WIDTH} columns, without tokens/call, accepted/call, nodes/call and time)")
     o.parallel(c)
+    o.quiet(c)
 
 
 run = _cmd_check

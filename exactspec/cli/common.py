@@ -253,11 +253,6 @@ def _report_out(args: Any, rep: Any) -> int:
     return rep.exit_code
 
 
-def _parallel_args(args: Any) -> bool:
-    """Whether ``--workers`` or ``--scheduler`` asked for the chunked (parallel) path."""
-    return getattr(args, "workers", None) is not None or getattr(args, "scheduler", None) is not None
-
-
 
 def _code_search_out(args: Any, found: Any) -> int:
     """Print a search over a user's code (sampler or loop): the result, and for a counterexample the

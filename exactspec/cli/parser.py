@@ -2,16 +2,17 @@
 
 Each command module (:mod:`exactspec.cli.check`, ...) adds its own sub-command with
 ``register(sub, options)``, in the order of :data:`exactspec.cli.COMMANDS`; this module holds what
-they share (:class:`Options`) and builds the whole parser.
+they share (:class:`Options`) and builds the whole parser from those modules.
 
->>> _parser().parse_args(["check", "--json"]).cmd
+>>> from exactspec.cli import COMMANDS
+>>> build(COMMANDS).parse_args(["check", "--json"]).cmd
 'check'
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Mapping
 
 from .. import __version__
 from .common import DEFAULT_TIME_LIMIT, _seconds
@@ -79,11 +80,18 @@ class Options:
     def parallel(self, sp: argparse.ArgumentParser) -> None:
         """``--workers`` and ``--scheduler`` (check, search, sweep)."""
         sp.add_argument("--workers", type=int, default=None, metavar="N",
-                        help="run in chunks on N local worker processes (0: every core; default: in this process); "
-                             "the output is the same for any N")
+                        help="run in chunks on N local worker processes (0: every core; 1: in this process; "
+                             "default: every core when the job is long enough to pay for starting them, in this "
+                             "process otherwise); the output is the same for any N")
         sp.add_argument("--scheduler", default=None, metavar="ADDRESS",
                         help="run the chunks on a Dask cluster, e.g. tcp://10.0.0.1:8786 (needs exactspec[dask]; "
                              "default: none)")
+
+    def quiet(self, sp: argparse.ArgumentParser) -> None:
+        """``--quiet`` / ``-q`` (the long-running commands)."""
+        sp.add_argument("--quiet", "-q", action="store_true",
+                        help="print no progress on stderr (default: past a second, a bar with an ETA on a terminal, "
+                             "else a line every 10 s)")
 
     def instance(self, sp: argparse.ArgumentParser, vocab: int, order: int, what: str) -> None:
         """The options of one seeded instance (audit, audit-sampler)."""
@@ -109,9 +117,8 @@ class Options:
                         help=f"tree {what}: how children are drafted, one of {', '.join(CHILDREN)} (default iid)")
 
 
-def _parser() -> argparse.ArgumentParser:
-    """The whole ``exactspec`` parser: the top-level options, then each command's sub-parser in order."""
-    from . import COMMANDS
+def build(commands: Mapping[str, Any]) -> argparse.ArgumentParser:
+    """The whole ``exactspec`` parser: the top-level options, then each of ``commands``' sub-parsers in order."""
     p = _Parser(prog="exactspec", description="Prove or refute, exactly, that speculative-decoding rules keep "
                                                "the target's law. Exit codes: 0 holds / lossless (exactly), "
                                                "1 bias found or claim broken, 2 bad input or user code failed, "
@@ -121,6 +128,6 @@ def _parser() -> argparse.ArgumentParser:
                    help="print the version and exit")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     options = Options()
-    for module in COMMANDS.values():
+    for module in commands.values():
         module.register(sub, options)
     return p

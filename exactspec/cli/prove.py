@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import _progress
 from ..errors import ExactSpecError
 from .common import DEFAULT_TIME_LIMIT, _ints, _print, _rule, _seconds
 from .parser import Options
@@ -24,8 +25,12 @@ def _cmd_prove(args: Any) -> int:
             raise ExactSpecError(f"--expansion and --children do not apply to rule {rule.name}, which verifies chains")
         proposer = chain(1 if args.gamma is None else args.gamma, sampling=args.sampling or "sample",
                          claim=args.claim or "draft")
-    res = prove(rule, proposer=proposer, vocab=args.vocab, tokens=args.tokens, family=args.family,
-                timeout=args.time_limit)
+    shown = _progress.reporter("proving", unit="cells proven", enabled=not args.quiet)
+    try:
+        res = prove(rule, proposer=proposer, vocab=args.vocab, tokens=args.tokens, family=args.family,
+                    timeout=args.time_limit, progress=shown)
+    finally:
+        _progress.close(shown)
     if args.json:
         _print(res.to_json())
     else:
@@ -61,6 +66,7 @@ def register(sub: Any, o: Options) -> None:
                          "otherwise, context_free from vocab 3)")
     pr.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT, help=o.limit)
     pr.add_argument("--json", action="store_true", help=o.json_help)
+    o.quiet(pr)
 
 
 run = _cmd_prove

@@ -69,9 +69,10 @@ def _cmd_search(args: Any) -> int:
     from .. import parallel
     if args.workers is not None and args.workers < 0:
         raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {args.workers}")
+    workers = parallel.AUTO if args.workers is None else args.workers   # default: every core for a long search
     with parallel.executor_for(None, None, args.scheduler) as (ex, _):
         found = search(rule, proposer=proposer, space=space, seed=args.seed, budget=args.time_limit, executor=ex,
-                       workers=None if ex is not None else args.workers)
+                       workers=None if ex is not None else workers, progress=not args.quiet)
     code = getattr(found, "exit_code", None)
     if code is None:
         code = 1 if found.__class__.__name__ == "Counterexample" else 0
@@ -116,6 +117,7 @@ def register(sub: Any, o: Options) -> None:
     se.add_argument("--json", action="store_true", help=o.json_help)
     se.add_argument("--no-timings", action="store_true", help=o.no_timings)
     o.parallel(se)
+    o.quiet(se)
 
 
 run = _cmd_search

@@ -9,6 +9,7 @@ from .common import DEFAULT_TIME_LIMIT, _dump, _ints, _names, _Out, _print, _sec
 from .parser import Options
 
 def _cmd_sweep(args: Any) -> int:
+    from .. import parallel
     from ..sweep import sweep
     if args.json and args.csv:
         raise ExactSpecError("--json and --csv are exclusive")
@@ -23,7 +24,8 @@ def _cmd_sweep(args: Any) -> int:
     table = sweep(rules, proposers, _ints(args.vocabs, "--vocabs", "ints like '2 3'"),
                   _ints(args.gammas, "--gammas", "ints like '1 2 4'"), tokens, family=args.family, order=args.order,
                   seed=args.seed, search=args.search, field=args.field, seconds=args.time_limit,
-                  workers=args.workers, scheduler=args.scheduler)
+                  workers=parallel.AUTO if args.workers is None and args.scheduler is None else args.workers,
+                  scheduler=args.scheduler, progress=not args.quiet)
     if args.json:
         _print(_dump(table.to_dict(), args))
     elif args.csv:
@@ -63,6 +65,7 @@ def register(sub: Any, o: Options) -> None:
     sw.add_argument("--csv", action="store_true", help="print CSV, one row per cell (default: text)")
     sw.add_argument("--no-timings", action="store_true", help="with --json or --csv: leave out the seconds column")
     o.parallel(sw)
+    o.quiet(sw)
 
 
 run = _cmd_sweep

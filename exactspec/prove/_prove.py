@@ -186,7 +186,7 @@ def _default_proposer(rule: Any) -> Any:
 
 def prove(rule: Any, *, proposer: Any = None, vocab: int, tokens: int, family: str | None = None,
           timeout: float | None = None, closed_form: bool = True, prompt: tuple = (),
-          check_ms: int = 10_000) -> "Proof | Refutation":
+          check_ms: int = 10_000, progress: Any = None) -> "Proof | Refutation":
     """Prove that ``rule`` keeps the target's law for every target and draft law, or refute it exactly.
 
     ``family=None`` (the default) picks the most general family that is feasible at this size
@@ -204,6 +204,8 @@ def prove(rule: Any, *, proposer: Any = None, vocab: int, tokens: int, family: s
     rules (argmax ties go to the lowest token id). Raises ``BudgetExceeded`` (exit 3) past
     ``timeout`` seconds, ``SolverUnknown`` (exit 3) where z3 cannot decide a check within
     ``check_ms``, and ``UnsupportedSymbolic`` (exit 2) naming an operation the prover cannot follow.
+    ``progress(done, total)``, if given, is called as each cell is proven (``total`` None: the cells
+    are found as the proof splits them).
 
     >>> import exactspec as es
     >>> es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1), vocab=2, tokens=1).proven
@@ -307,6 +309,8 @@ def prove(rule: Any, *, proposer: Any = None, vocab: int, tokens: int, family: s
                 return _refute(rule, space, dec, poly, d, o, proposer, family, tokens, prompt, decoding,
                                assumptions, t0, len(cells))
             cells.append([space.show(p, s) for p, s in dec.order])
+            if progress is not None:
+                progress(len(cells), None)
     stats["cells"] = len(cells)
     return Proof(rule=rule.name, cells=cells, paths=paths, atoms=len(space.atoms), assumptions=assumptions,
                  seconds=time.perf_counter() - t0, stats=stats)
