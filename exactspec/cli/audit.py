@@ -9,6 +9,7 @@ from ..enumerate import Budget
 from .common import _family_options, _horizon, _instance, _ints, _no_timings_needs_json, _report_out, _rule
 from .parser import Options
 
+
 def _cmd_audit(args: Any) -> int:
     _no_timings_needs_json(args)
     rule = _rule(args.rule)

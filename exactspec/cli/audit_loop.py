@@ -7,9 +7,9 @@ from typing import Any
 from ..enumerate import Budget
 from ..errors import ExactSpecError
 from ..instances import make_instance
-from .common import (DEFAULT_TIME_LIMIT, _code_search_out, _load, _no_timings_needs_json, _report_out, _seconds,
-                     _tolerance)
+from .common import _code_search_out, _load, _no_timings_needs_json, _report_out, _tolerance
 from .parser import Options
+
 
 def _cmd_audit_loop(args: Any) -> int:
     """``exactspec audit-loop``: search small instances for a whole loop's bias (default), or audit one (--instance)."""
@@ -102,11 +102,7 @@ def register(sub: Any, o: Options) -> None:
     lo.add_argument("--rng-model", choices=list(o.RNG_MODELS), default="native", metavar="RNG_MODEL", help=o.rng_help)
     lo.add_argument("--instance", action="store_true",
                     help="audit one seeded instance (--vocab, --order, --tokens, --seed) instead of searching")
-    lo.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT,
-                    help=o.limit + "; a search stopped early is incomplete (exit 3), never 'no counterexample'")
-    lo.add_argument("--json", action="store_true", help=o.json_help)
-    lo.add_argument("--no-timings", action="store_true", help=o.no_timings)
-    o.quiet(lo)
+    o.code_search_output(lo)
 
 
 run = _cmd_audit_loop

@@ -7,9 +7,10 @@ from typing import Any
 from ..enumerate import Budget
 from ..errors import ExactSpecError
 from ..samplers.base import PRECISIONS
-from .common import (DEFAULT_TIME_LIMIT, _code_search_out, _family_options, _horizon, _instance, _ints, _load,
-                     _no_timings_needs_json, _report_out, _seconds, _tolerance, adapter_names)
+from .common import (_code_search_out, _family_options, _horizon, _instance, _ints, _load, _no_timings_needs_json,
+                     _report_out, _tolerance, adapter_names)
 from .parser import Options
+
 
 def _sampler_search_space(args: Any, family: str) -> Any:
     """``audit-sampler``'s search space: --vocab, --gamma / --expansion bound the default, --tokens sets the horizon."""
@@ -98,11 +99,7 @@ def register(sub: Any, o: Options) -> None:
                          "exception, the branch and the sampler's line: exit 2) or record (the exact probability of "
                          "the crashing branches is reported, a finding: exit 1) (default raise); a search always "
                          "reports a crash as a counterexample of kind 'crash' (exit 1)")
-    sa.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT,
-                    help=o.limit + "; a search stopped early is incomplete (exit 3), never 'no counterexample'")
-    sa.add_argument("--json", action="store_true", help=o.json_help)
-    sa.add_argument("--no-timings", action="store_true", help=o.no_timings)
-    o.quiet(sa)
+    o.code_search_output(sa)
 
 
 run = _cmd_audit_sampler

@@ -26,6 +26,7 @@ from .parser import Options
 #: configurations go to every core when they add up to ``parallel.AUTO_MIN_SECONDS`` or more
 CASE_SECONDS = 0.2
 
+
 def _sig4(x: Any) -> str:
     """``x`` (a rational, float or mpmath number) as a decimal with 4 significant digits.
 

@@ -87,6 +87,25 @@ class Options:
                         help="run the chunks on a Dask cluster, e.g. tcp://10.0.0.1:8786 (needs exactspec[dask]; "
                              "default: none)")
 
+    def drafting(self, sp: argparse.ArgumentParser) -> None:
+        """``--sampling``, ``--children`` and ``--claim`` of a rule's proposer (search, prove)."""
+        sp.add_argument("--sampling", choices=list(self.SAMPLINGS), default=None,
+                        help=f"chain rules: how drafts are drawn, one of {', '.join(self.SAMPLINGS)} (default sample)")
+        sp.add_argument("--children", choices=list(self.CHILDREN), default=None,
+                        help=f"tree rules: how children are drafted, one of {', '.join(self.CHILDREN)} (default iid)")
+        sp.add_argument("--claim", choices=self.claims, default=None,
+                        help=f"the law the verifier is told each draft came from, one of {', '.join(self.claims)} "
+                             "(default draft)")
+
+    def code_search_output(self, sp: argparse.ArgumentParser) -> None:
+        """``--time-limit``, ``--json``, ``--no-timings`` and ``--quiet`` of a search over user code (audit-sampler,
+        audit-loop)."""
+        sp.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT,
+                        help=self.limit + "; a search stopped early is incomplete (exit 3), never 'no counterexample'")
+        sp.add_argument("--json", action="store_true", help=self.json_help)
+        sp.add_argument("--no-timings", action="store_true", help=self.no_timings)
+        self.quiet(sp)
+
     def quiet(self, sp: argparse.ArgumentParser) -> None:
         """``--quiet`` / ``-q`` (the long-running commands)."""
         sp.add_argument("--quiet", "-q", action="store_true",

@@ -9,6 +9,7 @@ from ..errors import ExactSpecError
 from .common import DEFAULT_TIME_LIMIT, _ints, _print, _rule, _seconds
 from .parser import Options
 
+
 def _cmd_prove(args: Any) -> int:
     """``exactspec prove``: exit 0 proven, 1 refuted (with a witness replayed exactly), 2 bad input, 3 gave up."""
     from ..drafts import chain, tree
@@ -52,13 +53,7 @@ def register(sub: Any, o: Options) -> None:
                                                                "default)")
     pr.add_argument("--gamma", type=int, default=None, help="chain rules: drafted tokens per step (default 1)")
     pr.add_argument("--expansion", default=None, help="tree rules: children per depth, e.g. '2' (default '2')")
-    pr.add_argument("--sampling", choices=list(o.SAMPLINGS), default=None,
-                    help=f"chain rules: how drafts are drawn, one of {', '.join(o.SAMPLINGS)} (default sample)")
-    pr.add_argument("--children", choices=list(o.CHILDREN), default=None,
-                    help=f"tree rules: how children are drafted, one of {', '.join(o.CHILDREN)} (default iid)")
-    pr.add_argument("--claim", choices=o.claims, default=None,
-                    help=f"the law the verifier is told each draft came from, one of {', '.join(o.claims)} "
-                         "(default draft)")
+    o.drafting(pr)
     pr.add_argument("--family", choices=["context_free", "per_position", "table"], default=None,
                     help="context_free: one symbolic p and q at every position; per_position: one p and q per "
                          "position; table: order-1 tables, prompt (0,) (default: the most general one feasible at "

@@ -10,6 +10,7 @@ from ..rules import catalog
 from .common import _print
 from .parser import Options
 
+
 def rules_json() -> dict[str, list[dict[str, Any]]]:
     """What ``exactspec rules --json`` prints: the catalog and the configurations ``exactspec check`` audits.
 

@@ -105,13 +105,7 @@ def register(sub: Any, o: Options) -> None:
                     help="largest horizon in tokens, from 1 up (default {} for chain rules, {} for tree "
                          "rules)".format(*d["tokens"]))
     se.add_argument("--seed", type=int, default=0, help="seed of the randomly sampled part of the space (default 0)")
-    se.add_argument("--sampling", choices=list(o.SAMPLINGS), default=None,
-                    help=f"chain rules: how drafts are drawn, one of {', '.join(o.SAMPLINGS)} (default sample)")
-    se.add_argument("--children", choices=list(o.CHILDREN), default=None,
-                    help=f"tree rules: how children are drafted, one of {', '.join(o.CHILDREN)} (default iid)")
-    se.add_argument("--claim", choices=o.claims, default=None,
-                    help=f"the law the verifier is told each draft came from, one of {', '.join(o.claims)} "
-                         "(default draft)")
+    o.drafting(se)
     se.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT,
                     help=o.limit + "; a search stopped early is incomplete, never 'no counterexample'")
     se.add_argument("--json", action="store_true", help=o.json_help)

@@ -8,6 +8,7 @@ from ..errors import ExactSpecError
 from .common import DEFAULT_TIME_LIMIT, _dump, _ints, _names, _Out, _print, _seconds
 from .parser import Options
 
+
 def _cmd_sweep(args: Any) -> int:
     from .. import parallel
     from ..sweep import sweep
