@@ -11,8 +11,10 @@ such a callback for a job:
   ``searching: 1200/5000 instances, 34 s, ETA 1 min 52 s``, and a last line when a job that
   printed one ends;
 - nothing for a job that ends first (under :data:`DELAY` seconds on a terminal, under
-  :data:`EVERY` in a log), and nothing at all with ``enabled=False`` (``--quiet``,
-  ``progress=False``).
+  :data:`EVERY` in a log), nothing at all with ``enabled=False`` (``--quiet``,
+  ``progress=False``), and nothing when ``sys.stderr`` has been replaced by an in-memory stream
+  (a test's captured output, ``contextlib.redirect_stderr(io.StringIO())``): what a program
+  captures there is its messages, which progress would change with the machine's speed.
 
 >>> import io
 >>> ticks, log = iter([0.0, 12.0, 20.0, 25.0]), io.StringIO()    # a fake clock: no sleeping
@@ -55,6 +57,14 @@ def duration(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60} min {s % 60} s"
     return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def _has_fd(stream: Any) -> bool:
+    """Whether ``stream`` writes to an operating-system file (a terminal, a pipe, a CI log, a file)."""
+    try:
+        return stream.fileno() >= 0
+    except (AttributeError, ValueError, OSError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return False
 
 
 def _is_terminal(stream: Any) -> bool:
@@ -147,16 +157,25 @@ def reporter(what: str, *, unit: str = "chunks", enabled: bool = True, stream: i
              ) -> Reporter | None:
     """The progress callback ``progress(done, total)`` of one job named ``what``, counting ``unit``; None when not ``enabled``.
 
-    ``stream`` defaults to ``sys.stderr`` (read when called, so a captured stderr is honoured);
-    ``delay`` and ``every`` to :data:`DELAY` and :data:`EVERY`; ``clock`` to :func:`time.monotonic`.
+    ``stream`` defaults to ``sys.stderr`` (read when called) when that is an operating-system file
+    (None, nothing to report, when it is an in-memory stream such as a test's captured stderr); a
+    ``stream`` given is always written to. ``delay`` and ``every`` default to :data:`DELAY` and
+    :data:`EVERY`, ``clock`` to :func:`time.monotonic`.
 
     >>> reporter("check", enabled=False) is None
+    True
+    >>> import contextlib, io
+    >>> with contextlib.redirect_stderr(io.StringIO()):
+    ...     reporter("check") is None
     True
     """
     if not enabled:
         return None
-    return Reporter(what, unit, sys.stderr if stream is None else stream, clock, DELAY if delay is None else delay,
-                    EVERY if every is None else every)
+    if stream is None:
+        stream = sys.stderr
+        if not _has_fd(stream):
+            return None
+    return Reporter(what, unit, stream, clock, DELAY if delay is None else delay, EVERY if every is None else every)
 
 
 def resolve(progress: Any, what: str, *, unit: str = "chunks") -> Callable[..., None] | None:

@@ -601,7 +601,8 @@ def terminal_progress(what: str, stream: io.TextIOBase | None = None) -> Callabl
     A bar with an ETA on a terminal, a line every few seconds elsewhere, nothing for a job shorter
     than that; ``close()`` it when the job ends.
 
-    >>> progress = terminal_progress("search")
+    >>> import io
+    >>> progress = terminal_progress("search", stream=io.StringIO())
     >>> progress(1, 4); progress.close()   # a short job prints nothing
     """
     from . import _progress

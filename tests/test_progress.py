@@ -86,7 +86,7 @@ def test_a_terminal_gets_a_bar_with_the_total_and_an_eta_and_it_is_erased_at_the
     assert tty.getvalue().endswith("\r") and tty.getvalue().rsplit("\r", 2)[-2].strip() == ""
 
 
-def test_disabled_is_none_and_a_users_callable_is_kept():
+def test_disabled_is_none_and_a_users_callable_is_kept(capfd):
     assert _progress.reporter("sweep", enabled=False) is None
     assert _progress.resolve(False, "sweep") is None
     assert _progress.resolve(print, "sweep") is print
@@ -117,67 +117,78 @@ def every_report(monkeypatch):
     monkeypatch.setattr(_progress, "DELAY", 0.0)
 
 
-def test_search_reports_progress_and_quiet_silences_it(capsys, every_report):
+def test_search_reports_progress_and_quiet_silences_it(capfd, every_report):
     assert main(SMALL_SEARCH) == 0
-    out, err = capsys.readouterr()
+    out, err = capfd.readouterr()
     lines = err.splitlines()
     assert lines and all(re.fullmatch(r"searching: \d+/\d+ instances, \d+ s(, ETA \d+ s|, done)?", ln) for ln in lines)
     assert main(SMALL_SEARCH + ["--quiet"]) == 0
-    out_q, err_q = capsys.readouterr()
+    out_q, err_q = capfd.readouterr()
     assert err_q == "" and out_q == out
 
 
-def test_search_in_process_counts_instances_against_the_planned_total(capsys, every_report):
+def test_search_in_process_counts_instances_against_the_planned_total(capfd, every_report):
     from exactspec.counterexamples import Space
     space = Space(vocabs=(2,), shapes=((1,),), tokens=(1,), families=("context_free",), random_points=2)
     found = es.counterexamples.search(es.rules.speculative_sampling, space=space)
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     assert f"/{found.audited} instances" in err and err.splitlines()[-1].endswith(", done")
     es.counterexamples.search(es.rules.speculative_sampling, space=space, progress=False)
-    assert capsys.readouterr().err == ""
+    assert capfd.readouterr().err == ""
 
 
 @pytest.mark.parametrize("argv", [
     ["sweep", "--rules", "speculative_sampling", "--vocabs", "2", "--gammas", "1", "--workers", "1"],
     ["check", "--workers", "1"],
 ])
-def test_sweep_and_check_report_and_quiet_silences(capsys, every_report, monkeypatch, argv):
+def test_sweep_and_check_report_and_quiet_silences(capfd, every_report, monkeypatch, argv):
     if argv[0] == "check":   # three configurations are enough to see it
         from exactspec.cli import check
         from exactspec.instances import check_cases
         monkeypatch.setattr(check, "check_cases", lambda inst: check_cases(inst)[:3])
     code = main(argv)
-    out, err = capsys.readouterr()
+    out, err = capfd.readouterr()
     unit = "cells" if argv[0] == "sweep" else "configurations"
     assert re.search(rf"^{argv[0]}: \d+/\d+ {unit}, \d+ s", err, re.M)
     assert main(argv + ["-q"]) == code
-    out_q, err_q = capsys.readouterr()
+    out_q, err_q = capfd.readouterr()
     assert err_q == ""
 
 
-def test_sampler_search_reports_progress_and_false_silences(capsys, every_report):
+def test_sampler_search_reports_progress_and_false_silences(capfd, every_report):
     from exactspec.bugzoo import numpy_samplers as zoo
     from exactspec.counterexamples import Space
     from exactspec.samplers.sampler_search import search_sampler
     small = Space(vocabs=(2,), shapes=((1,),), tokens=(1,), families=("context_free",), random_points=1,
                   exhaustive_denominator=2)
     found = search_sampler(zoo.correct, space=small)
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     assert f"searching: {found.audited}/{found.audited} instances" in err
     search_sampler(zoo.correct, space=small, progress=False)
-    assert capsys.readouterr().err == ""
+    assert capfd.readouterr().err == ""
 
 
-def test_prove_reports_cells_and_quiet_silences(capsys, every_report):
+def test_prove_reports_cells_and_quiet_silences(capfd, every_report):
     pytest.importorskip("z3")
     argv = ["prove", "--rule", "speculative_sampling", "--vocab", "2", "--tokens", "1"]
     assert main(argv) == 0
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     assert re.search(r"^proving: \d+ cells proven, \d+ s", err, re.M)
     assert main(argv + ["--quiet"]) == 0
-    assert capsys.readouterr().err == ""
+    assert capfd.readouterr().err == ""
 
 
-def test_without_the_fixture_a_short_command_prints_no_progress(capsys):
-    assert main(SMALL_SEARCH) == 0
+def test_a_command_shorter_than_the_interval_prints_no_progress(capfd, monkeypatch):
+    monkeypatch.setattr(_progress, "EVERY", 1e9)     # however slow the machine, the job is shorter than this
+    monkeypatch.setattr(_progress, "DELAY", 1e9)
+    assert main(SMALL_SEARCH) == 0                   # without --quiet
+    assert capfd.readouterr().err == ""
+
+
+def test_a_captured_in_memory_stderr_gets_no_progress_however_long_the_job(capsys, every_report):
+    """stderr replaced by an in-memory stream (capsys here, redirect_stderr in a program): its messages only."""
+    assert main(SMALL_SEARCH) == 0                   # without --quiet
     assert capsys.readouterr().err == ""
+    found = es.counterexamples.search(es.rules.speculative_sampling, space=es.counterexamples.Space(
+        vocabs=(2,), shapes=((1,),), tokens=(1,), families=("context_free",), random_points=2))
+    assert not found and capsys.readouterr().err == ""
