@@ -29,7 +29,8 @@ The package: :mod:`exactspec.cli.parser` builds the parser from the options comm
 one module per command (``check``, ``audit``, ``search``, ``sweep``, ``audit_sampler``,
 ``audit_loop``, ``prove``, ``rules``), each with ``register(sub, options)`` (its sub-parser) and
 ``run(args)`` (its exit code), listed in :data:`COMMANDS`; :mod:`exactspec.cli.common` holds
-what they share (output that survives a closed pipe, option parsers, the time budget).
+what they share (the exit-code mapping ``run_command``, output that survives a closed pipe,
+option parsers such as ``_tolerance``, the time budget).
 
 >>> main(["rules", "--names"])  # doctest: +ELLIPSIS
 speculative_sampling
@@ -43,13 +44,12 @@ import os
 import sys
 import time
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from ..errors import BudgetExceeded, ExactSpecError
 from . import audit_loop, audit_sampler, check, prove, rules, search, sweep
 from . import audit as audit_command
 from .check import _short_proposer, _sig4  # noqa: F401 - the check table's formats, tested by name
-from .common import DEFAULT_TIME_LIMIT, TABLE_WIDTH, TIMING_KEYS, _Out, adapter_names, drop_timings
+from .common import DEFAULT_TIME_LIMIT, TABLE_WIDTH, TIMING_KEYS, _Out, adapter_names, drop_timings, run_command
 from .common import _ints, _names, _tolerance  # noqa: F401 - the option parsers, tested by name
 from .parser import build
 from .rules import rules_json
@@ -76,43 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    cmd: Callable[[Any], int] = COMMANDS[args.cmd].run
-    try:
-        return _guarded(cmd, args)
-    except KeyboardInterrupt:
-        _Out.write("exactspec: interrupted", err=True)
-        return 130
-    except SystemExit as exc:  # user code (a rule, a sampler, a model) called sys.exit: it failed, exit 2
-        _Out.write(f"exactspec: error: user code called sys.exit({exc.code!r}) during the {args.cmd}; nothing was "
-                   "checked", err=True)
-        return 2
-    except BudgetExceeded as exc:
-        _Out.write(f"exactspec: {exc}", err=True)
-        return 3
-    except ExactSpecError as exc:
-        _Out.write(f"exactspec: error: {exc}", err=True)
-        return exc.exit_code
-    except (MemoryError, RecursionError) as exc:  # a budget the machine set: the check is not complete
-        _Out.write(f"exactspec: budget exceeded: {type(exc).__name__} (the check did not complete)", err=True)
-        return 3
-    except ValueError as exc:  # e.g. a prompt that is not integers
-        _Out.write(f"exactspec: error: {exc}", err=True)
-        return 2
-
-
-def _guarded(cmd: Callable[[Any], int], args: Any) -> int:
-    """Run ``cmd`` under the command's wall-clock limit (a watchdog that also stops busy user code)."""
-    limit = getattr(args, "time_limit", None)
-    try:
-        from ..enumerate.watchdog import deadline
-    except ImportError:  # pragma: no cover - the watchdog ships with the engine
-        return cmd(args)
-    if limit is None:
-        return cmd(args)
-    # the command's own budgets stop it first and say what they covered; the watchdog is the backstop
-    # for code that checks no clock (a user's busy loop, a long closed form)
-    with deadline(limit + max(1.0, 0.05 * limit)):
-        return cmd(args)
+    return run_command(COMMANDS[args.cmd].run, args)
 
 
 #: seconds the command waits, once it has its exit code, for threads user code started to end by themselves

@@ -1,7 +1,7 @@
 """What the commands of ``exactspec`` share: output that survives a closed pipe, option parsing, exit codes.
 
 The exit codes (see :mod:`exactspec.cli`) come from the commands' results (``exit_code``) and
-from :func:`exactspec.cli.main`, which maps the typed errors; the helpers here turn options into
+from :func:`run_command`, which maps what a command raised; the helpers here turn options into
 values or one-line :class:`~exactspec.ExactSpecError` messages that name the option.
 
 >>> _ints("0, 1", "--prompt", "token ids like '0 1'")
@@ -18,7 +18,7 @@ import sys
 import textwrap
 import time
 from fractions import Fraction
-from typing import Any
+from typing import Any, Callable
 
 from .._audit import default_tokens
 from .._loading import load_object
@@ -269,3 +269,53 @@ def _code_search_out(args: Any, found: Any) -> int:
             _print(f"\nregression test (fails while the {what}):\n")
             _print(found.to_pytest())
     return found.exit_code
+
+
+def run_command(cmd: Callable[[Any], int], args: Any) -> int:
+    """Run a command under its time limit and map what it raised to the exit code (one message line on stderr).
+
+    0/1/3 come from the command's own result; a :class:`~exactspec.BudgetExceeded`, a
+    ``MemoryError`` or ``RecursionError`` is 3 (incomplete), an :class:`~exactspec.ExactSpecError`
+    its ``exit_code`` (2: bad input or user code failed), user code calling ``sys.exit`` or a
+    ``ValueError`` 2, Ctrl-C 130.
+
+    >>> import argparse
+    >>> run_command(lambda args: 0, argparse.Namespace(cmd="rules"))
+    0
+    """
+    try:
+        return _guarded(cmd, args)
+    except KeyboardInterrupt:
+        _Out.write("exactspec: interrupted", err=True)
+        return 130
+    except SystemExit as exc:  # user code (a rule, a sampler, a model) called sys.exit: it failed, exit 2
+        _Out.write(f"exactspec: error: user code called sys.exit({exc.code!r}) during the {args.cmd}; nothing was "
+                   "checked", err=True)
+        return 2
+    except BudgetExceeded as exc:
+        _Out.write(f"exactspec: {exc}", err=True)
+        return 3
+    except ExactSpecError as exc:
+        _Out.write(f"exactspec: error: {exc}", err=True)
+        return exc.exit_code
+    except (MemoryError, RecursionError) as exc:  # a budget the machine set: the check is not complete
+        _Out.write(f"exactspec: budget exceeded: {type(exc).__name__} (the check did not complete)", err=True)
+        return 3
+    except ValueError as exc:  # e.g. a prompt that is not integers
+        _Out.write(f"exactspec: error: {exc}", err=True)
+        return 2
+
+
+def _guarded(cmd: Callable[[Any], int], args: Any) -> int:
+    """Run ``cmd`` under the command's wall-clock limit (a watchdog that also stops busy user code)."""
+    limit = getattr(args, "time_limit", None)
+    try:
+        from ..enumerate.watchdog import deadline
+    except ImportError:  # pragma: no cover - the watchdog ships with the engine
+        return cmd(args)
+    if limit is None:
+        return cmd(args)
+    # the command's own budgets stop it first and say what they covered; the watchdog is the backstop
+    # for code that checks no clock (a user's busy loop, a long closed form)
+    with deadline(limit + max(1.0, 0.05 * limit)):
+        return cmd(args)
