@@ -13,8 +13,13 @@ Rows (see ``benchmarks/speed_table.py`` for the interface):
   configurations being estimated long) against today's path (the in-process loop, reached by
   raising ``parallel.AUTO_MIN_SECONDS`` to infinity); the two JSON outputs must be byte-identical.
 
-The note of each row gives the start-up of a local fork pool, measured in the same run. On a
-machine shared with other jobs the figures are upper bounds; the ratio is what counts.
+The note of each row gives the start-up of a local fork pool and the CPU seconds of each path
+(this process, and its worker processes), measured in the same run: the chunked path costs no
+more CPU than the in-process one, so on idle cores its wall time is about the CPU time divided by
+the cores. On a machine shared with other jobs the wall figures are upper bounds, and with the
+kernel's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``) a saturated machine
+gives one session the same share of CPU however many processes it runs: there the new path
+cannot be faster, and the CPU seconds are the figure to read.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import contextlib
 import io
 import math
 import os
+import resource
 import sys
 import time
 from typing import Any
@@ -30,6 +36,12 @@ from typing import Any
 import exactspec as es
 from exactspec import parallel
 from exactspec.counterexamples import default_space, search
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and of its finished children (the pool's workers, once joined)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _pool_start() -> float:
@@ -48,28 +60,29 @@ def _search_row(quick: bool, pool_s: float) -> dict[str, Any]:
     space = default_space(rule)
     if quick:
         space = space.with_(vocabs=(2, 3))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu()
     old = search(rule, space=space, progress=False)                      # today's default: this process
-    old_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    old_s, old_cpu = time.perf_counter() - t0, _cpu() - c0
+    t0, c0 = time.perf_counter(), _cpu()
     new = search(rule, space=space, progress=False, workers=parallel.AUTO)   # the command line's default
-    new_s = time.perf_counter() - t0
+    new_s, new_cpu = time.perf_counter() - t0, _cpu() - c0
     same = type(old) is type(new) and old.audited == new.audited and old.space == new.space and not new
     cores = parallel.resolve_workers(0)
     return {"job": "default search, catalog rule (speculative_sampling, lossless: the whole default space)",
             "new_s": new_s, "old_s": old_s, "same": same, "target_s": old_s / cores,
             "note": f"{new.audited} instances, {type(new).__name__}; new: workers=auto -> "
                     f"{parallel.auto_workers(parallel.AUTO, new.audited * 1e-3)!r} ({cores} cores), old: in-process; "
-                    f"target: the {cores}-core ideal (no row in the issue); pool start {pool_s:.3f} s"}
+                    f"target: the {cores}-core ideal (no row in the issue); pool start {pool_s:.3f} s; CPU "
+                    f"new {new_cpu:.1f} s, old {old_cpu:.1f} s"}
 
 
-def _check(argv: list[str]) -> tuple[float, int, str]:
+def _check(argv: list[str]) -> tuple[float, float, int, str]:
     from exactspec.cli import main
     buf = io.StringIO()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu()
     with contextlib.redirect_stdout(buf):
         code = main(argv)
-    return time.perf_counter() - t0, code, buf.getvalue()
+    return time.perf_counter() - t0, _cpu() - c0, code, buf.getvalue()
 
 
 def _check_row(quick: bool, pool_s: float) -> dict[str, Any]:
@@ -82,9 +95,9 @@ def _check_row(quick: bool, pool_s: float) -> dict[str, Any]:
             check.check_cases = lambda inst: [c for c in real_cases(inst) if c.proposer.family == "tree"]
             check.CASE_SECONDS, case_seconds = 1.0, check.CASE_SECONDS
         parallel.AUTO_MIN_SECONDS = math.inf      # today's path: the in-process loop
-        old_s, old_code, old_out = _check(argv)
+        old_s, old_cpu, old_code, old_out = _check(argv)
         parallel.AUTO_MIN_SECONDS = real_bar      # the new default: every core for a long check
-        new_s, new_code, new_out = _check(argv)
+        new_s, new_cpu, new_code, new_out = _check(argv)
     finally:
         check.check_cases, parallel.AUTO_MIN_SECONDS = real_cases, real_bar
         if quick:
@@ -94,7 +107,7 @@ def _check_row(quick: bool, pool_s: float) -> dict[str, Any]:
             "same": old_code == new_code and old_out == new_out, "target_s": 2.0,
             "note": f"{n} configurations, in-process wall time of main(['check', ...]) (no interpreter start); new: "
                     f"every core ({parallel.resolve_workers(0)}), old: in this process; exit {new_code}; "
-                    f"pool start {pool_s:.3f} s"}
+                    f"pool start {pool_s:.3f} s; CPU new {new_cpu:.1f} s, old {old_cpu:.1f} s"}
 
 
 def rows(quick: bool = False) -> list[dict[str, Any]]:
