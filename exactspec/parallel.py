@@ -35,7 +35,9 @@ Rules of the layer (each is handled once, here):
   :class:`NotPicklable` error that says to define it at module level.
 
 ``workers=N`` is a shortcut for a local process pool of ``N`` processes (``0``: every core;
-``1``: in this process, through the same chunked path); ``executor=`` takes any
+``1``: in this process, through the same chunked path); ``workers="auto"`` (:data:`AUTO`, the
+command line's default) is every core for a job long enough to pay for the pool, this process for
+a short one (:func:`auto_workers`); ``executor=`` takes any
 ``concurrent.futures.Executor`` and wins over ``workers``. ``scheduler=ADDRESS`` (the CLI's
 ``--scheduler``) connects ``distributed.Client(ADDRESS)`` and uses its executor.
 
@@ -61,7 +63,8 @@ from .errors import ExactSpecError
 
 __all__ = ["run_chunks", "ChunkRun", "executor_for", "resolve_workers", "portable", "load_portable",
            "derive_seed", "NotPicklable", "WorkersLost", "chunked", "terminal_progress", "DEFAULT_RETRIES",
-           "DEFAULT_GRACE", "run_on", "parallel_requested", "wall_deadline", "portable_rule", "load_rule", "pool_maker"]
+           "DEFAULT_GRACE", "run_on", "parallel_requested", "wall_deadline", "portable_rule", "load_rule", "pool_maker",
+           "AUTO", "AUTO_MIN_SECONDS", "auto_workers"]
 
 #: times a chunk whose worker died is submitted again before it is reported lost
 DEFAULT_RETRIES = 2
@@ -69,6 +72,15 @@ DEFAULT_RETRIES = 2
 DEFAULT_GRACE = 2.0
 #: the runner never blocks longer than this at once, so Ctrl-C and the CLI's watchdog get through
 _POLL = 0.25
+
+#: ``workers=AUTO`` (the command line's default): every core for a long job, this process for a short one
+AUTO = "auto"
+#: under ``workers=AUTO``, a job estimated to take fewer seconds than this in this process stays in it; a
+#: longer one runs on every core. A fork pool starts in 0.04-0.12 s on a loaded 2-core machine (measured:
+#: benchmarks/bench_speed_parallel.py); where only spawn exists (macOS, Windows) workers re-import the package
+#: (about a second each), so the bar there is :data:`AUTO_MIN_SECONDS_SPAWN`
+AUTO_MIN_SECONDS = 2.0
+AUTO_MIN_SECONDS_SPAWN = 8.0
 
 
 class NotPicklable(ExactSpecError):
@@ -585,22 +597,40 @@ def parallel_requested(executor: Any = None, workers: Any = None, scheduler: Any
 
 
 def terminal_progress(what: str, stream: io.TextIOBase | None = None) -> Callable[[int, int], None] | None:
-    """A progress line counting finished chunks, on a terminal only (not under CI, not when piped).
+    """A ``progress(done, total)`` callback counting finished chunks: :func:`exactspec._progress.reporter`.
 
-    >>> terminal_progress("search") is None   # doctests do not run on a terminal
+    A bar with an ETA on a terminal, a line every few seconds elsewhere, nothing for a job shorter
+    than that; ``close()`` it when the job ends.
+
+    >>> import io
+    >>> progress = terminal_progress("search", stream=io.StringIO())
+    >>> progress(1, 4); progress.close()   # a short job prints nothing
+    """
+    from . import _progress
+    return _progress.reporter(what, unit="chunks", stream=stream)
+
+
+def auto_workers(workers: Any, estimate: float, budget: float | None = None) -> Any:
+    """``workers`` as given, except :data:`AUTO`: ``0`` (every core) for a long job, ``None`` (this process) for a short one.
+
+    ``estimate``: the seconds the job is expected to take in this process, from its size known up
+    front (instances, configurations, cells); ``budget``: its time limit, which caps the estimate.
+    A job under :data:`AUTO_MIN_SECONDS` (spawn platforms: :data:`AUTO_MIN_SECONDS_SPAWN`), or a
+    machine with one core, stays in this process. The choice never changes a result: the chunked
+    path merges in the sequential order.
+
+    >>> auto_workers(None, 100.0), auto_workers(1, 100.0), auto_workers(AUTO, 0.5)
+    (None, 1, None)
+    >>> auto_workers(AUTO, 100.0) in (0, None)   # 0 where there are 2 cores or more
     True
     """
-    out = stream or sys.stderr
-    if os.environ.get("CI") or not getattr(out, "isatty", lambda: False)():
+    if not (isinstance(workers, str) and workers == AUTO):
+        return workers
+    if resolve_workers(0) < 2:
         return None
-    t0 = time.perf_counter()
-
-    def show(done: int, total: int) -> None:
-        out.write(f"\r  {what}: {done}/{total} chunks done, {time.perf_counter() - t0:.1f} s")
-        if done >= total:
-            out.write("\n")
-        out.flush()
-    return show
+    seconds = estimate if budget is None else min(estimate, budget)
+    bar = AUTO_MIN_SECONDS if _mp_context().get_start_method() == "fork" else AUTO_MIN_SECONDS_SPAWN
+    return 0 if seconds >= bar else None
 
 
 def wall_deadline(seconds: float | None) -> float | None:

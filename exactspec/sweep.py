@@ -24,10 +24,14 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Sequence
 
-from . import parallel
+from . import _progress, parallel
 from .errors import BudgetExceeded, ExactSpecError
 
 __all__ = ["sweep", "SweepTable", "COLUMNS"]
+
+#: what ``workers="auto"`` assumes a cell costs in this process, in seconds: one exact audit of a seeded
+#: instance (vocab 5, gamma 4: 0.05-0.5 s), or a search over the cell's small instances (seconds)
+CELL_SECONDS = {"audit": 0.2, "search": 5.0}
 
 #: the columns of a sweep table, in order (``seconds`` is a wall-clock field, left out by ``--no-timings``)
 COLUMNS = ("rule", "family", "proposer", "vocab", "gamma", "tokens", "claim", "tv", "verdict", "holds", "detail",
@@ -196,8 +200,8 @@ def _names(xs: Any, what: str) -> list:
 def sweep(rules: Sequence[Any] | None = None, proposers: Sequence[str] | None = None, vocabs: Sequence[int] = (5,),
           gammas: Sequence[Any] = (4,), tokens: Sequence[int | None] = (None,), *, family: str = "chain",
           order: int = 2, seed: int = 0, search: bool = False, field: str = "fraction",
-          seconds: float | None = None, executor: Any = None, workers: int | None = None,
-          scheduler: str | None = None) -> SweepTable:
+          seconds: float | None = None, executor: Any = None, workers: int | str | None = None,
+          scheduler: str | None = None, progress: Any = None) -> SweepTable:
     """Audit every rule x proposer x vocab x gamma x tokens cell and return the table (text, JSON, CSV).
 
     ``rules``: catalog names or :class:`~exactspec.Rule` objects (default: every catalog rule of
@@ -219,7 +223,14 @@ def sweep(rules: Sequence[Any] | None = None, proposers: Sequence[str] | None = 
     ``seconds``: a wall-clock budget for the whole sweep; cells it cuts are ``incomplete``
     (never a pass). ``workers`` / ``executor`` / ``scheduler``: run cells in parallel (see
     :mod:`exactspec.parallel`); cells lost with their workers are retried, then reported
-    ``incomplete``.
+    ``incomplete``. ``workers="auto"`` (the command line's default): every core when the grid is
+    long enough to pay for a pool (:data:`CELL_SECONDS` a cell), this process otherwise; the table
+    is the same either way. ``progress``: ``None`` or ``True`` (default) shows the cells done on
+    stderr (:mod:`exactspec._progress`), ``False`` nothing, a callable is called ``progress(done, total)``.
+
+    >>> table = sweep(["speculative_sampling"], vocabs=(2,), gammas=(1,), progress=False)
+    >>> [(r["rule"], r["holds"]) for r in table.rows]
+    [('speculative_sampling', 'yes')]
     """
     from .rules import catalog, get
     if family not in ("chain", "tree"):
@@ -247,14 +258,19 @@ def sweep(rules: Sequence[Any] | None = None, proposers: Sequence[str] | None = 
     mode = "search" if search else "audit"
     deadline = parallel.wall_deadline(seconds)
     grid = list(itertools.product(rule_objs, specs, vocabs, gammas, tokens))
-    refs = {id(r): (parallel.portable_rule(r) if parallel.parallel_requested(executor, workers, scheduler) else r)
-            for r in rule_objs}
+    workers = parallel.auto_workers(workers, len(grid) * CELL_SECONDS[mode], seconds)
+    chunked = parallel.parallel_requested(executor, workers, scheduler)
+    refs = {id(r): (parallel.portable_rule(r) if chunked else r) for r in rule_objs}
     jobs = [(mode, refs[id(r)], family, spec, v, g, n, order, seed, field, deadline) for r, spec, v, g, n in grid]
-    if parallel.parallel_requested(executor, workers, scheduler):
-        run = parallel.run_on(_cell, jobs, executor=executor, workers=workers, scheduler=scheduler,
-                              deadline=deadline, progress=parallel.terminal_progress("sweep"))
-    else:
-        run = parallel.run_chunks(_cell, jobs)
+    shown = _progress.resolve(progress, "sweep", unit="cells")
+    try:
+        if chunked:
+            run = parallel.run_on(_cell, jobs, executor=executor, workers=workers, scheduler=scheduler,
+                                  deadline=deadline, progress=shown)
+        else:
+            run = parallel.run_chunks(_cell, jobs, progress=shown)
+    finally:
+        _progress.close(shown)
     rows = []
     for k, (r, spec, v, g, n) in enumerate(grid):
         row = run.results.get(k)

@@ -163,7 +163,7 @@ def test_a_condition_that_does_not_hold_is_still_caught():
 def test_check_on_a_gamma1_instance_holds_and_prints_the_conditions(capsys, monkeypatch):
     """`exactspec check` on a gamma-1 instance: stale_draft_probs' claim there is lossless, and it holds (exit 0)."""
     from exactspec import cli
-    monkeypatch.setattr(cli, "default_instance", lambda: make_instance(vocab=3, order=1, gamma=1, tokens=3))
+    monkeypatch.setattr(cli.check, "default_instance", lambda: make_instance(vocab=3, order=1, gamma=1, tokens=3))
     assert main(["check"]) == 0
     out = capsys.readouterr().out
     row = next(ln for ln in out.splitlines() if ln.startswith("stale_draft_probs "))

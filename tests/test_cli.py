@@ -322,8 +322,8 @@ def test_time_limit_exit_3_when_enumerating_paths(capsys, monkeypatch):
     # Catalog rules use their closed form, which enumerates no rng paths; force the generic rng
     # enumeration, where the deadline is checked every 256 paths. One step of vocab 8, gamma 4
     # has far more than 256 branches, and 256 branches take far longer than 1 ms.
-    real_get = cli.get
-    monkeypatch.setattr(cli, "get", lambda name: real_get(name).without_closed_form())
+    real_get = cli.common.get   # the lookup `--rule NAME` goes through (exactspec.cli.common._rule)
+    monkeypatch.setattr(cli.common, "get", lambda name: real_get(name).without_closed_form())
     code, out, err = run(capsys, "audit", "--rule", "speculative_sampling", "--vocab", "8", "--gamma", "4",
                          "--tokens", "5", "--time-limit", "0.001")
     assert code == 3
@@ -336,7 +336,7 @@ def test_time_limit_exit_3_when_enumerating_paths(capsys, monkeypatch):
 def test_budget_exceeded_maps_to_exit_3(capsys, monkeypatch):
     def over_budget(**kwargs):
         raise es.BudgetExceeded("paths", 7, covered={"paths": 7})
-    monkeypatch.setattr(cli, "audit", over_budget)
+    monkeypatch.setattr(cli.audit, "audit", over_budget)   # the audit `exactspec audit` calls
     code, out, err = run(capsys, "audit", "--rule", "speculative_sampling")
     assert code == 3
     assert out == ""

@@ -262,7 +262,7 @@ def test_search_json_no_timings_is_byte_identical(capsys):
 @pytest.mark.slow
 def test_check_json_no_timings_is_byte_identical(capsys, monkeypatch):
     # a chain, a tree and the merge configuration (every row carries the same timing fields)
-    monkeypatch.setattr(cli, "check_cases",
+    monkeypatch.setattr(cli.check, "check_cases",
                         lambda inst: [c for i, c in enumerate(check_cases(inst)) if i in (0, 2, 12, 18)])
     code, out, _ = twice(capsys, "check", "--json", "--no-timings")
     assert code == 0 and len(json.loads(out)["rules"]) == 4

@@ -88,7 +88,7 @@ def test_audit_exits_on_the_law_and_check_on_claims(capsys):
 
 # -- pipes, Ctrl-C, memory --------------------------------------------------------------------------
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(cli.__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(es.__file__)))   # the checkout holding exactspec/
 #: the console script's entry point, run from the source tree under test
 EXACTSPEC = f"{sys.executable} -c 'import sys; sys.argv[0] = \"exactspec\"; from exactspec.cli import entry; entry()'"
 
@@ -109,7 +109,7 @@ def test_a_closed_pipe_keeps_the_exit_code(cmd, code):
 def test_ctrl_c_is_one_line_and_130(capsys, monkeypatch):
     def interrupted(**kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(cli, "audit", interrupted)
+    monkeypatch.setattr(cli.audit, "audit", interrupted)   # the audit `exactspec audit` calls
     code, out, err = run(capsys, "audit", "--rule", "speculative_sampling")
     assert code == 130 and out == ""
     assert err == "exactspec: interrupted\n"
@@ -119,7 +119,7 @@ def test_ctrl_c_is_one_line_and_130(capsys, monkeypatch):
 def test_memory_and_recursion_errors_are_an_incomplete_check(capsys, monkeypatch, exc):
     def blow(**kwargs):
         raise exc()
-    monkeypatch.setattr(cli, "audit", blow)
+    monkeypatch.setattr(cli.audit, "audit", blow)
     code, out, err = run(capsys, "audit", "--rule", "speculative_sampling")
     assert code == 3 and out == ""
     one_line(err)

@@ -20,15 +20,13 @@ import functools
 import itertools
 import math
 import numbers
-import os
 import random
-import sys
 import time
 from dataclasses import replace
 from fractions import Fraction
 from typing import Any, Callable, Iterator
 
-from .. import parallel
+from .. import _progress, parallel
 from .._audit import audit
 from ..enumerate import Budget
 from ..errors import BudgetExceeded, ExactSpecError, RuleError
@@ -45,6 +43,10 @@ ERROR_SAMPLES = 5
 #: instances per chunk of a parallel search (about 40 ms of audits on the default space; see
 #: benchmarks/bench_parallel.py for the per-chunk overhead this amortises)
 SEARCH_CHUNK = 256
+
+#: what ``workers="auto"`` assumes one audit of a search costs in this process, in seconds (the default
+#: spaces' audits take 0.2-2.5 ms on a loaded 2-core machine; catalog rules' closed forms are the fast end)
+SEARCH_INSTANCE_SECONDS = 1e-3
 
 
 def _seconds(x: Any, name: str) -> float | None:
@@ -107,6 +109,12 @@ class _Clock:
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
+    def report(self) -> None:
+        """Tell ``progress`` how many audits are done: the default reporter at every audit, a user's callable
+        ``progress(n, seconds)`` every 50."""
+        if self.progress is not None and (isinstance(self.progress, _Planned) or not self.audited % 50):
+            self.progress(self.audited, self.elapsed())
+
     def reasons(self) -> list[str]:
         out = [self.stop_reason] if self.stop_reason else []
         if self.errors:
@@ -160,8 +168,7 @@ def _tv(rule: Rule, inst: SearchInstance, clock: _Clock, timed: bool = False) ->
     counted as audited, and the clock's ``stop_reason`` says the time limit was reached.
     """
     clock.audited += 1
-    if clock.progress is not None and not clock.audited % 50:
-        clock.progress(clock.audited, clock.elapsed())
+    clock.report()
     rep = _audit_one(rule, inst, clock.audit_budget() if timed else None)
     if not isinstance(rep, ExactSpecError):
         return rep.tv
@@ -228,14 +235,40 @@ def _cell_instances(space: Space, cell: tuple, rng: random.Random) -> Iterator[S
         yield space.instance(vocab, shape, tokens, family, target, draft)
 
 
-def _default_progress() -> Callable | None:
-    if os.environ.get("CI") or not sys.stderr.isatty():
-        return None
+class _Planned:
+    """The default progress of a search, as the clock calls it (``n, seconds``): ``n`` of the ``total``
+    instances the space plans, on :func:`exactspec._progress.reporter` (a bar, or a line every few seconds)."""
 
-    def show(done: int, seconds: float) -> None:
-        sys.stderr.write(f"\r  searching: {done} instances audited, {seconds:.1f} s")
-        sys.stderr.flush()
-    return show
+    def __init__(self, bar: _progress.Reporter, total: int) -> None:
+        self.bar, self.total = bar, total
+
+    def __call__(self, done: int, seconds: float = 0.0) -> None:
+        self.bar(done, self.total)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _default_progress(progress: Any = None, space: Space | None = None, limit: int | None = None,
+                      what: str = "searching") -> Callable | None:
+    """The clock's ``progress(n, seconds)`` for a search's ``progress=`` argument: the default reporter
+    counting instances against the space's total (None or True), a user's callable as given, or None (False)."""
+    if progress is False:
+        return None
+    if callable(progress) and progress is not True:
+        return progress
+    total = None
+    if space is not None:
+        total = sum(_cell_sizes(space, space.cells()))
+        total = total if limit is None else min(total, limit)
+    bar = _progress.reporter(what, unit="instances")
+    return None if bar is None else _Planned(bar, total)
+
+
+def _end_progress(clock: "_Clock") -> None:
+    """Close the clock's default reporter (a user's callable is left alone)."""
+    if isinstance(clock.progress, _Planned):
+        clock.progress.close()
 
 
 def _rule_ref(rule: Rule) -> str:
@@ -264,7 +297,7 @@ def _counterexample(rule: Rule, inst: SearchInstance, space: Space, clock: _Cloc
 def search(rule: Any, *, proposer: Any = None, space: Space | None = None, seed: int = 0,
            budget: float | None = None, max_instances: int | None = None,
            progress: Callable[[int, float], None] | bool | None = None, executor: Any = None,
-           workers: int | None = None, chunk_size: int | None = None
+           workers: int | str | None = None, chunk_size: int | None = None
            ) -> Counterexample | EmptySearch | IncompleteSearch:
     """Look for the smallest instance on which ``rule``'s output law differs from the expected law.
 
@@ -296,7 +329,14 @@ def search(rule: Any, *, proposer: Any = None, space: Space | None = None, seed:
     is shrunk here (chunks after it are cancelled, chunks before it finish), the counts are
     those of the sequential search. Budgets hold across workers; chunks lost with their workers
     are retried, and a chunk still not covered makes the result an :class:`IncompleteSearch`.
-    There, ``progress(n, seconds)`` counts finished chunks (the terminal line says "chunks done").
+    There, ``progress(n, seconds)`` counts finished chunks. ``workers="auto"`` (the command line's
+    default) is every core when the space plans enough instances to pay for a pool
+    (:func:`exactspec.parallel.auto_workers`), this process otherwise.
+
+    ``progress``: ``None`` or ``True`` (default) shows the search's progress on stderr, counting
+    instances against the space's total (a bar with an ETA on a terminal, a line every few
+    seconds elsewhere, nothing for a search shorter than that: :mod:`exactspec._progress`);
+    ``False`` shows nothing; a callable is called as ``progress(n, seconds)`` every 50 audits.
 
     >>> import exactspec as es
     >>> ce = search(es.rules.greedy_match_sampled)
@@ -314,10 +354,15 @@ def search(rule: Any, *, proposer: Any = None, space: Space | None = None, seed:
     max_instances = _count(max_instances, "search: max_instances", 1)
     space = space or default_space(rule, proposer)
     rng = random.Random(f"search|{seed}")
-    clock = _Clock(seconds, max_instances, _default_progress() if progress is None or progress is True
-                   else (progress or None))
+    if isinstance(workers, str) and workers == parallel.AUTO:
+        planned = sum(_cell_sizes(space, space.cells()))
+        planned = planned if max_instances is None else min(planned, max_instances)
+        workers = parallel.auto_workers(workers, planned * SEARCH_INSTANCE_SECONDS, seconds)
     if parallel.parallel_requested(executor, workers):
-        return _search_chunked(rule, space, rng, clock, executor, workers, chunk_size, progress)
+        return _search_chunked(rule, space, rng, _Clock(seconds, max_instances, progress if callable(progress)
+                                                        and progress is not True else None),
+                               executor, workers, chunk_size, progress)
+    clock = _Clock(seconds, max_instances, _default_progress(progress, space, max_instances))
     cells = space.cells()
     covered: list[str] = []
     try:
@@ -336,8 +381,7 @@ def search(rule: Any, *, proposer: Any = None, space: Space | None = None, seed:
             return _incomplete(rule, space, clock, cells, covered, None)
         return EmptySearch(rule.name, space.describe(), clock.audited, clock.elapsed())
     finally:
-        if clock.progress is not None and clock.audited >= 50:
-            sys.stderr.write("\n")
+        _end_progress(clock)
 
 
 # -- the chunked (parallel) search ----------------------------------------------------------------------
@@ -434,12 +478,28 @@ def _merge_chunk(clock: _Clock, out: _ChunkOut, upto: int | None = None) -> None
     clock.audited += out.audited if upto is None else min(out.audited, upto)
 
 
-def _chunk_progress(clock: _Clock, what: str, progress: Any) -> Callable[[int, int], None] | None:
+def _chunk_progress(clock: _Clock, what: str, progress: Any, size: int, n: int) -> Callable[[int, int], None] | None:
+    """``run_chunks``' ``progress(done chunks, total)``: the default reporter counting instances (``size`` a chunk,
+    ``n`` in all), or a user's ``progress(done chunks, seconds)``."""
     if progress is False:
         return None
     if progress is None or progress is True:
-        return parallel.terminal_progress(what)
+        bar = _progress.reporter(what, unit="instances")
+        return None if bar is None else _ChunkBar(bar, size, n)
     return lambda done, total: progress(done, clock.elapsed())
+
+
+class _ChunkBar:
+    """Finished chunks as instances on a reporter (a chunk holds ``size`` of the ``n`` instances)."""
+
+    def __init__(self, bar: _progress.Reporter, size: int, n: int) -> None:
+        self.bar, self.size, self.n = bar, size, n
+
+    def __call__(self, done: int, total: int) -> None:
+        self.bar(min(done * self.size, self.n), self.n)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def _first_error(rule: Rule, clock: _Clock, parts: dict, run: Any) -> None:
@@ -476,9 +536,14 @@ def _search_chunked(rule: Rule, space: Space, rng: random.Random, clock: _Clock,
             parts[k] = list(itertools.islice(stream, size))
             yield (ref, parts[k], deadline, True, False)
 
-    run = parallel.run_on(_audit_chunk, jobs(), total=total, executor=executor, workers=workers, deadline=deadline,
-                          final=lambda out: out.biased_at is not None or out.cut,
-                          progress=_chunk_progress(clock, "searching", progress))
+    shown = _chunk_progress(clock, "searching", progress, size, n)
+    try:
+        run = parallel.run_on(_audit_chunk, jobs(), total=total, executor=executor, workers=workers,
+                              deadline=deadline, final=lambda out: out.biased_at is not None or out.cut,
+                              progress=shown)
+    finally:
+        if isinstance(shown, _ChunkBar):
+            shown.close()
 
     def cell_of(pos: int) -> int:  # the cell of instance ``pos`` (len(cells) past the last one)
         return bisect.bisect_right(ends, pos)

@@ -35,8 +35,8 @@ from fractions import Fraction
 from typing import Any, Callable
 
 from ..counterexamples.counterexample import Counterexample, EmptySearch, IncompleteSearch, _sampler_ref, crash_record
-from ..counterexamples.searching import (_cell_instances, _Clock, _count, _default_progress, _incomplete,
-                                         _seconds, _tally_failure, shrink_by)
+from ..counterexamples.searching import (_cell_instances, _Clock, _count, _default_progress, _end_progress,
+                                         _incomplete, _seconds, _tally_failure, shrink_by)
 from ..counterexamples.space import SearchInstance, Space
 from ..enumerate import Budget
 from ..enumerate.step import check_budget
@@ -124,8 +124,7 @@ def _run(audit_one: Callable[[dict], AuditReport], inst: SearchInstance, clock: 
     limit is not counted, and sets the clock's ``stop_reason``.
     """
     clock.audited += 1
-    if clock.progress is not None and not clock.audited % 50:
-        clock.progress(clock.audited, clock.elapsed())
+    clock.report()
     budget = _budget(limits, clock.audit_budget() if timed else None)
     try:
         return audit_one(_instance_kwargs(inst, budget))
@@ -201,8 +200,7 @@ def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space |
     space = space or sampler_space()
     biased = biased or _is_biased
     rng = random.Random(f"search|{seed}")
-    clock = _Clock(seconds, max_instances, _default_progress() if progress is None or progress is True
-                   else (progress or None))
+    clock = _Clock(seconds, max_instances, _default_progress(progress, space, max_instances))
     who = _Named(name)
     cells = space.cells()
     covered: list[str] = []
@@ -223,8 +221,7 @@ def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space |
             return _incomplete(who, space, clock, cells, covered, None)
         return EmptySearch(name, space.describe(), clock.audited, clock.elapsed())
     finally:
-        if clock.progress is not None and clock.audited >= 50:
-            sys.stderr.write("\n")
+        _end_progress(clock)
 
 
 def _shrunk(audit_one: Callable[[dict], AuditReport], biased: Callable[[AuditReport], bool], name: str,

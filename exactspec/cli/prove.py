@@ -1,0 +1,67 @@
+"""``exactspec prove``: a rule lossless for every target and draft law (exit 0), or refuted with a witness (1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _progress
+from ..errors import ExactSpecError
+from .common import DEFAULT_TIME_LIMIT, _ints, _print, _rule, _seconds
+from .parser import Options
+
+
+def _cmd_prove(args: Any) -> int:
+    """``exactspec prove``: exit 0 proven, 1 refuted (with a witness replayed exactly), 2 bad input, 3 gave up."""
+    from ..drafts import chain, tree
+    from ..prove import prove
+    rule = _rule(args.rule)
+    if rule.family == "tree":
+        if args.gamma is not None or args.sampling is not None:
+            raise ExactSpecError(f"--gamma and --sampling do not apply to rule {rule.name}, which verifies trees")
+        exp = (2,) if args.expansion is None else _ints(args.expansion, "--expansion",
+                                                          "children per depth like '2' or '2 1'")
+        proposer = tree(tuple(exp), children=args.children or "iid", claim=args.claim or "draft")
+    else:
+        if args.expansion is not None or args.children is not None:
+            raise ExactSpecError(f"--expansion and --children do not apply to rule {rule.name}, which verifies chains")
+        proposer = chain(1 if args.gamma is None else args.gamma, sampling=args.sampling or "sample",
+                         claim=args.claim or "draft")
+    shown = _progress.reporter("proving", unit="cells proven", enabled=not args.quiet)
+    try:
+        res = prove(rule, proposer=proposer, vocab=args.vocab, tokens=args.tokens, family=args.family,
+                    timeout=args.time_limit, progress=shown)
+    finally:
+        _progress.close(shown)
+    if args.json:
+        _print(res.to_json())
+    else:
+        _print(res.summary())
+        if not res:
+            _print("\nregression test (fails while the bias exists):\n")
+            _print(res.counterexample.to_pytest())
+    return res.exit_code
+
+
+def register(sub: Any, o: Options) -> None:
+    """Add the ``prove`` sub-command to ``sub`` (the parser's sub-parsers)."""
+    pr = sub.add_parser("prove", help="prove a rule lossless for every target and draft law, or refute it with a "
+                                      "witness (needs exactspec[prove])")
+    pr.add_argument("--rule", required=True, help="catalog name or MODULE:FUNCTION (required: no default)")
+    pr.add_argument("--vocab", type=int, required=True, help="vocabulary size of the symbolic laws (required: no "
+                                                              "default; 2 to 4 is practical)")
+    pr.add_argument("--tokens", type=int, required=True, help="horizon: tokens whose law is proven (required: no "
+                                                               "default)")
+    pr.add_argument("--gamma", type=int, default=None, help="chain rules: drafted tokens per step (default 1)")
+    pr.add_argument("--expansion", default=None, help="tree rules: children per depth, e.g. '2' (default '2')")
+    o.drafting(pr)
+    pr.add_argument("--family", choices=["context_free", "per_position", "table"], default=None,
+                    help="context_free: one symbolic p and q at every position; per_position: one p and q per "
+                         "position; table: order-1 tables, prompt (0,) (default: the most general one feasible at "
+                         "the size, named in the verdict: per_position at vocab 2 and 2 tokens, table at vocab 2 "
+                         "otherwise, context_free from vocab 3)")
+    pr.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT, help=o.limit)
+    pr.add_argument("--json", action="store_true", help=o.json_help)
+    o.quiet(pr)
+
+
+run = _cmd_prove
