@@ -258,6 +258,20 @@ def test_cli_exit_codes(capsys):
     assert "PROVEN" in out and "def test_" in out
 
 
+def test_cli_workers_give_the_same_json_as_one_process(capsys):
+    import json
+    args = ["prove", "--rule", "greedy_match_sampled", "--vocab", "2", "--tokens", "1", "--json"]
+    assert main(args + ["--workers", "1"]) == 1
+    one = json.loads(capsys.readouterr().out)
+    assert main(args + ["--workers", "2"]) == 1
+    two = json.loads(capsys.readouterr().out)
+    for d in (one, two):
+        d.pop("seconds", None)
+    assert one == two and one["verdict"] == "refuted"
+    assert main(args + ["--workers", "-1"]) == 2
+    assert "--workers must be >= 0" in capsys.readouterr().err
+
+
 # -- the default family and the proof's scope in its headline (issue 16, section 3) ---------------------------
 
 @es.rule(claim="lossless")

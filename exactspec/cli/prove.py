@@ -15,6 +15,8 @@ def _cmd_prove(args: Any) -> int:
     from ..drafts import chain, tree
     from ..prove import prove
     rule = _rule(args.rule)
+    if args.workers is not None and args.workers < 0:
+        raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {args.workers}")
     if rule.family == "tree":
         if args.gamma is not None or args.sampling is not None:
             raise ExactSpecError(f"--gamma and --sampling do not apply to rule {rule.name}, which verifies trees")
@@ -29,7 +31,7 @@ def _cmd_prove(args: Any) -> int:
     shown = _progress.reporter("proving", unit="cells proven", enabled=not args.quiet)
     try:
         res = prove(rule, proposer=proposer, vocab=args.vocab, tokens=args.tokens, family=args.family,
-                    timeout=args.time_limit, progress=shown)
+                    timeout=args.time_limit, workers=args.workers, progress=shown)
     finally:
         _progress.close(shown)
     if args.json:
@@ -60,6 +62,10 @@ def register(sub: Any, o: Options) -> None:
                          "the size, named in the verdict: per_position at vocab 2 and 2 tokens, table at vocab 2 "
                          "otherwise, context_free from vocab 3)")
     pr.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT, help=o.limit)
+    pr.add_argument("--workers", type=int, default=None, metavar="N",
+                    help="processes that prove the cells (0: every core; 1: in this process; default: every core "
+                         "from 6 free variables, e.g. context-free vocab 4, else one worker process under the time "
+                         "limit); the verdict, cells and witness are the same for any N")
     pr.add_argument("--json", action="store_true", help=o.json_help)
     o.quiet(pr)
 
