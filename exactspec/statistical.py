@@ -36,7 +36,7 @@ from .protocols import Law
 from .rules import Rule
 
 if TYPE_CHECKING:
-    from .samplers.base import Adapter
+    from .samplers.adapters.base import Adapter
 
 __all__ = ["audit_statistically", "StatisticalReport", "samples_needed", "tv_radius"]
 

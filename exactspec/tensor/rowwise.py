@@ -42,7 +42,7 @@ When the sampler does anything else with its randomness, :func:`audit_batched_sa
 to :func:`exactspec.audit_statistically`, saying so, and never reads ``lossless``.
 
 >>> import torch
->>> from exactspec.samplers.torch_adapters import reference_vllm_style
+>>> from exactspec.samplers.adapters.torch_adapters import reference_vllm_style
 >>> p = torch.tensor([[0.5, 0.3, 0.2], [0.2, 0.5, 0.3], [0.3, 0.3, 0.4]], dtype=torch.float64)
 >>> q = torch.tensor([[0.3, 0.4, 0.3], [0.4, 0.4, 0.2]], dtype=torch.float64)
 >>> a = audit_batched_sampler(reference_vllm_style, target=p, draft=q, device="cpu", reference=False)
@@ -422,7 +422,7 @@ def audit_batched_sampler(sampler: Callable, *, target: Any, draft: Any, chunk: 
     A sampler the row-wise audit cannot follow is audited statistically (``fallback_samples``) instead.
 
     >>> import torch
-    >>> from exactspec.samplers.torch_adapters import reference_vllm_style
+    >>> from exactspec.samplers.adapters.torch_adapters import reference_vllm_style
     >>> p = torch.tensor([[0.6, 0.4], [0.5, 0.5]], dtype=torch.float64)
     >>> a = audit_batched_sampler(reference_vllm_style, target=p, draft=[[0.5, 0.5]], device="cpu")
     >>> a.verdict, a.mode, a.sampler_calls
@@ -879,7 +879,7 @@ def _diagonal(calls: _Calls, p: Any, q: Any, cands: list, findings: set[str], ch
 def reference_vectorized(target_probs: Any, draft_probs: Any, draft_token_ids: Any, bonus_token_ids: Any) -> Any:
     """A correct batched rejection sampler written with whole-batch tensor operations (own code): the rounding
     reference of :func:`audit_batched_sampler` (the same law as
-    :func:`exactspec.samplers.torch_adapters.reference_vllm_style`, without its loop over rows)."""
+    :func:`exactspec.samplers.adapters.torch_adapters.reference_vllm_style`, without its loop over rows)."""
     import torch
     batch, k, _ = target_probs.shape
     idx = draft_token_ids.unsqueeze(-1)
@@ -901,7 +901,7 @@ def _statistical_fallback(sampler: Callable, p: Any, q: Any, samples: int) -> An
     from fractions import Fraction
 
     from .. import drafts, models
-    from ..samplers.torch_adapters import vllm_chain
+    from ..samplers.adapters.torch_adapters import vllm_chain
     from ..statistical import audit_statistically
 
     def model(rows: Any) -> Any:

@@ -61,8 +61,8 @@ from fractions import Fraction
 from itertools import accumulate
 from typing import Any, Callable, Iterator, Sequence
 
-from ..enumerate.rng import LATTICES, NATIVE, Lattice, PathRng
-from ..errors import ExactSpecError, UnsupportedRandomness
+from ...enumerate.rng import LATTICES, NATIVE, Lattice, PathRng
+from ...errors import ExactSpecError, UnsupportedRandomness
 from .lazy_values import APPROXIMATIONS, lazy
 
 __all__ = ["intercepting", "bind", "watch", "current_rng", "private_generators", "EnumRandom", "user_site",
@@ -88,8 +88,8 @@ _FOREIGN = {"python": itertools.count(), "numpy": itertools.count(), "torch": it
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _OWN = {os.path.join(_HERE, f) for f in ("interception.py", "numpy_rng.py", "torch_rng.py", "lazy_values.py",
                                           "lazy_draws.py")}
-_ENGINE = os.path.join(os.path.dirname(_HERE), "enumerate") + os.sep
-_FIELDS = os.path.join(os.path.dirname(_HERE), "fields.py")
+_ENGINE = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "enumerate") + os.sep
+_FIELDS = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "fields.py")
 
 
 def user_site(depth: int = 2) -> str:
@@ -178,7 +178,7 @@ def current_session() -> "Session | None":
 
 #: exactspec modules that call libraries on exactspec's own behalf during a branch and never call the audited
 #: code: the exact arithmetic of lazy values (mpmath, and sympy, first imported there), the fields and laws
-_LIBRARY_CALLERS = frozenset({"exactspec.samplers.lazy_values", "exactspec.fields", "exactspec.laws",
+_LIBRARY_CALLERS = frozenset({"exactspec.samplers.randomness.lazy_values", "exactspec.fields", "exactspec.laws",
                               "exactspec._numbers", "exactspec.prove._field"})
 #: per code object, what a frame running it says about a draw made under it: True (exactspec's own), False
 #: (the audit machinery, which calls the audited code), None (not exactspec's code: look further out)
@@ -214,7 +214,7 @@ def _internal(frame: Any) -> bool:
     it calls (transformers' ``generate``) are enumerated as before.
 
     >>> import sys
-    >>> _internal(sys._getframe())       # this doctest runs in exactspec.samplers.interception: audited
+    >>> _internal(sys._getframe())       # this doctest runs in exactspec.samplers.randomness.interception: audited
     False
     """
     name = frame.f_globals.get("__name__", "")
@@ -397,7 +397,7 @@ def intercepting() -> Iterator[Session]:
 
 
 def _enumerating(rng: Any) -> bool:
-    from ..enumerate.rng import PathRng
+    from ...enumerate.rng import PathRng
     return isinstance(rng, PathRng)
 
 
