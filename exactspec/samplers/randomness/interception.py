@@ -286,6 +286,24 @@ class ClassProxy:
         return repr(self._exactspec_original)
 
 
+#: group ("numpy", "torch") -> the function listing what to patch in it, ``(owner, name, impl[, source])``.
+#: numpy_rng and torch_rng read this module's branch state, so this module does not import them: the
+#: randomness package registers their lists (:func:`register_patches`) when it is imported, before any audit
+_PATCHES: dict[str, Callable[[], list[tuple]]] = {}
+
+
+def register_patches(group: str, specs: Callable[[], list[tuple]]) -> None:
+    """Have :func:`intercepting` patch ``group`` with the ``(owner, name, impl[, source])`` tuples ``specs()`` lists.
+
+    ``exactspec.samplers.randomness`` registers numpy's (:func:`~.numpy_rng.legacy_specs`) and torch's
+    (:func:`~.torch_rng.torch_specs`, asked for only once torch is imported).
+
+    >>> sorted(_PATCHES)
+    ['numpy', 'torch']
+    """
+    _PATCHES[group] = specs
+
+
 def _install(specs: Sequence[tuple]) -> None:
     for spec in specs:
         owner, name, impl = spec[0], spec[1], spec[2]
@@ -325,8 +343,7 @@ def _acquire() -> None:
                 _install(_python_specs())
                 _GROUPS.add("python")
             if "numpy" not in _GROUPS:
-                from .numpy_rng import legacy_specs
-                _install(legacy_specs())
+                _install(_PATCHES["numpy"]())
                 _GROUPS.add("numpy")
             _install_torch()
         except BaseException:
@@ -339,8 +356,7 @@ def _acquire() -> None:
 def _install_torch() -> None:
     """Patch torch too, once it is imported (called under ``_LOCK``)."""
     if "torch" not in _GROUPS and "torch" in sys.modules:
-        from .torch_rng import torch_specs
-        _install(torch_specs())
+        _install(_PATCHES["torch"]())
         _GROUPS.add("torch")
 
 
