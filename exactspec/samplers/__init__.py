@@ -39,6 +39,9 @@ from .loops.loop_audit import LoopReport, audit_loop, reference_loop
 from .sampler_audit import ROUNDING_TOLERANCE, audit_sampler
 from .sampler_search import sampler_space, search_instances, search_sampler
 from .loops.stand_in import stand_in
+from .. import statistical as _statistical
+
+_statistical.resolve_adapters_with(get_adapter)   # the statistical audit, below this layer, resolves adapter names
 
 _NEEDS_TORCH = {"TorchTreeAdapter": "adapters.torch_tree_adapter", "torch_tree": "adapters.torch_tree_adapter",
                 "reference_torch_tree": "adapters.torch_tree_adapter", "tree_buffers": "adapters.tree_buffers",

@@ -11,18 +11,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import sys
 import time
 from dataclasses import fields, replace
 from fractions import Fraction
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .._audit import AuditInputs, audit, run_audit, validate_audit
 from .._crash import CrashReport
+from .._device import one_torch_thread as _one_torch_thread
 from ..enumerate import Budget
 from ..enumerate.step import check_budget
 from ..errors import BudgetExceeded, ExactSpecError, RuleError
@@ -264,25 +263,6 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
         if session.approximations:   # stated in the report and its warnings, never hidden in a verdict
             report.extra["approximations"] = dict(session.approximations)
         return report
-
-
-@contextlib.contextmanager
-def _one_torch_thread() -> Iterator[None]:
-    """torch's intra-op threads spin on the tiny tensors an audit makes: one thread for the audit, restored after.
-
-    (Measured on transformers' sampler at vocab 3, gamma 3, 3 tokens on 2 busy cores: 103 s with torch's
-    default threads, 0.27 s with one.)
-    """
-    torch = sys.modules.get("torch")
-    if torch is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _stand_in(step: Any, rng: Any) -> list[int]:  # pragma: no cover - validated, never run

@@ -50,7 +50,8 @@ from ...report import AuditReport
 from ..adapters.base import lowest, precision_of
 from ..float_boundary import ROUNDING_CAP, coarser_than_float64, decide, rounding_allowance
 from ..randomness.interception import FLOAT64_LATTICE, describe_rng_model, intercepting, private_generators, watch
-from ..sampler_audit import ROUNDING_TOLERANCE, _one_torch_thread
+from ..._device import one_torch_thread as _one_torch_thread
+from ..sampler_audit import ROUNDING_TOLERANCE
 from .stand_in import KINDS, stand_in
 
 __all__ = ["audit_loop", "reference_loop", "LoopReport", "DEFAULT_TOKENS"]
