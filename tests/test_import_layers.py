@@ -266,7 +266,7 @@ def test_the_modules_old_paths_import_as_the_moved_modules():
         new = importlib.import_module(f"{SAMPLERS}.{layer}.{old}")
         assert importlib.import_module(f"{SAMPLERS}.{old}") is new, old
         assert sys.modules[f"{SAMPLERS}.{old}"] is new and new.__name__ == f"{SAMPLERS}.{layer}.{old}"
-    from exactspec.samplers.torch_adapters import reference_vllm_style    # as the docs of 0.x wrote it
+    from exactspec.samplers.torch_adapters import reference_vllm_style    # as the docs wrote it before the move
     assert reference_vllm_style.__module__ == f"{ADAPTERS}.torch_adapters"
     # the package's functions named like an old module path stay the functions
     assert samplers.stand_in is stand_in_fn and samplers.tree_buffers is tree_buffers_fn and callable(stand_in_fn)
