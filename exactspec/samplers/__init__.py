@@ -31,7 +31,7 @@ import types
 from typing import Any
 
 from .adapters.registry import (ADAPTERS, NumpyChainAdapter, NumpyTreeAdapter, get_adapter, numpy_chain, numpy_tree,
-                       reference_numpy_chain, reference_numpy_tree)
+                                reference_numpy_chain, reference_numpy_tree)
 from .adapters.base import Adapter
 from .adapters.explicit_uniforms import TensorRandomnessAdapter, tensor_randomness
 from .randomness.numpy_rng import EnumGenerator
@@ -58,10 +58,10 @@ def __getattr__(name: str) -> object:
 
 
 #: old module path (before the sub-packages, issue 17) -> its sub-package
-_MOVED = {"stand_in": "loops", "tree_buffers": "adapters", "interception": "randomness", "numpy_rng": "randomness", "torch_rng": "randomness",
+_MOVED = {"interception": "randomness", "numpy_rng": "randomness", "torch_rng": "randomness",
           "lazy_values": "randomness", "lazy_draws": "randomness", "base": "adapters", "torch_adapters": "adapters",
-          "explicit_uniforms": "adapters", "torch_tree_adapter": "adapters", "hf_stand_in": "loops",
-          "loop_audit": "loops"}
+          "explicit_uniforms": "adapters", "torch_tree_adapter": "adapters", "tree_buffers": "adapters",
+          "stand_in": "loops", "hf_stand_in": "loops", "loop_audit": "loops"}
 
 
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
