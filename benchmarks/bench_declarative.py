@@ -21,7 +21,7 @@ import torch
 
 import exactspec as es
 from exactspec.bugzoo.torch_samplers import race_kernel
-from exactspec.samplers.explicit_uniforms import FlashinferChainAdapter, reference_flashinfer_style, tensor_randomness
+from exactspec.samplers.adapters.explicit_uniforms import FlashinferChainAdapter, reference_flashinfer_style, tensor_randomness
 
 
 def counted(kernel):

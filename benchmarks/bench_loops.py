@@ -50,7 +50,7 @@ def draw_and_discard(gamma: int):
 
 
 def _run(fn, eager: bool, seconds: float | None):
-    from exactspec.samplers import lazy_draws
+    from exactspec.samplers.randomness import lazy_draws
     orig = lazy_draws.lazy_multinomial
     if eager:
         lazy_draws.lazy_multinomial = lambda *a, **k: lazy_draws.force(orig(*a, **k))

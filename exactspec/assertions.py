@@ -134,7 +134,7 @@ def _small_space(space: Any, family: str, vocab: int | None, gamma: int | None, 
         return None
     if space is None:
         if loop:
-            from .samplers.loop_audit import _loop_space
+            from .samplers.loops.loop_audit import _loop_space
             space = _loop_space(None, tokens)
         else:
             from .samplers.sampler_search import sampler_space

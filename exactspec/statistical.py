@@ -20,7 +20,7 @@ import math
 import random
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import mpmath
 import numpy as np
@@ -35,10 +35,22 @@ from .models import Model
 from .protocols import Law
 from .rules import Rule
 
-if TYPE_CHECKING:
-    from .samplers.base import Adapter
-
 __all__ = ["audit_statistically", "StatisticalReport", "samples_needed", "tv_radius"]
+
+#: resolves ``audit_statistically(adapter="name")``: the samplers registry's ``get_adapter``, handed down by
+#: ``exactspec.samplers`` when it is imported (it sits above this module, which imports nothing from it)
+_adapter_named: Callable[[str], Any] | None = None
+
+
+def resolve_adapters_with(lookup: Callable[[str], Any]) -> None:
+    """Resolve adapter names (``adapter="numpy"``) with ``lookup``; ``exactspec.samplers`` hands down its ``get_adapter``.
+
+    >>> import exactspec as es
+    >>> _adapter_named is es.samplers.get_adapter
+    True
+    """
+    global _adapter_named
+    _adapter_named = lookup
 
 
 def tv_radius(samples: int, outcomes: int, confidence: float) -> float:
@@ -151,7 +163,7 @@ def _g_test(counts: dict, expected: dict, n: int) -> tuple[float, int, float]:
     return g, df, p
 
 
-def _batched_first_tokens(sampler: Callable, adapter: Adapter, proposer: Any, env: Any, rng: Any, prompt: tuple,
+def _batched_first_tokens(sampler: Callable, adapter: Any, proposer: Any, env: Any, rng: Any, prompt: tuple,
                           samples: int, batch: int, counts: dict, deadline: float | None, device: str | None) -> int:
     """Draw first emitted tokens ``batch`` rows per sampler call (vLLM-style batched samplers)."""
     import time
@@ -230,7 +242,7 @@ def _sample_chunked(sampler: Callable, adapter: Any, target: Model, draft: Model
     return drawn
 
 
-def audit_statistically(sampler: Callable, *, adapter: Adapter | str = "numpy", target: Model,
+def audit_statistically(sampler: Callable, *, adapter: Any = "numpy", target: Model,
                         draft: Model | None = None, proposer: Any = None, prompt: Sequence[int] = (), tokens: int = 1, samples: int = 10_000,
                         confidence: float = 0.99, seed: int = 0, expected: Model | None = None,
                         seconds: float | None = None, batch: int = 1, device: str | None = None,
@@ -261,8 +273,10 @@ def audit_statistically(sampler: Callable, *, adapter: Adapter | str = "numpy", 
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ExactSpecError(f"samples must be a positive int, got {samples!r}")
     if isinstance(adapter, str):   # a name, for users: resolved by the samplers registry, which sits above this module
-        from .samplers import get_adapter
-        adapter = get_adapter(adapter)
+        if _adapter_named is None:
+            raise ExactSpecError(f"adapter {adapter!r} is a name and exactspec.samplers (which knows the names) is not "
+                                 "imported: import exactspec, or pass the adapter object")
+        adapter = _adapter_named(adapter)
     proposer = chain(4) if proposer is None else proposer
     field = get_field("float")
     env = Env(target, draft, field)

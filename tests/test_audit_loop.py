@@ -1,4 +1,4 @@
-"""Whole-loop audits (exactspec.samplers.loop_audit) and lazy categorical draws (exactspec.samplers.lazy_draws).
+"""Whole-loop audits (exactspec.samplers.loops.loop_audit) and lazy categorical draws (exactspec.samplers.randomness.lazy_draws).
 
 Most laws in these tests are powers of two, so the stand-ins' float64 softmax is exact and every
 float the loops compute is the exact rational the algorithm means: a correct loop reads TV == 0.
@@ -17,10 +17,10 @@ import exactspec as es  # noqa: E402
 from exactspec.enumerate.rng import enumerate_program  # noqa: E402
 from exactspec.fields import get_field  # noqa: E402
 from exactspec.laws import total_variation  # noqa: E402
-from exactspec.samplers import torch_rng  # noqa: E402,F401  (torch patched in audits)
-from exactspec.samplers.interception import bind, intercepting  # noqa: E402
-from exactspec.samplers.lazy_draws import LazyCategoricalTensor  # noqa: E402
-from exactspec.samplers.loop_audit import DEFAULT_TOKENS, LoopReport, audit_loop  # noqa: E402
+from exactspec.samplers.randomness import torch_rng  # noqa: E402,F401  (torch patched in audits)
+from exactspec.samplers.randomness.interception import bind, intercepting  # noqa: E402
+from exactspec.samplers.randomness.lazy_draws import LazyCategoricalTensor  # noqa: E402
+from exactspec.samplers.loops.loop_audit import DEFAULT_TOKENS, LoopReport, audit_loop  # noqa: E402
 
 P_TABLE = {0: (F(1, 2), F(1, 4), F(1, 4)), 1: (F(1, 4), F(1, 2), F(1, 4)), 2: (F(1, 4), F(1, 4), F(1, 2))}
 TARGET = es.models.from_function(vocab=3, order=1, fn=lambda c: P_TABLE[c[-1]], name="p")
@@ -343,7 +343,7 @@ def test_float32_stand_ins_are_judged_by_a_float64_run_and_the_reference_is_a_fi
     assert r.extra["reference"] == "reference_loop(gamma=2)" and rounding > 0
     assert r.tv == plain.tv and r.tolerance == F(1, 2 ** 40) and r.verdict == "lossless"
     assert r.extra["reference_tv_to_loop"] == str(total_variation(r.output, audit_loop(
-        es.samplers.loop_audit.reference_loop(2, tokens=2), target=p, draft=q, prompt=(0,), tokens=2,
+        es.samplers.loops.loop_audit.reference_loop(2, tokens=2), target=p, draft=q, prompt=(0,), tokens=2,
         dtype=torch.float32).output))
     assert "float32 rounding" in r.verdict_text
     biased = audit_loop(leviathan(1, 2, bonus_from_draft=True), target=p, draft=q, prompt=(0,), tokens=2,

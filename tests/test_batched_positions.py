@@ -18,8 +18,8 @@ from exactspec.bugzoo import batched_samplers as bz  # noqa: E402
 from exactspec.enumerate import Engine  # noqa: E402
 from exactspec.fields import get_field  # noqa: E402
 from exactspec.rules import Rule  # noqa: E402
-from exactspec.samplers.interception import intercepting  # noqa: E402
-from exactspec.samplers.torch_adapters import reference_vllm_style, vllm_chain  # noqa: E402
+from exactspec.samplers.randomness.interception import intercepting  # noqa: E402
+from exactspec.samplers.adapters.torch_adapters import reference_vllm_style, vllm_chain  # noqa: E402
 from exactspec.tensor import audit_batched_sampler, chain_step_laws  # noqa: E402
 
 P = [(F(1, 2), F(1, 3), F(1, 6)), (F(1, 5), F(1, 2), F(3, 10)), (F(1, 4), F(1, 4), F(1, 2))]
@@ -39,7 +39,7 @@ def per_position(laws):
 
 def exact_step_law(sampler, p_laws, q_laws):
     """The exact law of one step's output, the sampler run through the vllm adapter (batch 1) by the engine."""
-    import exactspec.samplers.torch_rng  # noqa: F401  (torch interception on)
+    import exactspec.samplers.randomness.torch_rng  # noqa: F401  (torch interception on)
     with intercepting():
         rule = Rule(lambda step, rng: vllm_chain.call(sampler, step, rng), name=sampler.__name__, family="chain",
                     claim="lossless")
@@ -227,7 +227,7 @@ def test_the_vectorised_rounding_reference_has_the_laws_of_the_row_loop_referenc
 
 # -- the vllm adapter with several rows ------------------------------------------------------------------
 
-from exactspec.samplers.torch_adapters import VllmChainAdapter  # noqa: E402
+from exactspec.samplers.adapters.torch_adapters import VllmChainAdapter  # noqa: E402
 
 P2 = es.models.context_free((F(1, 2), F(1, 3), F(1, 6)))
 Q2 = es.models.context_free((F(1, 6), F(1, 2), F(1, 3)))

@@ -25,9 +25,9 @@ torch = pytest.importorskip("torch")
 import exactspec as es  # noqa: E402
 from exactspec.enumerate.rng import enumerate_program  # noqa: E402
 from exactspec.fields import get_field  # noqa: E402
-from exactspec.samplers import torch_rng  # noqa: E402,F401  (torch patched in audits)
-from exactspec.samplers.interception import bind, intercepting  # noqa: E402
-from exactspec.samplers.stand_in import stand_in  # noqa: E402
+from exactspec.samplers.randomness import torch_rng  # noqa: E402,F401  (torch patched in audits)
+from exactspec.samplers.randomness.interception import bind, intercepting  # noqa: E402
+from exactspec.samplers.loops.stand_in import stand_in  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FR = get_field(backend="python")

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 import exactspec as es  # noqa: E402
 from exactspec.bugzoo import torch_samplers as tzoo  # noqa: E402
 from exactspec.bugzoo.torch_samplers import race_from_target, race_kernel  # noqa: E402
-from exactspec.samplers.explicit_uniforms import (FlashinferChainAdapter, reference_flashinfer_style,  # noqa: E402
+from exactspec.samplers.adapters.explicit_uniforms import (FlashinferChainAdapter, reference_flashinfer_style,  # noqa: E402
                                                   tensor_randomness)
 
 FLASHINFER_ORDER = ("draft_probs", "draft_token_ids", "uniform_samples", "target_probs")

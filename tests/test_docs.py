@@ -109,8 +109,8 @@ UNRESOLVED_AUTOREF = re.compile(r"\[[^\[\]]*\]\[([A-Za-z_][\w.\-]*)\]")
 def unresolved_autorefs(html: str) -> list[str]:
     """The ``[title][identifier]`` brackets left as text on a rendered page (outside ``<pre>`` blocks).
 
-    >>> unresolved_autorefs('<p>two ([<code>es.stand_in</code>][exactspec.samplers.stand_in]) whose</p>')
-    ['[es.stand_in][exactspec.samplers.stand_in]']
+    >>> unresolved_autorefs('<p>two ([<code>es.stand_in</code>][exactspec.samplers.loops.stand_in]) whose</p>')
+    ['[es.stand_in][exactspec.samplers.loops.stand_in]']
     >>> unresolved_autorefs('<p><a href="x">stand_in</a></p><pre><code>p[i][j]</code></pre>')
     []
     """
@@ -129,8 +129,8 @@ def build_warnings(output: str) -> list[str]:
 
 
 def test_the_checks_of_the_build_catch_what_they_look_for():
-    page = '<p>see [<code>es.stand_in</code>][exactspec.samplers.stand_in] and [API reference][exactspec.x.Y].</p>'
-    assert unresolved_autorefs(page) == ["[es.stand_in][exactspec.samplers.stand_in]", "[API reference][exactspec.x.Y]"]
+    page = '<p>see [<code>es.stand_in</code>][exactspec.samplers.loops.stand_in] and [API reference][exactspec.x.Y].</p>'
+    assert unresolved_autorefs(page) == ["[es.stand_in][exactspec.samplers.loops.stand_in]", "[API reference][exactspec.x.Y]"]
     assert unresolved_autorefs('<p><a href="../reference/x/#exactspec.x.Y">API reference</a></p>') == []
     assert build_warnings("WARNING -  a\nINFO    -  b\n  WARNING  -  c") == ["WARNING -  a", "  WARNING  -  c"]
 

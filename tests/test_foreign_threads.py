@@ -31,7 +31,7 @@ MODULE = textwrap.dedent("""
 
     import torch   # noqa: F401  (a torch sampler: the audit patches torch's random functions too)
 
-    from exactspec.samplers.torch_adapters import reference_vllm_style
+    from exactspec.samplers.adapters.torch_adapters import reference_vllm_style
 
     DRAWN = []
 

@@ -23,9 +23,9 @@ import exactspec as es  # noqa: E402
 from exactspec.enumerate.rng import enumerate_program  # noqa: E402
 from exactspec.fields import get_field  # noqa: E402
 from exactspec.instances import make_instance  # noqa: E402
-from exactspec.samplers import torch_adapters  # noqa: E402
-from exactspec.samplers.numpy_rng import EnumGenerator  # noqa: E402
-from exactspec.samplers.torch_rng import bind, intercept_torch  # noqa: E402
+from exactspec.samplers.adapters import torch_adapters  # noqa: E402
+from exactspec.samplers.randomness.numpy_rng import EnumGenerator  # noqa: E402
+from exactspec.samplers.randomness.torch_rng import bind, intercept_torch  # noqa: E402
 
 FR = get_field(backend="python")
 P = torch.tensor([0.5, 0.25, 0.25])            # dyadic: float32 holds it exactly
@@ -424,7 +424,7 @@ def test_generators_reached_through_helpers_and_objects_are_watched():
 
 
 def test_numpy_searchsorted_with_several_uniform_keys():
-    from exactspec.samplers.interception import bind, intercepting
+    from exactspec.samplers.randomness.interception import bind, intercepting
     cdf = np.cumsum(np.array([0.25, 0.5, 0.25]))
     original = np.searchsorted
 
@@ -496,7 +496,7 @@ def test_race_values_go_to_comparisons_or_to_one_argmax_not_both():
 
 
 def test_rounded_probabilities_are_recorded_on_the_audit_session():
-    from exactspec.samplers.interception import intercepting
+    from exactspec.samplers.randomness.interception import intercepting
 
     def run(rng):
         with bind(rng):

@@ -16,7 +16,7 @@ import torch
 
 import exactspec as es
 from exactspec.samplers.float_boundary import F64_ALLOWANCE, ROUNDING_CAP, rounding_allowance, typical_rounding
-from exactspec.samplers.loop_audit import audit_loop, reference_loop
+from exactspec.samplers.loops.loop_audit import audit_loop, reference_loop
 
 P = es.models.random_table(vocab=2, order=1, seed=5)
 Q = es.models.random_table(vocab=2, order=1, seed=6)

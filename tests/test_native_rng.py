@@ -22,7 +22,7 @@ import exactspec as es
 from exactspec.bugzoo import numpy_samplers as nzoo
 from exactspec.enumerate.rng import LATTICES, NATIVE, RNG_MODELS, enumerate_program, lattice_for
 from exactspec.fields import get_field
-from exactspec.samplers.interception import FLOAT64_LATTICE, native_uniform
+from exactspec.samplers.randomness.interception import FLOAT64_LATTICE, native_uniform
 
 CF = es.models.context_free
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -108,7 +108,7 @@ def test_torch_rand_float32_is_on_the_2_pow_24_lattice_with_zero():
 
 def test_narrow_torch_draws_follow_the_rounded_law():
     torch = pytest.importorskip("torch")
-    from exactspec.samplers.torch_rng import bind, intercept_torch
+    from exactspec.samplers.randomness.torch_rng import bind, intercept_torch
 
     def law(dtype, t):
         def program(rng):

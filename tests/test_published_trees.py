@@ -48,8 +48,8 @@ else:
 
 import exactspec as es  # noqa: E402
 from exactspec.laws import normalize, residual, total_variation  # noqa: E402
-from exactspec.samplers.torch_tree_adapter import TorchTreeAdapter  # noqa: E402
-from exactspec.samplers.tree_buffers import tree_buffers  # noqa: E402
+from exactspec.samplers.adapters.torch_tree_adapter import TorchTreeAdapter  # noqa: E402
+from exactspec.samplers.adapters.tree_buffers import tree_buffers  # noqa: E402
 
 #: the versions whose verdicts this module records
 VERSIONS = {"eagle-llm": "1.2.1", "medusa-llm": "0.1"}

@@ -43,7 +43,7 @@ torch = pytest.importorskip("torch")
 
 import exactspec as es  # noqa: E402
 from exactspec.laws import total_variation  # noqa: E402
-from exactspec.samplers.loop_audit import audit_loop  # noqa: E402
+from exactspec.samplers.loops.loop_audit import audit_loop  # noqa: E402
 
 REQUIRE = bool(os.environ.get("EXACTSPEC_REQUIRE_PUBLISHED"))
 
@@ -205,7 +205,7 @@ def test_litgpt_top_p_crashes_after_every_rejection(temperature):
     survive = sum(m1 * sum(overlap((0, x1))) for x1, m1 in enumerate(overlap((0,))))
     assert abs(r.error_probability - (1 - survive)) <= TOL      # float64 rounding of the float program only
     # the crash is real: plain torch, real random numbers, the same code
-    from exactspec.samplers.stand_in import stand_in
+    from exactspec.samplers.loops.stand_in import stand_in
     torch.manual_seed(0)
     lm_p, lm_q = stand_in(TARGET, dtype=torch.float64), stand_in(DRAFT, dtype=torch.float64)
     crashes = 0

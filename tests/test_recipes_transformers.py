@@ -46,9 +46,9 @@ transformers = pytest.importorskip("transformers")
 
 import exactspec as es  # noqa: E402
 from exactspec.laws import argmax, point_mass, total_variation  # noqa: E402
-from exactspec.samplers.hf_stand_in import ExactLMForCausalLM, transformers_stand_in  # noqa: E402
-from exactspec.samplers.loop_audit import audit_loop  # noqa: E402
-from exactspec.samplers.stand_in import stand_in  # noqa: E402
+from exactspec.samplers.loops.hf_stand_in import ExactLMForCausalLM, transformers_stand_in  # noqa: E402
+from exactspec.samplers.loops.loop_audit import audit_loop  # noqa: E402
+from exactspec.samplers.loops.stand_in import stand_in  # noqa: E402
 
 FLOAT32 = F(1, 2 ** 20)
 VERSION = transformers.__version__

@@ -136,7 +136,7 @@ def test_draws_that_cannot_be_enumerated_name_the_function_and_the_line():
 # -- Python's random, enumerated exactly ---------------------------------------------------------------------
 
 def law_of(program):
-    from exactspec.samplers.interception import EnumRandom
+    from exactspec.samplers.randomness.interception import EnumRandom
     return enumerate_program(lambda rng: program(EnumRandom(rng)), FR, exact_floats=True)
 
 
@@ -281,7 +281,7 @@ def test_torch_randomness_outside_the_followed_draws_is_refused():
 
 def test_torch_integer_draws_are_exact_uniforms():
     torch = _torch()
-    from exactspec.samplers.torch_rng import bind, intercept_torch
+    from exactspec.samplers.randomness.torch_rng import bind, intercept_torch
 
     def torch_law(program):
         def run(rng):
@@ -304,7 +304,7 @@ def _torch_law(program):
     torch = pytest.importorskip("torch")
     from exactspec.enumerate.rng import enumerate_program
     from exactspec.fields import get_field
-    from exactspec.samplers.torch_rng import bind, intercept_torch
+    from exactspec.samplers.randomness.torch_rng import bind, intercept_torch
 
     def run(rng):
         with bind(rng):

@@ -18,7 +18,7 @@ from exactspec.bugzoo import numpy_samplers as zoo
 from exactspec.instances import make_instance
 from exactspec.laws import total_variation
 from exactspec.samplers import EnumGenerator, NumpyChainAdapter
-from exactspec.samplers.base import at_precision, float_precision, lowest, precision_of
+from exactspec.samplers.adapters.base import at_precision, float_precision, lowest, precision_of
 
 FLOOR = F(1, 2 ** 40)
 
@@ -143,7 +143,7 @@ def test_a_declared_precision_wins_over_detection():
 
 def test_torch_adapters_declare_float32_and_report_both_figures():
     pytest.importorskip("torch")
-    from exactspec.samplers.torch_adapters import reference_transformers_style, transformers_chain
+    from exactspec.samplers.adapters.torch_adapters import reference_transformers_style, transformers_chain
     assert transformers_chain.declared_precision() == "float32"
     p, q = es.models.context_free((F(3, 5), F(2, 5))), es.models.context_free((F(1, 2), F(1, 2)))
     # the float arithmetic's two figures differ when the uniform is ideal (continuous)...

@@ -118,7 +118,7 @@ def test_transformers_sampler_cached_and_plain_agree():
 
 def test_a_sampler_that_modifies_its_inputs_gets_fresh_tensors():
     pytest.importorskip("torch")
-    from exactspec.samplers.torch_adapters import reference_transformers_style
+    from exactspec.samplers.adapters.torch_adapters import reference_transformers_style
 
     def scribbles(ids, cand_logits, gamma, new_logits):
         out = reference_transformers_style(ids, cand_logits, gamma, new_logits)
@@ -136,7 +136,7 @@ def test_a_sampler_that_modifies_its_inputs_gets_fresh_tensors():
 def test_the_fast_reference_has_the_law_of_the_reference_through_the_pipeline(precision, rng_model):
     pytest.importorskip("torch")
     from exactspec.samplers.sampler_audit import _one_torch_thread
-    from exactspec.samplers.torch_adapters import transformers_chain
+    from exactspec.samplers.adapters.torch_adapters import transformers_chain
     inst = make_instance(vocab=3, order=1, gamma=2, tokens=3)
     kw = dict(target=inst.target, draft=inst.draft, proposer=inst.proposer, prompt=inst.prompt, tokens=3,
               rng_model=rng_model)

@@ -234,7 +234,7 @@ def test_cli_audit_sampler_with_a_tree_adapter(capsys):
 
 
 def test_the_documented_way_to_write_an_adapter_works():
-    # exactly the pattern in exactspec/samplers/adapters.py's docstring, for a sampler with another signature
+    # exactly the pattern in exactspec/samplers/adapters/registry.py's docstring, for a sampler with another signature
     class MyAdapter(es.samplers.Adapter):
         name, family = "mine", "chain"
         reference = staticmethod(lambda p, q, drafts, generator: zoo.correct(drafts, q, p, generator))

@@ -1,4 +1,4 @@
-"""Stand-in language models (exactspec.samplers.stand_in): exact laws behind a torch LM interface."""
+"""Stand-in language models (exactspec.samplers.loops.stand_in): exact laws behind a torch LM interface."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import exactspec as es  # noqa: E402
-from exactspec.samplers.stand_in import TorchLM, stand_in  # noqa: E402
+from exactspec.samplers.loops.stand_in import TorchLM, stand_in  # noqa: E402
 
 # an order-1 table whose laws are powers of two: float64 softmax of their logs is exact
 TABLE = {(0,): (F(1, 2), F(1, 4), F(1, 4)), (1,): (F(1, 4), F(1, 2), F(1, 4)), (2,): (F(1, 4), F(1, 4), F(1, 2))}

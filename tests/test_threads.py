@@ -1,7 +1,7 @@
 """Audits in threads: each gets exactly its sequential law, other threads keep real random numbers.
 
 The interception of torch's, numpy's and Python's random functions is patched once for all
-audits in the process and dispatched per thread (exactspec.samplers.interception).
+audits in the process and dispatched per thread (exactspec.samplers.randomness.interception).
 """
 
 import functools
@@ -165,7 +165,7 @@ def test_a_draw_by_another_thread_during_a_sampler_call_is_no_verdict():
 def test_no_branch_stays_bound_past_the_outermost_audit():
     # a binding that was never reset (an exception between set and reset) must not outlive the audit: it
     # would send later draws of this thread to a finished audit's rng
-    from exactspec.samplers import interception as I
+    from exactspec.samplers.randomness import interception as I
     with I.intercepting():
         I._BRANCH.set("a branch whose block never exited")
     assert I._BRANCH.get() is None

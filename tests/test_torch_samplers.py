@@ -15,8 +15,8 @@ import exactspec as es  # noqa: E402
 from exactspec.enumerate.rng import enumerate_program  # noqa: E402
 from exactspec.fields import get_field  # noqa: E402
 from exactspec.instances import make_instance  # noqa: E402
-from exactspec.samplers.torch_adapters import TransformersChainAdapter, reference_transformers_style  # noqa: E402
-from exactspec.samplers.torch_rng import bind, intercept_torch  # noqa: E402
+from exactspec.samplers.adapters.torch_adapters import TransformersChainAdapter, reference_transformers_style  # noqa: E402
+from exactspec.samplers.randomness.torch_rng import bind, intercept_torch  # noqa: E402
 
 FR = get_field(backend="python")
 SPEC = transformers_utils._speculative_sampling
@@ -175,7 +175,7 @@ def test_vllm_style_resampling_from_the_target_is_biased():
 
 # -- explicit uniform inputs (FlashInfer-style kernels), recovered by bisection ----------------------------
 
-from exactspec.samplers.explicit_uniforms import _breakpoints, reference_flashinfer_style  # noqa: E402
+from exactspec.samplers.adapters.explicit_uniforms import _breakpoints, reference_flashinfer_style  # noqa: E402
 
 
 def test_breakpoints_are_found_exactly_on_the_lattice():

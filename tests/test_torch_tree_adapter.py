@@ -14,9 +14,9 @@ from exactspec.enumerate.env import Env  # noqa: E402
 from exactspec.errors import ExactSpecError  # noqa: E402
 from exactspec.fields import get_field  # noqa: E402
 from exactspec.laws import normalize, residual, total_variation  # noqa: E402
-from exactspec.samplers.torch_tree_adapter import (TorchTreeAdapter, reference_torch_tree, torch_tree,  # noqa: E402
+from exactspec.samplers.adapters.torch_tree_adapter import (TorchTreeAdapter, reference_torch_tree, torch_tree,  # noqa: E402
                                                    torch_tree_inputs)
-from exactspec.samplers.tree_buffers import choices_of, tree_buffers  # noqa: E402
+from exactspec.samplers.adapters.tree_buffers import choices_of, tree_buffers  # noqa: E402
 from exactspec.trees import TokenTree  # noqa: E402
 
 P3 = es.models.context_free((F(1, 2), F(1, 4), F(1, 4)))
@@ -274,7 +274,7 @@ def test_the_reference_does_not_divide_by_a_rounded_away_residual():
 
 def test_cli_audits_a_torch_tree_verifier_by_adapter_name(capsys):
     from exactspec import cli
-    code = cli.main(["audit-sampler", "exactspec.samplers.torch_tree_adapter:reference_torch_tree",
+    code = cli.main(["audit-sampler", "exactspec.samplers.adapters.torch_tree_adapter:reference_torch_tree",
                      "--adapter", "torch-tree", "--instance", "--vocab", "3"])
     out = capsys.readouterr().out
     assert code == 0, out

@@ -158,7 +158,7 @@ ZOO = [
 
 def mss_tree(tokens, parents, claimed, target, rng):
     """Multi-step speculative sampling over the drafted tree: correct when every claimed law is honest."""
-    from exactspec.samplers.adapters import reference_numpy_tree
+    from exactspec.samplers.adapters.registry import reference_numpy_tree
     return reference_numpy_tree(tokens, parents, claimed, target, rng)
 
 

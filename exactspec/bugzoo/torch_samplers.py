@@ -9,7 +9,7 @@ doctests) works without torch; calling a sampler needs it.
 
 from __future__ import annotations
 
-from exactspec.samplers.torch_adapters import reference_vllm_style as correct
+from exactspec.samplers.adapters.torch_adapters import reference_vllm_style as correct
 
 
 def chain(target_probs, draft_probs, draft_token_ids, bonus_token_ids, recover, accept=None):

@@ -142,7 +142,7 @@ def _loop_options(x: Any, where: str = "loop") -> dict:
     ``stand_in`` (``torch-lm`` or ``transformers``), ``dtype`` (a torch float dtype's name),
     ``output`` (``full``/``new``), ``on_error`` (``raise``/``record``), ``tolerance`` (a rational
     >= 0 as a string) and ``reference``: ``None`` (none), a gamma (an int,
-    :func:`exactspec.samplers.loop_audit.reference_loop`), ``module:qualname`` (a correct loop a test
+    :func:`exactspec.samplers.loops.loop_audit.reference_loop`), ``module:qualname`` (a correct loop a test
     can import) or ``""`` (a reference loop no test can import). ``error_probability`` (optional,
     default ``"0"``): the probability, a rational string in [0, 1], that the loop raised on the
     instance (``on_error="record"``).
@@ -562,7 +562,7 @@ class Counterexample:
         name = _rule_name(self.rule, strict=False)
         module, qual = self._user_code("sampler", name, "search with the sampler given as 'module:function'")
         adapter, rng_model = _name(self.adapter, "adapter"), _name(self.rng_model, "rng_model")
-        from ..samplers.adapters import get_adapter
+        from ..samplers.adapters.registry import get_adapter
         try:
             get_adapter(adapter)
         except ExactSpecError:
@@ -591,7 +591,7 @@ class Counterexample:
             raise ExactSpecError(
                 f"to_pytest: the reference loop of the search of {str.__repr__(name)} cannot be imported by a test "
                 "(a lambda, a closure or a function defined in __main__): pass reference=<gamma> "
-                "(es.samplers.loop_audit.reference_loop) or a top-level function of an importable module")
+                "(es.samplers.loops.loop_audit.reference_loop) or a top-level function of an importable module")
         if isinstance(ref, str):
             ref_module, ref_qual = ref.split(":")
             ref_import = [f"import {ref_module} as reference_module"]

@@ -11,18 +11,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import sys
 import time
 from dataclasses import fields, replace
 from fractions import Fraction
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .._audit import AuditInputs, audit, run_audit, validate_audit
 from .._crash import CrashReport
+from .._device import one_torch_thread as _one_torch_thread
 from ..enumerate import Budget
 from ..enumerate.step import check_budget
 from ..errors import BudgetExceeded, ExactSpecError, RuleError
@@ -30,12 +29,12 @@ from ..laws import to_rational, total_variation
 from ..models import Model
 from ..report import AuditReport
 from ..rules import Rule
-from .adapters import get_adapter
+from .adapters.registry import get_adapter
 from ..enumerate.rng import lattice_for
-from .base import PRECISIONS, at_precision, float_precision, lowest, precision_of
+from .adapters.base import PRECISIONS, at_precision, float_precision, lowest, precision_of
 from .float_boundary import (F64_ALLOWANCE, ROUNDING_CAP, Boundary, coarser_than_float64, decide,
                              rounding_allowance)
-from .interception import (FLOAT64_LATTICE, current_session, describe_rng_model, intercepting, private_generators,
+from .randomness.interception import (FLOAT64_LATTICE, current_session, describe_rng_model, intercepting, private_generators,
                            watch)
 
 __all__ = ["audit_sampler", "ROUNDING_TOLERANCE"]
@@ -58,7 +57,7 @@ class _Calls:
     """The sampler as a rule: each call a watched branch (escaped randomness raises; ``sys.exit`` is a RuleError).
 
     Precision: with ``seen`` (a set), the float precisions of the arrays handed to the sampler and
-    of the numbers it compares its uniforms with are noted in it (:func:`~.base.float_precision`).
+    of the numbers it compares its uniforms with are noted in it (:func:`~.adapters.base.float_precision`).
 
     Cache (``cache=True``): a call's law depends only on its inputs (``adapter.call_key``: the drafts
     and the laws handed over) and on its own draws, as replay already assumes (an adapter whose call
@@ -211,7 +210,7 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
     exact rule's enumerations.
 
     Every randomness source the sampler can reach is intercepted while it runs, for every
-    adapter (:mod:`exactspec.samplers.interception`): the adapter's ``rng``, Python's ``random``
+    adapter (:mod:`exactspec.samplers.randomness.interception`): the adapter's ``rng``, Python's ``random``
     and numpy's legacy global functions, and torch's (when torch is imported). A draw the audit
     cannot enumerate, or one that escapes the interception (a reference taken before the audit,
     a generator the sampler holds), raises UnsupportedRandomness; ``sys.exit`` in the sampler
@@ -252,7 +251,7 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
                             expected=expected, rng_model=rng_model, backend="python",
                             rule=Rule(_stand_in, name=name, family=adapter.family, claim="lossless"))
     if getattr(adapter, "needs_torch", False):
-        from . import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
+        from .randomness import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
     if on_error not in ("raise", "record"):
         raise ExactSpecError(f"audit_sampler on_error must be 'raise' or 'record', got {on_error!r}")
     if precision is not None and precision not in PRECISIONS:
@@ -264,25 +263,6 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
         if session.approximations:   # stated in the report and its warnings, never hidden in a verdict
             report.extra["approximations"] = dict(session.approximations)
         return report
-
-
-@contextlib.contextmanager
-def _one_torch_thread() -> Iterator[None]:
-    """torch's intra-op threads spin on the tiny tensors an audit makes: one thread for the audit, restored after.
-
-    (Measured on transformers' sampler at vocab 3, gamma 3, 3 tokens on 2 busy cores: 103 s with torch's
-    default threads, 0.27 s with one.)
-    """
-    torch = sys.modules.get("torch")
-    if torch is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _stand_in(step: Any, rng: Any) -> list[int]:  # pragma: no cover - validated, never run
@@ -354,7 +334,7 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
     """Rounding or bias: the sampler run again on float64 inputs and a float64 generator when it computed coarser.
 
     The run at the sampler's own precision is ``report``; a second run hands the same sampler float64
-    laws (:meth:`~.base.Adapter.with_precision`) and draws its uniforms on the float64 lattice (or the
+    laws (:meth:`~.adapters.base.Adapter.with_precision`) and draws its uniforms on the float64 lattice (or the
     continuous model, as the first run did), noting the float dtypes it meets: something coarser than
     float64 there means the sampler casts down (``forced``). The decision is
     :func:`~.float_boundary.decide`'s. ``used``: the (generator, lattice) pairs the first run drew from under

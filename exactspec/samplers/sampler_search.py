@@ -299,7 +299,7 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
     >>> ce.instance.shape, ce.instance.tokens, ce.instance.target, ce.instance.draft   # u = 0 accepts every draft
     ((1,), 1, ((Fraction(1, 2), Fraction(1, 2)),), ((Fraction(0, 1), Fraction(1, 1)),))
     """
-    from .adapters import get_adapter
+    from .adapters.registry import get_adapter
     audit_sampler = _sampler_audit.audit_sampler
     if isinstance(sampler, str):
         from .._loading import load_object as _load

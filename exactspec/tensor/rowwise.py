@@ -42,7 +42,7 @@ When the sampler does anything else with its randomness, :func:`audit_batched_sa
 to :func:`exactspec.audit_statistically`, saying so, and never reads ``lossless``.
 
 >>> import torch
->>> from exactspec.samplers.torch_adapters import reference_vllm_style
+>>> from exactspec.samplers.adapters.torch_adapters import reference_vllm_style
 >>> p = torch.tensor([[0.5, 0.3, 0.2], [0.2, 0.5, 0.3], [0.3, 0.3, 0.4]], dtype=torch.float64)
 >>> q = torch.tensor([[0.3, 0.4, 0.3], [0.4, 0.4, 0.2]], dtype=torch.float64)
 >>> a = audit_batched_sampler(reference_vllm_style, target=p, draft=q, device="cpu", reference=False)
@@ -57,6 +57,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+from .._device import one_torch_thread
 from ..errors import ExactSpecError, UnsupportedRandomness
 from .chain_laws import TensorStepLaw, best_device
 
@@ -422,7 +423,7 @@ def audit_batched_sampler(sampler: Callable, *, target: Any, draft: Any, chunk: 
     A sampler the row-wise audit cannot follow is audited statistically (``fallback_samples``) instead.
 
     >>> import torch
-    >>> from exactspec.samplers.torch_adapters import reference_vllm_style
+    >>> from exactspec.samplers.adapters.torch_adapters import reference_vllm_style
     >>> p = torch.tensor([[0.6, 0.4], [0.5, 0.5]], dtype=torch.float64)
     >>> a = audit_batched_sampler(reference_vllm_style, target=p, draft=[[0.5, 0.5]], device="cpu")
     >>> a.verdict, a.mode, a.sampler_calls
@@ -430,14 +431,13 @@ def audit_batched_sampler(sampler: Callable, *, target: Any, draft: Any, chunk: 
     """
     import torch
 
-    from ..samplers.sampler_audit import _one_torch_thread
     device = device or best_device()
     p = torch.as_tensor(target, dtype=torch.float64).cpu()
     q = torch.as_tensor(draft, dtype=torch.float64).cpu()
     if p.dim() != 2 or q.dim() != 2 or p.shape[0] != q.shape[0] + 1 or p.shape[1] != q.shape[1] or q.shape[0] < 1:
         raise ExactSpecError(f"audit_batched_sampler: target must be [k + 1, V] and draft [k, V] with k >= 1; got "
                              f"{tuple(p.shape)} and {tuple(q.shape)}")
-    with _one_torch_thread():
+    with one_torch_thread():
         try:
             out = _audit(sampler, p, q, chunk, max_rows, check_pairing, tolerance, check_rows)
         except (UnsupportedRandomness, _NeedMore, ExactSpecError) as exc:
@@ -879,7 +879,7 @@ def _diagonal(calls: _Calls, p: Any, q: Any, cands: list, findings: set[str], ch
 def reference_vectorized(target_probs: Any, draft_probs: Any, draft_token_ids: Any, bonus_token_ids: Any) -> Any:
     """A correct batched rejection sampler written with whole-batch tensor operations (own code): the rounding
     reference of :func:`audit_batched_sampler` (the same law as
-    :func:`exactspec.samplers.torch_adapters.reference_vllm_style`, without its loop over rows)."""
+    :func:`exactspec.samplers.adapters.torch_adapters.reference_vllm_style`, without its loop over rows)."""
     import torch
     batch, k, _ = target_probs.shape
     idx = draft_token_ids.unsqueeze(-1)
@@ -897,11 +897,13 @@ def reference_vectorized(target_probs: Any, draft_probs: Any, draft_token_ids: A
 
 
 def _statistical_fallback(sampler: Callable, p: Any, q: Any, samples: int) -> Any:
-    """Sample the sampler natively through the vllm adapter (rationals rebuilt from float64 laws)."""
+    """Sample the sampler natively through the vllm adapter (rationals rebuilt from float64 laws).
+
+    The adapter goes by its name: the statistical audit resolves it through the samplers registry, which sits
+    above this module (:func:`exactspec.statistical.resolve_adapters_with`)."""
     from fractions import Fraction
 
     from .. import drafts, models
-    from ..samplers.torch_adapters import vllm_chain
     from ..statistical import audit_statistically
 
     def model(rows: Any) -> Any:
@@ -910,5 +912,5 @@ def _statistical_fallback(sampler: Callable, p: Any, q: Any, samples: int) -> An
         last = len(laws) - 1
         return models.from_function(vocab=len(laws[0]), order=None, fn=lambda ctx: laws[min(len(ctx), last)])
 
-    return audit_statistically(sampler, adapter=vllm_chain, target=model(p), draft=model(q),
+    return audit_statistically(sampler, adapter="vllm", target=model(p), draft=model(q),
                                proposer=drafts.chain(q.shape[0]), tokens=1, samples=samples)

@@ -23,9 +23,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..enumerate.rng import LATTICES, NATIVE, NATIVE64, Lattice
-from ..errors import ExactSpecError
-from ..protocols import Step
+from ...enumerate.rng import LATTICES, NATIVE, NATIVE64, Lattice
+from ...errors import ExactSpecError
+from ...protocols import Step
 from .base import Adapter
 
 __all__ = ["FlashinferChainAdapter", "flashinfer_chain", "reference_flashinfer_style", "TensorRandomnessAdapter",
@@ -98,7 +98,7 @@ class FlashinferChainAdapter(Adapter):
         lat = LATTICES.get(rng_model, LATTICES["torch-float32"])
         how = "by bisection" if self.method == "bisection" else "by probes at suggested thresholds and a search"
         return (f"uniform inputs on the lattice {lat.note}; breakpoints located exactly on it {how} "
-                f"(assumes threshold use, see exactspec.samplers.explicit_uniforms)")
+                f"(assumes threshold use, see exactspec.samplers.adapters.explicit_uniforms)")
 
     def with_precision(self, precision: str) -> "FlashinferChainAdapter":
         """This adapter handing its laws and uniforms in ``precision`` (the float64 run of a float32 audit).
@@ -258,7 +258,7 @@ class TensorRandomnessAdapter(Adapter):
         lat = LATTICES.get(rng_model, LATTICES["torch-float32"])
         race = any(kind == "exponential" for kind, _ in self.specs.values())
         return (f"uniform inputs on the lattice {lat.note}; breakpoints located exactly on it by probes at suggested "
-                "thresholds and a search (assumes threshold use, see exactspec.samplers.explicit_uniforms)"
+                "thresholds and a search (assumes threshold use, see exactspec.samplers.adapters.explicit_uniforms)"
                 + ("; the exponential race's weight ratios to one float32 ulp" if race else ""))
 
     def with_precision(self, precision: str) -> "TensorRandomnessAdapter":
@@ -367,7 +367,7 @@ def tensor_randomness(arguments: Sequence[str], randomness: dict[str, str], *, n
     ``"exponential k+1,V"``. Laws are handed over in ``dtype``. ``keywords=True`` calls the kernel with
     keyword arguments. ``reference``: a correct kernel with the same signature, for the rounding figure.
 
-    >>> from exactspec.samplers.explicit_uniforms import reference_flashinfer_style
+    >>> from exactspec.samplers.adapters.explicit_uniforms import reference_flashinfer_style
     >>> a = tensor_randomness(("draft_probs", "draft_token_ids", "uniform_samples", "target_probs"),
     ...                       {"uniform_samples": "uniform k+1"}, reference=reference_flashinfer_style)
     >>> a.specs
@@ -473,7 +473,7 @@ def _uniform_cells(run: Callable, m: int, lat: Any, guesses: dict, fan: int) -> 
 
 def _race_law(run: Callable, point: np.ndarray, vocab: int, p: list, q: list, fan: int) -> dict[tuple, Fraction]:
     """The law of the output at one uniform cell when an exponential vector E is raced: ``argmax(w / E)``."""
-    from ..errors import UnsupportedRandomness
+    from ...errors import UnsupportedRandomness
     pts = np.repeat(point[None], vocab, axis=0)
     ones = np.ones((1, vocab))
     base = run(point[None], ones)[0]

@@ -33,10 +33,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..protocols import Rng, Step, TreeStep
+from ...protocols import Rng, Step, TreeStep
 from .base import Adapter
-from .interception import FLOAT64_LATTICE, native_uniform
-from .numpy_rng import EnumGenerator
+from ..randomness.interception import FLOAT64_LATTICE, native_uniform
+from ..randomness.numpy_rng import EnumGenerator
 
 __all__ = ["Adapter", "NumpyChainAdapter", "numpy_chain", "reference_numpy_chain", "NumpyTreeAdapter", "numpy_tree",
            "reference_numpy_tree", "get_adapter", "ADAPTERS"]
@@ -130,7 +130,7 @@ def get_adapter(adapter: Any) -> Adapter:
     >>> get_adapter("numpy") is numpy_chain
     True
     """
-    from ..errors import ExactSpecError
+    from ...errors import ExactSpecError
     if isinstance(adapter, Adapter):
         return adapter
     if adapter in ("transformers", "vllm", "flashinfer"):

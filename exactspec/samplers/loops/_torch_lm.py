@@ -1,7 +1,7 @@
 """The torch ``nn.Module`` behind :func:`exactspec.stand_in` (``kind="torch-lm"``); imported only when one is built.
 
 >>> import torch, exactspec as es
->>> from exactspec.samplers._torch_lm import TorchLM
+>>> from exactspec.samplers.loops._torch_lm import TorchLM
 >>> TorchLM(es.models.context_free(("1/4", "3/4")), torch.float64)(torch.tensor([[0]])).softmax(-1).tolist()
 [[[0.25, 0.75]]]
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from ..errors import ExactSpecError
-from ..models import Model
+from ...errors import ExactSpecError
+from ...models import Model
 
 __all__ = ["TorchLM"]
 

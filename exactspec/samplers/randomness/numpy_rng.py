@@ -2,14 +2,14 @@
 
 A third-party numpy sampler receives an :class:`EnumGenerator` where it expects a
 ``numpy.random.Generator``. Its uniforms are lazy
-(:class:`~exactspec.samplers.lazy_values.LazyUniform`): comparing one with a number (a float is
+(:class:`~exactspec.samplers.randomness.lazy_values.LazyUniform`): comparing one with a number (a float is
 taken as the rational it is) or with an array of thresholds (entry by entry, in order), scaling
 and shifting it keep the law exact, and ``np.searchsorted(np.cumsum(p), u)`` is the inverse-CDF
 draw over the float ``cumsum``; ``choice`` with ``p=`` follows numpy's own algorithm (cumulative
 sum in float64, normalised by its last entry, one uniform searched into it), so the law is that
 of the implementation as it computes. ``exponential``, ``standard_exponential``, ``gumbel``
 and ``np.log`` / ``**`` of uniforms are race values followed into ``np.argmax`` (see
-:mod:`exactspec.samplers.lazy_values`).
+:mod:`exactspec.samplers.randomness.lazy_values`).
 
 >>> import numpy as np
 >>> from fractions import Fraction as F
@@ -22,7 +22,7 @@ True
 
 During an audit, numpy's legacy global functions (``np.random.random``, ``rand``, ``uniform``,
 ``randint``, ``choice``, ``binomial(1, p)``, ``permutation``, ``shuffle``) are intercepted the same
-way (:class:`EnumLegacy`, see :mod:`exactspec.samplers.interception`); ``np.random.default_rng()``
+way (:class:`EnumLegacy`, see :mod:`exactspec.samplers.randomness.interception`); ``np.random.default_rng()``
 and ``np.random.RandomState()`` made inside the sampler without a seed are enumerating
 generators too; a seed, ``np.random.seed`` and every other distribution raise
 UnsupportedRandomness.
@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from ..enumerate.rng import LATTICES, Uniform
-from ..errors import UnsupportedRandomness
-from ..fields import _caller
+from ...enumerate.rng import LATTICES, Uniform
+from ...errors import UnsupportedRandomness
+from ...fields import _caller
 from .interception import FLOAT64_LATTICE, current_rng, fisher_yates, native_uniform, unsupported
 from .lazy_values import exponential, gumbel, lazy
 
@@ -331,7 +331,7 @@ def _searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None) -> Any
 
 
 def legacy_specs() -> list[tuple]:
-    """What :func:`~exactspec.samplers.interception.intercepting` patches in ``numpy.random``."""
+    """What :func:`~exactspec.samplers.randomness.interception.intercepting` patches in ``numpy.random``."""
     legacy = np.random.mtrand._rand
     names = [n for n in dir(np.random) if getattr(getattr(np.random, n, None), "__self__", None) is legacy
              and n != "get_state"]

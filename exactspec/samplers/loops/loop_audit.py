@@ -5,14 +5,14 @@ draft loop, the target call, the acceptance test and the bonus token live in one
 (litgpt's ``speculative_decoding``/``generate``, lucidrains' ``speculative_decoding(net,
 small_net, ...)``, transformers' ``generate(..., assistant_model=...)``). :func:`audit_loop`
 audits such a function as it is written: it hands it stand-in models
-(:func:`exactspec.samplers.stand_in.stand_in`) with the exact laws of ``target`` and ``draft``,
+(:func:`exactspec.samplers.loops.stand_in.stand_in`) with the exact laws of ``target`` and ``draft``,
 runs it once per branch of its randomness under the same interception as
 :func:`exactspec.audit_sampler` (every torch, numpy and Python draw enumerated exactly, floats
 taken as the rationals they are; randomness the audit cannot see is an error, never a verdict),
 and compares the law of the first ``tokens`` tokens it returns with the target's own law.
 
 Categorical draws (``torch.multinomial``) fork only when their value is read
-(:mod:`exactspec.samplers.lazy_draws`) and the stand-ins memoise their forward passes, so loops
+(:mod:`exactspec.samplers.randomness.lazy_draws`) and the stand-ins memoise their forward passes, so loops
 that draw a token at every position and discard most stay small.
 
 >>> import torch, exactspec as es
@@ -36,21 +36,22 @@ import time
 from fractions import Fraction
 from typing import Any, Callable, Sequence
 
-from .._audit import _prompt
-from ..enumerate import Budget
-from ..enumerate.rng import PathRng, _Diverged, lattice_for
-from ..enumerate.step import Meter, check_budget
-from ..enumerate.stream import target_law
-from .._crash import CrashReport, crash_site
-from ..errors import ExactSpecError, RuleError
-from ..fields import get_field
-from ..laws import to_rational, total_variation
-from ..models import Model
-from ..report import AuditReport
-from .base import lowest, precision_of
-from .float_boundary import ROUNDING_CAP, coarser_than_float64, decide, rounding_allowance
-from .interception import FLOAT64_LATTICE, describe_rng_model, intercepting, private_generators, watch
-from .sampler_audit import ROUNDING_TOLERANCE, _one_torch_thread
+from ..._audit import _prompt
+from ...enumerate import Budget
+from ...enumerate.rng import PathRng, _Diverged, lattice_for
+from ...enumerate.step import Meter, check_budget
+from ...enumerate.stream import target_law
+from ..._crash import CrashReport, crash_site
+from ...errors import ExactSpecError, RuleError
+from ...fields import get_field
+from ...laws import to_rational, total_variation
+from ...models import Model
+from ...report import AuditReport
+from ..adapters.base import lowest, precision_of
+from ..float_boundary import ROUNDING_CAP, coarser_than_float64, decide, rounding_allowance
+from ..randomness.interception import FLOAT64_LATTICE, describe_rng_model, intercepting, private_generators, watch
+from ..._device import one_torch_thread as _one_torch_thread
+from ..sampler_audit import ROUNDING_TOLERANCE
 from .stand_in import KINDS, stand_in
 
 __all__ = ["audit_loop", "reference_loop", "LoopReport", "DEFAULT_TOKENS"]
@@ -300,7 +301,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     lattice_for(rng_model)
     import torch
 
-    from . import torch_rng  # noqa: F401  (torch is patched in the audit)
+    from ..randomness import torch_rng  # noqa: F401  (torch is patched in the audit)
     if dtype is None:
         dtype = torch.float64
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -708,7 +709,7 @@ def _loop_space(space: Any, tokens: int | None) -> Any:
     """The space of a loop search: every instance gets the prompt ``(0,)`` (loops need a context to start from)."""
     import dataclasses
 
-    from ..counterexamples.space import Space
+    from ...counterexamples.space import Space
 
     class LoopSpace(Space):
         """A :class:`~exactspec.counterexamples.space.Space` whose instances all start from the prompt ``(0,)``."""
@@ -745,8 +746,8 @@ def _search(fn: Callable, name: str, *, tokens: int | None, kind: str, dtype: An
     """
     import dataclasses
 
-    from ..counterexamples.counterexample import Counterexample, _loop_options
-    from .sampler_search import sampler_reference, search_instances
+    from ...counterexamples.counterexample import Counterexample, _loop_options
+    from ..sampler_search import sampler_reference, search_instances
     where = "audit_loop(search=True)"
     _check_options(where, tokens=tokens, kind=kind, output=output, on_error=on_error, worst=worst)
     tol = to_rational(tolerance, f"{where} tolerance")

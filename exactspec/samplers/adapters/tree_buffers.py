@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..errors import ExactSpecError
+from ...errors import ExactSpecError
 
 __all__ = ["TreeBuffers", "tree_buffers", "choices_of"]
 

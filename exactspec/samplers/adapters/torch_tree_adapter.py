@@ -8,7 +8,7 @@
 - ``logits`` ``[P, D + 1, V]`` float32: ``log p`` (``-inf`` where ``p = 0``) of the target after
   each prefix of the path, i.e. ``tree.tree_logits[0, retrieve_indices]`` as their
   ``tree_decoding`` builds it (a ``-1`` index picks the last node, as it does there);
-- ``tree`` a :class:`TorchTree`: the :class:`~exactspec.samplers.tree_buffers.TreeBuffers`, the
+- ``tree`` a :class:`TorchTree`: the :class:`~exactspec.samplers.adapters.tree_buffers.TreeBuffers`, the
   linear tokens ``tree_candidates`` ``[1, N]``, and the draft side in EAGLE's layout
   (``draft_probs`` = ``cart_candidates_prob``, ``draft_laws`` = ``op``, ``p_indices``,
   ``b_indices``), plus per-node laws ``target`` / ``claimed`` ``[N, V]``.
@@ -59,11 +59,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..errors import ExactSpecError
-from ..laws import memoised
-from ..protocols import Rng, TreeStep
+from ...errors import ExactSpecError
+from ...laws import memoised
+from ...protocols import Rng, TreeStep
 from .base import Adapter
-from .torch_rng import bind
+from ..randomness.torch_rng import bind
 from .tree_buffers import TreeBuffers, tree_buffers
 
 __all__ = ["TorchTree", "TorchTreeAdapter", "torch_tree", "reference_torch_tree", "torch_tree_inputs"]
@@ -225,7 +225,7 @@ def reference_torch_tree(candidates: torch.Tensor, logits: torch.Tensor, tree: T
 
 class TorchTreeAdapter(Adapter):
     """``sampler(candidates [P, D + 1], logits [P, D + 1, V], tree: TorchTree) -> emitted tokens``: EAGLE /
-    Medusa layout (see :mod:`exactspec.samplers.torch_tree_adapter`); laws as float32 by default.
+    Medusa layout (see :mod:`exactspec.samplers.adapters.torch_tree_adapter`); laws as float32 by default.
 
     >>> TorchTreeAdapter().name, TorchTreeAdapter(dtype=torch.float64).dtype
     ('torch-tree', torch.float64)

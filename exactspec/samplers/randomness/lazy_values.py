@@ -53,9 +53,9 @@ from typing import Any, Callable, Sequence
 
 import contextvars
 
-from ..enumerate.rng import NATIVE, NATIVE64, Lattice, Uniform
-from ..errors import UnsupportedRandomness
-from ..fields import _caller
+from ...enumerate.rng import NATIVE, NATIVE64, Lattice, Uniform
+from ...errors import UnsupportedRandomness
+from ...fields import _caller
 
 __all__ = ["LazyUniform", "RaceValue", "LazyBit", "lazy", "exponential", "gumbel", "race_winner", "race_outcome",
            "race_law"]

@@ -46,8 +46,8 @@ import torch
 from transformers import DynamicCache, GenerationConfig, GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from ..errors import ExactSpecError
-from ..models import Model
+from ...errors import ExactSpecError
+from ...models import Model
 
 __all__ = ["transformers_stand_in", "ExactLMConfig", "ExactLMForCausalLM"]
 

@@ -1,4 +1,4 @@
-"""The :class:`Adapter` base class, below both the registry (:mod:`.adapters`) and every adapter module.
+"""The :class:`Adapter` base class, below both the registry (:mod:`.registry`) and every adapter module.
 
 The registry (``get_adapter``, ``ADAPTERS``) imports the adapter modules, and each adapter module
 subclasses :class:`Adapter`: the base class lives here, so neither side imports the other.
@@ -27,8 +27,8 @@ from typing import Any, Callable, Hashable
 
 import numpy as np
 
-from ..laws import memoised
-from ..protocols import Rng, Step, TreeStep
+from ...laws import memoised
+from ...protocols import Rng, Step, TreeStep
 
 __all__ = ["Adapter", "PRECISIONS", "float_precision", "precision_of", "cast_floats", "at_precision", "lowest"]
 
@@ -133,7 +133,7 @@ _LAST = threading.local()
 
 
 class Adapter:
-    """Base class of adapters (see :mod:`exactspec.samplers.adapters`).
+    """Base class of adapters (see :mod:`exactspec.samplers.adapters.registry`).
 
     ``precision`` (``"float32"``, ``"float64"``, ...) declares the precision the sampler computes
     in; None (the default) lets the audit detect it (the coarsest float dtype among the arrays
@@ -157,7 +157,7 @@ class Adapter:
 
     @property
     def reference_rule(self) -> Any:
-        from ..rules import get
+        from ...rules import get
         return get(self.reference_rule_name) if self.reference_rule_name else None
 
     def declared_precision(self) -> str | None:

@@ -13,10 +13,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..laws import memoised
-from ..protocols import Rng, Step
+from ...laws import memoised
+from ...protocols import Rng, Step
 from .base import Adapter
-from .torch_rng import bind
+from ..randomness.torch_rng import bind
 
 __all__ = ["TransformersChainAdapter", "transformers_chain", "reference_transformers_style", "VllmChainAdapter",
            "vllm_chain", "reference_vllm_style"]
@@ -123,8 +123,8 @@ class TransformersChainAdapter(Adapter):
         True
         """
         import torch
-        from ..enumerate.rng import LATTICES
-        from .interception import native_uniform
+        from ...enumerate.rng import LATTICES
+        from ..randomness.interception import native_uniform
         FLOAT32 = LATTICES["torch-float32"]
         dtype = getattr(torch, precision)
         memo: dict = {}
@@ -222,7 +222,7 @@ class VllmChainAdapter(Adapter):
     precision = "float32"
 
     def __init__(self, batch: int = 1, row: int | None = None) -> None:
-        from ..errors import ExactSpecError
+        from ...errors import ExactSpecError
         if not isinstance(batch, int) or batch < 1:
             raise ExactSpecError(f"VllmChainAdapter batch must be an integer >= 1, got {batch!r}")
         row = batch - 1 if row is None else row

@@ -16,7 +16,7 @@ ignored: the stand-in always reads the ids it is given. Rows are memoised on the
 the model reads (``model.key(context)``), so the replays of an audit recompute nothing.
 
 ``kind="transformers"`` gives a real ``transformers.PreTrainedModel`` usable by ``generate``
-(including ``assistant_model=``), built by :func:`exactspec.samplers.hf_stand_in.transformers_stand_in`.
+(including ``assistant_model=``), built by :func:`exactspec.samplers.loops.hf_stand_in.transformers_stand_in`.
 
 >>> import torch, exactspec as es
 >>> lm = stand_in(es.models.context_free(("1/4", "3/4")), dtype=torch.float64)
@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ExactSpecError
-from ..models import Model
+from ...errors import ExactSpecError
+from ...models import Model
 
 __all__ = ["stand_in", "TorchLM", "KINDS"]
 
@@ -52,7 +52,7 @@ def stand_in(model: Model, *, kind: str = "torch-lm", dtype: Any = None, **optio
     ``kind="torch-lm"`` (default): a :class:`TorchLM` (``torch.nn.Module``) returning logits
     ``[B, T, V]`` in ``dtype`` (default ``torch.float32``); ``kind="transformers"``: a
     ``transformers.PreTrainedModel`` usable by ``generate`` (``options`` go to
-    :func:`exactspec.samplers.hf_stand_in.transformers_stand_in`).
+    :func:`exactspec.samplers.loops.hf_stand_in.transformers_stand_in`).
 
     >>> import torch, exactspec as es
     >>> lm = stand_in(es.models.context_free(("1/2", "1/4", "1/4")))

@@ -61,8 +61,8 @@ from fractions import Fraction
 from itertools import accumulate
 from typing import Any, Callable, Iterator, Sequence
 
-from ..enumerate.rng import LATTICES, NATIVE, Lattice, PathRng
-from ..errors import ExactSpecError, UnsupportedRandomness
+from ...enumerate.rng import LATTICES, NATIVE, Lattice, PathRng
+from ...errors import ExactSpecError, UnsupportedRandomness
 from .lazy_values import APPROXIMATIONS, lazy
 
 __all__ = ["intercepting", "bind", "watch", "current_rng", "private_generators", "EnumRandom", "user_site",
@@ -88,8 +88,8 @@ _FOREIGN = {"python": itertools.count(), "numpy": itertools.count(), "torch": it
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _OWN = {os.path.join(_HERE, f) for f in ("interception.py", "numpy_rng.py", "torch_rng.py", "lazy_values.py",
                                           "lazy_draws.py")}
-_ENGINE = os.path.join(os.path.dirname(_HERE), "enumerate") + os.sep
-_FIELDS = os.path.join(os.path.dirname(_HERE), "fields.py")
+_ENGINE = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "enumerate") + os.sep
+_FIELDS = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "fields.py")
 
 
 def user_site(depth: int = 2) -> str:
@@ -178,7 +178,7 @@ def current_session() -> "Session | None":
 
 #: exactspec modules that call libraries on exactspec's own behalf during a branch and never call the audited
 #: code: the exact arithmetic of lazy values (mpmath, and sympy, first imported there), the fields and laws
-_LIBRARY_CALLERS = frozenset({"exactspec.samplers.lazy_values", "exactspec.fields", "exactspec.laws",
+_LIBRARY_CALLERS = frozenset({"exactspec.samplers.randomness.lazy_values", "exactspec.fields", "exactspec.laws",
                               "exactspec._numbers", "exactspec.prove._field"})
 #: per code object, what a frame running it says about a draw made under it: True (exactspec's own), False
 #: (the audit machinery, which calls the audited code), None (not exactspec's code: look further out)
@@ -214,7 +214,7 @@ def _internal(frame: Any) -> bool:
     it calls (transformers' ``generate``) are enumerated as before.
 
     >>> import sys
-    >>> _internal(sys._getframe())       # this doctest runs in exactspec.samplers.interception: audited
+    >>> _internal(sys._getframe())       # this doctest runs in exactspec.samplers.randomness.interception: audited
     False
     """
     name = frame.f_globals.get("__name__", "")
@@ -286,6 +286,24 @@ class ClassProxy:
         return repr(self._exactspec_original)
 
 
+#: group ("numpy", "torch") -> the function listing what to patch in it, ``(owner, name, impl[, source])``.
+#: numpy_rng and torch_rng read this module's branch state, so this module does not import them: the
+#: randomness package registers their lists (:func:`register_patches`) when it is imported, before any audit
+_PATCHES: dict[str, Callable[[], list[tuple]]] = {}
+
+
+def register_patches(group: str, specs: Callable[[], list[tuple]]) -> None:
+    """Have :func:`intercepting` patch ``group`` with the ``(owner, name, impl[, source])`` tuples ``specs()`` lists.
+
+    ``exactspec.samplers.randomness`` registers numpy's (:func:`~.numpy_rng.legacy_specs`) and torch's
+    (:func:`~.torch_rng.torch_specs`, asked for only once torch is imported).
+
+    >>> sorted(_PATCHES)
+    ['numpy', 'torch']
+    """
+    _PATCHES[group] = specs
+
+
 def _install(specs: Sequence[tuple]) -> None:
     for spec in specs:
         owner, name, impl = spec[0], spec[1], spec[2]
@@ -325,8 +343,7 @@ def _acquire() -> None:
                 _install(_python_specs())
                 _GROUPS.add("python")
             if "numpy" not in _GROUPS:
-                from .numpy_rng import legacy_specs
-                _install(legacy_specs())
+                _install(_PATCHES["numpy"]())
                 _GROUPS.add("numpy")
             _install_torch()
         except BaseException:
@@ -339,8 +356,7 @@ def _acquire() -> None:
 def _install_torch() -> None:
     """Patch torch too, once it is imported (called under ``_LOCK``)."""
     if "torch" not in _GROUPS and "torch" in sys.modules:
-        from .torch_rng import torch_specs
-        _install(torch_specs())
+        _install(_PATCHES["torch"]())
         _GROUPS.add("torch")
 
 
@@ -397,7 +413,7 @@ def intercepting() -> Iterator[Session]:
 
 
 def _enumerating(rng: Any) -> bool:
-    from ..enumerate.rng import PathRng
+    from ...enumerate.rng import PathRng
     return isinstance(rng, PathRng)
 
 

@@ -6,7 +6,7 @@
 ``w / sum(w)``; in place, as a statement ``q.exponential_()`` too), ``torch.randint``,
 ``torch.randint_like`` and ``torch.randperm`` (ideal uniform integers and permutations), and
 Python's and numpy's global random functions are replaced while a sampler runs, through the
-thread-safe layer of :mod:`exactspec.samplers.interception` (draws in threads that run no audit
+thread-safe layer of :mod:`exactspec.samplers.randomness.interception` (draws in threads that run no audit
 branch reach the real functions), and restored afterwards (also on
 error). ``torch.randn``, ``normal``, ``poisson``, ``Tensor.normal_``, ``random_``, ``geometric_``,
 ``cauchy_``, ``log_normal_``, seeding (``torch.manual_seed``, ``seed``, ``set_rng_state``) and making
@@ -29,11 +29,11 @@ and ``cumprod`` read a row only up to the entry that decides it; ``~``, ``&``, `
 compared with a number, dtype casts and reshaping stay lazy; any other operation, ``torch.where``
 included, reads every entry and continues with a real tensor). ``log``, ``**``, ``argmax`` of
 uniforms and ``exponential_()`` draws are race values (:class:`RaceTensor`, see
-:mod:`exactspec.samplers.lazy_values`): every spelling of the Gumbel-max and exponential races
+:mod:`exactspec.samplers.randomness.lazy_values`): every spelling of the Gumbel-max and exponential races
 (``argmax(log p - log(-log u))``, ``argmax(log(u) / p)``, ``argmax(u ** (1 / p))``,
 ``argmax(p / q.exponential_())``, ``argmax(p / -log u)``) is a categorical draw from its exact
 weights. An argmax over a batch of races is lazy per row, like ``multinomial``
-(:class:`~exactspec.samplers.lazy_draws.LazyCategoricalTensor`): each race is checked when the
+(:class:`~exactspec.samplers.randomness.lazy_draws.LazyCategoricalTensor`): each race is checked when the
 argmax is taken, and row ``i``'s winner is drawn (the enumeration forks) only when entry ``i`` is
 read, so a sampler that races every draft position at once and reads the recovered token at one
 forks on that one only. Anything else raises UnsupportedRandomness naming the torch operation and the
@@ -61,8 +61,8 @@ from typing import Any
 
 import numpy as np
 
-from ..enumerate.rng import LATTICES, Lattice
-from ..errors import ExactSpecError, UnsupportedRandomness
+from ...enumerate.rng import LATTICES, Lattice
+from ...errors import ExactSpecError, UnsupportedRandomness
 from .interception import (below, bind, current_rng, current_session, fisher_yates, generator_state, intercepting,
                            native_uniform, note_dtype, unsupported, user_site)
 from .lazy_draws import LazyCategoricalTensor, PendingDraw
@@ -116,7 +116,7 @@ if torch is not None:
                   "the law on an event of probability about eps, and the exact law is then no longer a draw from "
                   "rational or exp weights; exactspec gives no verdict it cannot prove. Compute the race on the "
                   "uniform itself (torch.log(u), -torch.log(-torch.log(u))), or draw with q.exponential_()")
-    #: operations that turn uniforms into race values (see :mod:`exactspec.samplers.lazy_values`)
+    #: operations that turn uniforms into race values (see :mod:`exactspec.samplers.randomness.lazy_values`)
     _RACE_ENTRY = {"log", "__pow__", "pow", "argmax", "argmin", "exp", "reciprocal", "__rtruediv__", "__rdiv__"}
 
     def _property(func: Any) -> str | None:
@@ -373,8 +373,8 @@ if torch is not None:
                 "true_divide": "__rtruediv__"}
 
     class RaceTensor(torch.Tensor):
-        """Race values (:class:`~exactspec.samplers.lazy_values.RaceValue`): argmax over the last dimension (or the
-        whole tensor) is a draw from the weights ``w / sum(w)``; see :mod:`exactspec.samplers.lazy_values`."""
+        """Race values (:class:`~exactspec.samplers.randomness.lazy_values.RaceValue`): argmax over the last dimension (or the
+        whole tensor) is a draw from the weights ``w / sum(w)``; see :mod:`exactspec.samplers.randomness.lazy_values`."""
 
         _r: np.ndarray
 
@@ -479,7 +479,7 @@ if torch is not None:
     def _race_arg(values: np.ndarray, dim: Any, keepdim: bool, smaller_wins: bool) -> Any:
         """argmax / argmin of races along ``dim`` (all entries when None): each race checked now, drawn when read.
 
-        The result is a :class:`~exactspec.samplers.lazy_draws.LazyCategoricalTensor` whose entry ``i`` is
+        The result is a :class:`~exactspec.samplers.randomness.lazy_draws.LazyCategoricalTensor` whose entry ``i`` is
         the pending draw of row ``i``'s winner (``rng.categorical`` of its exact law): a sampler that races every
         position at once and reads one forks on that one only. ``_LAZY_RACES = False`` draws every race at once.
         """
@@ -947,7 +947,7 @@ def _multinomial(probs: Any, num_samples: int, replacement: bool = False, **kwar
 
     The weights are checked now (torch's errors for a non-finite or negative entry, a zero row,
     too few categories without replacement); the draws are a
-    :class:`~exactspec.samplers.lazy_draws.LazyCategoricalTensor`, so a draw whose value is never
+    :class:`~exactspec.samplers.randomness.lazy_draws.LazyCategoricalTensor`, so a draw whose value is never
     read never forks the enumeration.
     """
     from .lazy_draws import exact_rows, lazy_multinomial
@@ -1012,7 +1012,7 @@ _SEEDING = ("seeding inside the sampler makes its draws repeat from call to call
 
 
 def torch_specs() -> list[tuple]:
-    """What :func:`~exactspec.samplers.interception.intercepting` patches in torch (when torch is imported)."""
+    """What :func:`~exactspec.samplers.randomness.interception.intercepting` patches in torch (when torch is imported)."""
     T = torch.Tensor
     specs: list[tuple] = [
         (torch, "rand", _rand, "torch"), (torch, "rand_like", _rand_like, "torch"), (T, "uniform_", _uniform_, "torch"),
@@ -1038,7 +1038,7 @@ def torch_specs() -> list[tuple]:
 def intercept_torch() -> contextlib.AbstractContextManager:
     """Replace torch's (and Python's and numpy's) random draws by enumerating ones inside the block; restore after.
 
-    The same thread-safe layer as every sampler audit (:func:`~exactspec.samplers.interception.intercepting`):
+    The same thread-safe layer as every sampler audit (:func:`~exactspec.samplers.randomness.interception.intercepting`):
     draws are enumerated only in a thread that has bound a branch (:func:`bind`).
 
     >>> original = torch.rand

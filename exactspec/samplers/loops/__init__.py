@@ -1,0 +1,11 @@
+"""The whole-loop audit: stand-in models with exact laws, and :func:`~.loop_audit.audit_loop` running a loop on them.
+
+- :mod:`.stand_in` (``es.stand_in``), with the torch module behind it (``_torch_lm``) and the
+  transformers ``PreTrainedModel`` stand-in (:mod:`.hf_stand_in`), both imported on first use;
+- :mod:`.loop_audit`: ``audit_loop``, ``reference_loop`` and the loop search, built on the sampler
+  audit and search (:mod:`exactspec.samplers.sampler_audit`, :mod:`exactspec.samplers.sampler_search`).
+
+>>> from exactspec.samplers.loops import stand_in
+>>> sorted(stand_in.KINDS)[0]
+'torch-lm'
+"""
