@@ -4,7 +4,8 @@ Rows (the issue's wording): transformers' own ``generate`` with an assistant (vo
 a harder transformers instance standing in for the README's, and litgpt 0.5.13's ``generate`` at
 gamma 3. Each row audits the loop on the faster path and on the old one
 (``exactspec.samplers.loop_audit._old_path()``: the bookkeeping of pending draws as it was), old
-first, every module-level memo of exact rows emptied before each run, and checks the two reports
+first (after one untimed small audit of the same loop), every module-level memo of exact rows
+emptied before each run, and checks the two reports
 identical (law, branch count, verdict, TV, the float64 run). ``note`` also gives the *floor*: the
 loop's own cost outside any audit (on the same stand-ins, torch's generator) times the branches,
 which no audit that runs the loop once per branch can beat. ``python -m benchmarks.bench_speed_loops``
@@ -93,14 +94,23 @@ def _floor_ms(fn: Callable, kw: dict, calls: int = 100) -> float:
         torch.set_num_threads(threads)
 
 
+def _warm_up(fn: Callable, kw: dict) -> None:
+    """One small audit of the loop (vocab 2, one token), untimed: first-call costs (imports inside the audited
+    library, the interception's set-up) fall on neither path."""
+    tiny = es.models.context_free(("1/2", "1/2"))
+    es.audit_loop(fn, **{**kw, "target": tiny, "draft": tiny, "tokens": 1, "on_error": "record",
+                         "tolerance": Fraction(1, 2 ** 20)})
+
+
 def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> dict:
+    floor = _floor_ms(fn, kw)
+    _warm_up(fn, kw)
     old, old_s, old_cpu = _audit(fn, kw, old=True, cap=OLD_CAP_S)
     new, new_s, new_cpu = _audit(fn, kw, old=False, cap=None)
     same = old is not None and new.output == old.output and new.expected == old.expected and (
         new.verdict, new.tv, new.paths) == (old.verdict, old.tv, old.paths) and all(
         new.extra.get(k) == old.extra.get(k) for k in ("tv_float64", "float64_paths", "algorithmic_tv"))
     branches = new.paths + (new.extra.get("float64_paths") or 0)
-    floor = _floor_ms(fn, kw)
     runs = "two runs (own precision + float64)" if new.extra.get("float64_paths") else "one run"
     note = (f"{instance}; {branches} branches ({runs}), {new.verdict}, TV {float(new.tv):.3g}; CPU new {new_cpu:.1f} s "
             f"old {old_cpu:.1f} s; floor (the loop alone, {floor:.2f} ms CPU per call, x {branches} branches) "
