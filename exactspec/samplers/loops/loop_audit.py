@@ -30,6 +30,7 @@ that draw a token at every position and discard most stay small.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import re
 import time
@@ -118,6 +119,27 @@ class LoopReport(CrashReport):
         if self.horizon_incomplete and self.undecided and not super().undecided:
             text = f"{self.scope.get('note')}; on the tokens observed: {text}"
         return text
+
+
+@contextlib.contextmanager
+def _old_path() -> Any:
+    """Run whole-loop audits on the path they took before issue 17's speed-ups (for the benchmark and the test
+    that checks both paths give identical laws); an internal switch, not an option.
+
+    >>> from exactspec.samplers import _fast_path
+    >>> with _old_path():
+    ...     _fast_path.LOOPS
+    False
+    >>> _fast_path.LOOPS
+    True
+    """
+    from . import _fast_path
+    saved = _fast_path.LOOPS
+    _fast_path.LOOPS = False
+    try:
+        yield
+    finally:
+        _fast_path.LOOPS = saved
 
 
 def _check_fn(fn: Any) -> str:

@@ -56,6 +56,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from . import _fast_path
+
 try:
     import torch
 except ImportError:  # pragma: no cover - exercised only without the torch extra
@@ -196,6 +198,10 @@ if torch is not None:
                              "permute", "transpose", "t", "select", "narrow", "unflatten", "movedim", "squeeze_",
                              "unsqueeze_", "type_as"})
 
+    #: structural functions whose result lists the entries in the same (row-major) order
+    _IN_ORDER = frozenset({"view", "reshape", "squeeze", "unsqueeze", "flatten", "unflatten", "view_as", "reshape_as",
+                           "to", "long", "cpu", "type_as", "clone", "contiguous", "detach"})
+
     #: torch functions that pick entries of their value operands by position (the indices, conditions and shifts
     #: they take are read as ordinary values): the picked entries stay pending
     _PICKS = frozenset({"gather", "index_select", "take_along_dim", "take", "roll", "flip", "fliplr", "flipud",
@@ -266,6 +272,12 @@ if torch is not None:
             return out
         if out is t or not isinstance(out, torch.Tensor):
             return out
+        if _fast_path.LOOPS and name in _IN_ORDER and out.numel() == t._cells.size and not (
+                name == "view" and any(isinstance(a, torch.dtype) for a in (*rest, *kwargs.values()))):
+            # the entries keep their row-major order (a new shape, or the same one): the cells reshaped, as the
+            # positions below would pick them (``view(dtype)`` reinterprets bits: the general path refuses it)
+            return LazyCategoricalTensor(t._cells.reshape(tuple(out.shape)),
+                                         base=out.detach() if out.requires_grad else out, family=_family_of(out, (t,)))
         positions = torch.arange(t._cells.size, dtype=torch.int64).reshape(t._cells.shape)
         if name in ("to", "long", "cpu", "type_as", "clone", "contiguous", "detach"):
             where = positions
@@ -297,6 +309,10 @@ if torch is not None:
         numbers; every other operand (indices, a condition) is read. The result's entries are the
         picked cells, still pending; NotImplemented when an operand does not allow it.
         """
+        if _fast_path.LOOPS and name in _JOINS:
+            joined = _join(func, name, args, kwargs)
+            if joined is not None:
+                return joined
         args = list(args)
         if name in _SEQUENCES:
             slots = [("a", 0)] if args else [("k", "tensors")]
@@ -361,6 +377,51 @@ if torch is not None:
         for i, p in enumerate(_plain_call(torch.Tensor.tolist, (where.reshape(-1),), {})):
             picked[i] = cells[p]
         return LazyCategoricalTensor(picked.reshape(tuple(out.shape)), base=out.detach() if out.requires_grad else out,
+                                     family=_family_of(out, args))
+
+    #: sequence functions whose result's cells are those of their operands joined along ``dim`` as numpy joins them
+    _JOINS = frozenset({"cat", "concat", "concatenate", "stack"})
+
+    def _join(func: Any, name: str, args: tuple, kwargs: dict) -> Any:
+        """``cat``/``stack`` of pending and ordinary integer tensors: the operands' cells joined by numpy along ``dim``
+        (what :func:`_pick` computes through positions, without them); None where this shortcut does not apply (the
+        general path decides)."""
+        if not args or len(args) > 2 or any(k != "dim" for k in kwargs) or not isinstance(args[0], (list, tuple)):
+            return None
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+        items = args[0]
+        if type(dim) is not int or not items:
+            return None
+        parts, pending, ndim = [], False, None
+        for x in items:
+            if not isinstance(x, torch.Tensor) or x.dim() == 0 or (ndim is not None and x.dim() != ndim) or \
+                    _plain_call(torch.Tensor.numel, (x,), {}) == 0:
+                return None
+            ndim = x.dim()
+            if isinstance(x, LazyCategoricalTensor) and not x._read:
+                cells = x._cells
+                if cells.shape != tuple(x.shape):
+                    return None
+                pending = pending or any(not c[0].drawn for c in cells.reshape(-1))
+            elif type(x) is torch.Tensor and not (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
+                flat = _plain_call(torch.Tensor.tolist, (_plain_call(torch.Tensor.reshape, (x, -1), {}),), {})
+                cells = np.empty(len(flat), dtype=object)
+                for i, v in enumerate(flat):
+                    cells[i] = _known(int(v))
+                cells = cells.reshape(tuple(x.shape))
+            else:
+                return None
+            parts.append(cells)
+        if not pending:
+            return None
+        out = _plain_call(func, tuple(args), kwargs)
+        try:
+            cells = np.stack(parts, axis=dim) if name == "stack" else np.concatenate(parts, axis=dim)
+        except (ValueError, np.exceptions.AxisError):
+            return None
+        if not isinstance(out, torch.Tensor) or cells.shape != tuple(out.shape):
+            return None
+        return LazyCategoricalTensor(cells, base=out.detach() if out.requires_grad else out,
                                      family=_family_of(out, args))
 
     def force(x: Any) -> Any:

@@ -1,0 +1,186 @@
+"""Issue 17, whole generate loops: ``es.audit_loop`` on the faster path against the path before it, same run.
+
+Rows (the issue's wording): transformers' own ``generate`` with an assistant (vocab 4, 3 tokens),
+a harder transformers instance standing in for the README's, and litgpt 0.5.13's ``generate`` at
+gamma 3. Each row audits the loop on the faster path and on the old one
+(``exactspec.samplers.loop_audit._old_path()``: the bookkeeping of pending draws as it was), old
+first (after one untimed small audit of the same loop), every module-level memo of exact rows
+emptied before each run, and checks the two reports
+identical (law, branch count, verdict, TV, the float64 run). ``note`` also gives the *floor*: the
+loop's own cost outside any audit (on the same stand-ins, torch's generator) times the branches,
+which no audit that runs the loop once per branch can beat. ``python -m benchmarks.bench_speed_loops``
+(``--quick``: smaller instances).
+
+>>> callable(rows)
+True
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from fractions import Fraction
+from typing import Any, Callable
+
+import exactspec as es
+from exactspec.errors import BudgetExceeded
+
+#: the most seconds the old path of one row may take (then ``old_s`` is None and ``old_capped_s`` says so)
+OLD_CAP_S = 200.0
+
+
+def _assisted(gamma: int, new_tokens: int) -> Callable[..., Any]:
+    """The recipe of ``tests/test_recipes_transformers.py``: ``generate`` with an assistant drafting ``gamma``."""
+    def fn(target: Any, draft: Any, ids: Any) -> Any:
+        draft.generation_config.num_assistant_tokens = gamma
+        return target.generate(ids, assistant_model=draft, max_new_tokens=new_tokens, do_sample=True)
+    return fn
+
+
+def _litgpt(gamma: int, n: int) -> Callable[..., Any]:
+    """The recipe of ``tests/test_recipes_loops.py``: litgpt's own ``generate``."""
+    import litgpt.generate.speculative_decoding as litgpt_sd
+
+    def loop(target: Any, draft: Any, prompt: Any) -> Any:
+        tokens, _ = litgpt_sd.generate(draft, target, prompt[0], speculative_k=gamma,
+                                       max_returned_tokens=prompt.shape[1] + n + 1)
+        return tokens
+    return loop
+
+
+def _clear_memos() -> None:
+    """Empty the module-level memos of exact rows, so neither path runs on the other's warm caches."""
+    from exactspec.samplers import lazy_draws
+    for memo in (lazy_draws._ROWS, lazy_draws._MATRICES, lazy_draws._KNOWN):
+        memo.clear()
+
+
+def _audit(fn: Callable, kw: dict, old: bool, cap: float | None) -> tuple[Any, float, float]:
+    """One audit on the faster path (or the old one), its wall and CPU seconds; None for a capped run."""
+    from exactspec.samplers.loop_audit import _old_path
+    _clear_memos()
+    budget = es.Budget(seconds=cap) if cap else None
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        if old:
+            with _old_path():
+                r = es.audit_loop(fn, budget=budget, **kw)
+        else:
+            r = es.audit_loop(fn, budget=budget, **kw)
+    except BudgetExceeded:
+        r = None
+    return r, time.perf_counter() - t0, time.process_time() - c0
+
+
+def _floor_ms(fn: Callable, kw: dict, calls: int = 100) -> float:
+    """CPU milliseconds of one plain run of the loop on the audit's stand-ins (no audit, torch's own generator)."""
+    import torch
+
+    from exactspec.samplers.stand_in import stand_in
+    kind, dtype = kw.get("kind", "torch-lm"), kw.get("dtype") or torch.float64
+    t, d = stand_in(kw["target"], kind=kind, dtype=dtype), stand_in(kw["draft"], kind=kind, dtype=dtype)
+    ids = torch.tensor([list(kw.get("prompt", (0,)))])
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)          # as audits run torch
+    try:
+        for _ in range(5):
+            t.reset(), d.reset(), fn(t, d, ids)
+        c0 = time.process_time()
+        for _ in range(calls):
+            t.reset(), d.reset(), fn(t, d, ids)
+        return (time.process_time() - c0) / calls * 1e3
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _warm_up(fn: Callable, kw: dict) -> None:
+    """One small audit of the loop (vocab 2, one token), untimed: first-call costs (imports inside the audited
+    library, the interception's set-up) fall on neither path."""
+    tiny = es.models.context_free(("1/2", "1/2"))
+    es.audit_loop(fn, **{**kw, "target": tiny, "draft": tiny, "tokens": 1, "on_error": "record",
+                         "tolerance": Fraction(1, 2 ** 20)})
+
+
+def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> dict:
+    floor = _floor_ms(fn, kw)
+    _warm_up(fn, kw)
+    old, old_s, old_cpu = _audit(fn, kw, old=True, cap=OLD_CAP_S)
+    new, new_s, new_cpu = _audit(fn, kw, old=False, cap=None)
+    same = old is not None and new.output == old.output and new.expected == old.expected and (
+        new.verdict, new.tv, new.paths) == (old.verdict, old.tv, old.paths) and all(
+        new.extra.get(k) == old.extra.get(k) for k in ("tv_float64", "float64_paths", "algorithmic_tv"))
+    branches = new.paths + (new.extra.get("float64_paths") or 0)
+    runs = "two runs (own precision + float64)" if new.extra.get("float64_paths") else "one run"
+    note = (f"{instance}; {branches} branches ({runs}), {new.verdict}, TV {float(new.tv):.3g}; CPU new {new_cpu:.1f} s "
+            f"old {old_cpu:.1f} s; floor (the loop alone, {floor:.2f} ms CPU per call, x {branches} branches) "
+            f"{floor * branches / 1e3:.1f} s")
+    row = {"job": job, "new_s": new_s, "old_s": None if old is None else old_s, "same": bool(same),
+           "target_s": target_s, "note": note}
+    if old is None:
+        row["old_capped_s"] = OLD_CAP_S
+        row["note"] += f"; old path stopped after {OLD_CAP_S:g} s"
+    return row
+
+
+def rows(quick: bool = False) -> list[dict]:
+    """The issue's whole-loop rows, each timed on the faster path and the old one in this run.
+
+    ``quick``: smaller instances of the same loops (seconds, not minutes).
+    """
+    import torch  # noqa: F401
+
+    import exactspec.samplers.hf_stand_in  # noqa: F401  (transformers imported before any timing)
+    tol = Fraction(1, 2 ** 20)      # float32 rounding, as the transformers recipes use
+    out = []
+    p4, q4 = es.models.random_table(vocab=4, order=1, seed=1), es.models.random_table(vocab=4, order=1, seed=11)
+    p3, q3 = es.models.random_table(vocab=3, order=1, seed=1), es.models.random_table(vocab=3, order=1, seed=2)
+    if quick:
+        out.append(_row("whole transformers generate with an assistant (num_assistant_tokens=3), order-1 tables, "
+                        "vocab 4, 3 tokens [quick: vocab 3, num_assistant_tokens=2, ideal uniforms]", 5.0,
+                        _assisted(2, 3), dict(target=p3, draft=q3, kind="transformers", tokens=3, tolerance=tol,
+                                              rng_model="continuous"),
+                        "vocab 3 order-1 tables (seeds 1, 2), gamma 2, 3 tokens, ideal uniforms"))
+    else:
+        out.append(_row("whole transformers generate with an assistant (num_assistant_tokens=3), order-1 tables, "
+                        "vocab 4, 3 tokens", 5.0, _assisted(3, 3),
+                        dict(target=p4, draft=q4, kind="transformers", tokens=3, tolerance=tol),
+                        "vocab 4 order-1 tables (seeds 1, 11), gamma 3, 3 tokens, torch's own generator "
+                        "(native rng), float64 stand-ins; transformers imported before timing"))
+        q42 = es.models.random_table(vocab=4, order=1, seed=2)
+        out.append(_row("the README's harder transformers case (vocab 4, gamma 3; 9,556 branches, ~160 s there)", 10.0,
+                        _assisted(3, 4), dict(target=p4, draft=q42, kind="transformers", tokens=3, tolerance=tol,
+                                              rng_model="continuous"),
+                        "the README's 9,556-branch instance is not recorded; this one: vocab 4 order-1 tables "
+                        "(seeds 1, 2), gamma 3, generate 4 new tokens, 3 audited, ideal uniforms"))
+    try:
+        _litgpt(1, 1)
+    except ImportError:
+        return out
+    t3, d3 = es.models.random_table(vocab=3, order=1, seed=1), es.models.random_table(vocab=3, order=1, seed=4)
+    gamma = 2 if quick else 3
+    out.append(_row("litgpt generate, gamma 3, vocab 3, 3 tokens" + (" [quick: gamma 2]" if quick else ""), 0.5,
+                    _litgpt(gamma, 3), dict(target=t3, draft=d3, prompt=(0,), rng_model="continuous", tokens=3),
+                    f"litgpt 0.5.13 generate, vocab 3 order-1 tables (seeds 1, 4), gamma {gamma}, 3 tokens, "
+                    "ideal uniforms (tests/test_recipes_loops.py)"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    import os
+
+    import torch
+    quick = "--quick" in (sys.argv[1:] if argv is None else argv)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"whole-loop audits, faster path vs old path in the same run; torch {torch.__version__}, "
+          f"{os.cpu_count()} cores, load average {load:.1f} at the start")
+    for r in rows(quick):
+        old = f"{r['old_s']:7.2f} s" if r["old_s"] is not None else f"> {r['old_capped_s']:g} s (stopped)"
+        ratio = f"{r['old_s'] / r['new_s']:.2f}x" if r["old_s"] else "-"
+        print(f"{r['job']}\n  new {r['new_s']:7.2f} s   old {old}   {ratio}   target <= {r['target_s']:g} s   "
+              f"{'same law' if r['same'] else 'DIFFERENT'}\n  {r['note']}")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""The faster whole-loop path (issue 17) gives the identical law, branch count and verdict as the path before it.
+
+``exactspec.samplers._fast_path.LOOPS`` switches the bookkeeping of pending categorical draws
+(a reshape that keeps the entries' order reshapes their cells; ``cat``/``stack`` join them with
+numpy) between the faster path and the one audits took before; ``loop_audit._old_path()`` runs
+an audit on the old one. Every comparison here is exact (``==`` on Fraction laws), and the small
+programs' laws are also checked against laws derived by hand.
+"""
+
+from __future__ import annotations
+
+import importlib
+from fractions import Fraction as F
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import exactspec as es  # noqa: E402
+from exactspec.bugzoo import loops as zoo_loops  # noqa: E402
+from exactspec.enumerate.rng import PathRng, enumerate_program  # noqa: E402
+from exactspec.fields import get_field  # noqa: E402
+from exactspec.samplers import _fast_path, lazy_draws  # noqa: E402
+from exactspec.samplers import torch_rng  # noqa: E402,F401  (patches torch inside audits)
+from exactspec.samplers.interception import bind, intercepting  # noqa: E402
+from exactspec.samplers.loop_audit import _old_path, audit_loop, reference_loop  # noqa: E402
+
+FIELD = get_field(backend="python")
+
+
+def _both(run):
+    """``run()`` on the faster path and on the old one."""
+    new = run()
+    with _old_path():
+        assert _fast_path.LOOPS is False
+        old = run()
+    assert _fast_path.LOOPS is True
+    return new, old
+
+
+def _law(program):
+    def run():
+        with intercepting():
+            return enumerate_program(program, FIELD, exact_floats=True)
+    return _both(run)
+
+
+# -- the two shortcuts, on pending tensors directly ------------------------------------------------------------
+
+def _pending(rng, *laws):
+    """One pending draw per law, as a 1-D LazyCategoricalTensor."""
+    return lazy_draws.lazy_multinomial(rng, [lazy_draws.exact_row(w) for w in laws], 1, True, (len(laws), 1))
+
+
+def _cells(t):
+    return [(id(c[0]), c[1]) for c in t._cells.reshape(-1)]
+
+
+@pytest.mark.parametrize("op", [
+    lambda t: t.view(-1), lambda t: t.reshape(1, 2, 1), lambda t: t.squeeze(-1), lambda t: t.unsqueeze(0),
+    lambda t: t.flatten(), lambda t: t.to(torch.int64), lambda t: t.clone(), lambda t: t.long(), lambda t: t.detach(),
+    lambda t: t.contiguous(), lambda t: t.view(2, 1).unflatten(0, (1, 2)), lambda t: t.reshape_as(torch.zeros(1, 2)),
+])
+def test_an_order_keeping_reshape_gives_the_cells_the_general_path_gives(op):
+    rng = PathRng((), 1, FIELD, [], {})
+    t = _pending(rng, [1.0, 1.0], [1.0, 3.0])
+    new, old = _both(lambda: op(t))
+    assert isinstance(new, lazy_draws.LazyCategoricalTensor) and isinstance(old, lazy_draws.LazyCategoricalTensor)
+    assert new.shape == old.shape and _cells(new) == _cells(old)
+    assert not any(c[0].drawn for c in t._cells.reshape(-1))       # reshaping draws nothing
+
+
+@pytest.mark.parametrize("op", [
+    lambda a, b: torch.cat([a, b]), lambda a, b: torch.cat((a, b), dim=-1), lambda a, b: torch.cat([a, b], 1),
+    lambda a, b: torch.stack([a, b]), lambda a, b: torch.stack((a, b), dim=-1),
+    lambda a, b: torch.cat([a, torch.tensor([[5], [6]])], dim=1), lambda a, b: torch.cat([torch.tensor([[7, 8]]), b.transpose(0, 1)]),
+    lambda a, b: torch.stack([torch.tensor([[0], [4]]), b], 0),
+])
+def test_a_join_gives_the_cells_the_general_path_gives(op):
+    rng = PathRng((), 1, FIELD, [], {})
+    a, b = _pending(rng, [1.0, 1.0], [1.0, 3.0]), _pending(rng, [2.0, 1.0], [1.0, 1.0])
+    new, old = _both(lambda: op(a, b))
+    assert new.shape == old.shape and _cells(new) == _cells(old)
+    known = {c[0].values()[0] for c in new._cells.reshape(-1) if c[0].drawn}   # the ordinary entries, known already
+    assert known <= {0, 4, 5, 6, 7, 8}
+
+
+def test_a_join_with_nothing_pending_or_of_other_operands_is_left_to_the_general_path():
+    rng = PathRng((), 1, FIELD, [], {})
+    a = _pending(rng, [1.0, 1.0])
+    lazy_draws.force(a)                                          # read: an ordinary tensor from now on
+    assert lazy_draws._join(torch.cat, "cat", ([a, torch.tensor([[1]])],), {}) is None
+    b = _pending(rng, [1.0, 1.0])
+    assert lazy_draws._join(torch.cat, "cat", ([b, torch.tensor([[0.5]])],), {}) is None    # a float operand
+    assert lazy_draws._join(torch.cat, "cat", ([b],), {"out": None}) is None                 # out=
+    assert lazy_draws._join(torch.cat, "cat", ([b, torch.tensor([3])],), {}) is None         # ndim differs
+
+
+# -- whole programs: the same law as the old path and as derived by hand -------------------------------------------
+
+def test_reshaped_and_joined_draws_keep_their_law():
+    def program(rng):
+        with bind(rng):
+            x = torch.multinomial(torch.tensor([1.0, 3.0]), 1).view(1, 1)          # 1/4, 3/4
+            y = torch.multinomial(torch.tensor([[1.0, 1.0], [0.0, 1.0]]), 1)     # [[1/2, 1/2], [0, 1]]
+            unused = torch.multinomial(torch.tensor([1.0, 1.0, 1.0]), 1)         # never read: no fork
+            joined = torch.cat([x, torch.tensor([[2]]), y.flatten().unsqueeze(0)], dim=-1)
+            stacked = torch.stack([joined[0], joined[0]]).reshape(-1)
+            del unused
+            return tuple(stacked.tolist())
+    new, old = _law(program)
+    want = {(a, 2, b, 1) * 2: F(1 + 2 * a, 4) * F(1, 2) for a in (0, 1) for b in (0, 1)}
+    assert new == old == want
+
+
+def test_a_read_through_a_join_draws_once_for_both_views():
+    def program(rng):
+        with bind(rng):
+            x = torch.multinomial(torch.tensor([1.0, 1.0]), 1)
+            both = torch.cat([x, x])                       # the same pending draw twice
+            return tuple(both.tolist()), int(x)
+    new, old = _law(program)
+    assert new == old == {((0, 0), 0): F(1, 2), ((1, 1), 1): F(1, 2)}
+
+
+# -- whole loops: the same report on both paths ---------------------------------------------------------------
+
+P3, Q3 = es.models.random_table(vocab=3, order=1, seed=1), es.models.random_table(vocab=3, order=1, seed=4)
+P2, Q2 = es.models.random_table(vocab=2, order=1, seed=1), es.models.random_table(vocab=2, order=1, seed=4)
+
+
+def _same_reports(run):
+    new, old = _both(run)
+    assert new.output == old.output and new.expected == old.expected
+    assert (new.verdict, new.tv, new.paths) == (old.verdict, old.tv, old.paths)
+    for key in ("tv_float64", "float64_paths", "algorithmic_tv", "forced_precision"):
+        assert new.extra.get(key) == old.extra.get(key)
+    return new
+
+
+@pytest.mark.parametrize("loop, verdict", [(zoo_loops.speculative_sampling, "lossless"),
+                                           (zoo_loops.bonus_from_draft, "biased")])
+def test_the_zoos_loops_read_the_same_on_both_paths(loop, verdict):
+    r = _same_reports(lambda: audit_loop(loop, target=P2, draft=Q2, tokens=2))
+    assert r.verdict == verdict
+
+
+def test_a_reference_loop_at_float32_reads_the_same_on_both_paths():
+    # float32 stand-ins on torch's own generator: two runs (own precision, then float64), both compared
+    r = _same_reports(lambda: audit_loop(reference_loop(2, tokens=2), target=P2, draft=Q2, tokens=2,
+                                         dtype=torch.float32))
+    assert r.verdict == "lossless" and r.extra["float64_paths"] > 0
+
+
+def _published(module):
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+litgpt_sd = _published("litgpt.generate.speculative_decoding")
+
+
+@pytest.mark.skipif(litgpt_sd is None, reason="litgpt not installed")
+def test_litgpt_generate_reads_the_same_on_both_paths():
+    def loop(target, draft, prompt):
+        tokens, _ = litgpt_sd.generate(draft, target, prompt[0], speculative_k=1,
+                                       max_returned_tokens=prompt.shape[1] + 3)
+        return tokens
+    r = _same_reports(lambda: audit_loop(loop, target=P3, draft=Q3, rng_model="continuous", tokens=2))
+    assert r.verdict == "biased"           # litgpt drops the token it samples at prefill (tests/test_recipes_loops.py)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(litgpt_sd is None, reason="litgpt not installed")
+def test_litgpt_generate_gamma_2_reads_the_same_on_both_paths():
+    def loop(target, draft, prompt):
+        tokens, _ = litgpt_sd.generate(draft, target, prompt[0], speculative_k=2,
+                                       max_returned_tokens=prompt.shape[1] + 4)
+        return tokens
+    r = _same_reports(lambda: audit_loop(loop, target=P3, draft=Q3, rng_model="continuous", tokens=3))
+    assert r.verdict == "biased" and r.paths == 2061
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_published("transformers") is None, reason="transformers not installed")
+def test_transformers_generate_with_an_assistant_reads_the_same_on_both_paths():
+    def fn(target, draft, ids):
+        draft.generation_config.num_assistant_tokens = 2
+        return target.generate(ids, assistant_model=draft, max_new_tokens=3, do_sample=True)
+    p, q = es.models.random_table(vocab=3, order=1, seed=1), es.models.random_table(vocab=3, order=1, seed=2)
+    r = _same_reports(lambda: audit_loop(fn, target=p, draft=q, kind="transformers", tokens=3,
+                                         tolerance=F(1, 2 ** 20)))
+    assert r.verdict == "lossless" and r.paths == 93 and r.extra["float64_paths"] == 93
+
+
+def test_old_path_restores_the_switch_after_an_error():
+    with pytest.raises(ValueError):
+        with _old_path():
+            raise ValueError("inside")
+    assert _fast_path.LOOPS is True
+    assert np.asarray([1]).size == 1
