@@ -3,7 +3,7 @@
 Rows (the issue's wording): transformers' own ``generate`` with an assistant (vocab 4, 3 tokens),
 a harder transformers instance standing in for the README's, and litgpt 0.5.13's ``generate`` at
 gamma 3. Each row audits the loop on the faster path and on the old one
-(``exactspec.samplers.loop_audit._old_path()``: the bookkeeping of pending draws as it was), old
+(``exactspec.samplers.loops.loop_audit._old_path()``: the bookkeeping of pending draws as it was), old
 first (after one untimed small audit of the same loop), every module-level memo of exact rows
 emptied before each run, and checks the two reports
 identical (law, branch count, verdict, TV, the float64 run). ``note`` also gives the *floor*: the
@@ -57,7 +57,7 @@ def _clear_memos() -> None:
 
 def _audit(fn: Callable, kw: dict, old: bool, cap: float | None) -> tuple[Any, float, float]:
     """One audit on the faster path (or the old one), its wall and CPU seconds; None for a capped run."""
-    from exactspec.samplers.loop_audit import _old_path
+    from exactspec.samplers.loops.loop_audit import _old_path
     _clear_memos()
     budget = es.Budget(seconds=cap) if cap else None
     t0, c0 = time.perf_counter(), time.process_time()
@@ -76,7 +76,7 @@ def _floor_ms(fn: Callable, kw: dict, calls: int = 100) -> float:
     """CPU milliseconds of one plain run of the loop on the audit's stand-ins (no audit, torch's own generator)."""
     import torch
 
-    from exactspec.samplers.stand_in import stand_in
+    from exactspec.samplers.loops.stand_in import stand_in
     kind, dtype = kw.get("kind", "torch-lm"), kw.get("dtype") or torch.float64
     t, d = stand_in(kw["target"], kind=kind, dtype=dtype), stand_in(kw["draft"], kind=kind, dtype=dtype)
     ids = torch.tensor([list(kw.get("prompt", (0,)))])
@@ -130,7 +130,7 @@ def rows(quick: bool = False) -> list[dict]:
     """
     import torch  # noqa: F401
 
-    import exactspec.samplers.hf_stand_in  # noqa: F401  (transformers imported before any timing)
+    import exactspec.samplers.loops.hf_stand_in  # noqa: F401  (transformers imported before any timing)
     tol = Fraction(1, 2 ** 20)      # float32 rounding, as the transformers recipes use
     out = []
     p4, q4 = es.models.random_table(vocab=4, order=1, seed=1), es.models.random_table(vocab=4, order=1, seed=11)

@@ -1,6 +1,6 @@
 """The faster whole-loop path (issue 17) gives the identical law, branch count and verdict as the path before it.
 
-``exactspec.samplers._fast_path.LOOPS`` switches the bookkeeping of pending categorical draws
+``exactspec.samplers.randomness._fast_path.LOOPS`` switches the bookkeeping of pending categorical draws
 (a reshape that keeps the entries' order reshapes their cells; ``cat``/``stack`` join them with
 numpy) between the faster path and the one audits took before; ``loop_audit._old_path()`` runs
 an audit on the old one. Every comparison here is exact (``==`` on Fraction laws), and the small
@@ -21,10 +21,10 @@ import exactspec as es  # noqa: E402
 from exactspec.bugzoo import loops as zoo_loops  # noqa: E402
 from exactspec.enumerate.rng import PathRng, enumerate_program  # noqa: E402
 from exactspec.fields import get_field  # noqa: E402
-from exactspec.samplers import _fast_path, lazy_draws  # noqa: E402
+from exactspec.samplers.randomness import _fast_path, lazy_draws  # noqa: E402
 from exactspec.samplers import torch_rng  # noqa: E402,F401  (patches torch inside audits)
-from exactspec.samplers.interception import bind, intercepting  # noqa: E402
-from exactspec.samplers.loop_audit import _old_path, audit_loop, reference_loop  # noqa: E402
+from exactspec.samplers.randomness.interception import bind, intercepting  # noqa: E402
+from exactspec.samplers.loops.loop_audit import _old_path, audit_loop, reference_loop  # noqa: E402
 
 FIELD = get_field(backend="python")
 

@@ -126,14 +126,14 @@ def _old_path() -> Any:
     """Run whole-loop audits on the path they took before issue 17's speed-ups (for the benchmark and the test
     that checks both paths give identical laws); an internal switch, not an option.
 
-    >>> from exactspec.samplers import _fast_path
+    >>> from exactspec.samplers.randomness import _fast_path
     >>> with _old_path():
     ...     _fast_path.LOOPS
     False
     >>> _fast_path.LOOPS
     True
     """
-    from . import _fast_path
+    from ..randomness import _fast_path
     saved = _fast_path.LOOPS
     _fast_path.LOOPS = False
     try:

@@ -2,11 +2,11 @@
 
 ``LOOPS`` (default True) selects the faster path of what a whole-loop audit
 (:func:`exactspec.audit_loop`) runs on every branch: the bookkeeping of pending categorical draws
-(:mod:`exactspec.samplers.lazy_draws`: a reshape that keeps the entries' order reshapes their
+(:mod:`exactspec.samplers.randomness.lazy_draws`: a reshape that keeps the entries' order reshapes their
 cells, ``cat``/``stack`` join them with numpy, instead of both going through index tensors). Both
 paths give the identical law on every loop (``tests/test_loop_fast_path.py``);
 ``benchmarks/bench_speed_loops.py`` times both in one run. It is an internal switch, not an
-option: use ``exactspec.samplers.loop_audit._old_path()`` rather than setting it by hand.
+option: use ``exactspec.samplers.loops.loop_audit._old_path()`` rather than setting it by hand.
 
 >>> LOOPS
 True
