@@ -17,13 +17,15 @@ attribute), else the lowest float precision seen in the sampler's inputs
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import dataclasses
 import functools
 import sys
 import threading
 from types import SimpleNamespace
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, Iterator
 
 import numpy as np
 
@@ -31,6 +33,39 @@ from ..laws import memoised
 from ..protocols import Rng, Step, TreeStep
 
 __all__ = ["Adapter", "PRECISIONS", "float_precision", "precision_of", "cast_floats", "at_precision", "lowest"]
+
+#: whether the sampler audit takes its fast paths (issue 17: a lazy bonus draw, one interception per search, ...);
+#: False is the path of release 0.x before them, kept reachable for the benchmarks and the tests that compare the
+#: two (their laws and verdicts are identical)
+_FAST_PATHS: contextvars.ContextVar[bool] = contextvars.ContextVar("exactspec_sampler_fast_paths", default=True)
+
+
+def fast_paths() -> bool:
+    """Whether sampler audits in this context take their fast paths (True unless :func:`legacy_paths` is active).
+
+    >>> fast_paths()
+    True
+    """
+    return _FAST_PATHS.get()
+
+
+@contextlib.contextmanager
+def legacy_paths() -> Iterator[None]:
+    """Inside the block, sampler audits and searches take the older, slower paths (same laws, same verdicts).
+
+    Internal: the benchmarks time both paths in one run, and the tests check that they agree.
+
+    >>> with legacy_paths():
+    ...     fast_paths()
+    False
+    >>> fast_paths()
+    True
+    """
+    token = _FAST_PATHS.set(False)
+    try:
+        yield
+    finally:
+        _FAST_PATHS.reset(token)
 
 #: float precisions from the coarsest to the finest (bits of significand: 8, 11, 24, 53)
 PRECISIONS = ("bfloat16", "float16", "float32", "float64")
@@ -130,6 +165,8 @@ def at_precision(fn: Callable, precision: str) -> Callable:
 
 #: per thread, the last step a call key was made for and its key
 _LAST = threading.local()
+#: (adapter id, call key) -> the chain arrays of that input, the laws and the adapter kept alive (ids in the key)
+_ARRAYS: dict = {}
 
 
 class Adapter:
@@ -257,8 +294,21 @@ class Adapter:
 
     def chain_arrays(self, step: Step) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(drafted ids [gamma], claimed draft laws [gamma, V], target laws [gamma + 1, V]) in float64."""
-        drafts = np.array(step.drafts, dtype=np.int64)
         got = self.call_key(step) if self.cacheable else None
+        if got is not None and fast_paths():
+            # built once per input (the same key on every branch of a call): each call gets its own copies,
+            # so a sampler writing into them changes nothing for the next
+            key = (id(self), got[0])
+            hit = _ARRAYS.get(key)
+            if hit is None:
+                laws, g = got[1], step.gamma
+                hit = (np.array(step.drafts, dtype=np.int64), np.stack([self.floats(x) for x in laws[:g]]),
+                       np.stack([self.floats(x) for x in laws[g:]]), laws, self)
+                if len(_ARRAYS) >= 4096:
+                    _ARRAYS.clear()
+                _ARRAYS[key] = hit
+            return hit[0].copy(), hit[1].copy(), hit[2].copy()
+        drafts = np.array(step.drafts, dtype=np.int64)
         if got is not None:   # the step's laws, already gathered for the key
             laws, g = got[1], step.gamma
             return drafts, np.stack([self.floats(x) for x in laws[:g]]), np.stack([self.floats(x) for x in laws[g:]])
