@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..enumerate.rng import PathRng
 from ..laws import memoised
 from ..protocols import Rng, Step
 from .base import Adapter, fast_paths
@@ -251,10 +252,11 @@ class VllmChainAdapter(Adapter):
         drafts = step.drafts
         target = torch.stack([self.probs(step.target(j)) for j in range(step.gamma)])[None]
         draft = torch.stack([self.probs(step.claimed(j)) for j in range(step.gamma)])[None]
-        if fast_paths():
+        if fast_paths() and isinstance(rng, PathRng):
             # the bonus token is drawn when the sampler reads it (a pending draw), not before the call: a sampler
             # that rejects a draft never reads it, and its branches are not multiplied by the bonus's support (the
-            # law is the same: the bonus draw is independent of the sampler's own draws)
+            # law is the same: the bonus draw is independent of the sampler's own draws). Enumerations only: a
+            # sampling rng (the statistical audit) keeps its draws in their old order, so seeded runs repeat
             return self._call_lazy_bonus(sampler, step, rng, target, draft)
         bonus = rng.categorical(step.target(step.gamma))
         ids = torch.tensor([list(drafts)], dtype=torch.long)
