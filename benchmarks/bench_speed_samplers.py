@@ -20,8 +20,9 @@ cumulative sums rebuilt on every call). The exact arithmetic shortcuts in
 paths, so "old" here is already somewhat faster than the release before them. Each search row
 records every instance's report on both paths and checks that the laws (``==`` on exact
 Fractions) and verdicts agree; the old torch search is stopped after a cap (``old_capped_s``) and
-compared on the instances it covered. Times are wall-clock seconds of this process on whatever
-machine runs it (the development machine is shared and loaded: the ratio is what counts).
+compared on the instances it covered. ``new_s`` and ``old_s`` are wall-clock seconds; each row's
+note also gives this process's CPU seconds, the steadier figure on a shared, loaded machine (the
+development machine is: compare the ratios, and the CPU ones first).
 """
 
 from __future__ import annotations
@@ -37,15 +38,16 @@ from exactspec.samplers.adapters import get_adapter
 from exactspec.samplers.base import legacy_paths
 from exactspec.samplers.sampler_search import _patched_once, sampler_space, search_instances
 
-#: the old torch search runs at most this long (seconds; it took 138 s on the loaded machine, ~115 s quiet at release):
+#: the old torch search runs at most this long (wall seconds; it took 138 s on the loaded machine, ~115 s quiet at release):
 #: past it, it is compared with the new path on the instances it covered
-OLD_TORCH_CAP = 60.0
+OLD_TORCH_CAP = 90.0
 
 
-def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    t = time.perf_counter()
+def _timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
+    """(result, wall-clock seconds, this process's CPU seconds: steadier on a shared machine)."""
+    t, c = time.perf_counter(), time.process_time()
     out = fn()
-    return out, time.perf_counter() - t
+    return out, time.perf_counter() - t, time.process_time() - c
 
 
 def _search(sampler: Any, adapter: str, space: Space | None, budget: float | None) -> tuple[Any, list]:
@@ -72,32 +74,33 @@ def _agree(new: list, old: list) -> bool:
 
 
 def _search_row(job: str, sampler: Any, adapter: str, target: float, space: Space | None, cap: float | None) -> dict:
-    (found, new), new_s = _timed(lambda: _search(sampler, adapter, space, None))
+    (found, new), new_s, new_cpu = _timed(lambda: _search(sampler, adapter, space, None))
     with legacy_paths():
-        (old_found, old), old_s = _timed(lambda: _search(sampler, adapter, space, cap))
+        (old_found, old), old_s, old_cpu = _timed(lambda: _search(sampler, adapter, space, cap))
     capped = not isinstance(old_found, EmptySearch) and len(old) < len(new)
     same = _agree(new, old) and (capped or type(found) is type(old_found))
     calls = sum(r.extra.get("sampler_calls", 0) + r.extra.get("float64_sampler_calls", 0) for r in new)
     old_calls = sum(r.extra.get("sampler_calls", 0) + r.extra.get("float64_sampler_calls", 0) for r in old)
     row = {"job": job, "new_s": new_s, "old_s": None if capped else old_s, "same": same, "target_s": target,
            "note": f"{len(new)} instances ({type(found).__name__}); sampler calls {calls} "
-                   f"(old path {old_calls}{f' on its first {len(old)} instances' if capped else ''})"}
+                   f"(old path {old_calls}{f' on its first {len(old)} instances' if capped else ''}); "
+                   f"CPU {new_cpu:.1f} s (old path {old_cpu:.1f} s{' capped' if capped else ''})"}
     if capped:
         row["old_capped_s"] = cap
     return row
 
 
 def _audit_row(job: str, target_s: float, run: Callable[[], Any]) -> dict:
-    new, new_s = _timed(run)
+    new, new_s, new_cpu = _timed(run)
     with legacy_paths():
-        old, old_s = _timed(run)
+        old, old_s, old_cpu = _timed(run)
     same = new.output == old.output and new.verdict == old.verdict and new.tv == old.tv and \
         new.extra.get("algorithmic_tv") == old.extra.get("algorithmic_tv") and \
         new.extra.get("rounding_tv") == old.extra.get("rounding_tv")
     return {"job": job, "new_s": new_s, "old_s": old_s, "same": same, "target_s": target_s,
             "note": f"{new.verdict}; sampler calls {new.extra['sampler_calls']} + float64 run "
                     f"{new.extra.get('float64_sampler_calls', 0)} (old path {old.extra['sampler_calls']} + "
-                    f"{old.extra.get('float64_sampler_calls', 0)})"}
+                    f"{old.extra.get('float64_sampler_calls', 0)}); CPU {new_cpu:.1f} s (old path {old_cpu:.1f} s)"}
 
 
 def rows(quick: bool = False) -> list[dict]:

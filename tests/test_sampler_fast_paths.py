@@ -118,3 +118,21 @@ def test_searches_agree_on_both_paths():
     assert _search_same(zoo.accept_at_zero).kind == "sampler"
     assert not _search_same(tz.correct, adapter="vllm")
     assert _search_same(tz.ratio_not_below_uniform, adapter="vllm").kind == "sampler"
+
+
+def test_the_lattice_cut_in_integers_is_the_fraction_formula():
+    import math
+    import random
+    from fractions import Fraction as F
+
+    from exactspec.enumerate.rng import LATTICES
+    rnd = random.Random(17)
+    values = [F(0), F(1), F(-1, 3), 1, 0, -2, F(1, 2 ** 24), F(1, 2 ** 53), F(2 ** 53 - 1, 2 ** 53), F(3, 2 ** 25)]
+    values += [F(rnd.randrange(-10 ** 9, 10 ** 9), rnd.randrange(1, 10 ** 9)) for _ in range(300)]
+    values += [F(rnd.random()) for _ in range(300)]        # floats' exact rationals, as samplers compare with
+    for name in ("torch-float32", "float64", "curand"):
+        lat = LATTICES[name]
+        for t in values:
+            kt = (F(t) - lat.offset) / lat.step
+            for strict in (True, False):
+                assert lat.cut(t, strict) == ((math.ceil(kt) - 1) if strict else math.floor(kt)), (name, t, strict)
