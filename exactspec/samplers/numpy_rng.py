@@ -193,7 +193,7 @@ class EnumGenerator:
                                     "shuffle, and exponential and gumbel draws into argmax races")
 
 
-#: (dtype, length, bytes) of a valid float ``p`` handed to ``choice`` -> its normalised float64 cumulative sum
+#: (dtype, bytes) of a valid 1-D float ``p`` handed to ``choice`` -> its normalised float64 cumulative sum
 _CDFS: dict = {}
 
 
