@@ -31,6 +31,10 @@ class _Diverged(ExactSpecError):
     """A replayed run made different draws than the run it replays (the rule is not deterministic)."""
 
 
+#: float -> its exact rational (:meth:`PathRng.number` with ``exact_floats``): samplers compare with the same floats
+_EXACT: dict = {}
+
+
 class PathRng:
     """The ``rng`` a rule sees on one branch: ``categorical``, ``bernoulli`` and lazy ``uniform``.
 
@@ -296,9 +300,14 @@ class PathRng:
                 fx = float(x)
             except (TypeError, ValueError):
                 return self._field.check(x, what)
-            if fx != fx or fx in (float("inf"), float("-inf")):
-                raise InvalidDistribution(f"{what} is {fx} (from {_caller(3)})")
-            return self._field.convert(Fraction(fx))
+            exact = _EXACT.get(fx)          # the float's exact rational, made once per value
+            if exact is None:
+                if fx != fx or fx in (float("inf"), float("-inf")):
+                    raise InvalidDistribution(f"{what} is {fx} (from {_caller(3)})")
+                if len(_EXACT) > 1 << 16:
+                    _EXACT.clear()
+                exact = _EXACT[fx] = Fraction(fx)
+            return self._field.convert(exact)
         return self._field.check(x, what)
 
     def uniform(self, lattice: "Lattice | None" = None) -> "Uniform":
@@ -488,6 +497,9 @@ class Lattice:
 
     def __init__(self, name: str, offset: Fraction, step: Fraction, kmin: int, kmax: int, note: str) -> None:
         self.name, self.offset, self.step, self.kmin, self.kmax, self.note = name, offset, step, kmin, kmax, note
+        # offset 0 and step 2**-m: the cut is integer arithmetic on t's numerator and denominator
+        m = step.denominator.bit_length() - 1
+        self._shift = m if offset == 0 and step.numerator == 1 and step.denominator == 1 << m else None
 
     def cut(self, t: Any, strict: bool) -> int:
         """The largest ``k`` whose value is below ``t`` (``<= t`` when not ``strict``); may fall outside ``kmin..kmax``.
@@ -495,6 +507,11 @@ class Lattice:
         >>> LATTICES["torch-float32"].cut(Fraction(1, 2), True), LATTICES["torch-float32"].cut(Fraction(1, 2), False)
         (8388607, 8388608)
         """
+        m = self._shift
+        if m is not None and type(t) in (Fraction, int):   # t * 2**m, ceil(.) - 1 or floor(.), in integers
+            n = t.numerator << m
+            d = t.denominator
+            return -(-n // d) - 1 if strict else n // d
         kt = (Fraction(t) - self.offset) / self.step
         return (math.ceil(kt) - 1) if strict else math.floor(kt)
 
@@ -700,7 +717,7 @@ class Uniform:
             return rng._compare(cell, t, strict)
         if a == 0:
             return b < t if strict else b <= t
-        bound = (t - b) / a
+        bound = t if b == 0 and a == 1 else (t - b) / a     # the uniform itself (the common case): t
         rng = self._cell.rng
         if a > 0:
             return rng._compare(self._cell, bound, strict)

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import time
 from dataclasses import fields, replace
@@ -32,6 +34,7 @@ from ..rules import Rule
 from .adapters.registry import get_adapter
 from ..enumerate.rng import lattice_for
 from .adapters.base import PRECISIONS, at_precision, float_precision, lowest, precision_of
+from .randomness._fast_path import fast_paths
 from .float_boundary import (F64_ALLOWANCE, ROUNDING_CAP, Boundary, coarser_than_float64, decide,
                              rounding_allowance)
 from .randomness.interception import (FLOAT64_LATTICE, current_session, describe_rng_model, intercepting, private_generators,
@@ -93,12 +96,19 @@ class _Calls:
     def _observed(self, sampler: Callable) -> Callable:
         seen = self.seen
 
+        signatures: set = set()     # argument types and dtypes whose precision is noted already
+        fast = fast_paths()
+
         @functools.wraps(sampler)
         def observed(*args: Any, **kwargs: Any) -> Any:
             if self.runs <= 64:     # the adapter hands the same dtypes on every call
-                p = float_precision((args, kwargs), 4)
-                if p is not None:
-                    seen.add(p)
+                sig = _flat_signature(args, kwargs) if fast else None
+                if sig is None or sig not in signatures:
+                    p = float_precision((args, kwargs), 4)
+                    if p is not None:
+                        seen.add(p)
+                    if sig is not None:
+                        signatures.add(sig)
             return sampler(*args, **kwargs)
         return observed
 
@@ -164,6 +174,17 @@ class _Calls:
         order = list(weights)                    # first-come order; the rng takes the first option and pushes
         order = order[:1] + order[:0:-1]         # the rest, which come back last-pushed first
         entry[:] = [True, entry[1], order, tuple(weights[o] / entry[3] for o in order)]
+
+
+def _flat_signature(args: tuple, kwargs: dict) -> tuple | None:
+    """The types and dtypes of a call's arguments when none is a container :func:`~.base.float_precision` searches
+    (then equal signatures have equal float precisions); None otherwise."""
+    sig = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, (list, tuple, dict)) or (dataclasses.is_dataclass(a) and not isinstance(a, type)):
+            return None
+        sig.append((type(a), a.dtype if precision_of(a) is not None else None))
+    return tuple(sig), tuple(kwargs)
 
 
 def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | None = None,

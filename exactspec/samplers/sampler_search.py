@@ -28,11 +28,12 @@ does for rules, and returns
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sys
 from dataclasses import replace
 from fractions import Fraction
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..counterexamples.counterexample import Counterexample, EmptySearch, IncompleteSearch, _sampler_ref, crash_record
 from ..counterexamples.searching import (_cell_instances, _Clock, _count, _default_progress, _end_progress,
@@ -43,6 +44,8 @@ from ..enumerate.step import check_budget
 from ..errors import ExactSpecError, InexactArithmetic, UnsupportedRandomness
 from ..report import AuditReport
 from . import sampler_audit as _sampler_audit
+from .randomness._fast_path import fast_paths
+from .interception import intercepting
 
 __all__ = ["search_sampler", "search_instances", "sampler_space", "sampler_reference"]
 
@@ -327,14 +330,31 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
 
     def audit_one(inst: dict) -> AuditReport:
         return audit_sampler(sampler, adapter=adapter, rng_model=rng_model, **options, **inst)
-    found = search_instances(audit_one, space=space, name=name, seed=seed, budget=budget,
-                             max_instances=max_instances, progress=progress, instance_budget=instance_budget)
+    with _patched_once(adapter):
+        found = search_instances(audit_one, space=space, name=name, seed=seed, budget=budget,
+                                 max_instances=max_instances, progress=progress, instance_budget=instance_budget)
     if isinstance(found, Counterexample):
         if found.kind == "crash":
             return replace(found, sampler_ref=ref, adapter=adapter.name, rng_model=rng_model,
                            crash={**found.crash, "of": "sampler"})
         return replace(found, kind="sampler", sampler_ref=ref, adapter=adapter.name, rng_model=rng_model)
     return found
+
+
+@contextlib.contextmanager
+def _patched_once(adapter: Any) -> Iterator[None]:
+    """The random functions patched (and torch on one thread) once for a whole search, not once per instance.
+
+    Each audit still opens its own interception session inside (its own bookkeeping); this block only keeps
+    the patches installed between them. Off under :func:`~exactspec.samplers.randomness._fast_path.legacy_paths`.
+    """
+    if not fast_paths():
+        yield
+        return
+    if getattr(adapter, "needs_torch", False):
+        from . import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
+    with intercepting(), _sampler_audit._one_torch_thread():
+        yield
 
 
 def search_from_audit_sampler(sampler: Any, *, adapter: Any = "numpy", proposer: Any = None,

@@ -13,10 +13,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ...enumerate.rng import PathRng
 from ...laws import memoised
 from ...protocols import Rng, Step
-from .base import Adapter
+from ..randomness._fast_path import fast_paths
+from ..randomness.lazy_draws import LazyCategoricalTensor, PendingDraw
 from ..randomness.torch_rng import bind
+from .base import Adapter
 
 __all__ = ["TransformersChainAdapter", "transformers_chain", "reference_transformers_style", "VllmChainAdapter",
            "vllm_chain", "reference_vllm_style"]
@@ -250,6 +253,12 @@ class VllmChainAdapter(Adapter):
         drafts = step.drafts
         target = torch.stack([self.probs(step.target(j)) for j in range(step.gamma)])[None]
         draft = torch.stack([self.probs(step.claimed(j)) for j in range(step.gamma)])[None]
+        if fast_paths() and isinstance(rng, PathRng):
+            # the bonus token is drawn when the sampler reads it (a pending draw), not before the call: a sampler
+            # that rejects a draft never reads it, and its branches are not multiplied by the bonus's support (the
+            # law is the same: the bonus draw is independent of the sampler's own draws). Enumerations only: a
+            # sampling rng (the statistical audit) keeps its draws in their old order, so seeded runs repeat
+            return self._call_lazy_bonus(sampler, step, rng, target, draft)
         bonus = rng.categorical(step.target(step.gamma))
         ids = torch.tensor([list(drafts)], dtype=torch.long)
         if self.batch == 1:
@@ -267,6 +276,47 @@ class VllmChainAdapter(Adapter):
             out = sampler(target_b, draft_b, ids_b, bonus_b)
         mine = np.asarray(out)[self.row]
         return [(int(t) - self.row) % vocab for t in mine if int(t) >= 0]
+
+    def _call_lazy_bonus(self, sampler: Callable, step: Step, rng: Rng, target: Any, draft: Any) -> list[int]:
+        """:meth:`call` with the audited row's bonus token a pending draw from the target's bonus law, drawn
+        (the enumeration forking) only when the sampler reads it; the other rows' bonus tokens are fixed."""
+        import torch
+        law = step.target(step.gamma)
+        ids = torch.tensor([list(step.drafts)], dtype=torch.long)
+        if self.batch == 1:
+            cells = np.empty((1, 1), dtype=object)
+            cells[0, 0] = (PendingDraw.of_law(rng, law), 0)
+            with bind(rng):
+                out = sampler(target, draft, ids, LazyCategoricalTensor(cells))
+            return self.tokens(np.asarray(out))
+        vocab = target.shape[-1]
+        likely = int(np.argmax([float(x) for x in law]))
+        row = self.row
+        shifts = range(self.batch)
+        shifted = _shifted_law(law, row)      # token t drawn as (t + row) mod V, as the eager path hands it
+        cells = np.empty((self.batch, 1), dtype=object)
+        for i in shifts:
+            cells[i, 0] = (PendingDraw.of_law(rng, shifted), 0) if i == row else \
+                (PendingDraw.of_law(None, (likely + i) % vocab), 0)
+        target_b = torch.cat([torch.roll(target, i, dims=-1) for i in shifts])
+        draft_b = torch.cat([torch.roll(draft, i, dims=-1) for i in shifts])
+        ids_b = torch.cat([(ids + i) % vocab for i in shifts])
+        with bind(rng):
+            out = sampler(target_b, draft_b, ids_b, LazyCategoricalTensor(cells))
+        mine = np.asarray(out)[row]
+        return [(int(t) - row) % vocab for t in mine if int(t) >= 0]
+
+
+def _shifted_law(law: tuple, shift: int) -> tuple:
+    """``law`` with token ``t`` moved to ``(t + shift) mod V`` (memoised per law object: the rng caches its support).
+
+    >>> _shifted_law((1, 2, 3), 1)
+    (3, 1, 2)
+    """
+    if not shift:
+        return law
+    return memoised(f"shifted {shift}", law, None,
+                    lambda: tuple(law[(t - shift) % len(law)] for t in range(len(law))))
 
 
 vllm_chain = VllmChainAdapter()

@@ -1,4 +1,7 @@
-"""One switch for the faster whole-loop audit path (issue 17); the old path stays reachable for benchmarks and tests.
+"""The switches of issue 17's faster sampler and whole-loop paths; the old paths stay reachable for benchmarks and tests.
+
+:func:`fast_paths` / :func:`legacy_paths`: the sampler audit's faster paths (a lazy bonus draw, one
+interception per search, numpy ``choice``'s checked cdf reused, ...), a context variable.
 
 ``LOOPS`` (default True) selects the faster path of what a whole-loop audit
 (:func:`exactspec.audit_loop`) runs on every branch: the bookkeeping of pending categorical draws
@@ -14,7 +17,44 @@ True
 
 from __future__ import annotations
 
-__all__ = ["LOOPS"]
+import contextlib
+import contextvars
+from typing import Iterator
+
+__all__ = ["LOOPS", "fast_paths", "legacy_paths"]
 
 #: True: the faster path; False: the path whole-loop audits took before issue 17
 LOOPS = True
+
+#: whether the sampler audit takes its fast paths (issue 17: a lazy bonus draw, one interception per search, ...);
+#: False is the path of release 0.x before them, kept reachable for the benchmarks and the tests that compare the
+#: two (their laws and verdicts are identical)
+_FAST_PATHS: contextvars.ContextVar[bool] = contextvars.ContextVar("exactspec_sampler_fast_paths", default=True)
+
+
+def fast_paths() -> bool:
+    """Whether sampler audits in this context take their fast paths (True unless :func:`legacy_paths` is active).
+
+    >>> fast_paths()
+    True
+    """
+    return _FAST_PATHS.get()
+
+
+@contextlib.contextmanager
+def legacy_paths() -> Iterator[None]:
+    """Inside the block, sampler audits and searches take the older, slower paths (same laws, same verdicts).
+
+    Internal: the benchmarks time both paths in one run, and the tests check that they agree.
+
+    >>> with legacy_paths():
+    ...     fast_paths()
+    False
+    >>> fast_paths()
+    True
+    """
+    token = _FAST_PATHS.set(False)
+    try:
+        yield
+    finally:
+        _FAST_PATHS.reset(token)

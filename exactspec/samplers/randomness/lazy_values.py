@@ -91,7 +91,16 @@ def _number(x: Any) -> Any:
         return f
     if not isinstance(x, float) and hasattr(x, "numerator") and hasattr(x, "denominator"):
         return Fraction(int(x.numerator), int(x.denominator))      # an exact rational (gmpy2 mpq, ...)
-    return Fraction(f)
+    hit = _EXACT.get(f)     # the same float operands come on every replay of a sampler call
+    if hit is None:
+        if len(_EXACT) > 1 << 16:
+            _EXACT.clear()
+        hit = _EXACT[f] = Fraction(f)
+    return hit
+
+
+#: float -> its exact rational (:func:`_number`)
+_EXACT: dict = {}
 
 
 def _sign(x: Any) -> int:

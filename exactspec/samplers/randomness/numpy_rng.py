@@ -37,6 +37,7 @@ import numpy as np
 from ...enumerate.rng import LATTICES, Uniform
 from ...errors import UnsupportedRandomness
 from ...fields import _caller
+from ._fast_path import fast_paths
 from .interception import FLOAT64_LATTICE, current_rng, fisher_yates, native_uniform, unsupported
 from .lazy_values import exponential, gumbel, lazy
 
@@ -126,6 +127,12 @@ class EnumGenerator:
         pool = np.arange(a) if np.ndim(a) == 0 else np.asarray(a)
         if p is None:
             return self._fill(size, lambda: pool[self.integers(len(pool))])
+        cdf = _cdf(p, len(pool)) if fast_paths() else None
+        if cdf is not None:
+            observe = getattr(self._rng, "observe", None)
+            if observe is not None:   # as below: a float32 p is a sampler computing in float32
+                observe(p)
+            return self._fill(size, lambda: self._search(pool, cdf))
         atol = np.sqrt(np.finfo(np.float64).eps)
         if isinstance(p, np.ndarray) and np.issubdtype(p.dtype, np.floating):   # numpy's tolerance for p's dtype
             atol = max(atol, np.sqrt(np.finfo(p.dtype).eps))
@@ -147,6 +154,14 @@ class EnumGenerator:
                     return pool[i]
             return pool[-1]
         return self._fill(size, draw)
+
+    def _search(self, pool: Any, cdf: Any) -> Any:
+        """One uniform searched into ``cdf`` (``searchsorted(cdf, u, side="right")``), as :meth:`choice` draws."""
+        u = native_uniform(self._rng, FLOAT64_LATTICE, "numpy")
+        for i in range(len(pool) - 1):
+            if u < cdf[i]:
+                return pool[i]
+        return pool[-1]
 
     def binomial(self, n: int, p: Any, size: Any = None) -> Any:
         """``n = 1`` only (a coin): ``u < p``."""
@@ -176,6 +191,30 @@ class EnumGenerator:
         raise UnsupportedRandomness(f"numpy Generator.{name} is not intercepted (at {_caller(2)}); the enumerator "
                                     "follows random, uniform, integers, choice, binomial(1, p), permutation, "
                                     "shuffle, and exponential and gumbel draws into argmax races")
+
+
+#: (dtype, bytes) of a valid 1-D float ``p`` handed to ``choice`` -> its normalised float64 cumulative sum
+_CDFS: dict = {}
+
+
+def _cdf(p: Any, n: int) -> Any:
+    """The cdf :meth:`EnumGenerator.choice` searches for a float array ``p`` it accepted before (None: not yet, or
+    not a float array: ``choice`` checks it and computes it as numpy does, and remembers it when valid)."""
+    if type(p) is not np.ndarray or p.dtype.kind != "f" or p.shape != (n,):
+        return None
+    key = (p.dtype.str, p.tobytes())
+    hit = _CDFS.get(key)
+    if hit is None:
+        atol = max(np.sqrt(np.finfo(np.float64).eps), np.sqrt(np.finfo(p.dtype).eps))
+        pf = np.asarray(p, dtype=np.float64)
+        if np.any(pf < 0) or not np.isfinite(pf).all() or abs(float(pf.sum()) - 1.0) > atol:
+            return None     # choice raises numpy's error
+        cdf = np.cumsum(pf)
+        cdf /= cdf[-1]
+        if len(_CDFS) > 1 << 14:
+            _CDFS.clear()
+        hit = _CDFS[key] = cdf
+    return hit
 
 
 class EnumLegacy:

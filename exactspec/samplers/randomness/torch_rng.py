@@ -89,8 +89,19 @@ if torch is not None:
     _REAL_UNIFORM_ = torch._C.TensorBase.uniform_
 
 
+#: float -> its exact rational: the same float operands come on every replay of a sampler call
+_EXACT: dict = {}
+
+
 def _exact(x: Any) -> Fraction:
-    return Fraction(float(x))
+    f = float(x)
+    hit = _EXACT.get(f)
+    if hit is None:
+        hit = Fraction(f)          # raises on nan and inf, as before
+        if len(_EXACT) > 1 << 16:
+            _EXACT.clear()
+        _EXACT[f] = hit
+    return hit
 
 
 if torch is not None:
@@ -181,7 +192,7 @@ if torch is not None:
 
     def _num_or_inf(x: Any) -> Any:
         f = float(x)
-        return f if f in (float("inf"), float("-inf")) or f != f else Fraction(f)
+        return f if f in (float("inf"), float("-inf")) or f != f else _exact(f)
 
     def _values(x: Any, shape: tuple) -> np.ndarray:
         arr = np.empty(shape, dtype=object)
