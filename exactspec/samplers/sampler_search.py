@@ -45,7 +45,7 @@ from ..errors import ExactSpecError, InexactArithmetic, UnsupportedRandomness
 from ..report import AuditReport
 from . import sampler_audit as _sampler_audit
 from .randomness._fast_path import fast_paths
-from .interception import intercepting
+from .randomness.interception import intercepting
 
 __all__ = ["search_sampler", "search_instances", "sampler_space", "sampler_reference"]
 
@@ -352,7 +352,7 @@ def _patched_once(adapter: Any) -> Iterator[None]:
         yield
         return
     if getattr(adapter, "needs_torch", False):
-        from . import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
+        from .randomness import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
     with intercepting(), _sampler_audit._one_torch_thread():
         yield
 
