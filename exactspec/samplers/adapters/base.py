@@ -29,6 +29,7 @@ import numpy as np
 
 from ...laws import memoised
 from ...protocols import Rng, Step, TreeStep
+from ..randomness._fast_path import fast_paths
 
 __all__ = ["Adapter", "PRECISIONS", "float_precision", "precision_of", "cast_floats", "at_precision", "lowest"]
 
