@@ -40,6 +40,14 @@ def _sorted_law(law: dict) -> list[tuple]:
     return sorted(law.items(), key=lambda kv: kv[0])
 
 
+def _ratio_parts(x: Any) -> tuple[int, int] | None:
+    """``(numerator, denominator)`` of a Fraction or an int, else None."""
+    t = type(x)
+    if t is Fraction:
+        return x.numerator, x.denominator
+    return (x, 1) if t is int else None
+
+
 def _screen_worst(out: dict, exp: dict, keys: set, n: int) -> Any:
     """The outcomes among ``keys`` that can be among the ``n`` largest ``|out - exp|``: all of them, or for
     Fraction (and int) values the few a float screen leaves.
@@ -58,20 +66,10 @@ def _screen_worst(out: dict, exp: dict, keys: set, n: int) -> Any:
         return keys
     rounded = []
     for k in keys:
-        a, b = out.get(k, 0), exp.get(k, 0)
-        ta, tb = type(a), type(b)
-        if ta is Fraction:
-            an, ad = a.numerator, a.denominator
-        elif ta is int:
-            an, ad = a, 1
-        else:
+        a, b = _ratio_parts(out.get(k, 0)), _ratio_parts(exp.get(k, 0))
+        if a is None or b is None:
             return keys
-        if tb is Fraction:
-            bn, bd = b.numerator, b.denominator
-        elif tb is int:
-            bn, bd = b, 1
-        else:
-            return keys
+        (an, ad), (bn, bd) = a, b
         d = an * bd - bn * ad
         if d:
             try:
