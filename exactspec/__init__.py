@@ -8,13 +8,10 @@
 (Fraction(4, 5), Fraction(1, 5))
 """
 
-from . import counterexamples, drafts, laws, models, rules, samplers, statistical, theory, trees
+from . import drafts, laws, models, rules, theory
 from ._audit import audit
 from .assertions import HorizonWarning, LossAssertionError, assert_lossless
 from .assertions import IncompleteCheckError, assert_loop_lossless, assert_sampler_lossless
-from .counterexamples import Counterexample, EmptySearch, IncompleteSearch
-from .samplers import audit_loop, audit_sampler, stand_in
-from .statistical import audit_statistically
 from .sweep import sweep
 from .enumerate import Budget
 from .errors import (BudgetExceeded, ExactSpecError, InexactArithmetic, InvalidDistribution, ModelError, RuleError,
@@ -24,16 +21,36 @@ from .fields import get_field
 from .protocols import Rng, Step, TreeStep
 from .report import AuditReport, Outcome
 from .rules import Rule, rule
+# eager: importing the sub-package exactspec.prove later would otherwise leave `es.prove` the module, not the function
 from .prove import Proof, Refutation, prove  # z3 and sympy are imported only when prove() runs
 
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):  # `es.strategies` imports hypothesis's strategies only when asked for
-    if name == "strategies":
-        import importlib
-        return importlib.import_module(".strategies", __name__)
-    raise AttributeError(f"module 'exactspec' has no attribute {name!r}")
+#: public names imported on first use (``exactspec check`` needs none of them): name -> (module, attribute or
+#: None for the module itself). ``es.strategies`` imports hypothesis's strategies; the samplers, counterexamples
+#: and statistical modules and ``trees`` import numpy
+_LAZY = {"strategies": (".strategies", None), "trees": (".trees", None), "samplers": (".samplers", None),
+         "counterexamples": (".counterexamples", None), "statistical": (".statistical", None),
+         "Counterexample": (".counterexamples", "Counterexample"), "EmptySearch": (".counterexamples", "EmptySearch"),
+         "IncompleteSearch": (".counterexamples", "IncompleteSearch"), "audit_loop": (".samplers", "audit_loop"),
+         "audit_sampler": (".samplers", "audit_sampler"), "stand_in": (".samplers", "stand_in"),
+         "audit_statistically": (".statistical", "audit_statistically")}
+
+
+def __getattr__(name: str):
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'exactspec' has no attribute {name!r}")
+    import importlib
+    module = importlib.import_module(where[0], __name__)
+    value = module if where[1] is None else getattr(module, where[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))
 
 __all__ = ["audit", "prove", "Proof", "Refutation", "audit_sampler", "audit_loop", "stand_in", "HorizonWarning", "Counterexample", "EmptySearch", "IncompleteSearch", "audit_statistically", "statistical", "samplers", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "Step", "TreeStep", "Rng", "models", "drafts", "rules", "laws",
            "theory", "trees", "counterexamples", "strategies", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",

@@ -27,7 +27,11 @@ from typing import Any
 
 from .errors import ExactSpecError
 
-__all__ = ["parse_rational", "finite_float", "MAX_DIGITS", "MAX_EXPONENT", "MAX_TEXT"]
+__all__ = ["parse_rational", "finite_float", "MAX_DIGITS", "MAX_EXPONENT", "MAX_TEXT", "PRECISIONS"]
+
+#: float precisions from the coarsest to the finest (bits of significand: 8, 11, 24, 53); here, below the
+#: samplers package, so the command line lists them without importing the samplers (and numpy)
+PRECISIONS = ("bfloat16", "float16", "float32", "float64")
 
 #: most digits accepted in an integer, a numerator, a denominator or a decimal's digits
 MAX_DIGITS = 4000

@@ -144,6 +144,48 @@ def test_mss_closed_form_equals_rng_form(vocab, order, seed, expansion, tokens, 
         slow.tokens_per_call, slow.accepted_per_call, slow.target_calls)
 
 
+MSM_KINDS = [("iid", "draft"), ("without_replacement", "renormalized"), ("topk", "point_mass")]
+
+
+@settings(max_examples=40, deadline=None)
+@given(vocab=st.integers(2, 4), order=st.integers(0, 2), seed=st.integers(0, 10**6),
+       expansion=st.sampled_from([(2,), (2, 1), (3,), (2, 2), (1,), (1, 2)]), tokens=st.integers(1, 3),
+       kind=st.sampled_from(MSM_KINDS), zero=st.sampled_from([0.0, 0.3]))
+def test_multi_sample_match_closed_form_equals_rng_form(vocab, order, seed, expansion, tokens, kind, zero):
+    # the closed form (a geometric series per node) against the rule's rng form, enumerated draw by draw
+    if vocab == 4 and order == 2 and expansion == (2, 2):
+        tokens = min(tokens, 2)   # keeps the enumeration under a second or so
+    target = es.models.random_table(vocab=vocab, order=order, seed=seed, zero_prob=zero)
+    draft = es.models.random_table(vocab=vocab, order=order, seed=seed + 1, zero_prob=zero)
+    kw = dict(target=target, draft=draft, rule=es.rules.multi_sample_match, prompt=(0,), tokens=tokens,
+              proposer=es.drafts.tree(expansion, children=kind[0], claim=kind[1]))
+    fast, slow = es.audit(**kw), es.audit(closed_form=False, **kw)
+    assert fast.paths == 0 and slow.paths > 0
+    assert fast.output == slow.output and fast.tv == slow.tv and fast.verdict == slow.verdict
+    assert (fast.tokens_per_call, fast.accepted_per_call, fast.target_calls) == (
+        slow.tokens_per_call, slow.accepted_per_call, slow.target_calls)
+
+
+def test_multi_sample_match_closed_form_on_the_check_instance():
+    # the configuration of `exactspec check` (tree (2,1), iid children): biased, the same law both ways
+    from exactspec.instances import default_instance
+    inst = default_instance()
+    kw = dict(target=inst.target, draft=inst.draft, rule=es.rules.multi_sample_match, prompt=inst.prompt, tokens=4,
+              proposer=es.drafts.tree((2, 1), children="iid"))
+    fast, slow = es.audit(**kw), es.audit(closed_form=False, **kw)
+    assert fast.paths == 0 and slow.paths > 0
+    assert fast.output == slow.output and fast.tv == slow.tv > 0 and fast.verdict == slow.verdict == "biased"
+
+
+def test_multi_sample_match_closed_form_hand_value_and_float_field():
+    # the hand value above through the closed form; in a float field the engine keeps enumerating
+    p, q = es.models.context_free((F(1, 2), F(1, 2))), es.models.context_free((1, 0))
+    r = one_token(es.rules.multi_sample_match, es.drafts.tree((2,), children="iid"), target=p, draft=q)
+    assert r.paths == 0 and r.output == {(0,): F(3, 4), (1,): F(1, 4)}
+    f = one_token(es.rules.multi_sample_match, es.drafts.tree((2,), children="iid"), target=p, draft=q, field="float")
+    assert f.paths > 0 and f.output == {(0,): 0.75, (1,): 0.25}
+
+
 # -- claims as properties -----------------------------------------------------------------------------
 
 @st.composite

@@ -64,16 +64,20 @@ COMMANDS: dict[str, ModuleType] = {"check": check, "audit": audit_command, "sear
                                    "rules": rules}
 
 
-def _parser() -> Any:
-    """The ``exactspec`` argument parser (:func:`exactspec.cli.parser.build` of :data:`COMMANDS`)."""
-    return build(COMMANDS)
+def _parser(only: str | None = None) -> Any:
+    """The ``exactspec`` argument parser (:func:`exactspec.cli.parser.build` of :data:`COMMANDS`); ``only``: the
+    one command whose options are registered (the arguments start with its name), None: every command's."""
+    return build(COMMANDS, only)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` and return the exit code (see the module docstring for their meaning)."""
     _Out.closed = False
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # arguments that start with a command's name are parsed by that command's sub-parser alone
+    only = argv[0] if argv and argv[0] in COMMANDS else None
     try:
-        args = _parser().parse_args(argv)
+        args = _parser(only).parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
     return run_command(COMMANDS[args.cmd].run, args)

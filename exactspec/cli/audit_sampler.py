@@ -6,7 +6,7 @@ from typing import Any
 
 from ..enumerate import Budget
 from ..errors import ExactSpecError
-from ..samplers.adapters.base import PRECISIONS
+from .._numbers import PRECISIONS
 from .common import (_code_search_out, _family_options, _horizon, _instance, _ints, _load, _no_timings_needs_json,
                      _report_out, _tolerance, adapter_names)
 from .parser import Options

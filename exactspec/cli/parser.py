@@ -136,8 +136,13 @@ class Options:
                         help=f"tree {what}: how children are drafted, one of {', '.join(CHILDREN)} (default iid)")
 
 
-def build(commands: Mapping[str, Any]) -> argparse.ArgumentParser:
-    """The whole ``exactspec`` parser: the top-level options, then each of ``commands``' sub-parsers in order."""
+def build(commands: Mapping[str, Any], only: str | None = None) -> argparse.ArgumentParser:
+    """The whole ``exactspec`` parser: the top-level options, then each of ``commands``' sub-parsers in order.
+
+    ``only``: the command the arguments name first; the other commands get a bare sub-parser (their
+    options are never read then), so ``exactspec check`` does not import what ``search`` or
+    ``audit-sampler`` need for their defaults (the counterexample space, the sampler adapters: numpy).
+    """
     p = _Parser(prog="exactspec", description="Prove or refute, exactly, that speculative-decoding rules keep "
                                                "the target's law. Exit codes: 0 holds / lossless (exactly), "
                                                "1 bias found or claim broken, 2 bad input or user code failed, "
@@ -147,6 +152,9 @@ def build(commands: Mapping[str, Any]) -> argparse.ArgumentParser:
                    help="print the version and exit")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     options = Options()
-    for module in commands.values():
-        module.register(sub, options)
+    for name, module in commands.items():
+        if only is None or name == only:
+            module.register(sub, options)
+        else:
+            sub.add_parser(name)
     return p

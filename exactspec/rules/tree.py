@@ -176,6 +176,89 @@ def _multi_sample_match(step: TreeStep, rng: Rng) -> Iterator[int]:
             return
 
 
+def _multi_sample_match_closed_form(laws: Any, horizon: int | None, lengths: bool = False) -> dict | None:
+    """multi_sample_match's step law by recursion over accepted nodes, without the rng.
+
+    At a node with children ``kids`` (tokens drawn in order, multiplicities kept) and target ``p``,
+    let ``m = 1 - p(S)`` be the mass off the set ``S`` of the children's tokens. The first of the
+    ``n = len(kids)`` samples that lands in ``S`` is the ``i``-th with probability ``m**i p(x)``,
+    so child token ``x`` is accepted with probability ``p(x) (1 + m + ... + m**(n-1))``; none
+    lands in ``S`` when the first sample is some ``y`` off ``S`` and the other ``n - 1`` miss too:
+    ``y`` is emitted with probability ``p(y) m**(n-1)``. A leaf emits a sample of ``p``. As for
+    MSS, the subtree below an accepted child is drawn afresh, so its law depends only on its path.
+    In an inexact field it returns None (the engine enumerates, keeping the earlier rounding).
+
+    >>> import exactspec as es
+    >>> from fractions import Fraction as F
+    >>> from exactspec.enumerate.env import Env
+    >>> from exactspec.fields import get_field
+    >>> env = Env(es.models.context_free((F(1, 2), F(1, 2))), es.models.context_free((1, 0)), get_field(backend="python"))
+    >>> law = _multi_sample_match_closed_form(es.drafts.tree((2,), children="iid").laws(env, ()), 1)
+    >>> law == {(0,): F(3, 4), (1,): F(1, 4)}
+    True
+    """
+    env = getattr(laws, "env", None)
+    if not hasattr(laws, "next_child") or env is None or not env.field.exact:
+        return None  # merge trees, or rounding that must stay the enumeration's: the engine enumerates
+    one, zero = env.field.one, env.field.zero
+    cap = laws.depth + 1 if horizon is None else horizon
+    memo: dict[tuple, dict] = {}
+
+    def node_law(path: tuple, h: int) -> dict:
+        key = (path, h)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        out: dict = {}
+        get = out.get
+        p = laws.target(path)
+        accepted: dict = {}   # child token -> probability it is the one accepted, over every draw of the children
+        stack = [((), one)]
+        while stack:
+            sib, w = stack.pop()
+            law = laws.next_child(path, sib)
+            if law is not None:
+                stack.extend((sib + (x,), w * sx) for x, sx in enumerate(law) if sx)
+                continue
+            if not sib:   # a leaf: one sample of p
+                for y, py in enumerate(p):
+                    if py:
+                        out[(y,)] = get((y,), 0) + w * py
+                continue
+            drafted = set(sib)
+            miss = one - sum((p[x] for x in drafted), zero)
+            power, geometric = one, zero       # miss ** i and 1 + miss + ... + miss ** (i - 1)
+            for _ in range(len(sib) - 1):
+                geometric += power
+                power *= miss
+            geometric += power                  # power == miss ** (n - 1)
+            for x in drafted:
+                if p[x]:
+                    accepted[x] = accepted.get(x, 0) + w * p[x] * geometric
+            if power:
+                for y, py in enumerate(p):
+                    if py and y not in drafted:
+                        out[(y,)] = get((y,), 0) + w * power * py
+        for x, a in accepted.items():
+            if h == 1:
+                out[(x,)] = get((x,), 0) + a
+            else:
+                for suffix, ps in node_law(path + (x,), h - 1).items():
+                    k = (x,) + suffix
+                    out[k] = get(k, 0) + a * ps
+        memo[key] = out
+        return out
+
+    law = node_law((), cap)
+    if not lengths:
+        return law
+    by_len: dict = {}
+    for e, w in law.items():
+        k = (len(e), len(e) - 1)   # every step emits exactly one token that is not an accepted node
+        by_len[k] = by_len.get(k, 0) + w
+    return by_len
+
+
 multi_sample_match = Rule(
     _multi_sample_match, name="multi_sample_match", family="tree", claim="biased",
     # with one child per node it draws one target sample and emits it, matched or not: exactly the target's law
@@ -183,7 +266,8 @@ multi_sample_match = Rule(
     description="draw one target sample per child; move to the child matching the first sample that matches any "
                 "child; if none matches emit the first sample",
     reference="accept-if-any-of-several-target-samples-matches: foundation-model-stack/fms-extras#12; the same "
-              "pattern in Medusa-style nucleus verification", marks_accepted=True)
+              "pattern in Medusa-style nucleus verification", marks_accepted=True,
+    closed_form=_multi_sample_match_closed_form)
 
 
 # -- shared_coin_tree ---------------------------------------------------------------------------------------------

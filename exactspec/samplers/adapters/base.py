@@ -27,14 +27,12 @@ from typing import Any, Callable, Hashable, Iterator
 
 import numpy as np
 
+from ..._numbers import PRECISIONS   # float precisions from the coarsest to the finest
 from ...laws import memoised
 from ...protocols import Rng, Step, TreeStep
 from ..randomness._fast_path import fast_paths
 
 __all__ = ["Adapter", "PRECISIONS", "float_precision", "precision_of", "cast_floats", "at_precision", "lowest"]
-
-#: float precisions from the coarsest to the finest (bits of significand: 8, 11, 24, 53)
-PRECISIONS = ("bfloat16", "float16", "float32", "float64")
 
 
 def precision_of(x: Any) -> str | None:
