@@ -53,6 +53,20 @@ def resolve_adapters_with(lookup: Callable[[str], Any]) -> None:
     _adapter_named = lookup
 
 
+def _load_adapter_names() -> None:
+    """Load the layer that owns the adapter names (``exactspec.samplers`` hands its lookup down when loaded).
+
+    ``exactspec`` loads its samplers on first use, so a program that reaches this audit without
+    having touched them (``from exactspec.statistical import audit_statistically``, or the tensor
+    layer's fallback) has no lookup yet. The layer is loaded by name, as a plugin registry would
+    be: nothing here imports from it.
+    """
+    import importlib
+    importlib.import_module("exactspec.samplers")
+    if _adapter_named is None:   # pragma: no cover - the samplers package always hands it down
+        raise ExactSpecError("exactspec.samplers did not register its adapter names: pass the adapter object")
+
+
 def tv_radius(samples: int, outcomes: int, confidence: float) -> float:
     """Half-width r of the TV confidence interval for ``samples`` draws over ``outcomes`` outcomes.
 
@@ -274,8 +288,7 @@ def audit_statistically(sampler: Callable, *, adapter: Any = "numpy", target: Mo
         raise ExactSpecError(f"samples must be a positive int, got {samples!r}")
     if isinstance(adapter, str):   # a name, for users: resolved by the samplers registry, which sits above this module
         if _adapter_named is None:
-            raise ExactSpecError(f"adapter {adapter!r} is a name and exactspec.samplers (which knows the names) is not "
-                                 "imported: import exactspec, or pass the adapter object")
+            _load_adapter_names()
         adapter = _adapter_named(adapter)
     proposer = chain(4) if proposer is None else proposer
     field = get_field("float")

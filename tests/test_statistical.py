@@ -78,3 +78,25 @@ def test_batched_sampling_of_a_vllm_style_sampler():
     assert bad.verdict == "biased"
     with pytest.raises(es.ExactSpecError, match="batch > 1 needs the vllm adapter"):
         es.audit_statistically(zoo.correct, batch=10, **kw)
+
+
+@pytest.mark.parametrize("entry", ["import exactspec as es\n",
+                                   "import types\nfrom exactspec.statistical import audit_statistically\n"
+                                   "es = types.SimpleNamespace(audit_statistically=audit_statistically)\n"])
+def test_adapter_names_resolve_in_a_fresh_interpreter_that_never_touched_es_samplers(entry):
+    # `exactspec` loads its samplers on first use (issue 17: `exactspec check` imports none of them); the
+    # statistical audit sits below the samplers layer and resolves adapter names with the lookup it hands down,
+    # so `es.audit_statistically(..., adapter="numpy")` must load that layer itself (notebook 01 did this)
+    import subprocess
+    import sys
+    code = (entry +
+            "import sys; assert 'exactspec.samplers' not in sys.modules\n"
+            "from exactspec.bugzoo import numpy_samplers as zoo\n"
+            "from exactspec.instances import make_instance\n"
+            "i = make_instance(vocab=2, order=0, gamma=1, tokens=1)\n"
+            "rep = es.audit_statistically(zoo.correct, adapter='numpy', samples=200, seed=0, target=i.target, "
+            "draft=i.draft, proposer=i.proposer, prompt=i.prompt, tokens=1)\n"
+            "print(rep.samples)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "200"
