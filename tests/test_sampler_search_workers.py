@@ -116,3 +116,39 @@ def test_the_cli_workers_flag(capsys):
                          "--gamma", "2", "--workers", w, "-q", "--json", "--no-timings"]) == 1
         outs.append(capsys.readouterr().out)
     assert outs[0] == outs[1] and '"found": true' in outs[0]
+
+
+def test_a_time_limit_on_workers_gives_an_incomplete_search_never_an_empty_one():
+    cut = search_sampler(zoo.correct, progress=False, workers=2, budget=0.05)   # the search takes seconds of CPU
+    assert isinstance(cut, IncompleteSearch) and cut.exit_code == 3 and "time limit 0.05 s" in cut.reason
+    with pytest.raises(es.ExactSpecError):
+        bool(cut)
+
+
+def _loop_space():
+    from exactspec.samplers.loops.loop_audit import _loop_space as space
+    return space(None, None).with_(vocabs=(2,), tokens=(1, 2), random_points=1)
+
+
+def test_a_loop_search_gives_the_same_result_on_workers():
+    pytest.importorskip("torch")
+    from exactspec.bugzoo import loops
+    runs = [es.audit_loop(loops.bonus_from_draft, search=True, space=_loop_space(), progress=False, **kw)
+            for kw in ({}, {"workers": 1}, {"workers": 2, "chunk_size": 3})]
+    assert isinstance(runs[0], Counterexample) and runs[0].kind == "loop"
+    assert whole(runs[0]) == whole(runs[1]) == whole(runs[2])
+    lossless = [es.audit_loop(loops.speculative_sampling, search=True, space=_loop_space().with_(tokens=(1,)),
+                              progress=False, max_instances=7,
+                              **kw) for kw in ({}, {"workers": 2, "chunk_size": 2})]
+    assert isinstance(lossless[0], IncompleteSearch) and whole(lossless[0]) == whole(lossless[1])
+
+
+def test_a_lambda_loop_on_workers_is_a_typed_error(monkeypatch, capsys):
+    pytest.importorskip("torch")
+    from exactspec.bugzoo import loops
+    monkeypatch.setitem(sys.modules, "cloudpickle", None)
+    loop = lambda target, draft, prompt: loops.bonus_from_draft(target, draft, prompt)  # noqa: E731
+    with pytest.raises(parallel.NotPicklable, match="cannot be sent to worker processes"):
+        es.audit_loop(loop, search=True, space=_loop_space(), progress=False, workers=2)
+    assert cli.main(["audit-loop", "exactspec.bugzoo.loops:bonus_from_draft", "--workers", "-2", "-q"]) == 2
+    assert "--workers must be >= 0" in capsys.readouterr().err

@@ -292,8 +292,9 @@ def _audit_chunk(job: tuple) -> _Verdicts:
     """
     audit_ref, biased_ref, insts, deadline, limits = job
     audit_one = parallel.load_portable(audit_ref)
-    if isinstance(audit_one, _ShippedAudit):
-        audit_one = audit_one.rebuild()
+    rebuild = getattr(audit_one, "rebuild", None)
+    if rebuild is not None:     # an audit shipped by its ``for_workers()``: made whole again here
+        audit_one = rebuild()
     biased = parallel.load_portable(biased_ref)
     session = getattr(audit_one, "session", None)
     out = _Verdicts()
@@ -563,7 +564,8 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
 
     audit_one = _SamplerAudit(sampler, ref, adapter, rng_model, options)
     if isinstance(workers, str) and workers == parallel.AUTO:
-        workers = _auto(audit_one, space, adapter, budget, max_instances)
+        workers = _auto_workers(audit_one, space, TORCH_SAMPLER_INSTANCE_SECONDS if getattr(
+            adapter, "needs_torch", False) else SAMPLER_INSTANCE_SECONDS, budget, max_instances)
     kw = dict(space=space, name=name, seed=seed, budget=budget, max_instances=max_instances, progress=progress,
               instance_budget=instance_budget)
     if parallel.parallel_requested(executor, workers):   # each chunk patches on its worker; the shrink here
@@ -640,17 +642,17 @@ class _ShippedAudit:
         return _SamplerAudit(parallel.load_portable(sampler), "", adapter, rng_model, parallel.load_portable(options))
 
 
-def _auto(audit_one: _SamplerAudit, space: Space, adapter: Any, budget: float | None,
-          max_instances: int | None) -> int | None:
-    """``workers="auto"``: every core for a search estimated long enough, when the sampler can go to workers."""
+def _auto_workers(audit_one: Callable[[dict], AuditReport], space: Space, each: float, budget: float | None,
+                  max_instances: int | None) -> int | None:
+    """``workers="auto"``: every core for a search estimated long enough (``each`` seconds an instance in this
+    process), when its audit can go to workers; None (this process) otherwise."""
     planned = sum(_cell_sizes(space, space.cells()))
     planned = planned if max_instances is None else min(planned, max_instances)
-    each = TORCH_SAMPLER_INSTANCE_SECONDS if getattr(adapter, "needs_torch", False) else SAMPLER_INSTANCE_SECONDS
     workers = parallel.auto_workers(parallel.AUTO, planned * each, budget)
     if workers is not None:
         try:
-            audit_one.for_workers()
-        except parallel.NotPicklable:   # a lambda or closure: this process, as without workers
+            _for_workers(audit_one, _is_biased)
+        except parallel.NotPicklable:   # a lambda or closure without cloudpickle: this process, as without workers
             return None
     return workers
 
