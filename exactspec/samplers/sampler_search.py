@@ -42,7 +42,7 @@ from .. import parallel
 from .._device import one_torch_thread
 from ..counterexamples.searching import (ERROR_SAMPLES, _cell_instances, _cell_sizes, _chunk_progress, _ChunkBar,
                                          _Clock, _count, _default_progress, _describe, _end_progress, _incomplete,
-                                         _planned, _seconds, _tally_failure, shrink_by)
+                                         _merge_chunk, _planned, _seconds, _tally_failure, shrink_by)
 from ..counterexamples.space import SearchInstance, Space
 from ..enumerate import Budget
 from ..enumerate.step import check_budget
@@ -336,15 +336,8 @@ def _audit_chunk(job: tuple) -> _Verdicts:
 
 def _merge(clock: _Clock, out: _Verdicts, upto: int | None = None) -> None:
     """Add a chunk's counts to the clock (only offsets < ``upto``, when given: the sequential prefix)."""
-    for e, i in enumerate(out.errors):
-        if upto is not None and i >= upto:
-            break
-        clock.errors += 1
-        if len(clock.error_samples) < ERROR_SAMPLES and e < len(out.samples):
-            clock.error_samples.append(out.samples[e])
-    clock.over_budget += sum(1 for i in out.over_budget if upto is None or i < upto)
+    _merge_chunk(clock, out, upto)   # audited, errors and their samples, over budget: as the rule search's chunks
     clock.undecided += sum(1 for i in out.undecided if upto is None or i < upto)
-    clock.audited += out.audited if upto is None else min(out.audited, upto)
 
 
 def _for_workers(audit_one: Callable[[dict], AuditReport], biased: Callable[[AuditReport], bool]) -> tuple:
