@@ -528,6 +528,9 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
     >>> ce = search_sampler(zoo.zero_uniform)
     >>> ce.instance.shape, ce.instance.tokens, ce.instance.target, ce.instance.draft   # u = 0 accepts every draft
     ((1,), 1, ((Fraction(1, 2), Fraction(1, 2)),), ((Fraction(0, 1), Fraction(1, 1)),))
+    >>> on_two = search_sampler(zoo.zero_uniform, workers=2)    # two worker processes: the same counterexample
+    >>> (on_two.instance, on_two.tv, on_two.audited) == (ce.instance, ce.tv, ce.audited)
+    True
     """
     from .adapters.registry import get_adapter
     audit_sampler = _sampler_audit.audit_sampler
