@@ -34,6 +34,13 @@ def outside(draft_ids, draft_probs, target_probs, rng):
     return zoo.correct(draft_ids, draft_probs, target_probs, rng)
 
 
+def outside_then_biased(draft_ids, draft_probs, target_probs, rng):
+    """No verdict at gamma 1 (a token outside the vocabulary), shared_uniform's bias from gamma 2 on."""
+    if len(draft_ids) == 1:
+        return [len(target_probs[0])]
+    return zoo.shared_uniform(draft_ids, draft_probs, target_probs, rng)
+
+
 def leave(draft_ids, draft_probs, target_probs, rng):
     """Ends the process: an error the search never skips."""
     sys.exit(0)
@@ -66,6 +73,11 @@ def test_a_biased_sampler_gives_the_same_minimal_counterexample_on_workers():
     assert isinstance(found, Counterexample) and found.kind == "sampler"
     assert (found.instance.vocab, found.instance.shape, found.instance.tokens) == (2, (2,), 2)
     assert found.sampler_ref == "exactspec.bugzoo.numpy_samplers:shared_uniform"
+
+
+def test_instances_without_a_verdict_before_the_first_bias_are_counted_as_in_this_process():
+    found = same_everywhere(outside_then_biased, space=SMALL)     # 15 instances raise, in 3 chunks, before it
+    assert isinstance(found, Counterexample) and found.instance.shape == (2,) and found.audited > 15
 
 
 def test_a_crashing_sampler_gives_the_same_crash_counterexample_on_workers():
