@@ -14,6 +14,8 @@ from .parser import Options
 def _cmd_audit_loop(args: Any) -> int:
     """``exactspec audit-loop``: search small instances for a whole loop's bias (default), or audit one (--instance)."""
     _no_timings_needs_json(args)
+    if args.workers is not None and args.workers < 0:
+        raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {args.workers}")
     if args.reference is not None and args.reference < 1:
         raise ExactSpecError(f"--reference (the gamma of the correct reference loop) must be >= 1, got "
                              f"{args.reference}")
@@ -38,8 +40,10 @@ def _cmd_audit_loop(args: Any) -> int:
         if args.vocab < 2:
             raise ExactSpecError(f"--vocab (the search's largest vocabulary) must be >= 2, got {args.vocab}")
         space = _loop_space(None, args.tokens).with_(vocabs=tuple(range(2, args.vocab + 1)))
+        from .. import parallel
+        workers = parallel.AUTO if args.workers is None else args.workers   # default: every core for a long search
         found = audit_loop(fn, target=None, search=True, space=space, seed=args.seed, budget=args.time_limit,
-                           progress=not args.quiet, **options)
+                           progress=not args.quiet, workers=workers, **options)
         return _code_search_out(args, found)
     inst = make_instance(vocab=args.vocab, order=args.order, gamma=1, tokens=1, seed=args.seed)
     rep = audit_loop(fn, target=inst.target, draft=inst.draft, prompt=inst.prompt or (0,), tokens=args.tokens,
@@ -102,6 +106,11 @@ def register(sub: Any, o: Options) -> None:
     lo.add_argument("--rng-model", choices=list(o.RNG_MODELS), default="native", metavar="RNG_MODEL", help=o.rng_help)
     lo.add_argument("--instance", action="store_true",
                     help="audit one seeded instance (--vocab, --order, --tokens, --seed) instead of searching")
+    lo.add_argument("--workers", type=int, default=None, metavar="N",
+                    help="search in chunks of instances on N local worker processes (0: every core; 1: in this "
+                         "process; default: every core when the search is long enough to pay for starting them and "
+                         "the loop can be imported by them, in this process otherwise); the output is the same for "
+                         "any N")
     o.code_search_output(lo)
 
 

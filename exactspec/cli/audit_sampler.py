@@ -48,16 +48,20 @@ def _sampler_search_space(args: Any, family: str) -> Any:
 def _cmd_audit_sampler(args: Any) -> int:
     from ..samplers import audit_sampler, get_adapter
     _no_timings_needs_json(args)
+    if args.workers is not None and args.workers < 0:
+        raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {args.workers}")
     adapter = get_adapter(args.adapter)
     _family_options(args, adapter.family, f"the {adapter.name} adapter")
     needs_torch = getattr(adapter, "needs_torch", False)
     sampler = _load(args.target, "the sampler", preload=("numpy",) + (("torch",) if needs_torch else ()))
     precision = {k: v for k, v in (("precision", args.precision), ("tolerance", args.tolerance)) if v is not None}
     if not args.instance:  # the default: an exact search over small instances, exit codes as `search`
+        from .. import parallel
         from ..samplers.sampler_search import search_sampler
         space = _sampler_search_space(args, adapter.family)
+        workers = parallel.AUTO if args.workers is None else args.workers   # default: every core for a long search
         found = search_sampler(sampler, adapter=adapter, space=space, rng_model=args.rng_model, seed=args.seed,
-                               budget=args.time_limit, progress=not args.quiet, **precision)
+                               budget=args.time_limit, progress=not args.quiet, workers=workers, **precision)
         return _code_search_out(args, found)
     inst, proposer = _instance(args, adapter.family, None)
     rep = audit_sampler(sampler, adapter=adapter, target=inst.target, draft=inst.draft, proposer=proposer,
@@ -99,6 +103,11 @@ def register(sub: Any, o: Options) -> None:
                          "exception, the branch and the sampler's line: exit 2) or record (the exact probability of "
                          "the crashing branches is reported, a finding: exit 1) (default raise); a search always "
                          "reports a crash as a counterexample of kind 'crash' (exit 1)")
+    sa.add_argument("--workers", type=int, default=None, metavar="N",
+                    help="search in chunks of instances on N local worker processes (0: every core; 1: in this "
+                         "process; default: every core when the search is long enough to pay for starting them and "
+                         "the sampler can be imported by them, in this process otherwise); the output is the same "
+                         "for any N")
     o.code_search_output(sa)
 
 

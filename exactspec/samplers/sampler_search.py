@@ -29,25 +29,40 @@ does for rules, and returns
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 import sys
+import time
 from dataclasses import replace
 from fractions import Fraction
 from typing import Any, Callable, Iterator
 
 from ..counterexamples.counterexample import Counterexample, EmptySearch, IncompleteSearch, _sampler_ref, crash_record
-from ..counterexamples.searching import (_cell_instances, _Clock, _count, _default_progress, _end_progress,
-                                         _incomplete, _seconds, _tally_failure, shrink_by)
+from .. import parallel
+from .._device import one_torch_thread
+from ..counterexamples.searching import (ERROR_SAMPLES, _cell_instances, _cell_sizes, _chunk_progress, _ChunkBar,
+                                         _Clock, _count, _default_progress, _describe, _end_progress, _incomplete,
+                                         _merge_chunk, _planned, _seconds, _tally_failure, shrink_by)
 from ..counterexamples.space import SearchInstance, Space
 from ..enumerate import Budget
 from ..enumerate.step import check_budget
-from ..errors import ExactSpecError, InexactArithmetic, UnsupportedRandomness
+from ..errors import BudgetExceeded, ExactSpecError, InexactArithmetic, UnsupportedRandomness
 from ..report import AuditReport
 from . import sampler_audit as _sampler_audit
 from .randomness._fast_path import fast_paths
 from .randomness.interception import intercepting
 
 __all__ = ["search_sampler", "search_instances", "sampler_space", "sampler_reference"]
+
+#: instances per chunk of a sampler search on workers (an instance's audit takes 5-200 ms: a chunk amortises
+#: the worker's patching of the random functions and the transfer, and leaves a few chunks per core)
+SAMPLER_CHUNK = 16
+
+#: what ``workers="auto"`` assumes one instance of a sampler search costs in this process, in seconds: the numpy
+#: adapters' and torch adapters' (measured on a loaded 2-core machine: the default search of numpy's correct
+#: sampler, 243 instances, ~3 s CPU; of the vLLM-style torch one ~26 s CPU; benchmarks/bench_speed_sampler_workers.py)
+SAMPLER_INSTANCE_SECONDS = 0.012
+TORCH_SAMPLER_INSTANCE_SECONDS = 0.1
 
 #: the keys of the instance dict handed to ``audit_one`` (see :func:`search_instances`)
 INSTANCE_KEYS = ("target", "draft", "proposer", "prompt", "tokens", "budget")
@@ -157,7 +172,8 @@ def _crashes(rep: AuditReport) -> bool:
 def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space | None = None, name: str = "sampler",
                      seed: int = 0, budget: float | None = None, max_instances: int | None = None,
                      progress: Callable[[int, float], None] | bool | None = None,
-                     biased: Callable[[AuditReport], bool] | None = None, instance_budget: Budget | None = None
+                     biased: Callable[[AuditReport], bool] | None = None, instance_budget: Budget | None = None,
+                     workers: int | None = None, executor: Any = None, chunk_size: int | None = None
                      ) -> Counterexample | EmptySearch | IncompleteSearch:
     """Search ``space`` for the smallest instance on which ``audit_one``'s report is biased; shrink it.
 
@@ -187,6 +203,16 @@ def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space |
     Randomness the audit cannot follow (:class:`~exactspec.UnsupportedRandomness`), inexact
     arithmetic and ``sys.exit`` in the audited code are raised at once, never skipped.
 
+    ``workers`` (a local process pool; ``0``: every core; ``1``: this process, through the chunked
+    path) or ``executor`` (any :class:`concurrent.futures.Executor`) audit the instances in chunks of
+    ``chunk_size`` (default :data:`SAMPLER_CHUNK`) through :mod:`exactspec.parallel`; ``audit_one``
+    and ``biased`` are then sent to the workers (``audit_one.for_workers()`` when it has one, as
+    :func:`search_sampler`'s does, else :func:`exactspec.parallel.portable`: a lambda without
+    cloudpickle raises :class:`~exactspec.parallel.NotPicklable`). The result is the in-process
+    one: the verdicts are merged in search order, the first biased or crashing instance in that order
+    is shrunk here, and the counts and incomplete accounting are the sequential search's. ``None``
+    (the default): in this process, one instance after the other.
+
     >>> import exactspec as es
     >>> from exactspec.bugzoo import numpy_samplers as zoo
     >>> small = Space(vocabs=(2,), shapes=((1,),), tokens=(1, 2), random_points=2, exhaustive_denominator=2)
@@ -203,6 +229,10 @@ def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space |
     space = space or sampler_space()
     biased = biased or _is_biased
     rng = random.Random(f"search|{seed}")
+    if parallel.parallel_requested(executor, workers):
+        return _search_chunked(audit_one, biased, name, space, rng, _Clock(
+            seconds, max_instances, progress if callable(progress) and progress is not True else None),
+            instance_budget, executor, workers, chunk_size, progress)
     clock = _Clock(seconds, max_instances, _default_progress(progress, space, max_instances))
     who = _Named(name)
     cells = space.cells()
@@ -225,6 +255,192 @@ def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space |
         return EmptySearch(name, space.describe(), clock.audited, clock.elapsed())
     finally:
         _end_progress(clock)
+
+
+# -- the chunked (parallel) search ----------------------------------------------------------------------
+
+class _Verdicts:
+    """What one chunk of a sampler search sends back (picklable, small): where it stopped and what it saw."""
+
+    __slots__ = ("audited", "found_at", "report", "fatal_at", "errors", "samples", "over_budget", "undecided", "cut")
+
+    def __init__(self) -> None:
+        self.audited = 0                     # instances audited (an audit cut by the deadline is not counted)
+        self.found_at: int | None = None     # offset of the first biased or crashing instance (the chunk stops there)
+        self.report: AuditReport | None = None   # its report (None when it does not pickle: audited again here)
+        self.fatal_at: int | None = None     # offset of an error never skipped (replayed here, where it is raised)
+        self.errors: list[int] = []          # offsets where the audit raised (not the sampler: a broken contract)
+        self.samples: list[tuple[str, str]] = []
+        self.over_budget: list[int] = []     # offsets whose audit ran past its own budget
+        self.undecided: list[int] = []       # offsets undecided within float rounding
+        self.cut = False                     # stopped by the deadline before its last instance
+
+
+def _picklable(rep: AuditReport) -> AuditReport | None:
+    import pickle
+    try:
+        pickle.dumps(rep)
+    except Exception:  # a report holding an object that cannot travel: the instance is audited again here
+        return None
+    return rep
+
+
+def _audit_chunk(job: tuple) -> _Verdicts:
+    """Audit a chunk's instances in order (a worker's side): stop at the first finding, a fatal error or the deadline.
+
+    The random functions stay patched for the whole chunk and torch runs on one thread, as in this process.
+    """
+    audit_ref, biased_ref, insts, deadline, limits = job
+    audit_one = parallel.load_portable(audit_ref)
+    rebuild = getattr(audit_one, "rebuild", None)
+    if rebuild is not None:     # an audit shipped by its ``for_workers()``: made whole again here
+        audit_one = rebuild()
+    biased = parallel.load_portable(biased_ref)
+    session = getattr(audit_one, "session", None)
+    out = _Verdicts()
+    with (session() if session is not None else contextlib.nullcontext()), one_torch_thread():
+        for i, inst in enumerate(insts):
+            seconds = None
+            if deadline is not None:
+                left = deadline - time.time()
+                if left <= 0:
+                    out.cut = True
+                    break
+                seconds = Budget(seconds=left)
+            try:
+                rep = audit_one(_instance_kwargs(inst, _budget(limits, seconds)))
+            except ExactSpecError as exc:
+                if _fatal(exc):
+                    out.fatal_at = i
+                    break
+                if isinstance(exc, BudgetExceeded) and exc.what == "seconds" and deadline is not None \
+                        and time.time() >= deadline:
+                    out.cut = True
+                    break
+                out.audited += 1
+                if exc.exit_code == 3:
+                    out.over_budget.append(i)
+                else:
+                    out.errors.append(i)
+                    if len(out.samples) < ERROR_SAMPLES:
+                        out.samples.append((_describe(inst), f"{type(exc).__name__}: {exc}"))
+                continue
+            out.audited += 1
+            if _crashes(rep) or biased(rep):
+                out.found_at, out.report = i, _picklable(rep)
+                break
+            if rep.undecided:
+                out.undecided.append(i)
+    return out
+
+
+def _merge(clock: _Clock, out: _Verdicts, upto: int | None = None) -> None:
+    """Add a chunk's counts to the clock (only offsets < ``upto``, when given: the sequential prefix)."""
+    _merge_chunk(clock, out, upto)   # audited, errors and their samples, over budget: as the rule search's chunks
+    clock.undecided += sum(1 for i in out.undecided if upto is None or i < upto)
+
+
+def _for_workers(audit_one: Callable[[dict], AuditReport], biased: Callable[[AuditReport], bool]) -> tuple:
+    """``audit_one`` and ``biased`` ready for worker processes (:class:`~exactspec.parallel.NotPicklable` if not)."""
+    ship = getattr(audit_one, "for_workers", None)
+    return (ship() if ship is not None else parallel.portable(audit_one, "audit"),
+            parallel.portable(biased, "biased predicate"))
+
+
+def _search_chunked(audit_one: Callable[[dict], AuditReport], biased: Callable[[AuditReport], bool], name: str,
+                    space: Space, rng: random.Random, clock: _Clock, limits: Budget | None, executor: Any,
+                    workers: Any, chunk_size: int | None, progress: Any
+                    ) -> Counterexample | EmptySearch | IncompleteSearch:
+    """:func:`search_instances` on an executor: the sequential search's result, its verdicts merged in search order."""
+    import bisect
+    audit_ref, biased_ref = _for_workers(audit_one, biased)   # NotPicklable before any work
+    cells = space.cells()
+    ends = list(itertools.accumulate(_cell_sizes(space, cells)))   # instance positions where each cell ends
+    everything = ends[-1] if ends else 0
+    limit = clock.max_instances
+    n = everything if limit is None else min(limit, everything)
+    size = _count(chunk_size, "search_instances: chunk_size", 1) or SAMPLER_CHUNK
+    total = -(-n // size)
+    deadline = None if clock.deadline is None else time.time() + (clock.deadline - time.perf_counter())
+    parts: dict[int, list[SearchInstance]] = {}     # the instances of every chunk made so far
+    who = _Named(name)
+    session = getattr(audit_one, "session", None)
+    here = session if session is not None else contextlib.nullcontext
+
+    def jobs() -> Iterator[tuple]:
+        stream = _planned(space, cells, rng, n)
+        for k in range(total):
+            parts[k] = list(itertools.islice(stream, size))
+            yield (audit_ref, biased_ref, parts[k], deadline, limits)
+
+    shown = _chunk_progress(clock, "searching", progress, size, n)
+    try:
+        run = parallel.run_on(_audit_chunk, jobs(), total=total, executor=executor, workers=workers,
+                              deadline=deadline, progress=shown,
+                              final=lambda out: out.found_at is not None or out.fatal_at is not None or out.cut)
+    finally:
+        if isinstance(shown, _ChunkBar):
+            shown.close()
+
+    def replay(inst: SearchInstance) -> AuditReport | None:
+        """``inst`` audited here (not counted): a fatal error raises, another error is kept as the first one."""
+        try:
+            with here():
+                return audit_one(_instance_kwargs(inst, _budget(limits, None)))
+        except ExactSpecError as exc:
+            if _fatal(exc):
+                raise
+            clock.first_error = clock.first_error or exc
+            return None
+
+    def first_error() -> None:  # the first error rebuilt here, so that an audit that always raised is a RuleError
+        if clock.errors and clock.errors == clock.audited:
+            for k in sorted(run.results):
+                if run.results[k].errors and k in parts:
+                    replay(parts[k][run.results[k].errors[0]])
+                    return
+
+    def stop(pos: int) -> IncompleteSearch:  # incomplete, the sequential search having stopped before ``pos``
+        first_error()
+        c = bisect.bisect_right(ends, pos)
+        return _incomplete(who, space, clock, cells, [space.describe_cell(cells[j]) for j in range(c)],
+                           cells[c] if c < len(cells) else None)
+
+    for k in range(total):
+        start = k * size
+        out = run.results.get(k)
+        if out is None:  # lost (a worker died too often, or it did not return by the time limit)
+            reason = run.lost.get(k, "not finished by the time limit")
+            clock.stop_reason = clock.stop_reason or (
+                f"time limit {clock.seconds:g} s reached" if "time limit" in reason else
+                f"instances {start + 1}..{min(start + size, n)} of the search were not covered: {reason}")
+            return stop(start)
+        if out.fatal_at is not None:
+            _merge(clock, out, upto=out.fatal_at)
+            replay(parts[k][out.fatal_at])
+            raise ExactSpecError(f"{name}: the audit of {_describe(parts[k][out.fatal_at])} raised an error that "
+                                 "cannot be skipped on a worker but not in this process (the audited code is not "
+                                 "deterministic)")
+        if out.found_at is not None:
+            _merge(clock, out, upto=out.found_at + 1)
+            inst = parts[k][out.found_at]
+            rep = out.report or replay(inst)
+            if rep is None or not (_crashes(rep) or biased(rep)):
+                raise ExactSpecError(f"{name}: {_describe(inst)} was biased or crashed on a worker but not in this "
+                                     "process (the audited code is not deterministic)")
+            with here():
+                return _shrunk(audit_one, biased, name, inst, rep, space, clock, limits)
+        _merge(clock, out)
+        if out.cut:
+            clock.stop_reason = clock.stop_reason or f"time limit {clock.seconds:g} s reached"
+            return stop(start + out.audited)
+    if n < everything:
+        clock.stop_reason = f"max_instances {limit} reached"
+        return stop(n)
+    if clock.errors or clock.over_budget or clock.undecided:
+        first_error()
+        return _incomplete(who, space, clock, cells, [space.describe_cell(c) for c in cells], None)
+    return EmptySearch(name, space.describe(), clock.audited, clock.elapsed())
 
 
 def _shrunk(audit_one: Callable[[dict], AuditReport], biased: Callable[[AuditReport], bool], name: str,
@@ -280,7 +496,8 @@ def sampler_reference(sampler: Any) -> str:
 def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None = None, proposer: Any = None,
                    rng_model: str = "native", seed: int = 0, budget: float | None = None,
                    max_instances: int | None = None, progress: Callable[[int, float], None] | bool | None = None,
-                   instance_budget: Budget | None = None, **audit_kwargs: Any
+                   instance_budget: Budget | None = None, workers: int | str | None = None,
+                   executor: Any = None, chunk_size: int | None = None, **audit_kwargs: Any
                    ) -> Counterexample | EmptySearch | IncompleteSearch:
     """The smallest small instance on which ``sampler`` is biased: what ``audit_sampler(..., search=True)`` does.
 
@@ -297,10 +514,23 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
     and ``to_pytest()`` raises an :class:`~exactspec.ExactSpecError` saying so. ``audit_kwargs`` go
     to every :func:`exactspec.audit_sampler` call unchanged (the generated test does not repeat them).
 
+    ``workers`` / ``executor`` / ``chunk_size``: the instances are audited in chunks on worker processes
+    (``0``: every core; ``1``: this process, through the chunked path), the sampler sent as its
+    ``module:function`` reference and the adapter by name (see :func:`search_instances`); the result
+    is the in-process one. ``None`` (the default): in this process. ``"auto"`` (the command line's
+    default): every core when the planned instances are estimated to take long enough
+    (:data:`SAMPLER_INSTANCE_SECONDS` each, :data:`TORCH_SAMPLER_INSTANCE_SECONDS` through a torch
+    adapter; :func:`exactspec.parallel.auto_workers`) and the sampler can be sent to workers, this
+    process otherwise. A sampler that cannot be sent (a lambda, a closure, without cloudpickle) with
+    ``workers`` or ``executor`` given raises :class:`~exactspec.parallel.NotPicklable`.
+
     >>> from exactspec.bugzoo import numpy_samplers as zoo
     >>> ce = search_sampler(zoo.zero_uniform)
     >>> ce.instance.shape, ce.instance.tokens, ce.instance.target, ce.instance.draft   # u = 0 accepts every draft
     ((1,), 1, ((Fraction(1, 2), Fraction(1, 2)),), ((Fraction(0, 1), Fraction(1, 1)),))
+    >>> on_two = search_sampler(zoo.zero_uniform, workers=2)    # two worker processes: the same counterexample
+    >>> (on_two.instance, on_two.tv, on_two.audited) == (ce.instance, ce.tv, ce.audited)
+    True
     """
     from .adapters.registry import get_adapter
     audit_sampler = _sampler_audit.audit_sampler
@@ -328,17 +558,99 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
     # a search does without them unless asked; it records crashes: each is a finding (see the docstring)
     options = {"reference": False, **audit_kwargs, "on_error": "record"}
 
-    def audit_one(inst: dict) -> AuditReport:
-        return audit_sampler(sampler, adapter=adapter, rng_model=rng_model, **options, **inst)
-    with _patched_once(adapter):
-        found = search_instances(audit_one, space=space, name=name, seed=seed, budget=budget,
-                                 max_instances=max_instances, progress=progress, instance_budget=instance_budget)
+    audit_one = _SamplerAudit(sampler, ref, adapter, rng_model, options)
+    if isinstance(workers, str) and workers == parallel.AUTO:
+        workers = _auto_workers(audit_one, space, TORCH_SAMPLER_INSTANCE_SECONDS if getattr(
+            adapter, "needs_torch", False) else SAMPLER_INSTANCE_SECONDS, budget, max_instances)
+    kw = dict(space=space, name=name, seed=seed, budget=budget, max_instances=max_instances, progress=progress,
+              instance_budget=instance_budget)
+    if parallel.parallel_requested(executor, workers):   # each chunk patches on its worker; the shrink here
+        found = search_instances(audit_one, workers=workers, executor=executor, chunk_size=chunk_size, **kw)
+    else:
+        with _patched_once(adapter):
+            found = search_instances(audit_one, **kw)
     if isinstance(found, Counterexample):
         if found.kind == "crash":
             return replace(found, sampler_ref=ref, adapter=adapter.name, rng_model=rng_model,
                            crash={**found.crash, "of": "sampler"})
         return replace(found, kind="sampler", sampler_ref=ref, adapter=adapter.name, rng_model=rng_model)
     return found
+
+
+class _SamplerAudit:
+    """``audit_one`` of :func:`search_sampler`: one instance audited by :func:`exactspec.audit_sampler`.
+
+    ``for_workers()`` is what a worker process rebuilds it from (the sampler's ``module:function``, the
+    adapter's name when the registry gives it back); ``session()`` keeps the random functions patched
+    for a run of audits (a whole search here, a chunk on a worker).
+    """
+
+    def __init__(self, sampler: Any, ref: str, adapter: Any, rng_model: str, options: dict) -> None:
+        self.sampler, self.ref, self.adapter, self.rng_model, self.options = sampler, ref, adapter, rng_model, options
+
+    def __call__(self, inst: dict) -> AuditReport:
+        return _sampler_audit.audit_sampler(self.sampler, adapter=self.adapter, rng_model=self.rng_model,
+                                            **self.options, **inst)
+
+    def session(self) -> Any:
+        return _patched_once(self.adapter)
+
+    def for_workers(self) -> "_ShippedAudit":
+        from .adapters.registry import get_adapter
+        sampler = self.ref if self.ref and _same(self.ref, self.sampler) else parallel.portable(self.sampler,
+                                                                                                 "sampler")
+        try:
+            by_name = get_adapter(self.adapter.name) is self.adapter
+        except ExactSpecError:
+            by_name = False
+        adapter = self.adapter.name if by_name else parallel.portable(self.adapter, "adapter")
+        return _ShippedAudit(sampler, adapter, self.rng_model, parallel.portable(self.options, "audit options"))
+
+
+def _same(ref: str, sampler: Any) -> bool:
+    """Whether importing ``ref`` in a worker gives ``sampler`` (its module already imported here)."""
+    mod, _, qual = ref.partition(":")
+    obj: Any = sys.modules.get(mod)
+    for part in qual.split("."):
+        obj = getattr(obj, part, None)
+    return obj is sampler
+
+
+class _ShippedAudit:
+    """A :class:`_SamplerAudit` as it travels to a worker: references, rebuilt there on first use."""
+
+    def __init__(self, sampler: Any, adapter: Any, rng_model: str, options: Any) -> None:
+        self.parts = (sampler, adapter, rng_model, options)
+
+    def __getstate__(self) -> tuple:
+        return self.parts
+
+    def __setstate__(self, parts: tuple) -> None:
+        self.parts = parts
+
+    def rebuild(self) -> _SamplerAudit:
+        from .._loading import load_object
+        from .adapters.registry import get_adapter
+        sampler, adapter, rng_model, options = self.parts
+        if isinstance(sampler, str):
+            sampler = load_object(sampler, "the sampler", preload=("numpy",))
+        adapter = get_adapter(parallel.load_portable(adapter))
+        return _SamplerAudit(parallel.load_portable(sampler), "", adapter, rng_model, parallel.load_portable(options))
+
+
+def _auto_workers(audit_one: Callable[[dict], AuditReport], space: Space, each: float, budget: float | None,
+                  max_instances: int | None) -> int | None:
+    """``workers="auto"``: every core for a search estimated long enough (``each`` seconds an instance in this
+    process), when its audit can go to workers; None (this process) otherwise."""
+    planned = sum(_cell_sizes(space, space.cells()))
+    planned = planned if max_instances is None else min(planned, max_instances)
+    workers = parallel.auto_workers(parallel.AUTO, planned * each, budget)
+    if workers is not None:
+        try:
+            _for_workers(audit_one, _is_biased)
+        except parallel.NotPicklable:   # a lambda or closure without cloudpickle: this process, as without workers
+            return None
+    return workers
 
 
 @contextlib.contextmanager

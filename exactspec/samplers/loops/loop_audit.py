@@ -37,6 +37,7 @@ import time
 from fractions import Fraction
 from typing import Any, Callable, Sequence
 
+from ... import parallel
 from ..._audit import _prompt
 from ...enumerate import Budget
 from ...enumerate.rng import PathRng, _Diverged, lattice_for
@@ -727,6 +728,40 @@ def _calls(lm: Any) -> int:
     return n if isinstance(n, int) else 0
 
 
+#: what ``workers="auto"`` assumes one instance of a loop search costs in this process, in seconds (the default
+#: search of ``exactspec.bugzoo.loops:speculative_sampling``, 540 instances, took 169 s CPU on a loaded 2-core machine)
+LOOP_INSTANCE_SECONDS = 0.3
+
+
+class _LoopAudit:
+    """``audit_one`` of the loop search (crashes recorded whatever ``on_error`` says: each is a finding).
+
+    ``for_workers()``: the same audit with the loop (and a reference loop) ready for worker processes
+    (:func:`exactspec.parallel.portable`); ``rebuild()`` undoes that in a worker.
+    """
+
+    def __init__(self, fn: Callable, kind: str, dtype: Any, output: str, tol: Fraction, rng_model: str, worst: int,
+                 reference: Any) -> None:
+        self.fn, self.kind, self.dtype, self.output, self.tol = fn, kind, dtype, output, tol
+        self.rng_model, self.worst, self.reference = rng_model, worst, reference
+
+    def __call__(self, inst: dict) -> AuditReport:
+        return audit_loop(self.fn, target=inst["target"], draft=inst["draft"], prompt=inst["prompt"],
+                          tokens=inst["tokens"], kind=self.kind, dtype=self.dtype, output=self.output,
+                          on_error="record", tolerance=self.tol, rng_model=self.rng_model, worst=self.worst,
+                          budget=inst.get("budget"), reference=self.reference)
+
+    def _with(self, fn: Any, reference: Any) -> "_LoopAudit":
+        return _LoopAudit(fn, self.kind, self.dtype, self.output, self.tol, self.rng_model, self.worst, reference)
+
+    def for_workers(self) -> "_LoopAudit":
+        return self._with(parallel.portable(self.fn, "loop"), parallel.portable(self.reference, "reference loop")
+                          if callable(self.reference) else self.reference)
+
+    def rebuild(self) -> "_LoopAudit":
+        return self._with(parallel.load_portable(self.fn), parallel.load_portable(self.reference))
+
+
 def _loop_space(space: Any, tokens: int | None) -> Any:
     """The space of a loop search: every instance gets the prompt ``(0,)`` (loops need a context to start from)."""
     import dataclasses
@@ -769,7 +804,7 @@ def _search(fn: Callable, name: str, *, tokens: int | None, kind: str, dtype: An
     import dataclasses
 
     from ...counterexamples.counterexample import Counterexample, _loop_options
-    from ..sampler_search import sampler_reference, search_instances
+    from ..sampler_search import _auto_workers, sampler_reference, search_instances
     where = "audit_loop(search=True)"
     _check_options(where, tokens=tokens, kind=kind, output=output, on_error=on_error, worst=worst)
     tol = to_rational(tolerance, f"{where} tolerance")
@@ -802,11 +837,9 @@ def _search(fn: Callable, name: str, *, tokens: int | None, kind: str, dtype: An
     record = _loop_options({"stand_in": kind, "dtype": str(dtype).replace("torch.", ""), "output": output,
                             "on_error": on_error, "tolerance": str(tol), "reference": ref_record})
 
-    def audit_one(inst: dict) -> AuditReport:   # crashes recorded whatever on_error says: each is a finding
-        return audit_loop(fn, target=inst["target"], draft=inst["draft"], prompt=inst["prompt"],
-                          tokens=inst["tokens"], kind=kind, dtype=dtype, output=output, on_error="record",
-                          tolerance=tol, rng_model=rng_model, worst=worst, budget=inst.get("budget"),
-                          reference=reference)
+    audit_one = _LoopAudit(fn, kind, dtype, output, tol, rng_model, worst, reference)
+    if isinstance(opts.get("workers"), str) and opts["workers"] == parallel.AUTO:   # every core for a long search
+        opts["workers"] = _auto_workers(audit_one, space, LOOP_INSTANCE_SECONDS, budget, opts.get("max_instances"))
     found = search_instances(audit_one, space=space, name=name, budget=budget, **opts)
     if isinstance(found, Counterexample):  # the output law misses the mass of the branches that raised
         record["error_probability"] = str(1 - sum(found.output.values(), Fraction(0)))
