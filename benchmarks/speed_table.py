@@ -56,7 +56,10 @@ def _row(r: dict[str, Any]) -> str:
         old_text = _seconds(old)
         ratio = f"{old / r['new_s']:.1f}x" if old and r["new_s"] else "-"
     met = "yes" if r["new_s"] <= r["target_s"] else "no"
-    same = "not compared (old path stopped)" if _capped(r) else ("identical" if r["same"] else "**DIFFER**")
+    if _capped(r):
+        same = "identical as far as the old path got" if r["same"] else "not compared (old path stopped)"
+    else:
+        same = "identical" if r["same"] else "**DIFFER**"
     return (f"| {r['job']} | {old_text} | {_seconds(r['new_s'])} | {ratio} | <= {_seconds(r['target_s'])} ({met}) "
             f"| {same} | {r.get('note', '')} |")
 
