@@ -31,6 +31,9 @@ __all__ = ["to_law", "normalize", "residual", "positive_part", "argmax", "point_
 # Entries keep p and q alive, so an id is never reused while its entry exists.
 _RESIDUALS: dict[tuple, tuple[Any, Any, Any]] = {}
 _RESIDUAL_LIMIT = 200_000
+#: set by ``es.prove(vocab="all")`` while it runs: sums and normalisation over the abstract vocabulary (classes of
+#: unnamed tokens add their totals), see :mod:`exactspec.prove._all_vocab`; None otherwise
+_ABSTRACT: Any = None
 
 
 def clear_memo() -> None:
@@ -169,6 +172,8 @@ def normalize(v: Sequence[Any]) -> tuple:
     ...
     exactspec.errors.InvalidDistribution: cannot normalise (0, 0): its total mass is 0
     """
+    if _ABSTRACT is not None:
+        return _ABSTRACT.normalize(v)
     s = sum(v)
     if s == 0:
         raise InvalidDistribution(f"cannot normalise {tuple(v)}: its total mass is 0")

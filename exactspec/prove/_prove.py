@@ -70,6 +70,38 @@ def _family_words(a: dict) -> str:
     return f"order-1 table target and draft (a law per previous token, prompt {tuple(a['prompt'])})"
 
 
+def _vocab_words(a: dict) -> str:
+    """``vocab 3``, or ``every vocabulary size >= 2`` for an all-vocabulary proof."""
+    if a["vocab"] == "all":
+        return (f"every vocabulary size >= {a['min_vocab']} (the tokens outside the outcome as "
+                f"{len(a['classes'])} class(es) of exchangeable unnamed tokens)")
+    return f"vocab {a['vocab']}"
+
+
+def _prove_every_vocab(rule: Any, proposer: Any, tokens: int, family: Any, timeout: Any, prompt: tuple,
+                       check_ms: int, workers: Any, progress: Any) -> "Proof | Refutation":
+    """``prove(..., vocab="all")``: checks its arguments, then :func:`._all_vocab.prove_all_vocab`."""
+    from ._all_vocab import prove_all_vocab
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise ExactSpecError(f"prove: tokens must be an int >= 1, got {tokens!r}")
+    if family not in (None, "context_free"):
+        raise ExactSpecError(f"prove: vocab='all' proves the context_free family only, got family={family!r}")
+    if tuple(prompt):
+        raise ExactSpecError("prove: vocab='all' takes no prompt (context-free laws do not read it)")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ExactSpecError(f"prove: timeout must be a positive number of seconds or None, got {timeout!r}")
+    if workers not in (None, 1):
+        raise ExactSpecError("prove: vocab='all' runs in this process (workers=None or 1)")
+    if rule.claim == "declared-target":
+        raise ExactSpecError(f"prove: {rule.name} claims a declared target; es.prove checks the target's own law only")
+    proposer = proposer if proposer is not None else _default_proposer(rule)
+    if getattr(proposer, "family", None) != rule.family:
+        raise ExactSpecError(f"prove: rule {rule.name} is a {rule.family} rule but the proposer is {proposer!r}")
+    res = prove_all_vocab(rule, proposer, tokens, timeout=timeout, check_ms=check_ms, progress=progress)
+    res.assumptions["family_source"] = "default" if family is None else "given"
+    return res
+
+
 def _default_note(a: dict) -> str:
     if a.get("family_source") != "default":
         return ""
@@ -108,11 +140,12 @@ class Proof:
     def summary(self) -> str:
         a = self.assumptions
         return (f"PROVEN: {self.rule} emits exactly the {a['expected']} law for every {_family_words(a)} at "
-                f"vocab {a['vocab']}, {a['proposer']}, first {a['tokens']} "
+                f"{_vocab_words(a)}, {a['proposer']}, first {a['tokens']} "
                 f"token(s), prompt {tuple(a['prompt'])}: {len(self.cells)} cell(s), "
                 f"{self.stats.get('step laws', 0)} step law(s) ({self.paths} enumerated path(s), the rest closed "
                 f"forms), {self.atoms} atom(s), "
-                f"{self.seconds:.2f} s. Scope: that family, vocab, proposer and horizon only."
+                f"{self.seconds:.2f} s. Scope: that family, " + ("every vocabulary size" if a["vocab"] == "all"
+                                                                  else "vocab") + ", proposer and horizon only."
                 + _default_note(a))
 
     __str__ = summary
@@ -185,7 +218,7 @@ def _default_proposer(rule: Any) -> Any:
     return drafts.chain(1) if rule.family == "chain" else drafts.tree((2,))
 
 
-def prove(rule: Any, *, proposer: Any = None, vocab: int, tokens: int, family: str | None = None,
+def prove(rule: Any, *, proposer: Any = None, vocab: "int | str", tokens: int, family: str | None = None,
           timeout: float | None = None, closed_form: bool = True, prompt: tuple = (),
           check_ms: int = 10_000, workers: int | None = None,
           progress: Callable[[int, int], None] | None = None) -> "Proof | Refutation":
@@ -217,6 +250,13 @@ def prove(rule: Any, *, proposer: Any = None, vocab: int, tokens: int, family: s
     ``NotPicklable`` when ``workers`` asks for processes). ``progress(done, total)`` is called
     as cells finish (``total``: the cells known so far, which grows as cells fork).
 
+    ``vocab="all"``: one proof for every vocabulary size (>= 2) at once, for chain rules with drafts
+    sampled from the draft law and context-free target and draft: ``tokens`` named tokens and the
+    rest of the vocabulary as classes of exchangeable unnamed tokens with their total masses (see
+    :mod:`exactspec.prove._all_vocab` and the docs' soundness argument). A rule the abstraction
+    cannot follow (an argmax over the vocabulary, ``len`` of a law, ...) raises
+    ``AbstractionRefused`` (exit 2); a refutation's witness is replayed exactly at a concrete vocabulary.
+
     >>> import exactspec as es
     >>> es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1), vocab=2, tokens=1).proven
     True
@@ -229,6 +269,8 @@ def prove(rule: Any, *, proposer: Any = None, vocab: int, tokens: int, family: s
         raise ExactSpecError("es.prove needs z3: pip install 'exactspec[prove]' (the z3-solver package)") from None
     t0 = time.perf_counter()
     rule = as_rule(rule)
+    if vocab == "all":
+        return _prove_every_vocab(rule, proposer, tokens, family, timeout, prompt, check_ms, workers, progress)
     for name, v, lo in (("vocab", vocab, 2), ("tokens", tokens, 1)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ExactSpecError(f"prove: {name} must be an int >= {lo}, got {v!r}")

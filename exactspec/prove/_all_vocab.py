@@ -1,0 +1,866 @@
+"""``es.prove(..., vocab="all")``: one proof for every vocabulary size, by exchangeable unnamed tokens.
+
+The abstraction (the soundness argument is in ``docs/proofs-scale-out.md``, "Every vocabulary size"):
+
+- ``tokens`` *named* tokens ``0 .. tokens - 1``, each with its own target and draft probability
+  (``p_a``, ``q_a``): every outcome of the horizon is, up to renaming, a sequence over them (which
+  of its tokens coincide is part of the outcome).
+- every other token of the vocabulary is *unnamed*. The unnamed tokens are split into *classes*
+  by the signs of a few predicates on a token's own probabilities (``p - q``, ``q``, ...). A class
+  ``C`` carries its total masses ``P_C``, ``Q_C`` (any number of tokens, possibly none) and, for each
+  token the rule draws from it, that token's probabilities ``p_C^k``, ``q_C^k``, constrained by the
+  class's signs and by ``0 <= p_C^k <= P_C``, ``0 <= q_C^k <= Q_C``.
+- the rule runs (its rng form, on an exact enumeration of its draws written for this abstraction) on
+  laws whose class entries stand for *every* token of the class: arithmetic on them is per token
+  (entry with entry of the same class, or with a number that is the same for every token: ``*``, ``/``;
+  ``+``/``-`` with 0 only), a comparison on them must have the same answer for every token of the
+  class (else the class is split by that predicate and the proof starts again), and vocabulary-wide
+  sums go through ``es.laws`` (``normalize``, ``residual``), which add each class's total. A draw that
+  lands in a class gives a token ``k`` of it, with weight its own entry; a branch's weight must then
+  be linear and homogeneous in each drawn token's ``(p, q)``, so that its sum over the tokens of the
+  class is the same expression in the totals.
+- anything else (``len`` of a law, ``step.vocab``, indexing a law by a position of the unnamed part,
+  argmax or max over the vocabulary, comparisons mixing an unnamed token's probability with another
+  quantity, two drawn unnamed tokens whose equality matters to a named outcome, ``rng.uniform``) is
+  refused with :class:`AbstractionRefused` (exit 2), never proven.
+
+A cell where an output probability may differ from the target's is replayed exactly (``es.audit``)
+at a concrete vocabulary: each class becomes one token with its totals. Only that replay refutes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from fractions import Fraction
+from typing import Any, Callable, Iterator
+
+from ..errors import ExactSpecError, InvalidDistribution
+from ._field import (ALL, NEG, OPS, POS, ZERO, Decider, SolverUnknown, Space, SymField, SymNum, UnsupportedSymbolic,
+                     _op, _set_qq, where)
+from . import _field
+
+__all__ = ["AbstractionRefused", "prove_all_vocab"]
+
+#: the most predicates the classes of unnamed tokens may be split by (each split restarts the proof)
+MAX_PREDICATES = 4
+#: the most tokens one branch may draw from one class (the symbols are made up front; more restarts with more)
+MAX_DRAWS = 8
+
+
+class AbstractionRefused(UnsupportedSymbolic):
+    """The rule did something the vocabulary abstraction of ``vocab="all"`` cannot follow soundly (exit 2).
+
+    The message names the operation and the rule's line; prove the rule at a given vocabulary instead.
+    """
+
+
+def _refuse(what: str) -> Any:
+    raise AbstractionRefused(f"vocab='all': {what} (at {where()}); the all-vocabulary abstraction follows "
+                             "per-token arithmetic, comparisons whose answer is the same for every token of a "
+                             "class, and vocabulary-wide sums through es.laws; prove at a given vocab instead")
+
+
+class _Refine(Exception):
+    """A comparison on an unnamed token's probabilities has different answers across a class: split by it."""
+
+    def __init__(self, pred: Any) -> None:
+        super().__init__(str(pred))
+        self.pred = pred
+
+
+class _MoreDraws(Exception):
+    pass
+
+
+# -- the layout: named tokens, classes, symbols -------------------------------------------------------------
+class _Layout:
+    """Named tokens, the predicates, the classes (feasible sign vectors) and draws per class."""
+
+    def __init__(self, named: int, preds: list, draws: int) -> None:
+        self.named, self.preds, self.draws = named, list(preds), draws
+        self.classes = _feasible_signs(self.preds)
+
+
+def _pred_ring() -> Any:
+    from sympy import QQ
+    from sympy.polys.rings import ring
+    R, u, v = ring("u,v", QQ)
+    return R, u, v
+
+
+def _feasible_signs(preds: list) -> list:
+    """The sign vectors of ``preds`` (polynomials in a token's ``u = p``, ``v = q``) some point of [0,1]^2 meets."""
+    import z3
+    if not preds:
+        return [()]
+    u, v = z3.Real("u"), z3.Real("v")
+    out = []
+    for signs in itertools.product((NEG, ZERO, POS), repeat=len(preds)):
+        s = z3.Solver()
+        s.set("timeout", 10_000)
+        s.add(u >= 0, v >= 0, u <= 1, v <= 1)
+        for g, sg in zip(preds, signs):
+            e = _z3_of(g, u, v)
+            s.add(e < 0 if sg == NEG else e == 0 if sg == ZERO else e > 0)
+        r = s.check()
+        if r == z3.sat:
+            out.append(signs)
+        elif r != z3.unsat:
+            raise SolverUnknown(f"vocab='all': z3 could not decide which classes of tokens exist for {preds}")
+    return out
+
+
+def _z3_of(g: Any, u: Any, v: Any) -> Any:
+    import z3
+    terms = []
+    for (a, b), c in g.terms():
+        t = z3.RealVal(f"{int(c.numerator)}/{int(c.denominator)}")
+        if a:
+            t = t * (u if a == 1 else u ** a)
+        if b:
+            t = t * (v if b == 1 else v ** b)
+        terms.append(t)
+    return z3.Sum(terms) if len(terms) > 1 else terms[0]
+
+
+def _linear_homogeneous(g: Any) -> bool:
+    return all(a + b == 1 for (a, b), _c in g.terms())
+
+
+def _sign_text(s: int) -> str:
+    return {NEG: "< 0", ZERO: "= 0", POS: "> 0"}[s]
+
+
+class _AbsSpace(Space):
+    """The symbols of one layout: named entries, class totals, each class's generic and drawn tokens."""
+
+    def __init__(self, layout: _Layout, check_ms: int) -> None:   # noqa: C901 - one pass over the symbols
+        from sympy import QQ
+        from sympy.polys.fields import field
+        import z3
+        _set_qq(QQ)
+        self.layout = layout
+        c, m, K = layout.named, len(layout.classes), layout.draws
+        self.vocab, self.positions, self.check_ms = "all", 1, check_ms
+        self.logic = "QF_NRA"
+        names = [f"p_{a}" for a in range(c)] + [f"P_C{i}" for i in range(m)] + \
+                [f"q_{a}" for a in range(c)] + [f"Q_C{i}" for i in range(m)]
+        self.member_names: dict = {}
+        for i in range(m):
+            for k in range(K + 1):
+                tag = f"C{i}" if k == 0 else f"C{i}_{k}"
+                self.member_names[(i, k)] = (len(names), len(names) + 1)
+                names += [f"p_{tag}", f"q_{tag}"]
+        self.names = names
+        self.K, *gens = field(",".join(names), QQ)
+        _set_qq(QQ, self.K)
+        _field._OPS.clear()
+        _field._ATOMS.clear()
+        _field._FACTORS.clear()
+        self.gens = gens
+        self.z3vars = [z3.Real(n) for n in names]
+        self.field = SymField(self.K)
+        one = self.K(1)
+        # the totals: the last class's total is 1 minus the rest (one law each for p and q)
+        self.named_p = [gens[a] for a in range(c)]
+        self.totals_p = [gens[c + i] for i in range(m)]
+        self.named_q = [gens[c + m + a] for a in range(c)]
+        self.totals_q = [gens[2 * c + m + i] for i in range(m)]
+        self.eliminated = (names[c + m - 1], names[2 * c + 2 * m - 1])
+        self.totals_p[-1] = one - sum(self.named_p + self.totals_p[:-1], self.K(0))
+        self.totals_q[-1] = one - sum(self.named_q + self.totals_q[:-1], self.K(0))
+        self.member_index: dict = {}   # generator index -> (class, draw)
+        for (i, k), (a, b) in self.member_names.items():
+            self.member_index[a] = (i, k)
+            self.member_index[b] = (i, k)
+        self.base: list = []
+        for e in self.named_p + self.named_q + self.totals_p + self.totals_q:
+            self._add_base(e, OPS[">="])
+        R, _u, _v = _pred_ring()
+        for i, signs in enumerate(layout.classes):
+            P, Q = self.totals_p[i], self.totals_q[i]
+            for g, sg in zip(layout.preds, signs):
+                if _linear_homogeneous(g):   # a sum of tokens with g's sign: the totals have it too (or are 0)
+                    self._add_base(self._instantiate(g, P, Q), frozenset((sg, ZERO)))
+            for k in range(K + 1):
+                pu, qv = (gens[j] for j in self.member_names[(i, k)])
+                self._add_base(pu, OPS[">="])
+                self._add_base(qv, OPS[">="])
+                self._add_base(P - pu, OPS[">="])
+                self._add_base(Q - qv, OPS[">="])
+                for g, sg in zip(layout.preds, signs):
+                    self._add_base(self._instantiate(g, pu, qv), frozenset((sg,)))
+        self.laws = {"p": [tuple(SymNum(x) for x in self.named_p)], "q": [tuple(SymNum(x) for x in self.named_q)]}
+        self.atoms: set = set()
+        self._stack: Any = None
+        self._z3cache: dict = {}
+        self._signcache: dict = {}
+        self._shown: dict = {}
+
+    def _instantiate(self, g: Any, a: Any, b: Any) -> Any:
+        total = self.K(0)
+        for (ea, eb), c in g.terms():
+            total += self.K(_field._QQ(int(c.numerator), int(c.denominator))) * a ** ea * b ** eb
+        return total
+
+    def _add_base(self, e: Any, signs: frozenset) -> None:
+        poly = e.numer if hasattr(e, "numer") else e
+        if poly.is_ground:
+            return
+        if poly.LC < 0:
+            signs = frozenset({NEG: POS, POS: NEG, ZERO: ZERO}[s] for s in signs)
+        self.base.append((poly.monic(), signs))
+
+    def members_in(self, poly: Any) -> set:
+        """The (class, draw) pairs whose token symbols occur in ``poly``."""
+        out = set()
+        for j, d in enumerate(poly.degrees()):
+            if d > 0 and j in self.member_index:   # (the zero polynomial's degrees are -inf)
+                out.add(self.member_index[j])
+        return out
+
+    def has_other(self, poly: Any) -> bool:
+        return any(d > 0 and j not in self.member_index for j, d in enumerate(poly.degrees()))
+
+    def to_generic(self, poly: Any, i: int, k: int) -> Any:
+        if k == 0:
+            return poly
+        a, b = self.member_names[(i, k)]
+        a0, b0 = self.member_names[(i, 0)]
+        R = self.K.ring
+        return poly.compose([(R.gens[a], R.gens[a0]), (R.gens[b], R.gens[b0])])
+
+    def to_draw(self, f: Any, i: int, k: int) -> Any:
+        """A class entry (a rational function of the class's generic token) at its ``k``-th drawn token."""
+        a, b = self.member_names[(i, k)]
+        a0, b0 = self.member_names[(i, 0)]
+        R = self.K.ring
+        subs = [(R.gens[a0], R.gens[a]), (R.gens[b0], R.gens[b])]
+        return self.K(f.numer.compose(subs)) / self.K(f.denom.compose(subs))
+
+    def predicate(self, poly: Any, i: int) -> Any:
+        """``poly`` (in class ``i``'s generic token only) as a polynomial in ``u = p``, ``v = q``."""
+        R2, _u, _v = _pred_ring()
+        a0, b0 = self.member_names[(i, 0)]
+        terms = {}
+        for monom, c in poly.terms():
+            terms[(monom[a0], monom[b0])] = c
+        g = R2.from_dict(terms)
+        return g.monic() if not g.is_ground else g
+
+    def describe_classes(self) -> list:
+        preds = [str(g.as_expr()).replace("u", "p(t)").replace("v", "q(t)") for g in self.layout.preds]
+        out = []
+        for i, signs in enumerate(self.layout.classes):
+            conds = [f"{g} {_sign_text(s)}" for g, s in zip(preds, signs)]
+            out.append(f"C{i}: unnamed tokens t with " + (", ".join(conds) if conds else "any probabilities"))
+        return out
+
+
+# -- the decider: answers about an unnamed token must hold for every token of its class ----------------------
+class _AbsDecider(Decider):
+    def decide(self, frac: Any, op: str) -> bool:
+        num = frac.numer
+        if num.is_zero:
+            return ZERO in OPS[op]
+        poly = num * frac.denom
+        if poly.is_ground:
+            return (POS if poly.LC > 0 else NEG) in OPS[op]
+        space = self.space
+        members = space.members_in(poly)
+        if not members:
+            return super().decide(frac, op)
+        csign, facs = _field._factors(poly.monic())
+        sign = (POS if poly.LC > 0 else NEG) * csign
+        for f, e in facs:
+            mem = space.members_in(f)
+            if not mem:   # a factor free of unnamed tokens: decided on the cell as usual (it may fork)
+                s = ZERO if Decider.decide(self, space.K(f), "==") else \
+                    POS if Decider.decide(self, space.K(f), ">") else NEG
+            else:
+                if len({i for i, _k in mem}) > 1:
+                    _refuse("compares probabilities of tokens of two different classes of unnamed tokens (e.g. "
+                            "an argmax or max over the vocabulary)")
+                if len(mem) > 1:
+                    _refuse("compares the probabilities of two different drawn unnamed tokens")
+                if space.has_other(f):
+                    _refuse("compares an unnamed token's probability with another quantity (a named token's "
+                            "probability, a vocabulary-wide total or a drawn value)")
+                (i, k), = mem
+                s = self._sign_of(f, i, k)
+            if s == ZERO:
+                sign = ZERO
+                break
+            if s == NEG and e % 2:
+                sign = -sign
+        return sign in OPS[op]
+
+    def _sign_of(self, f: Any, i: int, k: int) -> int:
+        """The sign of an irreducible factor on the cell: one for every token of the class, or split the class."""
+        known = self.known.get(f, ALL)
+        if len(known) == 1:
+            return next(iter(known))
+        ok = [s for s in sorted(known) if self.feasible(f, frozenset((s,)))]
+        if len(ok) != 1:
+            if not ok:
+                raise SolverUnknown("vocab='all': a cell with no point (please report this)")
+            raise _Refine(self.space.predicate(self.space.to_generic(f, i, k), i))
+        self._add(f, frozenset(ok))
+        return ok[0]
+
+
+# -- values: class entries, unnamed tokens, laws -------------------------------------------------------------
+class ClassEntry(SymNum):
+    """The entry of a law at a class of unnamed tokens: a function of the class's generic token, per token."""
+
+    __slots__ = ("cls",)
+
+    def __init__(self, f: Any, cls: int) -> None:
+        self.f, self.cls = f, cls
+
+    def _with(self, o: Any, op: str, scalar_ok: bool) -> Any:
+        if isinstance(o, ClassEntry):
+            if o.cls != self.cls:
+                _refuse(f"combines ({op}) entries of two different classes of unnamed tokens (a sum over the "
+                        "vocabulary outside es.laws?)")
+            return o.f
+        if isinstance(o, float):
+            return SymNum._other(o, op)
+        other = SymNum._other(o, op)
+        if other is NotImplemented:
+            return NotImplemented
+        if not scalar_ok:
+            if getattr(other, "numer", None) is not None and other.numer.is_zero:
+                return other
+            _refuse(f"adds or subtracts a number and the probability of every unnamed token of a class ({op}); "
+                    "a vocabulary-wide sum must go through es.laws (normalize, residual)")
+        space = _SPACE[-1]
+        if getattr(other, "numer", None) is not None and (space.members_in(other.numer) or
+                                                          space.members_in(other.denom)):
+            _refuse(f"combines ({op}) a class entry with a drawn unnamed token's probability")
+        return other
+
+    def __add__(self, o: Any) -> Any:
+        x = self._with(o, "+", False)
+        return x if x is NotImplemented else ClassEntry(_op("+", self.f, x), self.cls)
+
+    __radd__ = __add__
+
+    def __sub__(self, o: Any) -> Any:
+        x = self._with(o, "-", False)
+        return x if x is NotImplemented else ClassEntry(_op("-", self.f, x), self.cls)
+
+    def __rsub__(self, o: Any) -> Any:
+        x = self._with(o, "-", False)
+        return x if x is NotImplemented else ClassEntry(_op("-", x, self.f), self.cls)
+
+    def __mul__(self, o: Any) -> Any:
+        x = self._with(o, "*", True)
+        return x if x is NotImplemented else ClassEntry(_op("*", self.f, x), self.cls)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, o: Any) -> Any:
+        x = self._with(o, "/", True)
+        if x is NotImplemented:
+            return x
+        _field._nonzero(x)
+        return ClassEntry(_op("/", self.f, x), self.cls)
+
+    def __rtruediv__(self, o: Any) -> Any:
+        x = self._with(o, "/", True)
+        if x is NotImplemented:
+            return x
+        _field._nonzero(self.f)
+        return ClassEntry(_op("/", x, self.f), self.cls)
+
+    def __neg__(self) -> "ClassEntry":
+        return ClassEntry(-self.f, self.cls)
+
+    def __abs__(self) -> "ClassEntry":
+        return self if self >= 0 else -self
+
+    def __pow__(self, k: Any) -> Any:
+        r = SymNum.__pow__(self, k)
+        return ClassEntry(r.f, self.cls)
+
+    def _cmp(self, o: Any, op: str) -> Any:
+        x = self._with(o, op, True)
+        if x is NotImplemented:
+            return x
+        return _field.active().decide(_op("-", self.f, x), op)
+
+    def __eq__(self, o: Any) -> Any:  # type: ignore[override]
+        if not isinstance(o, (SymNum, int, Fraction)):
+            if isinstance(o, float):
+                SymNum._other(o, "==")
+            return False
+        return self._cmp(o, "==")
+
+    def __ne__(self, o: Any) -> Any:  # type: ignore[override]
+        r = self.__eq__(o)
+        return r if r is NotImplemented else not r
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ClassEntry(C{self.cls}: {self.f.as_expr()})"
+
+
+_SPACE: list = []
+
+
+class UnnamedToken:
+    """A token drawn from a class of unnamed tokens (its ``k``-th draw in the branch): an outcome no named one."""
+
+    __slots__ = ("cls", "k", "run")
+
+    def __init__(self, cls: int, k: int, run: "_Run") -> None:
+        self.cls, self.k, self.run = cls, k, run
+
+    def __eq__(self, o: Any) -> Any:  # type: ignore[override]
+        if isinstance(o, UnnamedToken):
+            if o.cls != self.cls:
+                return False
+            if o.k == self.k:
+                return True
+            return self.run.ambiguous()
+        if isinstance(o, bool):
+            return False
+        if isinstance(o, int):
+            if 0 <= o < self.run.named:
+                return False
+            _refuse(f"compares a drawn unnamed token with the position {o} of the abstract vocabulary")
+        return NotImplemented
+
+    def __ne__(self, o: Any) -> Any:  # type: ignore[override]
+        r = self.__eq__(o)
+        return r if r is NotImplemented else not r
+
+    def __hash__(self) -> int:
+        return hash(("es-unnamed", self.cls))
+
+    def __index__(self) -> int:
+        return _refuse("uses a drawn unnamed token as an index (of a list the rule built, or in arithmetic)")
+
+    __int__ = __index__
+
+    def __repr__(self) -> str:
+        return f"<unnamed token {self.k} of class C{self.cls}>"
+
+
+class AbstractLaw(tuple):
+    """A law over the abstract vocabulary: named entries, then one :class:`ClassEntry` per class."""
+
+    def __new__(cls, entries: Any, named: int) -> "AbstractLaw":
+        obj = super().__new__(cls, entries)
+        obj.named = named
+        return obj
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, UnnamedToken):
+            e = tuple.__getitem__(self, self.named + i.cls)
+            if isinstance(e, ClassEntry):
+                return SymNum(_SPACE[-1].to_draw(e.f, i.cls, i.k))
+            if _is_zero(e):
+                return e
+            return _refuse("a law the rule built has a constant entry at a class of unnamed tokens")
+        if isinstance(i, slice):
+            return _refuse("slices a law")
+        if isinstance(i, int) and not isinstance(i, bool) and not 0 <= i < self.named:
+            return _refuse(f"reads entry {i} of a law: positions past the named tokens stand for classes")
+        return tuple.__getitem__(self, i)
+
+    def __len__(self) -> int:
+        return _refuse("takes len() of a law: the vocabulary size is symbolic")
+
+    def __reduce__(self) -> Any:   # pragma: no cover - never pickled
+        return (tuple, (tuple(iter(self)),))
+
+
+def _is_zero(e: Any) -> bool:
+    if isinstance(e, (int, Fraction)) and not isinstance(e, bool):
+        return e == 0
+    return type(e) is SymNum and e.f.numer.is_zero
+
+
+class _Hook:
+    """What ``es.laws`` asks while an all-vocabulary proof runs: sums and normalisation with class totals."""
+
+    def __init__(self, space: _AbsSpace) -> None:
+        self.space = space
+
+    def total(self, v: Any) -> Any:
+        """``sum(v)`` over the whole vocabulary: named entries plus each class entry summed over its tokens."""
+        space = self.space
+        entries = list(iter(v))
+        c, m = space.layout.named, len(space.layout.classes)
+        if len(entries) != c + m:
+            _refuse(f"sums a law of {len(entries)} entries, not one over the abstract vocabulary")
+        total: Any = 0
+        for x in entries[:c]:
+            total = total + x
+        for i, x in enumerate(entries[c:]):
+            total = total + self.class_total(x, i)
+        return total
+
+    def class_total(self, x: Any, i: int) -> Any:
+        space = self.space
+        if isinstance(x, ClassEntry):
+            f = x.f
+            if space.members_in(f.denom):
+                _refuse("sums a per-token quantity that is not linear in the token's probabilities (its "
+                        "denominator holds them)")
+            return SymNum(_sum_over_class(space, f.numer, {(i, 0)}) / space.K(f.denom))
+        if _is_zero(x):
+            return 0
+        return _refuse("sums a law with a constant entry at a class of unnamed tokens (its sum needs the class size)")
+
+    def normalize(self, v: Any) -> Any:
+        s = self.total(v)
+        if s == 0:
+            raise InvalidDistribution("cannot normalise a law whose total mass is 0")
+        entries = list(iter(v))
+        return AbstractLaw([x / s if not _is_zero(x) else x for x in entries], self.space.layout.named)
+
+
+def _sum_over_class(space: _AbsSpace, numer: Any, draws: set) -> Any:
+    """``numer`` summed over the tokens of each ``(class, draw)``: it must be linear and homogeneous in each."""
+    R = space.K.ring
+    for i, k in draws:
+        a, b = space.member_names[(i, k)]
+        for monom in numer.monoms():
+            if monom[a] + monom[b] != 1:
+                _refuse("a branch's probability is not linear in an unnamed token's probabilities (its sum "
+                        "over the tokens of the class is not a function of the class's totals)")
+    subs = []
+    for i, k in draws:
+        a, b = space.member_names[(i, k)]
+        subs += [(R.gens[a], space.totals_p[i].numer), (R.gens[b], space.totals_q[i].numer)]
+    return space.K(numer.compose(subs))
+
+
+# -- the enumeration of one cell ------------------------------------------------------------------------------
+class _Run:
+    """One branch: replays ``prefix`` (option indices), then takes option 0 at each new draw, pushing the rest."""
+
+    def __init__(self, prefix: tuple, pending: list, fld: Any, named: int, draws: int) -> None:
+        self.prefix, self.pending, self.fld, self.named, self.draws = prefix, pending, fld, named, draws
+        self.pos = 0
+        self.choices: list = []
+        self.weight: Any = fld.one
+        self.ambiguous_seen = False
+        self.count: dict = {}
+
+    def _choose(self, options: list) -> Any:
+        pos = self.pos
+        self.pos += 1
+        if pos < len(self.prefix):
+            idx = self.prefix[pos]
+        else:
+            idx = 0
+            for j in range(1, len(options)):
+                self.pending.append(tuple(self.choices) + (j,))
+        self.choices.append(idx)
+        value, w = options[idx]
+        if w is not None:
+            self.weight = self.weight * w
+        return value
+
+    def ambiguous(self) -> bool:
+        """Two drawn unnamed tokens of one class compared: both answers are followed, the branch marked."""
+        self.ambiguous_seen = True
+        return self._choose([(True, None), (False, None)])
+
+    def number(self, x: Any, what: str = "a number") -> Any:
+        return self.fld.check(x, what)
+
+    def categorical(self, law: Any) -> Any:
+        fld = self.fld
+        entries = list(iter(law))
+        space = _SPACE[-1]
+        c, m = self.named, len(space.layout.classes)
+        if len(entries) != c + m:
+            _refuse(f"draws from a law of {len(entries)} entries, not one over the abstract vocabulary")
+        options = []
+        for a, x in enumerate(entries[:c]):
+            x = fld.check(x, "a law passed to rng.categorical")
+            if not x >= 0:
+                raise InvalidDistribution(f"a law passed to rng.categorical has entry {a} < 0")
+            if x != 0:
+                options.append((a, x))
+        hook = _Hook(space)
+        total: Any = sum((x for _a, x in options), fld.zero)
+        for i, x in enumerate(entries[c:]):
+            if _is_zero(x):
+                continue
+            if not isinstance(x, ClassEntry):
+                _refuse("draws from a law with a constant entry at a class of unnamed tokens")
+            if not x >= 0:
+                raise InvalidDistribution(f"a law passed to rng.categorical is negative on class C{i}")
+            total = total + hook.class_total(x, i)
+            options.append((("class", i, x), None))
+        if total != 1:
+            raise InvalidDistribution("a law passed to rng.categorical does not sum to exactly 1 over the vocabulary")
+        value = self._choose(options)
+        if isinstance(value, tuple):
+            _tag, i, x = value
+            k = self.count.get(i, 0) + 1
+            if k > self.draws:
+                raise _MoreDraws()
+            self.count[i] = k
+            self.weight = self.weight * SymNum(space.to_draw(x.f, i, k))
+            return UnnamedToken(i, k, self)
+        return value
+
+    draw_now = categorical
+
+    def bernoulli(self, prob: Any) -> bool:
+        prob = self.fld.check(prob, "the probability passed to rng.bernoulli")
+        if not (prob >= 0 and prob <= 1):
+            raise InvalidDistribution(f"rng.bernoulli got a probability outside [0, 1] (at {where()})")
+        if prob == 1:
+            return True
+        if prob == 0:
+            return False
+        return self._choose([(True, prob), (False, 1 - prob)])
+
+    def uniform(self, *a: Any, **k: Any) -> Any:
+        return _refuse("draws rng.uniform() (not followed by the all-vocabulary abstraction yet)")
+
+    random = uniform
+
+
+class _Step:
+    """The chain step a rule sees: drafts sampled from the draft law, the same target law at every position."""
+
+    def __init__(self, run: _Run, gamma: int, p: AbstractLaw, q: AbstractLaw) -> None:
+        self._run, self.gamma, self._p, self._q = run, gamma, p, q
+        self._drafts: list = []
+        self.accepted = 0
+
+    @property
+    def vocab(self) -> int:
+        return _refuse("reads step.vocab: the vocabulary size is symbolic")
+
+    def _check(self, j: int) -> None:
+        if not 0 <= j <= self.gamma:
+            raise IndexError(f"draft position {j} is outside 0..{self.gamma}")
+
+    def draft(self, j: int) -> Any:
+        if not 0 <= j < self.gamma:
+            raise IndexError(f"draft position {j} is outside 0..{self.gamma - 1}")
+        while len(self._drafts) <= j:
+            self._drafts.append(self._run.categorical(self._q))
+        return self._drafts[j]
+
+    def claimed(self, j: int) -> AbstractLaw:
+        if not 0 <= j < self.gamma:
+            raise IndexError(f"draft position {j} is outside 0..{self.gamma - 1}")
+        return self._q
+
+    def target(self, j: int) -> AbstractLaw:
+        self._check(j)
+        return self._p
+
+    def accept(self, j: int) -> Any:
+        self.accepted = max(self.accepted, j + 1)
+        return self.draft(j)
+
+    @property
+    def drafts(self) -> tuple:
+        return tuple(self.draft(j) for j in range(self.gamma))
+
+    def number(self, x: Any) -> Any:
+        from ..laws import to_rational
+        return self._run.fld.convert(to_rational(x, "step.number"))
+
+
+def _enumerate(rule: Any, space: _AbsSpace, gamma: int, tokens: int) -> tuple:
+    """Every branch of ``tokens`` emitted tokens on the current cell: ``({named outcome: probability}, branches)``."""
+    from ..errors import RuleError
+    fld = space.field
+    c = space.layout.named
+    p = AbstractLaw(list(space.laws["p"][0]) + [ClassEntry(space.gens[space.member_names[(i, 0)][0]] / 1, i)
+                                                for i in range(len(space.layout.classes))], c)
+    q = AbstractLaw(list(space.laws["q"][0]) + [ClassEntry(space.gens[space.member_names[(i, 0)][1]] / 1, i)
+                                                for i in range(len(space.layout.classes))], c)
+    out: dict = {}
+    pending: list = [()]
+    branches = 0
+    while pending:
+        prefix = pending.pop()
+        run = _Run(prefix, pending, fld, c, space.layout.draws)
+        emitted: list = []
+        named_only = True
+        while len(emitted) < tokens and named_only:
+            step = _Step(run, gamma, p, q)
+            gen = rule.fn(step, run)
+            n0 = len(emitted)
+            try:
+                for tok in gen:
+                    if isinstance(tok, UnnamedToken):
+                        named_only = False
+                        break
+                    if isinstance(tok, bool) or not isinstance(tok, int) or not 0 <= tok < c:
+                        raise RuleError(f"rule {rule.name} emitted {tok!r}, not a token", rule=rule.name)
+                    emitted.append(tok)
+                    if len(emitted) >= tokens:
+                        break
+            finally:
+                gen.close()
+            if named_only and len(emitted) == n0:
+                raise RuleError(f"rule {rule.name} emitted no token in a step", rule=rule.name)
+        branches += 1
+        if not named_only:
+            continue
+        if run.ambiguous_seen:
+            _refuse("two drawn unnamed tokens of one class were compared and a named outcome depends on the answer")
+        w = run.weight.f
+        draws = {(i, k) for i, n in run.count.items() for k in range(1, n + 1)}
+        if space.members_in(w.denom):
+            _refuse("a branch's probability has an unnamed token's probability in its denominator")
+        total = _sum_over_class(space, w.numer, draws) / space.K(w.denom) if draws else w
+        o = tuple(emitted[:tokens])
+        out[o] = out[o] + SymNum(total) if o in out else SymNum(total)
+    return out, branches
+
+
+# -- the proof ------------------------------------------------------------------------------------------------
+def prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | None, check_ms: int,
+                    progress: Callable[[int, int], None] | None = None) -> Any:
+    """The body of ``es.prove(rule, vocab="all", ...)`` (see :func:`exactspec.prove`); chain rules only.
+
+    >>> import exactspec as es
+    >>> es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1), vocab="all", tokens=1).proven
+    True
+    """
+    from ..enumerate import Budget  # noqa: F401  (the budget's error type)
+    from ..errors import BudgetExceeded
+    from ._prove import Proof, _forget_symbolic_caches
+    t0 = time.perf_counter()
+    if rule.family != "chain" or getattr(proposer, "kind", "chain") != "chain":
+        raise AbstractionRefused("vocab='all' proves chain rules with chain proposers (tree rules: not yet)")
+    if proposer.sampling != "sample" or proposer.claim != "draft" or getattr(proposer, "sampled_from", None):
+        raise AbstractionRefused(f"vocab='all' follows drafts sampled from the draft law (chain(gamma)); "
+                                 f"{proposer.describe()} takes an argmax over the vocabulary or claims another law")
+    if rule.claim == "lossless-greedy":
+        raise AbstractionRefused("vocab='all' does not follow greedy rules (their argmax over the vocabulary)")
+    deadline = None if timeout is None else t0 + timeout
+    preds: list = []
+    draws = 1
+    stats: dict = {"restarts": 0}
+    while True:
+        layout = _Layout(tokens, preds, draws)
+        try:
+            res = _prove_layout(rule, proposer, layout, tokens, check_ms, deadline, timeout, stats, progress, t0)
+        except _Refine as r:
+            if r.pred in preds or len(preds) >= MAX_PREDICATES:
+                raise AbstractionRefused(f"vocab='all': the classes of unnamed tokens would need more than "
+                                         f"{MAX_PREDICATES} predicates (next: {r.pred.as_expr()})") from None
+            preds.append(r.pred)
+            stats["restarts"] += 1
+            continue
+        except _MoreDraws:
+            if draws >= MAX_DRAWS:
+                raise AbstractionRefused(f"vocab='all': a branch draws more than {MAX_DRAWS} tokens from one "
+                                         "class of unnamed tokens") from None
+            draws *= 2
+            stats["restarts"] += 1
+            continue
+        except BudgetExceeded:
+            _forget_symbolic_caches()
+            raise
+        finally:
+            _SPACE.clear()
+            _set_laws_hook(None)
+        break
+    cells, paths, space, ref = res
+    assumptions = {"family": "context_free", "family_source": "given", "vocab": "all", "min_vocab": max(2, tokens),
+                   "tokens": tokens, "prompt": [], "proposer": proposer.describe(), "expected": "target",
+                   "named_tokens": tokens, "classes": space.describe_classes(),
+                   "variables": list(space.names), "closed_form": False,
+                   "abstraction": "exchangeable unnamed tokens (docs: proofs-scale-out, every vocabulary size)"}
+    if ref is not None:
+        ref.assumptions, ref.seconds = assumptions, time.perf_counter() - t0
+        return ref
+    stats["cells"] = len(cells)
+    return Proof(rule=rule.name, cells=cells, paths=paths, atoms=len(space.atoms), assumptions=assumptions,
+                 seconds=time.perf_counter() - t0, stats=stats)
+
+
+def _set_laws_hook(hook: Any) -> None:
+    from .. import laws
+    laws._ABSTRACT = hook
+
+
+def _prove_layout(rule: Any, proposer: Any, layout: _Layout, tokens: int, check_ms: int, deadline: Any,
+                  timeout: Any, stats: dict, progress: Any, t0: float) -> tuple:
+    from ..errors import BudgetExceeded
+    space = _AbsSpace(layout, check_ms)
+    _SPACE.append(space)
+    _set_laws_hook(_Hook(space))
+    c = layout.named
+    pending: list = [([], None)]
+    cells: list = []
+    paths = 0
+    while pending:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise BudgetExceeded("seconds", timeout, covered={"cells proven": len(cells), "cells pending": len(pending)})
+        start, point = pending.pop()
+        with _AbsDecider(space, start, pending, stats, point) as dec:
+            out, n = _enumerate(rule, space, proposer.gamma, tokens)
+            paths += n
+            for o in itertools.product(range(c), repeat=tokens):
+                expected: Any = space.field.one
+                for t in o:
+                    expected = expected * space.laws["p"][0][t]
+                a = space.field.check(out.get(o, 0), "an output probability").f
+                d = a - expected.f
+                if d.numer.is_zero:
+                    continue
+                num, _den = dec.reduce(d, numer_only=True)
+                if num.is_zero or not dec.may_be_nonzero(num):
+                    continue
+                return cells, paths, space, _refute_all(rule, proposer, space, dec, d, o, tokens, t0, len(cells))
+            cells.append([space.show(p, s) for p, s in dec.order])
+        if progress is not None:
+            progress(len(cells), len(cells) + len(pending))
+    return cells, paths, space, None
+
+
+def _refute_all(rule: Any, proposer: Any, space: _AbsSpace, dec: Decider, d: Any, o: tuple, tokens: int,
+                t0: float, cells_done: int) -> Any:
+    """Replay a point of the cell where the output differs, at a concrete vocabulary: each class one token."""
+    from ..counterexamples.counterexample import Counterexample
+    from ..counterexamples.searching import _rule_ref, evaluate
+    from ..counterexamples.space import SearchInstance
+    from ._prove import Refutation, _rational_point
+    cell = [space.show(p, s) for p, s in dec.order]
+    point = _rational_point(space, dec, d.numer.monic())
+    if point is None:
+        raise SolverUnknown(f"es.prove(vocab='all') found a cell where {rule.name} may be biased ({', '.join(cell)}) "
+                            "but no rational witness inside it; not a verdict")
+    P = [space.value(x, point) for x in space.named_p] + [space.value(x, point) for x in space.totals_p]
+    Q = [space.value(x, point) for x in space.named_q] + [space.value(x, point) for x in space.totals_q]
+    c = space.layout.named
+    keep = list(range(c)) + [c + i for i in range(len(space.layout.classes)) if P[c + i] or Q[c + i]]
+    p_law, q_law = tuple(P[j] for j in keep), tuple(Q[j] for j in keep)
+    if len(keep) < 2:
+        p_law, q_law = p_law + (Fraction(0),), q_law + (Fraction(0),)
+    vocab = len(p_law)
+    inst = SearchInstance(vocab=vocab, family="context_free", target=(p_law,), draft=(q_law,),
+                          shape=(proposer.gamma,), tokens=tokens, prompt=(), decoding="sample",
+                          proposer_kind="chain", sampling=proposer.sampling, claim=proposer.claim)
+    rep = evaluate(rule, inst)
+    if rep is None or not rep.tv > 0:
+        raise SolverUnknown(f"es.prove(vocab='all')'s witness for {rule.name} (each class of unnamed tokens as one "
+                            f"token, vocab {vocab}) did not replay as a bias in the exact engine: undecided, not a "
+                            f"verdict (cell: {', '.join(cell)})")
+    ce = Counterexample(rule=rule.name, claim=rule.claim, instance=inst, output=dict(rep.output),
+                        expected=dict(rep.expected), tv=rep.tv, space=f"es.prove (context_free, vocab all -> {vocab})",
+                        rule_ref=_rule_ref(rule))
+    return Refutation(rule=rule.name, cell=cell, outcome=o, difference=str(d.as_expr()),
+                      witness={"p": p_law, "q": q_law}, report=rep, counterexample=ce, assumptions={},
+                      seconds=time.perf_counter() - t0, cells_done=cells_done)
