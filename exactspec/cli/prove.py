@@ -44,13 +44,26 @@ def _cmd_prove(args: Any) -> int:
     return res.exit_code
 
 
+def _vocab(text: str) -> "int | str":
+    """``--vocab``: an int, or ``all`` (every vocabulary size)."""
+    import argparse
+    if text.strip().lower() == "all":
+        return "all"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a vocabulary size like 3, or 'all', got {text!r}") from None
+
+
 def register(sub: Any, o: Options) -> None:
     """Add the ``prove`` sub-command to ``sub`` (the parser's sub-parsers)."""
     pr = sub.add_parser("prove", help="prove a rule lossless for every target and draft law, or refute it with a "
                                       "witness (needs exactspec[prove])")
     pr.add_argument("--rule", required=True, help="catalog name or MODULE:FUNCTION (required: no default)")
-    pr.add_argument("--vocab", type=int, required=True, help="vocabulary size of the symbolic laws (required: no "
-                                                              "default; 2 to 4 is practical)")
+    pr.add_argument("--vocab", type=_vocab, required=True,
+                    help="vocabulary size of the symbolic laws (required: no default; 2 to 4 is practical), or "
+                         "'all': one proof for every vocabulary size (chain rules, sampled drafts, context-free "
+                         "laws; the tokens outside the outcome as classes of exchangeable unnamed tokens)")
     pr.add_argument("--tokens", type=int, required=True, help="horizon: tokens whose law is proven (required: no "
                                                                "default)")
     pr.add_argument("--gamma", type=int, default=None, help="chain rules: drafted tokens per step (default 1)")

@@ -33,7 +33,7 @@ from __future__ import annotations
 import itertools
 import time
 from fractions import Fraction
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from ..errors import ExactSpecError, InvalidDistribution
 from ._field import (ALL, NEG, OPS, POS, ZERO, Decider, SolverUnknown, Space, SymField, SymNum, UnsupportedSymbolic,
@@ -197,6 +197,8 @@ class _AbsSpace(Space):
         self._z3cache: dict = {}
         self._signcache: dict = {}
         self._shown: dict = {}
+        self._drawn: dict = {}
+        self.totals: dict = {}
 
     def _instantiate(self, g: Any, a: Any, b: Any) -> Any:
         total = self.K(0)
@@ -233,11 +235,18 @@ class _AbsSpace(Space):
 
     def to_draw(self, f: Any, i: int, k: int) -> Any:
         """A class entry (a rational function of the class's generic token) at its ``k``-th drawn token."""
+        key = (f, i, k)
+        hit = self._drawn.get(key)
+        if hit is None:
+            hit = self._drawn[key] = self._to_draw(f, i, k)
+        return hit
+
+    def _to_draw(self, f: Any, i: int, k: int) -> Any:
         a, b = self.member_names[(i, k)]
         a0, b0 = self.member_names[(i, 0)]
         R = self.K.ring
         subs = [(R.gens[a0], R.gens[a]), (R.gens[b0], R.gens[b])]
-        return self.K(f.numer.compose(subs)) / self.K(f.denom.compose(subs))
+        return self.K.raw_new(f.numer.compose(subs), f.denom.compose(subs))   # a renaming: still in lowest terms
 
     def predicate(self, poly: Any, i: int) -> Any:
         """``poly`` (in class ``i``'s generic token only) as a polynomial in ``u = p``, ``v = q``."""
@@ -509,10 +518,14 @@ class _Hook:
         space = self.space
         if isinstance(x, ClassEntry):
             f = x.f
+            hit = space.totals.get((f, i))
+            if hit is not None:
+                return hit
             if space.members_in(f.denom):
                 _refuse("sums a per-token quantity that is not linear in the token's probabilities (its "
                         "denominator holds them)")
-            return SymNum(_sum_over_class(space, f.numer, {(i, 0)}) / space.K(f.denom))
+            hit = space.totals[(f, i)] = SymNum(_sum_over_class(space, f.numer, {(i, 0)}) / space.K(f.denom))
+            return hit
         if _is_zero(x):
             return 0
         return _refuse("sums a law with a constant entry at a class of unnamed tokens (its sum needs the class size)")
@@ -545,13 +558,14 @@ def _sum_over_class(space: _AbsSpace, numer: Any, draws: set) -> Any:
 class _Run:
     """One branch: replays ``prefix`` (option indices), then takes option 0 at each new draw, pushing the rest."""
 
-    def __init__(self, prefix: tuple, pending: list, fld: Any, named: int, draws: int) -> None:
+    def __init__(self, prefix: tuple, pending: list, fld: Any, named: int, draws: int, supports: dict) -> None:
         self.prefix, self.pending, self.fld, self.named, self.draws = prefix, pending, fld, named, draws
         self.pos = 0
         self.choices: list = []
         self.weight: Any = fld.one
         self.ambiguous_seen = False
         self.count: dict = {}
+        self.supports = supports   # shared by the branches of one cell: a law's support is decided once there
 
     def _choose(self, options: list) -> Any:
         pos = self.pos
@@ -577,13 +591,32 @@ class _Run:
         return self.fld.check(x, what)
 
     def categorical(self, law: Any) -> Any:
+        hit = self.supports.get(id(law))
+        if hit is None or hit[0] is not law:
+            hit = self.supports[id(law)] = (law, self._support(law))   # the law kept alive with its entry
+        options = hit[1]
+        value = self._choose(options)
+        if isinstance(value, tuple):
+            _tag, i, x = value
+            k = self.count.get(i, 0) + 1
+            if k > self.draws:
+                raise _MoreDraws()
+            self.count[i] = k
+            self.weight = self.weight * SymNum(_SPACE[-1].to_draw(x.f, i, k))
+            return UnnamedToken(i, k, self)
+        return value
+
+    draw_now = categorical
+
+    def _support(self, law: Any) -> list:
+        """``[(token or ("class", i, entry), probability or None)]`` of a law, validated (once per law and cell)."""
         fld = self.fld
         entries = list(iter(law))
         space = _SPACE[-1]
         c, m = self.named, len(space.layout.classes)
         if len(entries) != c + m:
             _refuse(f"draws from a law of {len(entries)} entries, not one over the abstract vocabulary")
-        options = []
+        options: list = []
         for a, x in enumerate(entries[:c]):
             x = fld.check(x, "a law passed to rng.categorical")
             if not x >= 0:
@@ -603,18 +636,7 @@ class _Run:
             options.append((("class", i, x), None))
         if total != 1:
             raise InvalidDistribution("a law passed to rng.categorical does not sum to exactly 1 over the vocabulary")
-        value = self._choose(options)
-        if isinstance(value, tuple):
-            _tag, i, x = value
-            k = self.count.get(i, 0) + 1
-            if k > self.draws:
-                raise _MoreDraws()
-            self.count[i] = k
-            self.weight = self.weight * SymNum(space.to_draw(x.f, i, k))
-            return UnnamedToken(i, k, self)
-        return value
-
-    draw_now = categorical
+        return options
 
     def bernoulli(self, prob: Any) -> bool:
         prob = self.fld.check(prob, "the probability passed to rng.bernoulli")
@@ -688,10 +710,11 @@ def _enumerate(rule: Any, space: _AbsSpace, gamma: int, tokens: int) -> tuple:
                                                 for i in range(len(space.layout.classes))], c)
     out: dict = {}
     pending: list = [()]
+    supports: dict = {}
     branches = 0
     while pending:
         prefix = pending.pop()
-        run = _Run(prefix, pending, fld, c, space.layout.draws)
+        run = _Run(prefix, pending, fld, c, space.layout.draws, supports)
         emitted: list = []
         named_only = True
         while len(emitted) < tokens and named_only:
@@ -736,7 +759,6 @@ def prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | N
     >>> es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1), vocab="all", tokens=1).proven
     True
     """
-    from ..enumerate import Budget  # noqa: F401  (the budget's error type)
     from ..errors import BudgetExceeded
     from ._prove import Proof, _forget_symbolic_caches
     t0 = time.perf_counter()
@@ -776,7 +798,8 @@ def prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | N
             _SPACE.clear()
             _set_laws_hook(None)
         break
-    cells, paths, space, ref = res
+    cells, paths, space, found = res
+    ref = None if found is None else _replay(rule, proposer, tokens, found, t0)
     assumptions = {"family": "context_free", "family_source": "given", "vocab": "all", "min_vocab": max(2, tokens),
                    "tokens": tokens, "prompt": [], "proposer": proposer.describe(), "expected": "target",
                    "named_tokens": tokens, "classes": space.describe_classes(),
@@ -793,6 +816,7 @@ def prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | N
 def _set_laws_hook(hook: Any) -> None:
     from .. import laws
     laws._ABSTRACT = hook
+    laws.clear_memo()   # no residual memoised over the abstract vocabulary outlives it (nor the other way)
 
 
 def _prove_layout(rule: Any, proposer: Any, layout: _Layout, tokens: int, check_ms: int, deadline: Any,
@@ -831,12 +855,10 @@ def _prove_layout(rule: Any, proposer: Any, layout: _Layout, tokens: int, check_
 
 
 def _refute_all(rule: Any, proposer: Any, space: _AbsSpace, dec: Decider, d: Any, o: tuple, tokens: int,
-                t0: float, cells_done: int) -> Any:
-    """Replay a point of the cell where the output differs, at a concrete vocabulary: each class one token."""
-    from ..counterexamples.counterexample import Counterexample
-    from ..counterexamples.searching import _rule_ref, evaluate
-    from ..counterexamples.space import SearchInstance
-    from ._prove import Refutation, _rational_point
+                t0: float, cells_done: int) -> dict:
+    """A rational point of the cell where the output differs, as concrete laws: each class one token (replayed
+    later, by :func:`_replay`, once the abstraction is switched off)."""
+    from ._prove import _rational_point
     cell = [space.show(p, s) for p, s in dec.order]
     point = _rational_point(space, dec, d.numer.monic())
     if point is None:
@@ -849,18 +871,70 @@ def _refute_all(rule: Any, proposer: Any, space: _AbsSpace, dec: Decider, d: Any
     p_law, q_law = tuple(P[j] for j in keep), tuple(Q[j] for j in keep)
     if len(keep) < 2:
         p_law, q_law = p_law + (Fraction(0),), q_law + (Fraction(0),)
-    vocab = len(p_law)
-    inst = SearchInstance(vocab=vocab, family="context_free", target=(p_law,), draft=(q_law,),
-                          shape=(proposer.gamma,), tokens=tokens, prompt=(), decoding="sample",
-                          proposer_kind="chain", sampling=proposer.sampling, claim=proposer.claim)
+    return {"cell": cell, "outcome": o, "difference": str(d.as_expr()), "p": p_law, "q": q_law,
+            "cells_done": cells_done}
+
+
+def _replay(rule: Any, proposer: Any, tokens: int, found: dict, t0: float) -> Any:
+    """The Refutation of a cell's point: replayed exactly (outside the abstraction), then made as small as found."""
+    from ..counterexamples.counterexample import Counterexample
+    from ..counterexamples.searching import _rule_ref, evaluate
+    from ._prove import Refutation
+    p_law, q_law, cell = found["p"], found["q"], found["cell"]
+    inst = _instance(proposer, tokens, p_law, q_law)
     rep = evaluate(rule, inst)
     if rep is None or not rep.tv > 0:
         raise SolverUnknown(f"es.prove(vocab='all')'s witness for {rule.name} (each class of unnamed tokens as one "
-                            f"token, vocab {vocab}) did not replay as a bias in the exact engine: undecided, not a "
-                            f"verdict (cell: {', '.join(cell)})")
+                            f"token, vocab {len(p_law)}) did not replay as a bias in the exact engine: undecided, "
+                            f"not a verdict (cell: {', '.join(cell)})")
+    p_law, q_law, inst, rep = _smallest(rule, proposer, tokens, p_law, q_law, inst, rep)
     ce = Counterexample(rule=rule.name, claim=rule.claim, instance=inst, output=dict(rep.output),
-                        expected=dict(rep.expected), tv=rep.tv, space=f"es.prove (context_free, vocab all -> {vocab})",
+                        expected=dict(rep.expected), tv=rep.tv,
+                        space=f"es.prove (context_free, every vocab; witness at vocab {len(p_law)})",
                         rule_ref=_rule_ref(rule))
-    return Refutation(rule=rule.name, cell=cell, outcome=o, difference=str(d.as_expr()),
-                      witness={"p": p_law, "q": q_law}, report=rep, counterexample=ce, assumptions={},
-                      seconds=time.perf_counter() - t0, cells_done=cells_done)
+    return Refutation(rule=rule.name, cell=cell, outcome=found["outcome"], difference=found["difference"],
+                      witness={"p": tuple(p_law), "q": tuple(q_law)}, report=rep, counterexample=ce, assumptions={},
+                      seconds=time.perf_counter() - t0, cells_done=found["cells_done"])
+
+
+def _instance(proposer: Any, tokens: int, p_law: tuple, q_law: tuple) -> Any:
+    from ..counterexamples.space import SearchInstance
+    return SearchInstance(vocab=len(p_law), family="context_free", target=(p_law,), draft=(q_law,),
+                          shape=(proposer.gamma,), tokens=tokens, prompt=(), decoding="sample",
+                          proposer_kind="chain", sampling=proposer.sampling, claim=proposer.claim)
+
+
+def _smallest(rule: Any, proposer: Any, tokens: int, p_law: tuple, q_law: tuple, inst: Any, rep: Any) -> tuple:
+    """A witness at the smallest vocabulary found: tokens merged (masses added) while the exact audit stays biased.
+
+    Then, if more than 2 tokens are left, the concrete prover at vocab 2 (context-free): a refutation there is
+    smaller still. Every candidate is an exact replay; the first biased one at each size is kept.
+    """
+    from ..counterexamples.searching import evaluate
+    p, q = list(p_law), list(q_law)
+    shrunk = True
+    while shrunk and len(p) > 2:
+        shrunk = False
+        for i in range(len(p) - 1, 0, -1):
+            for j in range(i):
+                p2 = p[:i] + p[i + 1:]
+                q2 = q[:i] + q[i + 1:]
+                p2[j] += p[i]
+                q2[j] += q[i]
+                cand = _instance(proposer, tokens, tuple(p2), tuple(q2))
+                r = evaluate(rule, cand)
+                if r is not None and r.tv > 0:
+                    p, q, inst, rep, shrunk = p2, q2, cand, r, True
+                    break
+            if shrunk:
+                break
+    if len(p) > 2:
+        from ._prove import prove
+        try:
+            small = prove(rule, proposer=proposer, vocab=2, tokens=tokens, family="context_free", timeout=60)
+        except ExactSpecError:
+            small = None
+        if small is not None and not small.proven:
+            w = small.witness
+            return w["p"], w["q"], small.counterexample.instance, small.report
+    return tuple(p), tuple(q), inst, rep

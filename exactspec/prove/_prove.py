@@ -139,13 +139,18 @@ class Proof:
 
     def summary(self) -> str:
         a = self.assumptions
+        if a["vocab"] == "all":
+            return (f"PROVEN: {self.rule} emits exactly the {a['expected']} law for every {_family_words(a)} at "
+                    f"{_vocab_words(a)}, {a['proposer']}, first {a['tokens']} token(s): {len(self.cells)} cell(s), "
+                    f"{self.paths} enumerated path(s), {self.atoms} atom(s), {self.seconds:.2f} s. Scope: that "
+                    "family, proposer and horizon, every vocabulary size; the abstraction and its soundness: "
+                    "docs/proofs-scale-out.md.")
         return (f"PROVEN: {self.rule} emits exactly the {a['expected']} law for every {_family_words(a)} at "
                 f"{_vocab_words(a)}, {a['proposer']}, first {a['tokens']} "
                 f"token(s), prompt {tuple(a['prompt'])}: {len(self.cells)} cell(s), "
                 f"{self.stats.get('step laws', 0)} step law(s) ({self.paths} enumerated path(s), the rest closed "
                 f"forms), {self.atoms} atom(s), "
-                f"{self.seconds:.2f} s. Scope: that family, " + ("every vocabulary size" if a["vocab"] == "all"
-                                                                  else "vocab") + ", proposer and horizon only."
+                f"{self.seconds:.2f} s. Scope: that family, vocab, proposer and horizon only."
                 + _default_note(a))
 
     __str__ = summary
@@ -192,8 +197,10 @@ class Refutation:
     def summary(self) -> str:
         a = self.assumptions
         w = "; ".join(f"{k} = ({', '.join(str(x) for x in v)})" for k, v in self.witness.items())
+        where = (f"every vocabulary size >= {a['min_vocab']} searched; the witness has vocab {len(self.witness['p'])}"
+                 if a["vocab"] == "all" else f"vocab {a['vocab']}")
         return (f"REFUTED: {self.rule} does not emit the {a['expected']} law for some {_family_words(a)} "
-                f"(vocab {a['vocab']}, {a['proposer']}, {a['tokens']} token(s)). On the cell "
+                f"({where}, {a['proposer']}, {a['tokens']} token(s)). On the cell "
                 f"{{{', '.join(self.cell)}}} output{self.outcome} - expected{self.outcome} = {self.difference}. "
                 f"Witness {w}: the exact engine gives TV = {self.report.tv}.")
 

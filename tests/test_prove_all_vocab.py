@@ -1,0 +1,170 @@
+"""``es.prove(vocab="all")``: one proof for every vocabulary size, checked against proofs and audits at V = 2..6."""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction as F
+
+import pytest
+
+import exactspec as es
+from exactspec.prove._all_vocab import AbstractionRefused
+
+pytest.importorskip("z3")
+
+
+def _law(rng: random.Random, vocab: int, zeros: int = 0) -> tuple:
+    """A random rational law over ``vocab`` tokens, ``zeros`` of them with probability 0."""
+    w = [rng.randint(1, 9) for _ in range(vocab)]
+    for i in rng.sample(range(vocab), zeros):
+        w[i] = 0
+    s = sum(w)
+    return tuple(F(x, s) for x in w)
+
+
+def _audit_tv(rule, gamma: int, tokens: int, p: tuple, q: tuple) -> F:
+    rep = es.audit(rule=rule, proposer=es.drafts.chain(gamma), target=es.models.context_free(p),
+                   draft=es.models.context_free(q), tokens=tokens)
+    return rep.tv
+
+
+# -- proofs --------------------------------------------------------------------------------------------------
+def test_speculative_sampling_is_proven_for_every_vocabulary_size():
+    res = es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1), vocab="all", tokens=1)
+    assert res.proven and res.exit_code == 0
+    a = res.assumptions
+    assert a["vocab"] == "all" and a["min_vocab"] == 2 and a["family"] == "context_free"
+    assert a["named_tokens"] == 1 and a["classes"], a
+    assert "every vocabulary size >= 2" in res.summary()
+    assert res.to_dict()["verdict"] == "proven"
+
+
+#: catalog chain rules proven for every vocabulary size at gamma 1, 1 token (each checked below at V = 2..6)
+PROVEN_SMALL = ["speculative_sampling", "no_bonus", "sample_and_match", "stale_draft_probs", "ensemble(1)"]
+
+
+@pytest.mark.parametrize("name", PROVEN_SMALL)
+def test_every_vocab_proof_agrees_with_proofs_and_audits_at_small_vocabularies(name):
+    """The independent cross-check: the all-V proof, es.prove at V = 2 and 3, and exact audits at V = 2..6."""
+    rule = es.rules.as_rule(name)
+    res = es.prove(rule, proposer=es.drafts.chain(1), vocab="all", tokens=1)
+    assert res.proven, res.summary()
+    for vocab in (2, 3):
+        assert es.prove(rule, proposer=es.drafts.chain(1), vocab=vocab, tokens=1, family="context_free").proven
+    rng = random.Random(f"all-vocab {name}")
+    for vocab in range(2, 7):
+        for zeros in (0, 1):
+            p, q = _law(rng, vocab, zeros), _law(rng, vocab, zeros)
+            for gamma, tokens in ((1, 1), (2, 2)):
+                assert _audit_tv(rule, gamma, tokens, p, q) == 0, (vocab, p, q, gamma, tokens)
+
+
+def test_a_biased_rule_is_refuted_and_its_witness_replays_exactly():
+    rule = es.rules.resample_from_target
+    res = es.prove(rule, proposer=es.drafts.chain(1), vocab="all", tokens=1)
+    assert not res.proven and res.exit_code == 1
+    p, q = res.witness["p"], res.witness["q"]
+    assert len(p) == len(q) >= 2 and sum(p) == 1 and sum(q) == 1
+    tv = _audit_tv(rule, 1, 1, p, q)   # a second, independent exact run at the witness
+    assert tv > 0 and tv == res.report.tv
+    assert "the witness has vocab" in res.summary()
+    # the same rule is refuted by the concrete prover too
+    assert not es.prove(rule, proposer=es.drafts.chain(1), vocab=2, tokens=1).proven
+
+
+def test_unverified_first_draft_is_refuted_for_every_vocabulary_size():
+    rule = es.rules.unverified_first_draft
+    res = es.prove(rule, proposer=es.drafts.chain(1), vocab="all", tokens=1)
+    assert not res.proven
+    assert _audit_tv(rule, 1, 1, res.witness["p"], res.witness["q"]) == res.report.tv > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["speculative_sampling", "no_bonus", "sample_and_match"])
+def test_lossless_chain_rules_are_proven_for_every_vocab_at_gamma_2_and_2_tokens(name):
+    res = es.prove(es.rules.as_rule(name), proposer=es.drafts.chain(2), vocab="all", tokens=2)
+    assert res.proven, res.summary()
+    assert res.assumptions["named_tokens"] == 2
+
+
+# -- refusals: what the abstraction cannot follow is never proven ----------------------------------------------
+def _rule(fn, name):
+    return es.rules.Rule(fn, name=name, claim="lossless")
+
+
+def _uses_len(step, rng):
+    p = step.target(0)
+    yield rng.categorical(tuple(F(1, len(p)) for _ in p))
+
+
+def _uses_vocab(step, rng):
+    yield step.vocab - 1
+
+
+def _sums_itself(step, rng):
+    p, q = step.target(0), step.claimed(0)
+    z = sum(a - b if a > b else 0 for a, b in zip(p, q))   # builtin sum, not es.laws
+    yield rng.categorical(p) if z == 0 else rng.categorical(p)
+
+
+def _compares_with_a_named_token(step, rng):
+    x = step.draft(0)
+    p = step.target(0)
+    yield x if p[x] > p[0] else 0
+
+
+def _uses_uniform(step, rng):
+    x = step.draft(0)
+    u = rng.uniform()
+    yield x if u < step.target(0)[x] else rng.categorical(step.target(0))
+
+
+def _indexes_past_the_named_tokens(step, rng):
+    p = step.target(0)
+    yield rng.categorical(p) if p[1] > 0 else 0
+
+
+@pytest.mark.parametrize("fn, words", [
+    (_uses_len, "len()"), (_uses_vocab, "step.vocab"), (_sums_itself, "es.laws"),
+    (_compares_with_a_named_token, "another quantity"), (_uses_uniform, "rng.uniform"),
+    (_indexes_past_the_named_tokens, "reads entry 1"),
+])
+def test_what_the_abstraction_cannot_follow_is_refused(fn, words):
+    with pytest.raises(AbstractionRefused) as info:
+        es.prove(_rule(fn, fn.__name__), proposer=es.drafts.chain(1), vocab="all", tokens=1)
+    assert words in str(info.value) and info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("name, words", [("greedy_match", "greedy"), ("tiny_clamp_residual", "constant entry")])
+def test_catalog_rules_beyond_the_abstraction_are_refused(name, words):
+    with pytest.raises(AbstractionRefused) as info:
+        es.prove(es.rules.as_rule(name), proposer=es.drafts.chain(1), vocab="all", tokens=1)
+    assert words in str(info.value)
+
+
+def test_argmax_drafts_and_other_families_are_refused():
+    with pytest.raises(AbstractionRefused):
+        es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1, sampling="argmax", claim="point_mass"),
+                 vocab="all", tokens=1)
+    with pytest.raises(es.ExactSpecError):
+        es.prove(es.rules.speculative_sampling, vocab="all", tokens=1, family="per_position")
+    with pytest.raises(es.ExactSpecError):
+        es.prove(es.rules.speculative_sampling, vocab="all", tokens=0)
+
+
+def test_the_laws_hook_is_cleared_after_a_proof_and_after_a_refusal():
+    from exactspec import laws
+    es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1), vocab="all", tokens=1)
+    assert laws._ABSTRACT is None
+    with pytest.raises(AbstractionRefused):
+        es.prove(_rule(_uses_len, "uses_len"), proposer=es.drafts.chain(1), vocab="all", tokens=1)
+    assert laws._ABSTRACT is None
+    assert laws.normalize((1, 3)) == (F(1, 4), F(3, 4))
+
+
+def test_cli_prove_vocab_all(capsys):
+    from exactspec.cli import main
+    assert main(["prove", "--rule", "speculative_sampling", "--vocab", "all", "--tokens", "1", "-q"]) == 0
+    assert "every vocabulary size >= 2" in capsys.readouterr().out
+    assert main(["prove", "--rule", "resample_from_target", "--vocab", "all", "--tokens", "1", "-q"]) == 1
+    assert main(["prove", "--rule", "greedy_match", "--vocab", "all", "--tokens", "1", "-q"]) == 2
