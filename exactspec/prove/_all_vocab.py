@@ -761,7 +761,10 @@ def prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | N
     """
     from ..errors import BudgetExceeded
     from ._prove import Proof, _forget_symbolic_caches
+    global _LIBRARY
     t0 = time.perf_counter()
+    if not _LIBRARY:
+        _LIBRARY = _library_paths()
     if rule.family != "chain" or getattr(proposer, "kind", "chain") != "chain":
         raise AbstractionRefused("vocab='all' proves chain rules with chain proposers (tree rules: not yet)")
     if proposer.sampling != "sample" or proposer.claim != "draft" or getattr(proposer, "sampled_from", None):
@@ -814,9 +817,64 @@ def prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | N
 
 
 def _set_laws_hook(hook: Any) -> None:
+    """Switch the abstraction's sums on (``hook``) or off (None): ``es.laws`` and, for the rule's own code, ``sum``."""
+    import builtins
     from .. import laws
     laws._ABSTRACT = hook
     laws.clear_memo()   # no residual memoised over the abstract vocabulary outlives it (nor the other way)
+    if hook is not None:
+        if builtins.sum is not _abstract_sum:
+            _BUILTIN_SUM[:] = [builtins.sum]
+            builtins.sum = _abstract_sum
+    elif _BUILTIN_SUM:
+        builtins.sum = _BUILTIN_SUM.pop()
+
+
+_BUILTIN_SUM: list = []
+
+
+def _abstract_sum(iterable: Any, /, start: Any = 0) -> Any:
+    """``sum`` while an all-vocabulary proof runs: a law over the abstract vocabulary is summed with its classes'
+    totals, and a list of its length holding a constant where a class stands is refused (its sum needs the class
+    size); sums in library code (exactspec's, sympy's, z3's) are Python's own."""
+    import os
+    import sys
+    real = _BUILTIN_SUM[0]
+    caller = os.path.abspath(sys._getframe(1).f_code.co_filename)
+    hook = _hook_now()
+    if hook is None or caller.startswith(_LIBRARY):
+        return real(iterable, start)
+    items = list(iterable)
+    layout = hook.space.layout
+    c, m = layout.named, len(layout.classes)
+    if any(isinstance(x, ClassEntry) for x in items) or \
+            (len(items) == c + m and any(not _is_zero(x) for x in items[c:])):
+        if len(items) != c + m:
+            _refuse("sums a list holding a class entry that is not a law over the abstract vocabulary")
+        return start + hook.total(items) if not _is_zero(start) else hook.total(items)
+    return real(items, start)
+
+
+def _hook_now() -> Any:
+    from .. import laws
+    return laws._ABSTRACT
+
+
+def _library_paths() -> tuple:
+    import os
+    import sympy
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    roots = [os.path.join(pkg, "prove") + os.sep, os.path.join(pkg, "enumerate") + os.sep,
+             os.path.join(pkg, "fields.py"), os.path.dirname(os.path.abspath(sympy.__file__)) + os.sep]
+    try:
+        import z3
+        roots.append(os.path.dirname(os.path.abspath(z3.__file__)) + os.sep)
+    except ImportError:   # pragma: no cover - es.prove needs z3
+        pass
+    return tuple(roots)
+
+
+_LIBRARY: tuple = ()
 
 
 def _prove_layout(rule: Any, proposer: Any, layout: _Layout, tokens: int, check_ms: int, deadline: Any,
