@@ -84,7 +84,7 @@ def test_biased_catalog_rules_are_refuted_with_a_witness_an_audit_confirms(name,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["speculative_sampling", "no_bonus", "sample_and_match"])
+@pytest.mark.parametrize("name", ["speculative_sampling", "no_bonus", "sample_and_match", "stale_draft_probs"])
 def test_lossless_chain_rules_are_proven_for_every_vocab_at_gamma_2_and_2_tokens(name):
     res = es.prove(es.rules.as_rule(name), proposer=es.drafts.chain(2), vocab="all", tokens=2)
     assert res.proven, res.summary()
@@ -146,10 +146,43 @@ def test_catalog_rules_beyond_the_abstraction_are_refused(name, words):
     assert words in str(info.value)
 
 
-def test_argmax_drafts_and_other_families_are_refused():
+@pytest.mark.parametrize("gamma, tokens", [(1, 1), (2, 2)])
+def test_argmax_drafts_with_point_mass_claims_are_proven_for_every_vocab(gamma, tokens):
+    """The draft law's argmax is a named token (q of every other token at most its q); smaller vocabularies than
+    the named tokens need are proven concretely. Checked against exact audits at V = 2..6, ties included."""
+    rule = es.rules.speculative_sampling
+    proposer = es.drafts.chain(gamma, sampling="argmax", claim="point_mass")
+    res = es.prove(rule, proposer=proposer, vocab="all", tokens=tokens)
+    assert res.proven, res.summary()
+    assert res.assumptions["named_tokens"] == tokens + 1 and res.assumptions["min_vocab"] == 2
+    assert sorted(res.assumptions["smaller_vocabularies"]) == list(range(2, tokens + 1))
+    rng = random.Random(f"argmax {gamma} {tokens}")
+    for vocab in range(2, 7):
+        p, q = _law(rng, vocab), _law(rng, vocab)
+        q = tuple(sorted(q))          # the largest last, and a tie for the argmax
+        q = q[:-2] + (q[-1],) * 2 if vocab >= 3 else q
+        q = tuple(x / sum(q) for x in q)
+        rep = es.audit(rule=rule, proposer=proposer, target=es.models.context_free(p),
+                       draft=es.models.context_free(q), tokens=tokens)
+        assert rep.tv == 0, (vocab, p, q)
+
+
+def test_argmax_drafts_with_the_draft_law_claimed_are_refuted():
+    rule = es.rules.speculative_sampling
+    proposer = es.drafts.chain(1, sampling="argmax", claim="draft")
+    res = es.prove(rule, proposer=proposer, vocab="all", tokens=1)
+    assert not res.proven and len(res.witness["p"]) == 2
+    rep = es.audit(rule=rule, proposer=proposer, target=es.models.context_free(res.witness["p"]),
+                   draft=es.models.context_free(res.witness["q"]), tokens=1)
+    assert rep.tv == res.report.tv > 0
+
+
+def test_other_proposers_and_families_are_refused():
     with pytest.raises(AbstractionRefused):
-        es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1, sampling="argmax", claim="point_mass"),
+        es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1, claim="point_mass"),
                  vocab="all", tokens=1)
+    with pytest.raises(AbstractionRefused):
+        es.prove(es.rules.mss, vocab="all", tokens=1)
     with pytest.raises(es.ExactSpecError):
         es.prove(es.rules.speculative_sampling, vocab="all", tokens=1, family="per_position")
     with pytest.raises(es.ExactSpecError):

@@ -77,8 +77,10 @@ class _MoreDraws(Exception):
 class _Layout:
     """Named tokens, the predicates, the classes (feasible sign vectors) and draws per class."""
 
-    def __init__(self, named: int, preds: list, draws: int) -> None:
+    def __init__(self, named: int, preds: list, draws: int, argmax_q: bool = False) -> None:
         self.named, self.preds, self.draws = named, list(preds), draws
+        #: named token 0 is the draft law's argmax (the lowest id among its maximisers): q(t) <= q_0 for every t
+        self.argmax_q = argmax_q
         self.classes = _feasible_signs(self.preds)
 
 
@@ -191,6 +193,11 @@ class _AbsSpace(Space):
                 self._add_base(Q - qv, OPS[">="])
                 for g, sg in zip(layout.preds, signs):
                     self._add_base(self._instantiate(g, pu, qv), frozenset((sg,)))
+        if layout.argmax_q:   # named token 0 is q's argmax: no token has a larger draft probability
+            for a in range(1, c):
+                self._add_base(self.named_q[0] - self.named_q[a], OPS[">="])
+            for (i, k), (a, b) in self.member_names.items():
+                self._add_base(self.named_q[0] - gens[b], OPS[">="])
         self.laws = {"p": [tuple(SymNum(x) for x in self.named_p)], "q": [tuple(SymNum(x) for x in self.named_q)]}
         self.atoms: set = set()
         self._stack: Any = None
@@ -657,8 +664,10 @@ class _Run:
 class _Step:
     """The chain step a rule sees: drafts sampled from the draft law, the same target law at every position."""
 
-    def __init__(self, run: _Run, gamma: int, p: AbstractLaw, q: AbstractLaw) -> None:
+    def __init__(self, run: _Run, gamma: int, p: AbstractLaw, q: AbstractLaw, argmax: bool = False,
+                 claim: AbstractLaw | None = None) -> None:
         self._run, self.gamma, self._p, self._q = run, gamma, p, q
+        self._argmax, self._claim = argmax, (q if claim is None else claim)
         self._drafts: list = []
         self.accepted = 0
 
@@ -673,14 +682,14 @@ class _Step:
     def draft(self, j: int) -> Any:
         if not 0 <= j < self.gamma:
             raise IndexError(f"draft position {j} is outside 0..{self.gamma - 1}")
-        while len(self._drafts) <= j:
-            self._drafts.append(self._run.categorical(self._q))
+        while len(self._drafts) <= j:   # argmax drafts: named token 0, q's argmax by the layout (context-free q)
+            self._drafts.append(0 if self._argmax else self._run.categorical(self._q))
         return self._drafts[j]
 
     def claimed(self, j: int) -> AbstractLaw:
         if not 0 <= j < self.gamma:
             raise IndexError(f"draft position {j} is outside 0..{self.gamma - 1}")
-        return self._q
+        return self._claim
 
     def target(self, j: int) -> AbstractLaw:
         self._check(j)
@@ -699,7 +708,7 @@ class _Step:
         return self._run.fld.convert(to_rational(x, "step.number"))
 
 
-def _enumerate(rule: Any, space: _AbsSpace, gamma: int, tokens: int) -> tuple:
+def _enumerate(rule: Any, space: _AbsSpace, proposer: Any, tokens: int) -> tuple:
     """Every branch of ``tokens`` emitted tokens on the current cell: ``({named outcome: probability}, branches)``."""
     from ..errors import RuleError
     fld = space.field
@@ -708,6 +717,10 @@ def _enumerate(rule: Any, space: _AbsSpace, gamma: int, tokens: int) -> tuple:
                                                 for i in range(len(space.layout.classes))], c)
     q = AbstractLaw(list(space.laws["q"][0]) + [ClassEntry(space.gens[space.member_names[(i, 0)][1]] / 1, i)
                                                 for i in range(len(space.layout.classes))], c)
+    gamma, argmax = proposer.gamma, proposer.sampling == "argmax"
+    claim = None
+    if proposer.claim == "point_mass":
+        claim = AbstractLaw([fld.one if a == 0 else 0 for a in range(c)] + [0] * len(space.layout.classes), c)
     out: dict = {}
     pending: list = [()]
     supports: dict = {}
@@ -718,7 +731,7 @@ def _enumerate(rule: Any, space: _AbsSpace, gamma: int, tokens: int) -> tuple:
         emitted: list = []
         named_only = True
         while len(emitted) < tokens and named_only:
-            step = _Step(run, gamma, p, q)
+            step = _Step(run, gamma, p, q, argmax, claim)
             gen = rule.fn(step, run)
             n0 = len(emitted)
             try:
@@ -767,17 +780,21 @@ def prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | N
         _LIBRARY = _library_paths()
     if rule.family != "chain" or getattr(proposer, "kind", "chain") != "chain":
         raise AbstractionRefused("vocab='all' proves chain rules with chain proposers (tree rules: not yet)")
-    if proposer.sampling != "sample" or proposer.claim != "draft" or getattr(proposer, "sampled_from", None):
-        raise AbstractionRefused(f"vocab='all' follows drafts sampled from the draft law (chain(gamma)); "
-                                 f"{proposer.describe()} takes an argmax over the vocabulary or claims another law")
+    if getattr(proposer, "sampled_from", None) is not None or proposer.claim not in ("draft", "point_mass") or \
+            (proposer.sampling == "sample" and proposer.claim != "draft"):
+        raise AbstractionRefused(f"vocab='all' follows drafts sampled from the draft law, or its argmax, claimed as "
+                                 f"the draft law or a point mass; not {proposer.describe()}")
     if rule.claim == "lossless-greedy":
         raise AbstractionRefused("vocab='all' does not follow greedy rules (their argmax over the vocabulary)")
     deadline = None if timeout is None else t0 + timeout
     preds: list = []
     draws = 1
+    # argmax drafts: one more named token, token 0, the draft law's argmax (the outcome may or may not hold it)
+    argmax_q = proposer.sampling == "argmax"
+    named = tokens + 1 if argmax_q else tokens
     stats: dict = {"restarts": 0}
     while True:
-        layout = _Layout(tokens, preds, draws)
+        layout = _Layout(named, preds, draws, argmax_q)
         try:
             res = _prove_layout(rule, proposer, layout, tokens, check_ms, deadline, timeout, stats, progress, t0)
         except _Refine as r:
@@ -803,9 +820,20 @@ def prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | N
         break
     cells, paths, space, found = res
     ref = None if found is None else _replay(rule, proposer, tokens, found, t0)
-    assumptions = {"family": "context_free", "family_source": "given", "vocab": "all", "min_vocab": max(2, tokens),
+    small: dict = {}
+    if ref is None and named > 2:   # the abstraction needs `named` distinct tokens: smaller vocabularies, concretely
+        from ._prove import prove
+        for vocab in range(2, named):
+            left = None if deadline is None else max(deadline - time.perf_counter(), 1.0)
+            concrete = prove(rule, proposer=proposer, vocab=vocab, tokens=tokens, family="context_free",
+                             timeout=left)
+            if not concrete.proven:
+                return concrete
+            small[vocab] = f"proven by es.prove at vocab {vocab} ({len(concrete.cells)} cells)"
+    assumptions = {"family": "context_free", "family_source": "given", "vocab": "all", "min_vocab": 2,
+                   "abstract_from": named, "smaller_vocabularies": small,
                    "tokens": tokens, "prompt": [], "proposer": proposer.describe(), "expected": "target",
-                   "named_tokens": tokens, "classes": space.describe_classes(),
+                   "named_tokens": named, "classes": space.describe_classes(),
                    "variables": list(space.names), "closed_form": False,
                    "abstraction": "exchangeable unnamed tokens (docs: proofs-scale-out, every vocabulary size)"}
     if ref is not None:
@@ -892,7 +920,7 @@ def _prove_layout(rule: Any, proposer: Any, layout: _Layout, tokens: int, check_
             raise BudgetExceeded("seconds", timeout, covered={"cells proven": len(cells), "cells pending": len(pending)})
         start, point = pending.pop()
         with _AbsDecider(space, start, pending, stats, point) as dec:
-            out, n = _enumerate(rule, space, proposer.gamma, tokens)
+            out, n = _enumerate(rule, space, proposer, tokens)
             paths += n
             for o in itertools.product(range(c), repeat=tokens):
                 expected: Any = space.field.one
@@ -926,7 +954,15 @@ def _refute_all(rule: Any, proposer: Any, space: _AbsSpace, dec: Decider, d: Any
     Q = [space.value(x, point) for x in space.named_q] + [space.value(x, point) for x in space.totals_q]
     c = space.layout.named
     keep = list(range(c)) + [c + i for i in range(len(space.layout.classes)) if P[c + i] or Q[c + i]]
-    p_law, q_law = tuple(P[j] for j in keep), tuple(Q[j] for j in keep)
+    p_law, q_law = [P[j] for j in keep], [Q[j] for j in keep]
+    if space.layout.argmax_q and Q[0] > 0:   # a class as equal tokens of draft probability <= q_0: 0 stays the argmax
+        pl, ql = p_law[:c], q_law[:c]
+        for a, b in zip(p_law[c:], q_law[c:]):
+            n = max(1, -(-b // Q[0]))
+            pl += [a / n] * int(n)
+            ql += [b / n] * int(n)
+        p_law, q_law = pl, ql
+    p_law, q_law = tuple(p_law), tuple(q_law)
     if len(keep) < 2:
         p_law, q_law = p_law + (Fraction(0),), q_law + (Fraction(0),)
     return {"cell": cell, "outcome": o, "difference": str(d.as_expr()), "p": p_law, "q": q_law,
