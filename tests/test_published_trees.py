@@ -20,6 +20,16 @@ Verdicts recorded here (vocab 3-4, trees of depth 1-2 with 2-3 paths, order-1 se
   with the number of paths (``candidates`` is ``[batch, paths, depth + 1]``), so the residual is
   dropped or used at the wrong node whenever that count coincides (TV 0.229 at temperature 1 on
   expansion (3,)).
+- eagle-llm 1.2.1 ``eagle/model/utils_alpha.py`` (the module of the acceptance-rate scripts
+  ``eagle/evaluation/gen_ea_alpha_*.py``; the same file in 1.1.0 and 1.2.0) ``evaluate_posterior`` with
+  its own ``generate_tree_buffers``: **biased, algorithmic, at temperature 1**, four ways, each shown
+  alone on a hand-worked instance: token id 0 is taken for padding and never verified (TV 1/8); the
+  token after an accepted leaf is drawn from the residual left by a rejected sibling (the guard
+  ``accept_length != candidates.shape[1]`` of utils.py is missing: TV 1/4); a node on several paths
+  is tried once per path, its residual subtracted again (TV 3/80); the paths come last first
+  (``retrieve_indices`` unsorted), so a later sibling is verified first against a draft law that
+  excludes its earlier siblings (TV 1/4). Its law equals an exact model of those four (and of the
+  ``q.sum() + 1e-5`` renormalisation) to float64 rounding.
 - medusa-llm 0.1 ``medusa/model/utils.py`` ``evaluate_posterior``: typical acceptance is lossy by
   design (claim ``biased``); its law equals the exact law of
   ``es.rules.typical_acceptance_medusa`` exactly (==, as Fractions) at temperature 1 and 1/2, and
@@ -37,11 +47,13 @@ import pytest
 torch = pytest.importorskip("torch")
 if os.environ.get("EXACTSPEC_REQUIRE_PUBLISHED"):
     import eagle.model.utils as eagle_utils
+    import eagle.model.utils_alpha as eagle_alpha_utils
     import eagle.modelbsne1.utils as eagle_bs_utils
     import medusa.model.utils as medusa_utils
     from eagle.model.choices import mc_sim_7b_63
 else:
     eagle_utils = pytest.importorskip("eagle.model.utils", reason="pip install --no-deps eagle-llm==1.2.1")
+    eagle_alpha_utils = pytest.importorskip("eagle.model.utils_alpha", reason="pip install --no-deps eagle-llm==1.2.1")
     eagle_bs_utils = pytest.importorskip("eagle.modelbsne1.utils", reason="pip install --no-deps eagle-llm==1.2.1")
     medusa_utils = pytest.importorskip("medusa.model.utils", reason="pip install --no-deps medusa-llm==0.1")
     from eagle.model.choices import mc_sim_7b_63
@@ -281,3 +293,185 @@ def test_eagle_with_top_p_emits_tokens_outside_the_top_p_set():
     outside = sum(w for out, w in r.output.items() if 2 in out)
     assert abs(outside - F(7, 40)) < F(1, 2 ** 45)
     assert r.verdict == "biased"
+
+
+# -- EAGLE utils_alpha (the acceptance-rate evaluation's verifier) -----------------------------------------------------
+def eagle_alpha_verifier(temperature: float, expansion: tuple):
+    """utils_alpha's evaluate_posterior on the buffers of utils_alpha's own generate_tree_buffers (paths in its
+    order, short paths padded with token 0 as its generate_candidates pads them), then the next token drawn from
+    the law it returns, as update_inference_inputs does."""
+    processor = eagle_alpha_utils.prepare_logits_processor(temperature=temperature)
+    buffers = eagle_alpha_utils.generate_tree_buffers([list(c) for c in tree_buffers(expansion).choices],
+                                                      device="cpu")
+
+    def eagle_alpha(candidates, logits, tree):
+        candidates, logits, probs = tree.in_path_order(buffers["retrieve_indices"], pad=0)
+        best, n, sample_p = eagle_alpha_utils.evaluate_posterior(
+            logits, candidates, processor, probs, [0] * 4, [0] * 4, tree.draft_laws, buffers["p_indices"],
+            tree.tree_candidates, buffers["b_indices"])
+        return [*candidates[best, 1:n + 1].tolist(), int(torch.multinomial(sample_p, 1))]
+    return eagle_alpha
+
+
+ALPHA_FLAGS = ("last_path_first", "residual_after_leaf", "once_per_path", "token_0_is_padding")
+
+
+def _eagle_alpha_model(power: int = 1, eps=F(1e-5), **flags: bool) -> es.Rule:
+    """utils_alpha's verification in exact arithmetic, each deviation from MSS behind a flag (all on by default):
+    siblings tried last first; the token after a leaf accepted after a rejection drawn from that residual; a
+    child tried once per path through it; token 0 skipped; a later sibling's residual taken with
+    ``q / (q.sum() + eps)``. Temperature ``1/power`` for the acceptance and residuals; a token drawn with no
+    residual (after a leaf, or every child skipped) untempered, as ``softmax(logits)`` there."""
+    on = {f: flags.get(f, True) for f in ALPHA_FLAGS}
+    assert set(flags) <= set(ALPHA_FLAGS)
+
+    def paths(step, n):
+        kids = list(step.children(n))
+        return sum(paths(step, k) for k in kids) if kids else 1
+
+    def fn(step, rng):
+        node = step.root
+        while True:
+            kids = list(step.children(node))
+            if not kids:
+                yield rng.categorical(step.target(node))
+                return
+            r = normalize([x ** power for x in step.target(node)])
+            first = step.claimed(kids[0])
+            order = range(len(kids) - 1, -1, -1) if on["last_path_first"] else range(len(kids))
+            tries = [k for k in order for _ in range(paths(step, kids[k]) if on["once_per_path"] else 1)]
+            adjusted, accepted = False, None
+            for k in tries:
+                x = step.token(kids[k])
+                if on["token_0_is_padding"] and x == 0:
+                    continue
+                qx = step.claimed(kids[k])[x]
+                if qx > 0 and rng.bernoulli(min(F(1), r[x] / qx)):
+                    accepted = kids[k]
+                    break
+                earlier = {step.token(kids[i]) for i in range(k)}
+                masked = [F(0) if t in earlier else v for t, v in enumerate(first)]
+                q = [v / (sum(masked) + eps) for v in masked] if earlier else masked
+                r, adjusted = normalize([max(F(0), a - b) for a, b in zip(r, q)]), True
+            if accepted is None:
+                yield rng.categorical(r if adjusted else step.target(node))
+                return
+            yield step.accept(accepted)
+            node = accepted
+            if adjusted and on["residual_after_leaf"] and not list(step.children(node)):
+                yield rng.categorical(r)
+                return
+    return es.Rule(fn, name="eagle_alpha_model", family="tree", claim="biased", marks_accepted=True)
+
+
+def _shift(model: es.Model) -> es.Model:
+    """``model`` on tokens 1.. with token 0 never drawn (p = q = 0 there: LLaMA's ``<unk>``), order 1."""
+    return es.models.from_function(vocab=model.vocab + 1, order=1,
+                                   fn=lambda ctx: (F(0), *model.law((max(ctx[-1] - 1, 0),))))
+
+
+def test_eagle_alpha_buffers_list_the_paths_last_first():
+    for expansion, rows in [((2,), [[0, 2], [0, 1]]), ((1, 2), [[0, 1, 3], [0, 1, 2]]),
+                            ((2, 1), [[0, 2, 4], [0, 1, 3]])]:
+        choices = [list(c) for c in tree_buffers(expansion).choices]
+        theirs = eagle_alpha_utils.generate_tree_buffers(choices, device="cpu")
+        ours = tree_buffers(expansion)
+        assert theirs["retrieve_indices"].tolist() == rows == ours.retrieve_indices.tolist()[::-1]
+        assert torch.equal(theirs["tree_attn_mask"], ours.attn_mask)
+        assert theirs["tree_position_ids"].tolist() == ours.position_ids.tolist()
+    # utils.py sorts them (custom_sort) into our order
+    assert eagle_utils.generate_tree_buffers([[0], [1]], device="cpu")["retrieve_indices"].tolist() == [[0, 1], [0, 2]]
+
+
+def _alpha_audit(p, q, expansion, tokens, **kw):
+    prop = es.drafts.tree(expansion, children=WITHOUT, claim="renormalized")
+    kw = dict(target=p, draft=q, proposer=prop, tokens=tokens, **kw)
+    code = es.audit_sampler(eagle_alpha_verifier(1.0, expansion), adapter=TorchTreeAdapter(torch.float64),
+                            reference=False, **kw)
+    return code, es.audit(rule=_eagle_alpha_model(), **kw), kw
+
+
+@pytest.mark.filterwarnings("ignore::exactspec.HorizonWarning")
+def test_eagle_alpha_takes_token_0_for_padding():
+    # one child x ~ q = (1/4, 1/2, 1/4) under p = (1/2, 1/4, 1/4): x = 0 is skipped (no verification, no residual),
+    # then a draw from p: 1/4 * p. x = 1, 2 accepted w.p. min(q, p) = 1/4 each; x = 1 rejected w.p. 1/4, residual
+    # (p - q)+ = delta_0. First token: (1/8 + 1/4, 1/16 + 1/4, 1/16 + 1/4) = (3/8, 5/16, 5/16): TV 1/8
+    cf = es.models.context_free
+    code, model, _ = _alpha_audit(cf((F(1, 2), F(1, 4), F(1, 4))), cf((F(1, 4), F(1, 2), F(1, 4))), (1,), 1)
+    assert model.output == {(0,): F(3, 8), (1,): F(5, 16), (2,): F(5, 16)} and model.tv == F(1, 8)
+    assert code.verdict == "biased" and total_variation(code.output, model.output) < F(1, 2 ** 50)
+    # (float64: random.random() <= acp accepts with probability acp + 2**-53 on Python's grid)
+    assert abs(code.tv - F(1, 8)) < F(1, 2 ** 50)
+
+
+def test_eagle_alpha_draws_the_token_after_the_leaf_from_the_residual():
+    # tokens 1, 2 with p = (1/2, 1/2), q = (1/4, 3/4), two children (both tokens). The second child x1 is tried first
+    # (q' = 1 on it): accepted w.p. 1/2, then the next token from p at the leaf. Rejected, the residual is delta_x0,
+    # x0 is accepted with probability 1 and the next token is drawn from that residual: x0 again.
+    # x0 = 1 (1/4): (2, .) 1/8 spread by p, (1, 1) 1/8; x0 = 2 (3/4): (1, .) 3/8 spread, (2, 2) 3/8.
+    cf = es.models.context_free
+    code, model, kw = _alpha_audit(cf((F(0), F(1, 2), F(1, 2))), cf((F(0), F(1, 4), F(3, 4))), (2,), 2)
+    assert model.output == {(1, 1): F(5, 16), (1, 2): F(3, 16), (2, 1): F(1, 16), (2, 2): F(7, 16)}
+    assert model.tv == F(1, 4)
+    assert code.verdict == "biased" and total_variation(code.output, model.output) < F(1, 2 ** 50)
+    # utils.py (with the guard accept_length != candidates.shape[1]) is lossless on the same instance
+    assert es.audit_sampler(eagle_verifier(1.0), adapter=TorchTreeAdapter(torch.float64), reference=False,
+                            **kw).tv < F(1, 2 ** 50)
+
+
+@pytest.mark.filterwarnings("ignore::exactspec.HorizonWarning")
+def test_eagle_alpha_tries_a_node_once_per_path_through_it():
+    # one child with two children: the child is on 2 paths and tried twice. p = (0, 3/5, 3/10, 1/10),
+    # q = (0, 1/10, 1/10, 4/5): accepted w.p. min(p, q) = 1/10 each; rejected (7/10) the residual (5/7, 2/7) on
+    # tokens 1, 2 has 0 at the child's token, so the second try rejects again and subtracts q once more:
+    # (5/7 - 1/10, 2/7 - 1/10) -> (43/56, 13/56). First token: (51/80, 21/80, 8/80) against (48, 24, 8)/80: TV 3/80
+    cf = es.models.context_free
+    code, model, _ = _alpha_audit(cf((F(0), F(3, 5), F(3, 10), F(1, 10))), cf((F(0), F(1, 10), F(1, 10), F(4, 5))),
+                                  (1, 2), 1)
+    assert model.output == {(1,): F(51, 80), (2,): F(21, 80), (3,): F(1, 10)} and model.tv == F(3, 80)
+    assert code.verdict == "biased" and total_variation(code.output, model.output) < F(1, 2 ** 50)
+
+
+@pytest.mark.filterwarnings("ignore::exactspec.HorizonWarning")
+def test_eagle_alpha_verifies_the_last_sibling_first():
+    # tokens 1, 2, 3 with p = (1/4, 1/4, 1/2); q = (1/2, 1/2, 0) drafts both 1 and 2, x0 ~ q, x1 the other one,
+    # told q' = delta_x1. utils_alpha tries x1 first: accepted w.p. p(x1) = 1/4; rejected, the residual is p without
+    # x1, (1/3, 2/3) on (x0, 3); x0 accepted w.p. min(1, (1/3) / (1/2)) = 2/3, else token 3. First token
+    # (3/8, 3/8, 1/4) against (1/4, 1/4, 1/2): TV 1/4. (In utils.py's order, x0 first, the same law is p exactly.)
+    cf = es.models.context_free
+    code, model, kw = _alpha_audit(cf((F(0), F(1, 4), F(1, 4), F(1, 2))), cf((F(0), F(1, 2), F(1, 2), F(0))),
+                                   (2,), 1)
+    assert model.output == {(1,): F(3, 8), (2,): F(3, 8), (3,): F(1, 4)} and model.tv == F(1, 4)
+    assert code.verdict == "biased" and total_variation(code.output, model.output) < F(1, 2 ** 50)
+    assert es.audit_sampler(eagle_verifier(1.0), adapter=TorchTreeAdapter(torch.float64), reference=False,
+                            **kw).tv < F(1, 2 ** 50)
+
+
+@pytest.mark.parametrize("expansion", [(2,), (1, 2)])
+def test_eagle_alpha_is_the_exact_model_on_order_1_tables(expansion):
+    # vocab 4, order 1, token 0 never drawn (so the padding is not what shows): the code's float64 law is the
+    # model's to float64 rounding; each deviation alone biases it; none of them leaves MSS, exactly lossless
+    p, q = _shift(P), _shift(Q)
+    code, model, kw = _alpha_audit(p, q, expansion, len(expansion) + 1, prompt=(1,))
+    assert code.verdict == "biased" and code.tv > F(1, 10)
+    assert total_variation(code.output, model.output) < F(1, 2 ** 50)
+    # the q / (q.sum() + 1e-5) renormalisation is in it too: without it the model is ~1e-6 away from the code
+    assert total_variation(code.output, es.audit(rule=_eagle_alpha_model(eps=0), **kw).output) > F(1, 10 ** 7)
+    off = dict.fromkeys(ALPHA_FLAGS, False)
+    assert es.audit(rule=_eagle_alpha_model(eps=0, **off), **kw).tv == 0
+    if expansion == (2,):
+        # float32 laws (the adapter's default) move the TV by float32 rounding only: the bias is algorithmic
+        code32 = es.audit_sampler(eagle_alpha_verifier(1.0, expansion), adapter="torch-tree", reference=False, **kw)
+        assert abs(code32.tv - code.tv) < F(1, 2 ** 20)
+    for flag in ("last_path_first", "residual_after_leaf"):
+        assert es.audit(rule=_eagle_alpha_model(eps=0, **dict(off, **{flag: True})), **kw).tv > F(1, 50)
+
+
+def test_eagle_alpha_at_temperature_one_half_is_the_model():
+    p, q = _shift(P), _shift(Q)
+    prop = es.drafts.tree((2,), children=WITHOUT, claim="renormalized")
+    kw = dict(target=p, draft=q, proposer=prop, tokens=2, prompt=(1,), expected=es.models.sharpen(p, 2))
+    code = es.audit_sampler(eagle_alpha_verifier(0.5, (2,)), adapter=TorchTreeAdapter(torch.float64),
+                            reference=False, **kw)
+    model = es.audit(rule=_eagle_alpha_model(power=2), **kw)
+    assert code.verdict == "biased" and total_variation(code.output, model.output) < F(1, 2 ** 50)

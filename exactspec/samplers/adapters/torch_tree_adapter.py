@@ -91,6 +91,29 @@ class TorchTree:
     p_indices: list = field(default_factory=list)
     b_indices: list = field(default_factory=list)
 
+    def in_path_order(self, retrieve_indices: torch.Tensor, *,
+                      pad: int = -1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(candidates, logits, draft_probs)`` with the paths in the rows of another ``retrieve_indices``.
+
+        For code whose own buffer builder lists the paths of the same tree in another order (or pads
+        short paths with another token): each row follows the linear node indices of
+        ``retrieve_indices`` as their ``generate_candidates`` and ``tree_decoding`` index them (a ``-1``
+        index is ``pad`` in ``candidates``, probability 1 in ``draft_probs``, the last node's logits).
+
+        >>> import exactspec as es
+        >>> from exactspec.enumerate import PathRng
+        >>> from exactspec.enumerate.env import Env
+        >>> from exactspec.fields import get_field
+        >>> fld, m = get_field(backend="python"), es.models.context_free(("1/2", "1/4", "1/4"))
+        >>> step = es.drafts.tree((2,), children="topk", claim="point_mass").step(Env(m, m, fld), (2,),
+        ...                                                                       PathRng((), 1, fld, [], {}))
+        >>> tree = torch_tree_inputs(step)
+        >>> candidates, logits, probs = tree.in_path_order(torch.tensor([[0, 2], [0, 1]]))
+        >>> candidates.tolist(), probs.tolist()
+        ([[2, 1], [2, 0]], [[1.0, 1.0], [1.0, 1.0]])
+        """
+        return _in_path_order(self.tree_candidates[0], self.claimed, self.tree_logits[0], retrieve_indices, pad)
+
 
 def _tensor(law: tuple, dtype: Any) -> torch.Tensor:
     return memoised(f"torch {dtype} probs", law, None,
@@ -140,10 +163,7 @@ def torch_tree_inputs(step: TreeStep, dtype: Any = torch.float32) -> TorchTree:
     zero = torch.zeros(vocab, dtype=dtype)
     claimed = torch.stack([zero] + [_tensor(step.claimed(n), dtype) for n in order[1:]])
     retrieve = buffers.retrieve_indices
-    candidates = torch.cat([tokens, torch.tensor([-1])])[retrieve]
-    claimed_p = torch.cat([claimed.gather(1, tokens.clamp(min=0)[:, None])[:, 0], torch.ones(1, dtype=dtype)])
-    claimed_p[0] = 1.0
-    draft_probs = claimed_p[retrieve]
+    candidates, logits, draft_probs = _in_path_order(tokens, claimed, tree_logits, retrieve, -1)
     parents = buffers.parents.tolist()
     depth_of = buffers.position_ids.tolist()
     kids: dict[int, list[int]] = {}
@@ -167,8 +187,17 @@ def torch_tree_inputs(step: TreeStep, dtype: Any = torch.float32) -> TorchTree:
             brow.append(torch.tensor(earlier, dtype=torch.long) if earlier else [])
         b_indices.append(brow)
     return TorchTree(buffers=buffers, tree_candidates=tokens[None], tree_logits=tree_logits[None],
-                     candidates=candidates, logits=tree_logits[retrieve], target=target, claimed=claimed,
+                     candidates=candidates, logits=logits, target=target, claimed=claimed,
                      draft_probs=draft_probs, draft_laws=draft_laws, p_indices=p_indices, b_indices=b_indices)
+
+
+def _in_path_order(tokens: torch.Tensor, claimed: torch.Tensor, tree_logits: torch.Tensor, retrieve: torch.Tensor,
+                   pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Candidates, logits and claimed probabilities of the linear nodes ``tokens`` along the rows of ``retrieve``."""
+    probs = claimed.gather(1, tokens.clamp(min=0)[:, None])[:, 0].clone()
+    probs[0] = 1.0
+    candidates = torch.cat([tokens, torch.tensor([pad], dtype=tokens.dtype)])[retrieve]
+    return candidates, tree_logits[retrieve], torch.cat([probs, torch.ones(1, dtype=probs.dtype)])[retrieve]
 
 
 _BUFFERS: dict[tuple, TreeBuffers] = {}
