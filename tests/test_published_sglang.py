@@ -42,7 +42,9 @@ torch = pytest.importorskip("torch")
 import exactspec as es  # noqa: E402
 from exactspec.enumerate.rng import LATTICES  # noqa: E402
 from exactspec.samplers.adapters.sglang_kernels import (CHAIN_FILE, SGLANG_VERSION, SglangChainAdapter,  # noqa: E402
-                                                        chain_law, sglang_chain_kernel, sglang_rows)
+                                                        SglangTreeGreedyAdapter, chain_law, greedy_model,
+                                                        reference_tree_greedy, sglang_chain_kernel, sglang_rows,
+                                                        sglang_tree_greedy_kernel)
 from exactspec.samplers.adapters.triton_kernels import RowCache, published_version  # noqa: E402
 
 if os.environ.get("EXACTSPEC_REQUIRE_PUBLISHED"):
@@ -53,6 +55,7 @@ else:
     if published_version("sglang") != SGLANG_VERSION:
         pytest.skip(f"pip install --no-deps sglang=={SGLANG_VERSION}", allow_module_level=True)
     KERNEL = sglang_chain_kernel()
+TREE_GREEDY = sglang_tree_greedy_kernel()
 
 BLOCK = functools.partial(KERNEL, block_verification=True)
 FLOAT32 = dict(rng_model="torch-float32")
@@ -133,8 +136,31 @@ def test_the_fallback_token_is_a_support_violation_at_float32(kernel):
     assert F(r.extra["float_boundary"]["f64_tv"]) <= F(1, 2 ** 40)          # gone at float64: rounding
 
 
-def test_the_adapter_is_registered():
+def test_the_adapters_are_registered():
     assert isinstance(es.samplers.get_adapter("sglang"), SglangChainAdapter)
+    assert isinstance(es.samplers.get_adapter("sglang-tree-greedy"), SglangTreeGreedyAdapter)
+
+
+P_ORDER1 = es.models.random_table(vocab=3, order=1, seed=1)
+Q_ORDER1 = es.models.random_table(vocab=3, order=1, seed=11)
+
+
+@pytest.mark.parametrize("children, claim", [("without_replacement", "renormalized"), ("topk", "point_mass")])
+def test_greedy_tree_verification_emits_the_greedy_sequence_exactly(children, claim):
+    # verify_tree_greedy_triton (spec_tree.py, platform probes stubbed) against the target's greedy sequence
+    kw = dict(adapter="sglang-tree-greedy", target=P_ORDER1, draft=Q_ORDER1, prompt=(0,), expected=greedy_model(P_ORDER1),
+              proposer=es.drafts.tree((2, 1), children=children, claim=claim), reference=False)
+    r = es.audit_sampler(TREE_GREEDY, **kw)
+    assert r.verdict == "lossless" and r.tv == 0
+    assert r.output == es.audit_sampler(reference_tree_greedy, **kw).output
+
+    def first_child_only(predicts, accept_index, accept_token_num, candidates, retrieve_index, retrieve_next_token,
+                         retrieve_next_sibling, target_predict):       # a walk that never tries a second child
+        reference_tree_greedy(predicts, accept_index, accept_token_num, candidates, retrieve_index,
+                              retrieve_next_token, torch.full_like(retrieve_next_sibling, -1), target_predict)
+    assert es.audit_sampler(first_child_only, **kw).tv == 0      # the same sequence, fewer tokens per step ...
+    bad = es.audit_sampler(lambda **a: reference_tree_greedy(**{**a, "target_predict": a["candidates"]}), **kw)
+    assert bad.verdict == "biased"                                # ... but a walk that trusts the draft is caught
 
 
 @pytest.mark.slow

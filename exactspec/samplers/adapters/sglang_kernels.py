@@ -51,13 +51,25 @@ from .base import Adapter
 from .explicit_uniforms import _kernel_lattice, reference_flashinfer_style
 from .triton_kernels import RowCache, interpreted, load_published_module
 
-__all__ = ["SGLANG_VERSION", "CHAIN_FILE", "sglang_chain_kernel", "published_chain", "published_chain_block",
-           "reference_sglang_chain", "SglangChainAdapter", "sglang_chain"]
+__all__ = ["SGLANG_VERSION", "CHAIN_FILE", "TREE_FILE", "TREE_STUBS", "sglang_chain_kernel", "published_chain",
+           "published_chain_block", "reference_sglang_chain", "SglangChainAdapter", "sglang_chain",
+           "sglang_tree_greedy_kernel", "published_tree_greedy", "reference_tree_greedy", "SglangTreeGreedyAdapter",
+           "sglang_tree_greedy", "greedy_model"]
 
 #: the release audited (tests/published-nodeps.txt pins it)
 SGLANG_VERSION = "0.5.23"
 #: the file of the wheel that holds the chain kernel; it imports triton alone
 CHAIN_FILE = "sglang/kernels/ops/speculative/reject_sampling.py"
+#: the file that holds the greedy tree verification kernel (``verify_tree_greedy_triton``, SGLang's XPU path)
+TREE_FILE = "sglang/kernels/ops/speculative/spec_tree.py"
+#: stand-ins for TREE_FILE's platform probes, its only imports besides torch and triton: every ``is_*`` false (so
+#: it imports no CUDA, MUSA or CPU extension) and the out-of-tree guard its tree-building dispatchers call
+TREE_STUBS = {
+    "sglang.srt.platforms": {"current_platform": None},
+    "sglang.srt.platforms.interface": {"reject_out_of_tree_path": lambda *a, **k: None},
+    "sglang.srt.utils": {name: (lambda: False) for name in ("is_cpu", "is_cuda", "is_hip", "is_musa", "is_npu",
+                                                            "is_xpu")},
+}
 
 
 def sglang_chain_kernel(version: str | None = SGLANG_VERSION) -> Callable:
@@ -380,3 +392,150 @@ class SglangChainAdapter(Adapter):
 
 
 sglang_chain = SglangChainAdapter()
+
+
+def sglang_tree_greedy_kernel(version: str | None = SGLANG_VERSION) -> Callable:
+    """``verify_tree_greedy_triton`` from the installed sglang wheel's ``spec_tree.py``, interpreted on CPU.
+
+    The file's platform probes are stand-ins (:data:`TREE_STUBS`); the kernel and its wrapper are the published
+    code. SGLang runs this Triton path on XPU; on CUDA and HIP the same walk is a JIT CUDA kernel (``tree.cuh``).
+
+    >>> sorted(TREE_STUBS)
+    ['sglang.srt.platforms', 'sglang.srt.platforms.interface', 'sglang.srt.utils']
+    """
+    return load_published_module("sglang", TREE_FILE, version=version, stubs=TREE_STUBS).verify_tree_greedy_triton
+
+
+def published_tree_greedy(**kwargs: Any) -> Any:
+    """SGLang 0.5.23's greedy tree verification kernel (for ``exactspec audit-sampler --adapter sglang-tree-greedy``).
+
+    >>> published_tree_greedy.__name__
+    'published_tree_greedy'
+    """
+    return sglang_tree_greedy_kernel()(**kwargs)
+
+
+def reference_tree_greedy(predicts: Any, accept_index: Any, accept_token_num: Any, candidates: Any,
+                          retrieve_index: Any, retrieve_next_token: Any, retrieve_next_sibling: Any,
+                          target_predict: Any) -> None:
+    """A correct greedy tree walk with SGLang's signature (own code): follow the child equal to the target's argmax.
+
+    >>> import torch
+    >>> pred, acc, num = torch.zeros(3, dtype=torch.int32), torch.full((1, 3), -1), torch.zeros(1, dtype=torch.int32)
+    >>> reference_tree_greedy(pred, acc, num, torch.tensor([[9, 1, 2]]), torch.tensor([[0, 1, 2]]),
+    ...                       torch.tensor([[1, -1, -1]]), torch.tensor([[-1, 2, -1]]), torch.tensor([[2, 0, 1]]))
+    >>> int(num[0]), acc.tolist(), pred.tolist()
+    (1, [[0, 2, -1]], [2, 0, 1])
+    """
+    for b in range(candidates.shape[0]):
+        node, n = 0, 0
+        accept_index[b, 0] = retrieve_index[b, 0]
+        while True:
+            want = int(target_predict[b, node])
+            child = int(retrieve_next_token[b, node])
+            while child != -1 and int(candidates[b, child]) != want:
+                child = int(retrieve_next_sibling[b, child])
+            if child == -1 or n + 1 >= accept_index.shape[1]:
+                break
+            predicts[int(retrieve_index[b, node])] = want
+            n += 1
+            accept_index[b, n] = retrieve_index[b, child]
+            node = child
+        accept_token_num[b] = n
+        predicts[int(retrieve_index[b, node])] = int(target_predict[b, node])
+
+
+class SglangTreeGreedyAdapter(Adapter):
+    """SGLang's ``verify_tree_greedy_triton(predicts, accept_index, accept_token_num, candidates, retrieve_index,
+    retrieve_next_token, retrieve_next_sibling, target_predict)`` over a drafted tree (greedy verification).
+
+    The tree is laid out as SGLang's verify step reads it, one row: node 0 the root (the last context token),
+    the others in depth-first order, ``retrieve_next_token`` each node's first child, ``retrieve_next_sibling``
+    its next sibling, ``target_predict`` ``torch.argmax`` of the target law after each node (as ``eagle_sample``
+    takes it of the logits; ties to the lowest id), ``accept_index`` one column per tree level plus one. The
+    emitted tokens are ``predicts[accept_index[0, :accept_token_num[0] + 1]]``. Greedy verification aims at the
+    target's greedy sequence: audit it with ``expected=greedy_model(target)``.
+    """
+
+    name = "sglang-tree-greedy"
+    family = "tree"
+    needs_torch = True
+    precision = "float32"
+    reference = staticmethod(reference_tree_greedy)
+    reference_rule_name = ""
+
+    def __init__(self) -> None:
+        self._rows: dict[Any, RowCache] = {}
+
+    def with_precision(self, precision: str) -> "SglangTreeGreedyAdapter":
+        """This adapter taking the argmax of the laws in ``precision``.
+
+        >>> sglang_tree_greedy.with_precision("float64").precision
+        'float64'
+        """
+        return self if precision == self.precision else self._copy_at(precision, _rows={})
+
+    def call(self, sampler: Callable, step: Any, rng: Rng) -> list[int]:
+        import torch
+        order: list[int] = []
+
+        def visit(node: int) -> None:             # draws the whole tree, depth first
+            order.append(node)
+            for c in step.children(node):
+                visit(c)
+        visit(step.root)
+        index = {node: i for i, node in enumerate(order)}
+        dt = getattr(torch, self.precision)
+        tokens = tuple(int(step.token(node)) if node != step.root else -1 for node in order)
+        parents = tuple(index[step.parent(node)] if node != step.root else -1 for node in order)
+        argmax = tuple(int(torch.argmax(torch.tensor(self.floats(step.target(node)), dtype=dt))) for node in order)
+        depth = max(step.depth(node) for node in order)
+        cache = self._rows.get(sampler)
+        if cache is None:
+            cache = self._rows[sampler] = RowCache(functools.partial(_tree_launch, sampler))
+        return list(cache.get([(tokens, parents, argmax, depth)])[0])
+
+
+def _tree_launch(sampler: Callable, rows: list[tuple]) -> list[tuple[int, ...]]:
+    """One launch per tree (the kernel's batch rows would need equal node counts)."""
+    import torch
+    out = []
+    for tokens, parents, argmax, depth in rows:
+        n = len(tokens)
+        first = [-1] * n
+        sibling = [-1] * n
+        for i in range(n - 1, 0, -1):             # children in order: link each to the next one
+            sibling[i] = first[parents[i]]
+            first[parents[i]] = i
+        predicts = torch.zeros(n, dtype=torch.int32)
+        accept_index = torch.full((1, depth + 1), -1, dtype=torch.int32)
+        accept_token_num = torch.zeros(1, dtype=torch.int32)
+        with interpreted():
+            sampler(predicts=predicts, accept_index=accept_index, accept_token_num=accept_token_num,
+                    candidates=torch.tensor([[max(t, 0) for t in tokens]], dtype=torch.int64),
+                    retrieve_index=torch.arange(n, dtype=torch.int64)[None],
+                    retrieve_next_token=torch.tensor([first], dtype=torch.int64),
+                    retrieve_next_sibling=torch.tensor([sibling], dtype=torch.int64),
+                    target_predict=torch.tensor([argmax], dtype=torch.int64))
+        k = int(accept_token_num[0])
+        out.append(tuple(int(predicts[int(accept_index[0, i])]) for i in range(k + 1)))
+    return out
+
+
+def greedy_model(target: Any) -> Any:
+    """The target's greedy decoding as a model: a point mass on its argmax (ties to the lowest id) in every context.
+
+    >>> import exactspec as es
+    >>> greedy_model(es.models.context_free(("1/4", "1/2", "1/4")))((0,))
+    (Fraction(0, 1), Fraction(1, 1), Fraction(0, 1))
+    """
+    from ...models import from_function
+
+    def point(context: tuple) -> tuple:
+        law = target(context)
+        best = max(range(len(law)), key=lambda t: (law[t], -t))
+        return tuple(Fraction(int(t == best)) for t in range(len(law)))
+    return from_function(vocab=target.vocab, fn=point, order=target.order, name=f"greedy {target.name}")
+
+
+sglang_tree_greedy = SglangTreeGreedyAdapter()
