@@ -116,6 +116,24 @@ def test_lossless_up_to_float32_rounding(kernel, gamma):
     assert F(r.extra["float_boundary"]["f64_tv"]) <= F(1, 2 ** 40)
 
 
+P2 = es.models.context_free((F(2, 3), F(1, 3)))
+Q2 = es.models.context_free((F(1, 3), F(2, 3)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", [KERNEL, BLOCK], ids=["classic", "block"])
+@pytest.mark.parametrize("target, draft, gamma, prompt", [
+    (P2, Q2, 3, ()),
+    (es.models.random_table(vocab=2, order=1, seed=1), es.models.random_table(vocab=2, order=1, seed=11), 2, (0,)),
+], ids=["gamma3", "order1"])
+def test_lossless_up_to_float32_rounding_at_gamma_3_and_on_order_1_laws(kernel, target, draft, gamma, prompt):
+    # order-1 laws: every position has its own target and draft law (block verification's prefix products)
+    r = es.audit_sampler(kernel, adapter="sglang", target=target, draft=draft, proposer=es.drafts.chain(gamma),
+                         prompt=prompt, reference=False, **FLOAT32)
+    assert r.verdict == "lossless" and 0 < r.tv < F(1, 10 ** 6)
+    assert F(r.extra["float_boundary"]["f64_tv"]) <= F(1, 2 ** 40)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel", [KERNEL, BLOCK], ids=["classic", "block"])
 def test_the_fallback_token_is_a_support_violation_at_float32(kernel):
