@@ -154,6 +154,39 @@ def test_the_fallback_token_is_a_support_violation_at_float32(kernel):
     assert F(r.extra["float_boundary"]["f64_tv"]) <= F(1, 2 ** 40)          # gone at float64: rounding
 
 
+@pytest.mark.slow
+def test_the_law_equals_the_generic_guided_search_exactly():
+    # a second, simpler method: the declarative adapter's coordinate-by-coordinate search over the same kernel,
+    # called through a wrapper in FlashInfer's argument order (the last uniform is the final coin)
+    from exactspec.samplers.adapters.explicit_uniforms import tensor_randomness
+    rows = []
+
+    def flashinfer_order(draft_probs, draft_token_ids, uniform_samples, target_probs):
+        b, k, _ = draft_probs.shape
+        if draft_probs.dtype == torch.float32:      # the float32 run's rows (the float64 run is counted apart)
+            rows.append(b)
+        pred, acc = torch.zeros(b * (k + 1), dtype=torch.int32), torch.full((b, k + 1), -1, dtype=torch.int32)
+        num, slots = torch.empty(b, dtype=torch.int32), torch.arange(b * (k + 1)).reshape(b, k + 1)
+        KERNEL(predicts=pred, accept_index=acc, accept_token_num=num,
+               candidates=torch.cat([torch.zeros(b, 1, dtype=torch.int64), draft_token_ids], 1), retrive_index=slots,
+               retrive_next_token=slots, retrive_next_sibling=slots, uniform_samples=uniform_samples.contiguous(),
+               uniform_samples_for_final_sampling=uniform_samples[:, k].contiguous(), target_probs=target_probs,
+               draft_probs=draft_probs, threshold_single=1.0, threshold_acc=1.0, deterministic=True)
+        out = torch.full((b, k + 1), -1, dtype=torch.long)
+        for r in range(b):
+            for i in range(int(num[r]) + 1):
+                out[r, i] = int(pred[int(acc[r, i])])
+        return out
+
+    kw = dict(target=P3, draft=Q3, proposer=es.drafts.chain(1), tokens=2, reference=False, **FLOAT32)
+    adapter = SglangChainAdapter()
+    ours = es.audit_sampler(KERNEL, adapter=adapter, **kw)
+    generic = es.audit_sampler(flashinfer_order, adapter=tensor_randomness(
+        ("draft_probs", "draft_token_ids", "uniform_samples", "target_probs"), {"uniform_samples": "uniform k+1"}), **kw)
+    assert ours.output == generic.output
+    assert adapter.stats["rows"] * 3 < sum(rows)      # one launch per threshold pattern: far fewer kernel rows
+
+
 def test_the_adapters_are_registered():
     assert isinstance(es.samplers.get_adapter("sglang"), SglangChainAdapter)
     assert isinstance(es.samplers.get_adapter("sglang-tree-greedy"), SglangTreeGreedyAdapter)
