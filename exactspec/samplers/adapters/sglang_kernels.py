@@ -54,7 +54,7 @@ from .triton_kernels import RowCache, interpreted, load_published_module
 __all__ = ["SGLANG_VERSION", "CHAIN_FILE", "TREE_FILE", "TREE_STUBS", "sglang_chain_kernel", "published_chain",
            "published_chain_block", "reference_sglang_chain", "SglangChainAdapter", "sglang_chain",
            "sglang_tree_greedy_kernel", "published_tree_greedy", "reference_tree_greedy", "SglangTreeGreedyAdapter",
-           "sglang_tree_greedy", "greedy_model"]
+           "sglang_tree_greedy", "greedy_model", "sglang_rows", "chain_law"]
 
 #: the release audited (tests/published-nodeps.txt pins it)
 SGLANG_VERSION = "0.5.23"
@@ -228,6 +228,13 @@ def _changes(known: dict[int, Any]) -> list[int]:
 def sglang_rows(sampler: Callable, drafts: list[int], p: Any, q: Any, lat: Any, root: int = 0) -> Callable:
     """``launch(rows)`` for a :class:`RowCache`: rows ``(coin indices, final index)`` -> ``(accept count, tokens)``,
     one kernel launch with the tensors ``eagle_sample`` builds (``p``, ``q``: torch tensors ``[k + 1, V]``, ``[k, V]``).
+
+    >>> import torch
+    >>> from exactspec.enumerate.rng import LATTICES
+    >>> p, q = torch.tensor([[0.5, 0.5], [0.5, 0.5]]), torch.tensor([[0.25, 0.75]])
+    >>> launch = sglang_rows(reference_sglang_chain, [1], p, q, LATTICES["torch-float32"])
+    >>> launch([((0,), 0), ((2 ** 24 - 1,), 0)])         # coin 0 accepts token 1; the top coin rejects it
+    [(1, (1, 0)), (0, (0,))]
     """
     import torch
     k = len(drafts)
@@ -265,7 +272,17 @@ def chain_law(launch: Callable, drafts: list[int], p: np.ndarray, q: np.ndarray,
     """The exact law of the emitted tokens of a chain kernel on the lattice ``lat``, from few rows (see the module).
 
     ``launch(rows)`` maps rows ``(coin indices, final index)`` to ``(accept count, tokens)``; ``p``, ``q``: float64
-    arrays ``[k + 1, V]``, ``[k, V]`` (for the suggested thresholds only).
+    arrays ``[k + 1, V]``, ``[k, V]`` (for the suggested thresholds only). Kernel-agnostic: any chain kernel whose
+    accept count and tokens ``launch`` reports.
+
+    >>> import torch
+    >>> from exactspec.enumerate.rng import LATTICES
+    >>> p, q = np.array([[0.5, 0.5], [0.5, 0.5]]), np.array([[0.25, 0.75]])
+    >>> lat = LATTICES["torch-float32"]
+    >>> launch = sglang_rows(reference_sglang_chain, [1], torch.tensor(p), torch.tensor(q), lat)
+    >>> law = chain_law(launch, [1], p, q, lat)     # u * 0.75 < 0.5 keeps token 1 on the points below 2/3
+    >>> law[(0,)] == 1 - law[(1, 0)] - law[(1, 1)] == Fraction(2 ** 24 - 11184811, 2 ** 24), law[(1, 0)] == law[(1, 1)]
+    (True, True)
     """
     k = len(drafts)
     lo, hi = lat.kmin, lat.kmax
