@@ -150,7 +150,8 @@ def test_the_fallback_token_is_a_support_violation_at_float32(kernel):
     assert r.verdict == "biased" and sorted(r.support_violations) == [(0, 4), (1, 4), (2, 4), (3, 4)]
     # drafted token 1 (q = 1/5 < p = 1/4) is always accepted; the bonus falls back to token 4 at one point of 2**24
     assert r.output[(1, 4)] == F(1, 5) / 2 ** 24 == r.output[(2, 4)]
-    assert r.extra["float_boundary"]["reason"] == "a support violation at float32: an outcome the expected law never emits"
+    reason = r.extra["float_boundary"]["reason"]
+    assert reason == "a support violation at float32: an outcome the expected law never emits"
     assert F(r.extra["float_boundary"]["f64_tv"]) <= F(1, 2 ** 40)          # gone at float64: rounding
 
 
@@ -181,8 +182,9 @@ def test_the_law_equals_the_generic_guided_search_exactly():
     kw = dict(target=P3, draft=Q3, proposer=es.drafts.chain(1), tokens=2, reference=False, **FLOAT32)
     adapter = SglangChainAdapter()
     ours = es.audit_sampler(KERNEL, adapter=adapter, **kw)
-    generic = es.audit_sampler(flashinfer_order, adapter=tensor_randomness(
-        ("draft_probs", "draft_token_ids", "uniform_samples", "target_probs"), {"uniform_samples": "uniform k+1"}), **kw)
+    declared = tensor_randomness(("draft_probs", "draft_token_ids", "uniform_samples", "target_probs"),
+                                 {"uniform_samples": "uniform k+1"})
+    generic = es.audit_sampler(flashinfer_order, adapter=declared, **kw)
     assert ours.output == generic.output
     assert adapter.stats["rows"] * 3 < sum(rows)      # one launch per threshold pattern: far fewer kernel rows
 
@@ -199,8 +201,9 @@ Q_ORDER1 = es.models.random_table(vocab=3, order=1, seed=11)
 @pytest.mark.parametrize("children, claim", [("without_replacement", "renormalized"), ("topk", "point_mass")])
 def test_greedy_tree_verification_emits_the_greedy_sequence_exactly(children, claim):
     # verify_tree_greedy_triton (spec_tree.py, platform probes stubbed) against the target's greedy sequence
-    kw = dict(adapter="sglang-tree-greedy", target=P_ORDER1, draft=Q_ORDER1, prompt=(0,), expected=greedy_model(P_ORDER1),
-              proposer=es.drafts.tree((2, 1), children=children, claim=claim), reference=False)
+    kw = dict(adapter="sglang-tree-greedy", target=P_ORDER1, draft=Q_ORDER1, prompt=(0,),
+              expected=greedy_model(P_ORDER1), proposer=es.drafts.tree((2, 1), children=children, claim=claim),
+              reference=False)
     r = es.audit_sampler(TREE_GREEDY, **kw)
     assert r.verdict == "lossless" and r.tv == 0
     assert r.output == es.audit_sampler(reference_tree_greedy, **kw).output

@@ -116,9 +116,9 @@ def reference_sglang_chain(predicts: Any, accept_index: Any, accept_token_num: A
 
     >>> import torch
     >>> pred, acc, num = torch.full((2,), -1), torch.full((1, 2), -1), torch.zeros(1, dtype=torch.int32)
+    >>> p, q = torch.tensor([[[0.5, 0.5], [0.5, 0.5]]]), torch.tensor([[[0.5, 0.5]]])
     >>> reference_sglang_chain(pred, acc, num, torch.tensor([[0, 1]]), torch.tensor([[0, 1]]), None, None,
-    ...                        torch.tensor([[0.0, 0.0]]), torch.tensor([0.9]), torch.tensor([[[0.5, 0.5], [0.5, 0.5]]]),
-    ...                        torch.tensor([[[0.5, 0.5]]]))
+    ...                        torch.tensor([[0.0, 0.0]]), torch.tensor([0.9]), p, q)
     >>> int(num[0]), pred.tolist()
     (1, [1, 1])
     """

@@ -112,22 +112,22 @@ def load_published_module(distribution: str, path: str, *, version: str | None =
     ``version``: the release required (an :class:`~exactspec.ExactSpecError` otherwise, as when the
     distribution or the file is missing). Loaded once per (distribution, path, stubs).
 
-    >>> load_published_module("no-such-distribution-exactspec", "x.py")
+    >>> load_published_module("no-such-distribution-exactspec", "x.py")   # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: no-such-distribution-exactspec is not installed (python -m pip install --no-deps no-such-distribution-exactspec): its file x.py cannot be loaded
+    exactspec.errors.ExactSpecError: no-such-distribution-exactspec is not installed (...): its file x.py cannot ...
     """
     from importlib import metadata
-    key = (distribution, path, tuple(sorted(stubs or {})))
-    if key in _LOADED:
-        return _LOADED[key]
     have = published_version(distribution)
     if have is None:
-        raise ExactSpecError(f"{distribution} is not installed (python -m pip install --no-deps {distribution}): its "
-                             f"file {path} cannot be loaded")
+        raise ExactSpecError(f"{distribution} is not installed (python -m pip install --no-deps {distribution}): "
+                             f"its file {path} cannot be loaded")
     if version is not None and have != version:
         raise ExactSpecError(f"{distribution} {have} is installed, {version} is required (python -m pip install "
                              f"--no-deps {distribution}=={version})")
+    key = (distribution, have, path, tuple(sorted(stubs or {})))
+    if key in _LOADED:
+        return _LOADED[key]
     where = metadata.distribution(distribution).locate_file(path)
     if not os.path.isfile(str(where)):
         raise ExactSpecError(f"{distribution} {have} has no file {path}")
