@@ -140,6 +140,12 @@ def get_adapter(adapter: Any) -> Adapter:
         except ImportError:
             raise ExactSpecError(f"the {adapter} adapter needs torch: pip install torch==2.13.0") from None
         return {"transformers": transformers_chain, "vllm": vllm_chain, "flashinfer": flashinfer_chain}[adapter]
+    if adapter in ("sglang", "sglang-tree-greedy"):
+        try:
+            from .sglang_kernels import sglang_chain, sglang_tree_greedy
+        except ImportError:
+            raise ExactSpecError(f"the {adapter} adapter needs torch: pip install torch==2.13.0") from None
+        return sglang_chain if adapter == "sglang" else sglang_tree_greedy
     if adapter == "torch-tree":
         try:
             from .torch_tree_adapter import torch_tree
@@ -149,7 +155,7 @@ def get_adapter(adapter: Any) -> Adapter:
     try:
         return ADAPTERS[adapter]
     except (KeyError, TypeError):
-        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of numpy, numpy-tree, transformers, vllm, flashinfer, torch-tree or pass an "
+        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of numpy, numpy-tree, transformers, vllm, flashinfer, torch-tree, sglang, sglang-tree-greedy or pass an "
                              "es.samplers.Adapter") from None
 
 
