@@ -117,6 +117,12 @@ def _compares_with_a_named_token(step, rng):
     yield x if p[x] > p[0] else 0
 
 
+def _compares_two_drafts(step, rng):
+    x, y = step.draft(0), step.draft(1)
+    p = step.target(0)
+    yield x if p[x] > p[y] else y
+
+
 def _uses_uniform(step, rng):
     x = step.draft(0)
     u = rng.uniform()
@@ -130,12 +136,12 @@ def _indexes_past_the_named_tokens(step, rng):
 
 @pytest.mark.parametrize("fn, words", [
     (_uses_len, "len()"), (_uses_vocab, "step.vocab"), (_shifts_every_token, "adds or subtracts a number"),
-    (_compares_with_a_named_token, "another quantity"), (_uses_uniform, "rng.uniform"),
+    (_compares_two_drafts, "two different drawn unnamed tokens"), (_uses_uniform, "rng.uniform"),
     (_indexes_past_the_named_tokens, "reads entry 1"),
 ])
 def test_what_the_abstraction_cannot_follow_is_refused(fn, words):
     with pytest.raises(AbstractionRefused) as info:
-        es.prove(_rule(fn, fn.__name__), proposer=es.drafts.chain(1), vocab="all", tokens=1)
+        es.prove(_rule(fn, fn.__name__), proposer=es.drafts.chain(2), vocab="all", tokens=1)
     assert words in str(info.value) and info.value.exit_code == 2
 
 
@@ -182,7 +188,7 @@ def test_other_proposers_and_families_are_refused():
         es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1, claim="point_mass"),
                  vocab="all", tokens=1)
     with pytest.raises(AbstractionRefused):
-        es.prove(es.rules.mss, vocab="all", tokens=1)
+        es.prove(es.rules.mss, proposer=es.drafts.tree((2,), children="topk"), vocab="all", tokens=1)
     with pytest.raises(es.ExactSpecError):
         es.prove(es.rules.speculative_sampling, vocab="all", tokens=1, family="per_position")
     with pytest.raises(es.ExactSpecError):
@@ -232,3 +238,45 @@ def test_python_sum_counts_classes_by_their_totals_or_refuses():
     assert builtins.sum is sum and sum([1, 2]) == 3
     res = es.prove(_rule(_sums_a_law_itself, "sums_a_law_itself"), proposer=es.drafts.chain(1), vocab="all", tokens=1)
     assert res.proven, res.summary()
+
+
+def _needs_an_equal_token(step, rng):
+    """Speculative sampling, except that a rejection emits the draft itself unless some token has p == q > 0."""
+    from exactspec.laws import residual
+    x = step.draft(0)
+    p, q = step.target(0), step.claimed(0)
+    r = p[x] / q[x] if q[x] else 1
+    if rng.bernoulli(r if r < 1 else 1):
+        yield step.accept(0)
+        return
+    tie = sum(a if a == b else 0 for a, b in zip(p, q))
+    yield rng.categorical(residual(p, q)) if tie > 0 else x
+
+
+def test_a_class_may_be_empty():
+    """Regression: the classes' tokens were asserted to exist, so only vocabularies with a token of every class were
+    covered, and this rule, biased whenever no token has p == q > 0, was "proven" for every vocabulary size."""
+    rule = es.rules.Rule(_needs_an_equal_token, name="needs_an_equal_token", claim="lossless")
+    assert not es.prove(rule, proposer=es.drafts.chain(1), vocab=3, tokens=1).proven
+    res = es.prove(rule, proposer=es.drafts.chain(1), vocab="all", tokens=1)
+    assert not res.proven
+    assert _audit_tv(rule, 1, 1, res.witness["p"], res.witness["q"]) == res.report.tv > 0
+
+
+def test_mss_with_one_child_is_proven_for_every_vocab():
+    res = es.prove(es.rules.mss, proposer=es.drafts.tree((1,)), vocab="all", tokens=1)
+    assert res.proven, res.summary()
+    rng = random.Random("mss")
+    for vocab in range(2, 7):
+        p, q = _law(rng, vocab, 1), _law(rng, vocab)
+        rep = es.audit(rule=es.rules.mss, proposer=es.drafts.tree((1,)), target=es.models.context_free(p),
+                       draft=es.models.context_free(q), tokens=1)
+        assert rep.tv == 0
+
+
+def test_a_comparison_with_a_named_token_splits_the_classes_and_is_refuted():
+    """``p(x) > p(0)`` for an unnamed draft ``x``: the classes are split by it (a predicate with a parameter)."""
+    rule = _rule(_compares_with_a_named_token, "compares_with_a_named_token")
+    res = es.prove(rule, proposer=es.drafts.chain(1), vocab="all", tokens=1)
+    assert not res.proven
+    assert _audit_tv(rule, 1, 1, res.witness["p"], res.witness["q"]) == res.report.tv > 0

@@ -43,7 +43,7 @@ from . import _field
 __all__ = ["AbstractionRefused", "prove_all_vocab"]
 
 #: the most predicates the classes of unnamed tokens may be split by (each split restarts the proof)
-MAX_PREDICATES = 4
+MAX_PREDICATES = 6
 #: the most tokens one branch may draw from one class (the symbols are made up front; more restarts with more)
 MAX_DRAWS = 8
 
@@ -84,26 +84,45 @@ class _Layout:
         self.classes = _feasible_signs(self.preds)
 
 
-def _pred_ring() -> Any:
-    from sympy import QQ
-    from sympy.polys.rings import ring
-    R, u, v = ring("u,v", QQ)
-    return R, u, v
+def _uv() -> tuple:
+    import sympy
+    return sympy.Symbol("u"), sympy.Symbol("v")
+
+
+def _total_symbol(who: str, signs: tuple) -> Any:
+    """The total ``P`` (``who="p"``) or ``Q`` over the classes whose signs on the first predicates are ``signs``."""
+    import sympy
+    tag = "".join({NEG: "-", ZERO: "0", POS: "+"}[x] for x in signs)
+    return sympy.Symbol(f"{who.upper()}[{tag}]")
+
+
+def _parse_total(name: str) -> tuple | None:
+    if len(name) >= 3 and name[0] in "PQ" and name[1] == "[" and name[-1] == "]":
+        return name[0].lower(), tuple({"-": NEG, "0": ZERO, "+": POS}[c] for c in name[2:-1])
+    return None
 
 
 def _feasible_signs(preds: list) -> list:
-    """The sign vectors of ``preds`` (polynomials in a token's ``u = p``, ``v = q``) some point of [0,1]^2 meets."""
+    """The sign vectors of ``preds`` some token meets for some values of their parameters.
+
+    A predicate is a sympy expression in a token's ``u = p(t)``, ``v = q(t)`` and parameters (named
+    tokens' probabilities, totals ``P[...]``/``Q[...]`` over classes); all range over [0, 1]. A sign
+    vector feasible only for other parameter values gives a class that may be empty: its totals are
+    then unconstrained, a larger abstract space (sound for proofs; a refutation is replayed).
+    """
     import z3
     if not preds:
         return [()]
-    u, v = z3.Real("u"), z3.Real("v")
+    syms = sorted({x for g in preds for x in g.free_symbols}, key=str)
+    zv = {x: z3.Real(str(x)) for x in syms}
     out = []
     for signs in itertools.product((NEG, ZERO, POS), repeat=len(preds)):
         s = z3.Solver()
         s.set("timeout", 10_000)
-        s.add(u >= 0, v >= 0, u <= 1, v <= 1)
+        for x in syms:
+            s.add(zv[x] >= 0, zv[x] <= 1)
         for g, sg in zip(preds, signs):
-            e = _z3_of(g, u, v)
+            e = _z3_expr(g, zv)
             s.add(e < 0 if sg == NEG else e == 0 if sg == ZERO else e > 0)
         r = s.check()
         if r == z3.sat:
@@ -113,21 +132,25 @@ def _feasible_signs(preds: list) -> list:
     return out
 
 
-def _z3_of(g: Any, u: Any, v: Any) -> Any:
+def _z3_expr(g: Any, zv: dict) -> Any:
+    import sympy
     import z3
     terms = []
-    for (a, b), c in g.terms():
-        t = z3.RealVal(f"{int(c.numerator)}/{int(c.denominator)}")
-        if a:
-            t = t * (u if a == 1 else u ** a)
-        if b:
-            t = t * (v if b == 1 else v ** b)
+    for monom, c in sympy.Poly(g, *sorted(zv, key=str)).terms():
+        c = sympy.Rational(c)
+        t = z3.RealVal(f"{c.p}/{c.q}")
+        for x, e in zip(sorted(zv, key=str), monom):
+            if e:
+                t = t * (zv[x] if e == 1 else zv[x] ** e)
         terms.append(t)
-    return z3.Sum(terms) if len(terms) > 1 else terms[0]
+    return z3.Sum(terms) if len(terms) > 1 else terms[0] if terms else z3.RealVal(0)
 
 
 def _linear_homogeneous(g: Any) -> bool:
-    return all(a + b == 1 for (a, b), _c in g.terms())
+    """``g`` is ``a * u + b * v`` with ``a``, ``b`` free of ``u``, ``v`` (so it sums over a class's tokens)."""
+    import sympy
+    u, v = _uv()
+    return all(a + b == 1 for a, b in sympy.Poly(g, u, v).monoms())
 
 
 def _sign_text(s: int) -> str:
@@ -179,12 +202,18 @@ class _AbsSpace(Space):
         self.base: list = []
         for e in self.named_p + self.named_q + self.totals_p + self.totals_q:
             self._add_base(e, OPS[">="])
-        R, _u, _v = _pred_ring()
+        self.sig = [tuple(signs) for signs in layout.classes]
+        member_signs: list = []   # (class, predicate at one of its tokens, sign): asserted unless the class is empty
+        self.class_signs: dict = {i: [] for i in range(m)}   # class -> [(monic polynomial, signs)] at its tokens
+        strict_totals: list = []   # (class, (monic polynomial, strict sign)) of its totals, unless it is empty
         for i, signs in enumerate(layout.classes):
             P, Q = self.totals_p[i], self.totals_q[i]
             for g, sg in zip(layout.preds, signs):
                 if _linear_homogeneous(g):   # a sum of tokens with g's sign: the totals have it too (or are 0)
-                    self._add_base(self._instantiate(g, P, Q), frozenset((sg, ZERO)))
+                    e = self._instantiate(g, P, Q)
+                    self._add_base(e, frozenset((sg, ZERO)))
+                    if sg != ZERO and not e.numer.is_ground:
+                        strict_totals.append((i, self._monic(e, frozenset((sg,)))))
             for k in range(K + 1):
                 pu, qv = (gens[j] for j in self.member_names[(i, k)])
                 self._add_base(pu, OPS[">="])
@@ -192,7 +221,10 @@ class _AbsSpace(Space):
                 self._add_base(P - pu, OPS[">="])
                 self._add_base(Q - qv, OPS[">="])
                 for g, sg in zip(layout.preds, signs):
-                    self._add_base(self._instantiate(g, pu, qv), frozenset((sg,)))
+                    e = self._instantiate(g, pu, qv)
+                    member_signs.append((i, e, sg))
+                    if not e.numer.is_ground:
+                        self.class_signs[i].append(self._monic(e, frozenset((sg,))))
         if layout.argmax_q:   # named token 0 is q's argmax: no token has a larger draft probability
             for a in range(1, c):
                 self._add_base(self.named_q[0] - self.named_q[a], OPS[">="])
@@ -206,12 +238,52 @@ class _AbsSpace(Space):
         self._shown: dict = {}
         self._drawn: dict = {}
         self.totals: dict = {}
+        # a class's tokens meet its signs; a class with no mass may have no token at all (then its token symbols are
+        # only bounded by its totals, 0): so each class's signs hold at its tokens OR both its totals are 0
+        self.totals_p_num = [SymNum(x) for x in self.totals_p]
+        self.totals_q_num = [SymNum(x) for x in self.totals_q]
+        self.base_z3: list = []
+        import z3 as _z3
+        for i in range(m):
+            conds = [self.z3_sign(poly, signs) for poly, signs in self.class_signs[i]]
+            conds += [self.z3_sign(poly, signs) for j, (poly, signs) in strict_totals if j == i]
+            if not conds:
+                continue
+            empty = _z3.And(self.z3_poly(self.totals_p[i].numer) == 0, self.z3_poly(self.totals_q[i].numer) == 0)
+            self.base_z3.append(_z3.Or(empty, _z3.And(conds)))
 
     def _instantiate(self, g: Any, a: Any, b: Any) -> Any:
+        """The predicate ``g`` at a token with probabilities ``a``, ``b`` (field elements), in this layout's symbols."""
+        import sympy
+        u, v = _uv()
+        env = {u: a, v: b}
+        for x in g.free_symbols:
+            if x in env:
+                continue
+            tot = _parse_total(str(x))
+            if tot is not None:
+                who, signs = tot
+                parts = self.totals_p if who == "p" else self.totals_q
+                env[x] = sum((parts[i] for i, sg in enumerate(self.sig) if sg[:len(signs)] == signs), self.K(0))
+            else:
+                env[x] = self.K(self.gens[self.names.index(str(x))])
         total = self.K(0)
-        for (ea, eb), c in g.terms():
-            total += self.K(_field._QQ(int(c.numerator), int(c.denominator))) * a ** ea * b ** eb
+        syms = list(env)
+        for monom, c in sympy.Poly(g, *syms).terms():
+            c = sympy.Rational(c)
+            t = self.K(_field._QQ(int(c.p), int(c.q)))
+            for x, e in zip(syms, monom):
+                if e:
+                    t = t * env[x] ** e
+            total += t
         return total
+
+    def _monic(self, e: Any, signs: frozenset = frozenset()) -> tuple:
+        """``(monic polynomial, signs)`` of ``sign(e) in signs`` (the signs flipped with a negative leading term)."""
+        poly = e.numer if hasattr(e, "numer") else e
+        if poly.LC < 0:
+            signs = frozenset({NEG: POS, POS: NEG, ZERO: ZERO}[s] for s in signs)
+        return poly.monic(), signs
 
     def _add_base(self, e: Any, signs: frozenset) -> None:
         poly = e.numer if hasattr(e, "numer") else e
@@ -256,17 +328,28 @@ class _AbsSpace(Space):
         return self.K.raw_new(f.numer.compose(subs), f.denom.compose(subs))   # a renaming: still in lowest terms
 
     def predicate(self, poly: Any, i: int) -> Any:
-        """``poly`` (in class ``i``'s generic token only) as a polynomial in ``u = p``, ``v = q``."""
-        R2, _u, _v = _pred_ring()
+        """``poly`` (class ``i``'s generic token and other symbols) as a layout-independent predicate expression."""
+        import sympy
+        u, v = _uv()
         a0, b0 = self.member_names[(i, 0)]
-        terms = {}
-        for monom, c in poly.terms():
-            terms[(monom[a0], monom[b0])] = c
-        g = R2.from_dict(terms)
-        return g.monic() if not g.is_ground else g
+        c, m = self.layout.named, len(self.layout.classes)
+        env = {}
+        for j, name in enumerate(self.names):
+            x = sympy.Symbol(name)
+            if j == a0:
+                env[x] = u
+            elif j == b0:
+                env[x] = v
+            elif name.startswith("P_C") and j < 2 * c + 2 * m:
+                env[x] = _total_symbol("p", self.sig[int(name[3:])])
+            elif name.startswith("Q_C") and j < 2 * c + 2 * m:
+                env[x] = _total_symbol("q", self.sig[int(name[3:])])
+        g = sympy.expand(poly.as_expr().xreplace(env))
+        lead = sympy.Poly(g, *sorted(g.free_symbols, key=str)).LC() if g.free_symbols else g
+        return sympy.expand(g / lead)
 
     def describe_classes(self) -> list:
-        preds = [str(g.as_expr()).replace("u", "p(t)").replace("v", "q(t)") for g in self.layout.preds]
+        preds = [str(g).replace("u", "p(t)").replace("v", "q(t)") for g in self.layout.preds]
         out = []
         for i, signs in enumerate(self.layout.classes):
             conds = [f"{g} {_sign_text(s)}" for g, s in zip(preds, signs)]
@@ -276,6 +359,12 @@ class _AbsSpace(Space):
 
 # -- the decider: answers about an unnamed token must hold for every token of its class ----------------------
 class _AbsDecider(Decider):
+    def __init__(self, *a: Any, **k: Any) -> None:
+        super().__init__(*a, **k)
+        if self._shared is None:
+            raise ExactSpecError("vocab='all' needs the prover's shared solver (_field.SHARED_SOLVER)")
+        self.member_signs: dict = {}   # a factor in a class's token symbols -> its sign at every token of the class
+
     def decide(self, frac: Any, op: str) -> bool:
         num = frac.numer
         if num.is_zero:
@@ -300,9 +389,6 @@ class _AbsDecider(Decider):
                             "an argmax or max over the vocabulary)")
                 if len(mem) > 1:
                     _refuse("compares the probabilities of two different drawn unnamed tokens")
-                if space.has_other(f):
-                    _refuse("compares an unnamed token's probability with another quantity (a named token's "
-                            "probability, a vocabulary-wide total or a drawn value)")
                 (i, k), = mem
                 s = self._sign_of(f, i, k)
             if s == ZERO:
@@ -313,17 +399,34 @@ class _AbsDecider(Decider):
         return sign in OPS[op]
 
     def _sign_of(self, f: Any, i: int, k: int) -> int:
-        """The sign of an irreducible factor on the cell: one for every token of the class, or split the class."""
-        known = self.known.get(f, ALL)
-        if len(known) == 1:
-            return next(iter(known))
-        ok = [s for s in sorted(known) if self.feasible(f, frozenset((s,)))]
-        if len(ok) != 1:
-            if not ok:
-                raise SolverUnknown("vocab='all': a cell with no point (please report this)")
+        """The sign of an irreducible factor at every token of class ``i``, or split the class by it.
+
+        Decided on the cell *with the class's signs assumed* (the class has a token): where the class is empty
+        its branches weigh 0 whatever is decided. The answer is kept for this cell but never added to it (that
+        would drop the cell's points where the class is empty).
+        """
+        hit = self.member_signs.get(f)
+        if hit is not None:
+            return hit
+        known = dict(self.known)
+        for poly, signs in self.space.class_signs[i]:
+            known[poly] = known.get(poly, ALL) & signs
+        ok = []
+        for s in (NEG, ZERO, POS):
+            if s not in known.get(f, ALL):
+                continue
+            r = self._shared.check(known, (f, frozenset((s,))), self.stats)
+            self.solver = self._shared.solver
+            if r == self.z3.sat:
+                ok.append(s)
+            elif r != self.z3.unsat:
+                raise SolverUnknown(f"z3 could not decide the sign of {f.as_expr()} on a class of unnamed tokens "
+                                    f"within {self.space.check_ms} ms")
+        if len(ok) > 1:
             raise _Refine(self.space.predicate(self.space.to_generic(f, i, k), i))
-        self._add(f, frozenset(ok))
-        return ok[0]
+        sign = ok[0] if ok else ZERO   # no token of the class can exist on this cell: its branches weigh 0
+        self.member_signs[f] = sign
+        return sign
 
 
 # -- values: class entries, unnamed tokens, laws -------------------------------------------------------------
@@ -637,8 +740,12 @@ class _Run:
                 continue
             if not isinstance(x, ClassEntry):
                 _refuse("draws from a law with a constant entry at a class of unnamed tokens")
+            if not (space.totals_p_num[i] + space.totals_q_num[i]) > 0:   # an empty class: no token to draw
+                continue
             if not x >= 0:
                 raise InvalidDistribution(f"a law passed to rng.categorical is negative on class C{i}")
+            if x == 0:   # 0 at every token of the class (decided for the class): none of them is drawn
+                continue
             total = total + hook.class_total(x, i)
             options.append((("class", i, x), None))
         if total != 1:
@@ -708,6 +815,84 @@ class _Step:
         return self._run.fld.convert(to_rational(x, "step.number"))
 
 
+class _TreeStep:
+    """The tree step a tree rule sees: children drawn i.i.d. from the draft law, claimed as it (context-free)."""
+
+    family = "tree"
+    root = 0
+
+    def __init__(self, run: _Run, expansion: tuple, p: AbstractLaw, q: AbstractLaw) -> None:
+        self._run, self._exp, self._p, self._q = run, expansion, p, q
+        self.max_depth = len(expansion)
+        self._tok: list = [None]
+        self._parent = [-1]
+        self._depth = [0]
+        self._path: list = [()]
+        self._kids: list = [[]]
+        self.accepted = 0
+
+    @property
+    def vocab(self) -> int:
+        return _refuse("reads step.vocab: the vocabulary size is symbolic")
+
+    def token(self, node: int) -> Any:
+        return self._tok[node]
+
+    def parent(self, node: int) -> int:
+        return self._parent[node]
+
+    def depth(self, node: int) -> int:
+        return self._depth[node]
+
+    def path(self, node: int) -> tuple:
+        return self._path[node]
+
+    def target(self, node: int) -> AbstractLaw:
+        self._depth[node]   # IndexError for a node that does not exist
+        return self._p
+
+    def claimed(self, node: int) -> AbstractLaw:
+        if node == 0:
+            raise ValueError("the root carries no claimed law")
+        self._depth[node]
+        return self._q
+
+    def _draw_next(self, node: int) -> bool:
+        d = self._depth[node]
+        if d >= self.max_depth or len(self._kids[node]) >= self._exp[d]:
+            return False
+        x = self._run.categorical(self._q)
+        c = len(self._tok)
+        self._tok.append(x)
+        self._parent.append(node)
+        self._depth.append(d + 1)
+        self._path.append(self._path[node] + (x,))
+        self._kids.append([])
+        self._kids[node].append(c)
+        return True
+
+    def children(self, node: int) -> list:
+        while self._draw_next(node):
+            pass
+        return list(self._kids[node])
+
+    def proposals(self, node: int) -> Any:
+        i = 0
+        while True:
+            if i >= len(self._kids[node]) and not self._draw_next(node):
+                return
+            yield self._kids[node][i], self._q
+            i += 1
+
+    def accept(self, node: int) -> Any:
+        self.accepted += 1
+        return self._tok[node]
+
+    def number(self, x: Any) -> Any:
+        from ..laws import to_rational
+        return self._run.fld.convert(to_rational(x, "step.number"))
+
+
 def _enumerate(rule: Any, space: _AbsSpace, proposer: Any, tokens: int) -> tuple:
     """Every branch of ``tokens`` emitted tokens on the current cell: ``({named outcome: probability}, branches)``."""
     from ..errors import RuleError
@@ -717,9 +902,11 @@ def _enumerate(rule: Any, space: _AbsSpace, proposer: Any, tokens: int) -> tuple
                                                 for i in range(len(space.layout.classes))], c)
     q = AbstractLaw(list(space.laws["q"][0]) + [ClassEntry(space.gens[space.member_names[(i, 0)][1]] / 1, i)
                                                 for i in range(len(space.layout.classes))], c)
-    gamma, argmax = proposer.gamma, proposer.sampling == "argmax"
+    tree = getattr(proposer, "kind", "chain") == "tree"
+    gamma = None if tree else proposer.gamma
+    argmax = not tree and proposer.sampling == "argmax"
     claim = None
-    if proposer.claim == "point_mass":
+    if not tree and proposer.claim == "point_mass":
         claim = AbstractLaw([fld.one if a == 0 else 0 for a in range(c)] + [0] * len(space.layout.classes), c)
     out: dict = {}
     pending: list = [()]
@@ -731,7 +918,7 @@ def _enumerate(rule: Any, space: _AbsSpace, proposer: Any, tokens: int) -> tuple
         emitted: list = []
         named_only = True
         while len(emitted) < tokens and named_only:
-            step = _Step(run, gamma, p, q, argmax, claim)
+            step = _TreeStep(run, tuple(proposer.expansion), p, q) if tree else _Step(run, gamma, p, q, argmax, claim)
             gen = rule.fn(step, run)
             n0 = len(emitted)
             try:
@@ -778,9 +965,15 @@ def prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | N
     t0 = time.perf_counter()
     if not _LIBRARY:
         _LIBRARY = _library_paths()
-    if rule.family != "chain" or getattr(proposer, "kind", "chain") != "chain":
-        raise AbstractionRefused("vocab='all' proves chain rules with chain proposers (tree rules: not yet)")
-    if getattr(proposer, "sampled_from", None) is not None or proposer.claim not in ("draft", "point_mass") or \
+    kind = getattr(proposer, "kind", "chain")
+    if (rule.family, kind) not in (("chain", "chain"), ("tree", "tree")):
+        raise AbstractionRefused(f"vocab='all' proves chain rules with chain proposers and tree rules with "
+                                 f"expansion trees; not a {rule.family} rule with {proposer!r}")
+    if kind == "tree":
+        if proposer.children != "iid" or proposer.claim != "draft":
+            raise AbstractionRefused(f"vocab='all' follows trees whose children are drawn i.i.d. from the draft "
+                                     f"law and claimed as it; not {proposer.describe()}")
+    elif getattr(proposer, "sampled_from", None) is not None or proposer.claim not in ("draft", "point_mass") or \
             (proposer.sampling == "sample" and proposer.claim != "draft"):
         raise AbstractionRefused(f"vocab='all' follows drafts sampled from the draft law, or its argmax, claimed as "
                                  f"the draft law or a point mass; not {proposer.describe()}")
@@ -790,7 +983,7 @@ def prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | N
     preds: list = []
     draws = 1
     # argmax drafts: one more named token, token 0, the draft law's argmax (the outcome may or may not hold it)
-    argmax_q = proposer.sampling == "argmax"
+    argmax_q = kind == "chain" and proposer.sampling == "argmax"
     named = tokens + 1 if argmax_q else tokens
     stats: dict = {"restarts": 0}
     while True:
@@ -800,7 +993,7 @@ def prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | N
         except _Refine as r:
             if r.pred in preds or len(preds) >= MAX_PREDICATES:
                 raise AbstractionRefused(f"vocab='all': the classes of unnamed tokens would need more than "
-                                         f"{MAX_PREDICATES} predicates (next: {r.pred.as_expr()})") from None
+                                         f"{MAX_PREDICATES} predicates (next: {r.pred})") from None
             preds.append(r.pred)
             stats["restarts"] += 1
             continue
@@ -1043,6 +1236,10 @@ def _replay(rule: Any, proposer: Any, tokens: int, found: dict, t0: float) -> An
 
 def _instance(proposer: Any, tokens: int, p_law: tuple, q_law: tuple) -> Any:
     from ..counterexamples.space import SearchInstance
+    if getattr(proposer, "kind", "chain") == "tree":
+        return SearchInstance(vocab=len(p_law), family="context_free", target=(p_law,), draft=(q_law,),
+                              shape=tuple(proposer.expansion), tokens=tokens, prompt=(), decoding="sample",
+                              proposer_kind="tree", sampling=proposer.children, claim=proposer.claim)
     return SearchInstance(vocab=len(p_law), family="context_free", target=(p_law,), draft=(q_law,),
                           shape=(proposer.gamma,), tokens=tokens, prompt=(), decoding="sample",
                           proposer_kind="chain", sampling=proposer.sampling, claim=proposer.claim)
