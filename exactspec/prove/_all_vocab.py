@@ -951,16 +951,33 @@ def _enumerate(rule: Any, space: _AbsSpace, proposer: Any, tokens: int) -> tuple
 
 
 # -- the proof ------------------------------------------------------------------------------------------------
+#: what the concrete prover hands down to an all-vocabulary proof (``_prove`` imports this module, not the reverse)
+_KIT: list = []
+
+
 def prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | None, check_ms: int,
-                    progress: Callable[[int, int], None] | None = None) -> Any:
-    """The body of ``es.prove(rule, vocab="all", ...)`` (see :func:`exactspec.prove`); chain rules only.
+                    kit: Any, progress: Callable[[int, int], None] | None = None) -> Any:
+    """The body of ``es.prove(rule, vocab="all", ...)`` (see :func:`exactspec.prove`): chain and i.i.d. tree rules.
+
+    ``kit``: the concrete prover's ``Proof``, ``Refutation``, ``prove``, ``rational_point`` and
+    ``forget_symbolic_caches``, handed down by :func:`exactspec.prove` (which imports this module).
 
     >>> import exactspec as es
     >>> es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1), vocab="all", tokens=1).proven
     True
     """
+    _KIT.append(kit)
+    try:
+        return _prove_all_vocab(rule, proposer, tokens, timeout=timeout, check_ms=check_ms, kit=kit,
+                                progress=progress)
+    finally:
+        _KIT.pop()
+
+
+def _prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | None, check_ms: int,
+                     kit: Any, progress: Any) -> Any:
     from ..errors import BudgetExceeded
-    from ._prove import Proof, _forget_symbolic_caches
+    Proof, _forget_symbolic_caches = kit.Proof, kit.forget_symbolic_caches
     global _LIBRARY
     t0 = time.perf_counter()
     if not _LIBRARY:
@@ -1015,7 +1032,7 @@ def prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | N
     ref = None if found is None else _replay(rule, proposer, tokens, found, t0)
     small: dict = {}
     if ref is None and named > 2:   # the abstraction needs `named` distinct tokens: smaller vocabularies, concretely
-        from ._prove import prove
+        prove = kit.prove
         for vocab in range(2, named):
             left = None if deadline is None else max(deadline - time.perf_counter(), 1.0)
             concrete = prove(rule, proposer=proposer, vocab=vocab, tokens=tokens, family="context_free",
@@ -1187,7 +1204,7 @@ def _refute_all(rule: Any, proposer: Any, space: _AbsSpace, dec: Decider, d: Any
                 t0: float, cells_done: int) -> dict:
     """A rational point of the cell where the output differs, as concrete laws: each class one token (replayed
     later, by :func:`_replay`, once the abstraction is switched off)."""
-    from ._prove import _rational_point
+    _rational_point = _KIT[-1].rational_point
     cell = [space.show(p, s) for p, s in dec.order]
     point = _rational_point(space, dec, d.numer.monic())
     if point is None:
@@ -1216,7 +1233,7 @@ def _replay(rule: Any, proposer: Any, tokens: int, found: dict, t0: float) -> An
     """The Refutation of a cell's point: replayed exactly (outside the abstraction), then made as small as found."""
     from ..counterexamples.counterexample import Counterexample
     from ..counterexamples.searching import _rule_ref, evaluate
-    from ._prove import Refutation
+    Refutation = _KIT[-1].Refutation
     p_law, q_law, cell = found["p"], found["q"], found["cell"]
     inst = _instance(proposer, tokens, p_law, q_law)
     rep = evaluate(rule, inst)
@@ -1270,7 +1287,7 @@ def _smallest(rule: Any, proposer: Any, tokens: int, p_law: tuple, q_law: tuple,
             if shrunk:
                 break
     if len(p) > 2:
-        from ._prove import prove
+        prove = _KIT[-1].prove
         try:
             small = prove(rule, proposer=proposer, vocab=2, tokens=tokens, family="context_free", timeout=60)
         except ExactSpecError:

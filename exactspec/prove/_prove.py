@@ -97,7 +97,10 @@ def _prove_every_vocab(rule: Any, proposer: Any, tokens: int, family: Any, timeo
     proposer = proposer if proposer is not None else _default_proposer(rule)
     if getattr(proposer, "family", None) != rule.family:
         raise ExactSpecError(f"prove: rule {rule.name} is a {rule.family} rule but the proposer is {proposer!r}")
-    res = prove_all_vocab(rule, proposer, tokens, timeout=timeout, check_ms=check_ms, progress=progress)
+    from types import SimpleNamespace
+    kit = SimpleNamespace(Proof=Proof, Refutation=Refutation, prove=prove, rational_point=_rational_point,
+                          forget_symbolic_caches=_forget_symbolic_caches)
+    res = prove_all_vocab(rule, proposer, tokens, timeout=timeout, check_ms=check_ms, kit=kit, progress=progress)
     res.assumptions["family_source"] = "default" if family is None else "given"
     return res
 
