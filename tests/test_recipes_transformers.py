@@ -35,7 +35,10 @@ tests):
 * ``num_assistant_tokens_schedule`` ``"constant"``, ``"heuristic"`` (the draft grows from 1 to 3
   tokens after a fully accepted round, seen as a 3-token step), ``"heuristic_transient"`` (the same
   law within a call; only ``"heuristic"`` writes the length back after it), and a static
-  ``assistant_confidence_threshold`` 0.5 that stops drafts early: lossless up to float32 rounding;
+  ``assistant_confidence_threshold`` 0.5 that stops drafts early, and the threshold transformers adapts
+  from an ROC curve when scikit-learn is installed (0.4 -> 1.0 after 6 verified drafts, then stopping a
+  draft 0.4 would not; gamma 6, 9 tokens): lossless up to float32 rounding. (The docs call the threshold
+  persistent across calls; 5.24.0 adapts a copy of the assistant's config, so it is not);
 * ``assistant_ensemble_weight`` w, checked against the law it declares (every token from the mixture
   ``v = w*p + (1-w)*q``, GenerationConfig's docstring and ``_speculative_sampling``'s): **biased**.
   Drafted positions follow ``v``, but the bonus token after a fully accepted draft (and a round with no
@@ -166,6 +169,17 @@ def test_stand_in_zero_probability_is_an_exact_zero_and_bad_input_is_named():
     with pytest.raises(es.ExactSpecError, match="vocab_size must be an int >= the model's vocab"):
         transformers_stand_in(P3, vocab_size=2)
     assert isinstance(stand_in(P3, kind="transformers"), ExactLMForCausalLM)   # the contract's dispatch
+
+
+def test_stand_in_imports_what_generate_would_import_inside_an_audit(monkeypatch):
+    # transformers imports sklearn.metrics at its first threshold adaptation, mid-generate; its import seeds a numpy
+    # generator (scipy.stats), which an audit refuses: building a stand-in imports it first
+    metrics = _published("sklearn.metrics")
+    import sys
+    monkeypatch.setattr(sys.modules["sklearn"], "metrics", metrics)      # both restored after the test
+    monkeypatch.delitem(sys.modules, "sklearn.metrics")
+    transformers_stand_in(P3)
+    assert "sklearn.metrics" in sys.modules
 
 
 def test_stand_in_batches_with_left_padding_read_only_the_unmasked_tokens():
@@ -457,8 +471,8 @@ def test_option_num_assistant_tokens_schedule_over_a_second_round():
 def test_option_assistant_confidence_threshold_over_a_second_round():
     # Q2 gives token 0 probability 1/3 after 0 and token 1 probability 1/9 after 1: with threshold 0.5 the assistant
     # stops drafting right after proposing either (ConfidenceCriteria), so a round drafts 1 or 2 tokens by chance.
-    # (transformers adapts the threshold from an ROC curve only when scikit-learn is installed; it is not here, and
-    # that adaptation starts after 6 verified drafts, past any horizon an exhaustive audit reaches)
+    # (with scikit-learn installed transformers re-fits the threshold once more than 5 verified drafts are on
+    # record, which 5 tokens never give: the threshold here is static either way; the adaptation has its own test)
     def loop(threshold, n):
         def fn(target, draft, ids):
             _drafting(draft, 2, threshold=threshold)
@@ -635,3 +649,39 @@ def test_option_universal_assisted_sampling_over_a_second_round():
                    tolerance=FLOAT32, rng_model="continuous")
     _record("universal assisted sampling, get_vocab() in id order, 4 tokens", r, t0)
     assert r.verdict == "lossless" and r.tv <= FLOAT32 and r.scope["largest_step"] == 2
+
+
+@pytest.mark.slow
+def test_option_adaptive_confidence_threshold_over_the_round_after_it_adapts(monkeypatch):
+    # With scikit-learn installed, AssistedCandidateGenerator.update_candidate_strategy re-fits the assistant's
+    # confidence threshold from an ROC curve of its drafts' probabilities once more than 5 verified drafts, kept and
+    # rejected, are on record. Here the assistant drafts 6 tokens from a point mass after 0 (probability 1): a first
+    # round with its 6th draft rejected (or 5 kept and a residual) is such a record; the threshold moves from 0.4 to
+    # 1.0, and in the next round a draft of probability 1/2 after 1 stops the draft (0.4 would not). The law stays
+    # the target's: the draft length is chosen from what was drafted before, never from the token it decides on.
+    _published("sklearn.metrics")          # tests/published.txt; a skip where it is not installed
+    from transformers.generation import stopping_criteria
+    p = es.models.table(vocab=2, order=1, table={(0,): ("3/4", "1/4"), (1,): ("1/2", "1/2")})
+    q = es.models.table(vocab=2, order=1, table={(0,): (1, 0), (1,): ("1/2", "1/2")})
+    stops, after = set(), set()
+    confidence = stopping_criteria.ConfidenceCriteria.__call__
+
+    def recorded(self, input_ids, scores, **kw):     # observes transformers' own criterion, changes nothing
+        stopped = confidence(self, input_ids, scores, **kw)
+        stops.add((float(self.assistant_confidence_threshold), bool(stopped)))
+        return stopped
+    monkeypatch.setattr(stopping_criteria.ConfidenceCriteria, "__call__", recorded)
+
+    def fn(target, draft, ids):
+        draft.generation_config.num_assistant_tokens = 6      # the threshold left at its default (0.4)
+        out = target.generate(ids, assistant_model=draft, do_sample=True, max_new_tokens=9)
+        after.add(draft.generation_config.assistant_confidence_threshold)
+        return out
+    t0 = time.perf_counter()
+    r = audit_loop(fn, target=p, draft=q, kind="transformers", tokens=9, tolerance=FLOAT32, rng_model="continuous")
+    _record("assisted sampling, adaptive confidence threshold (scikit-learn), gamma 6, 9 tokens", r, t0)
+    assert r.verdict == "lossless" and r.tv <= FLOAT32 and _forced_float32(r)
+    assert (1.0, True) in stops and (0.4, True) not in stops    # adapted, and the adapted threshold stopped a draft
+    # the docs call the threshold "persistent over multiple generation calls"; 5.24.0 adapts a copy of the
+    # assistant's generation_config (candidate_generator.py: copy.deepcopy), so nothing persists
+    assert after == {None}
