@@ -250,6 +250,23 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
         return out if return_dict is not False else out.to_tuple()
 
 
+def _import_lazy_dependencies() -> None:
+    """Import now what ``generate`` would import lazily inside an audit.
+
+    With scikit-learn installed, assisted generation adapts the assistant's confidence threshold
+    from an ROC curve (``AssistedCandidateGenerator.update_candidate_strategy``) and imports
+    ``sklearn.metrics`` at its first adaptation, mid-``generate``. That import loads ``scipy.stats``,
+    which seeds ``numpy.random.default_rng`` at import time: inside an audit the interception would
+    refuse it as a seeded generator (``UnsupportedRandomness``), though it is no draw of the loop.
+    Importing it here, when a stand-in is built (before any interception), keeps it out of the audit.
+
+    >>> _import_lazy_dependencies()      # a no-op without scikit-learn
+    """
+    from transformers.utils import is_sklearn_available
+    if is_sklearn_available():
+        import sklearn.metrics  # noqa: F401
+
+
 def transformers_stand_in(model: Model, *, dtype: torch.dtype = torch.float32, vocab_size: int | None = None,
                           **options: Any) -> ExactLMForCausalLM:
     """A ``transformers`` causal LM whose next-token law is ``model``'s, exactly up to ``dtype``.
@@ -276,6 +293,7 @@ def transformers_stand_in(model: Model, *, dtype: torch.dtype = torch.float32, v
     if isinstance(size, bool) or not isinstance(size, int) or size < model.vocab:
         raise ExactSpecError(f"transformers_stand_in vocab_size must be an int >= the model's vocab "
                              f"({model.vocab}), got {vocab_size!r}")
+    _import_lazy_dependencies()
     config = ExactLMConfig(vocab_size=size, **options)
     stand_in = ExactLMForCausalLM(config, model, dtype)
     stand_in.generation_config = GenerationConfig.from_model_config(config)
