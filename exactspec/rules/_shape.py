@@ -29,7 +29,7 @@ from typing import Any, Callable
 __all__ = ["Shape", "looks_like_sampler", "not_a_rule_message", "binding_hint", "own_codes"]
 
 #: the adapters a sampler hint can name, in the order the message lists them
-ADAPTER_NAMES = ("numpy", "numpy-tree", "transformers", "vllm", "flashinfer", "torch-tree")
+ADAPTER_NAMES = ("numpy", "numpy-tree", "transformers", "vllm", "flashinfer", "vllm-v1", "torch-tree")
 
 
 @dataclass(frozen=True)
