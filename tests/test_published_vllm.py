@@ -146,3 +146,12 @@ def test_a_draft_the_target_never_emits_is_accepted_when_the_uniform_is_zero(rng
     assert r.verdict == "biased" and r.support_violations
     first = sum(w for out, w in r.output.items() if out[0] == 2)
     assert first == F(1, 3) * F(1, 2 ** exponent)          # q(2) * P(u == 0), exactly
+
+
+@pytest.mark.slow
+def test_the_command_line_audits_the_published_function(capsys):
+    from exactspec.cli import main
+    code = main(["audit-sampler", "vllm.v1.sample.rejection_sampler:rejection_sample", "--adapter", "vllm-v1",
+                 "--instance", "--vocab", "3", "--order", "0", "--gamma", "1", "--json", "--no-timings"])
+    out = capsys.readouterr().out
+    assert code == 0 and '"verdict": "lossless"' in out and "vLLM's uniform_probs" in out
