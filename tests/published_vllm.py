@@ -1,8 +1,8 @@
 """vLLM's v1 rejection sampler from the published wheel, without the rest of vLLM: fetch, unpack a subset, import.
 
-The vllm 0.32.0 wheel is 327 MB (1.7 GB unpacked, 3,200 Python files) and declares CUDA torch,
-flashinfer, xformers-style kernels and ~70 other dependencies. ``vllm/v1/sample/rejection_sampler.py``
-runs on CPU under Triton's interpreter with 45 of its Python files (0.9 MB) and nothing else from
+The vllm 0.32.0 wheel is 327 MB (824 MB unpacked: 5,444 files, 2,879 of them Python) and declares
+torch 2.13 (CUDA), flashinfer and ~70 other dependencies. ``vllm/v1/sample/rejection_sampler.py``
+runs on CPU under Triton's interpreter with 46 of its Python files (1 MB) and nothing else from
 vLLM. This script downloads the wheel once (``pip download --no-deps``), unpacks those files and the
 wheel's ``METADATA`` (vLLM reads its own version from it) into a cache directory, deletes the wheel,
 and writes **stubs** for nine vLLM packages that those files import but that play no part in the

@@ -6,7 +6,7 @@
 2.13 pins), its randomness (``torch.rand(..., dtype=float64)``, ``q.exponential_()``, the per-request
 ``uniform_(generator=)`` / ``exponential_(generator=)``) filled with values the audit chooses
 (the ``vllm-v1`` adapter, :mod:`exactspec.samplers.adapters.vllm_v1`). The wheel's files come from
-``tests/published_vllm.py`` (45 files of the wheel, nine irrelevant packages stubbed).
+``tests/published_vllm.py`` (46 files of the wheel, nine irrelevant packages stubbed).
 
 Verdicts recorded here (context-free laws, vocab 3, gamma 1-2, the default horizon gamma + 2):
 
