@@ -69,10 +69,22 @@ STUBS = {
                                             "(None in the audits)",
     "vllm.v1.attention": "attention backends (AttentionBackendEnum in vllm/platforms/interface.py; helpers of "
                          "vllm/v1/spec_decode/utils.py's draft-proposal kernels)",
-    "vllm._aiter_ops": "rocm_aiter_ops: ROCm kernels, consulted only on ROCm by topk_topp_sampler.py",
+    "vllm._aiter_ops": "rocm_aiter_ops: ROCm's aiter kernels, which TopKTopPSampler asks is_enabled() on a platform "
+                       "that is neither CUDA, CPU nor XPU (here: no GPU); the stub answers False, as a machine "
+                       "without ROCm does, so the PyTorch-native sampler (forward_native) is chosen",
     "vllm.model_executor.layers": "apply_penalties (used only with repetition/frequency penalties, off in the "
                                   "audits)",
     "vllm.distributed": "tensor-parallel ranks (vllm/model_executor/parameter.py, logging scope)",
+}
+
+#: the few stub names that must answer something: written into the stub as they stand here
+STUB_CODE = {
+    "vllm._aiter_ops": (
+        "\n\nclass rocm_aiter_ops:\n"
+        "    \"\"\"ROCm's aiter kernels: not enabled (no ROCm here).\"\"\"\n\n"
+        "    @staticmethod\n"
+        "    def is_enabled():\n"
+        "        return False\n"),
 }
 
 _STUB_INIT = '''"""STUB written by exactspec's tests/published_vllm.py, not a file of the vLLM wheel.
@@ -87,6 +99,7 @@ import types as _types
 
 {constants}
 globals().update(_CONSTANTS.get(__name__, {{}}))
+{code}
 
 
 def _placeholder(qualname):
@@ -154,8 +167,12 @@ def fetch(directory: str | None = None, *, quiet: bool = True) -> str:
     directory to put on ``sys.path`` (reused when already there)."""
     root = directory or cache_dir()
     done = os.path.join(root, "COMPLETE")
+    spec = hashlib.sha256(repr((VERSION, FILES, STUBS, STUB_CODE, _STUB_INIT)).encode()).hexdigest()[:16]
     if os.path.exists(done):
-        return root
+        with open(done) as fh:
+            if f"subset={spec}" in fh.read():
+                return root
+        shutil.rmtree(root)         # made by another version of this script: made again
     os.makedirs(root, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", tmp,
@@ -177,7 +194,7 @@ def fetch(directory: str | None = None, *, quiet: bool = True) -> str:
             path = os.path.join(staging, *package.split("."), "__init__.py")
             os.makedirs(os.path.dirname(path), exist_ok=True)
             table = {k: v for k, v in constants.items() if k == package or k.startswith(package + ".")}
-            text = _STUB_INIT.format(why=why, constants=f"_CONSTANTS = {table!r}")
+            text = _STUB_INIT.format(why=why, constants=f"_CONSTANTS = {table!r}", code=STUB_CODE.get(package, ""))
             with open(path, "w") as fh:
                 fh.write(text)
         for name in os.listdir(staging):
@@ -186,7 +203,7 @@ def fetch(directory: str | None = None, *, quiet: bool = True) -> str:
                 shutil.rmtree(target)
             shutil.move(os.path.join(staging, name), target)
     with open(done, "w") as fh:
-        fh.write(f"vllm=={VERSION} sha256={digest.hexdigest()}\n")
+        fh.write(f"vllm=={VERSION} sha256={digest.hexdigest()} subset={spec}\n")
     return root
 
 

@@ -13,6 +13,8 @@ Verdicts recorded here (context-free laws, vocab 3, gamma 1-2, the default horiz
 - random path, a mixed batch, per-request generators, the n-gram path (``draft_probs=None``):
   lossless up to float32 rounding (TV ~3e-8 to ~5e-8; vLLM computes its target probabilities in
   float32 whatever it is handed: ``target_logits.softmax(dim=-1, dtype=torch.float32)``);
+- ``RejectionSampler(Sampler())`` (the module, its own sampler drawing the bonus token by the
+  PyTorch-native exponential race): lossless up to float32 rounding (TV ~3.7e-8), greedy exactly;
 - greedy path: exactly the target's greedy sequence (TV == 0);
 - the bonus token: with draft == target every draft is accepted and the output law is exactly the
   target's (TV == 0): the bonus token is the one handed in, at position gamma;
@@ -58,8 +60,8 @@ Q3 = es.models.context_free((F(1, 4), F(1, 2), F(1, 4)))
 FLOAT32_TV = F(1, 10 ** 6)
 
 
-def audit(adapter: VllmRejectionAdapter, gamma: int, target=P3, draft=Q3, **kw):
-    return es.audit_sampler(rs.rejection_sample, adapter=adapter, target=target, draft=draft,
+def audit(adapter: VllmRejectionAdapter, gamma: int, target=P3, draft=Q3, sampler=None, **kw):
+    return es.audit_sampler(sampler or rs.rejection_sample, adapter=adapter, target=target, draft=draft,
                             proposer=es.drafts.chain(gamma), reference=False, **kw)
 
 
@@ -155,3 +157,17 @@ def test_the_command_line_audits_the_published_function(capsys):
                  "--instance", "--vocab", "3", "--order", "0", "--gamma", "1", "--json", "--no-timings"])
     out = capsys.readouterr().out
     assert code == 0 and '"verdict": "lossless"' in out and "vLLM's uniform_probs" in out
+
+
+@pytest.fixture(scope="module")
+def module():
+    from vllm.v1.sample.sampler import Sampler
+    return rs.RejectionSampler(Sampler())
+
+
+def test_the_module_with_its_own_bonus_sampler_is_lossless_up_to_float32_rounding(module):
+    r = audit(VllmRejectionAdapter(), 1, sampler=module)
+    assert r.verdict == "lossless" and 0 < r.tv < FLOAT32_TV
+    greedy = audit(VllmRejectionAdapter(requests=("greedy", "random"), row=0), 1, sampler=module,
+                   expected=greedy_of(P3))
+    assert greedy.tv == 0

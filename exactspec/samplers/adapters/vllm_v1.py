@@ -1,4 +1,4 @@
-"""vLLM v1's own ``rejection_sample`` (``vllm.v1.sample.rejection_sampler``), Triton kernels and all.
+"""vLLM v1's own ``rejection_sample`` and ``RejectionSampler`` (``vllm.v1.sample.rejection_sampler``), kernels and all.
 
 vLLM's rejection sampler draws its randomness in torch and hands it to Triton kernels
 (``generate_uniform_probs``: ``torch.rand(num_tokens, dtype=float64)``, then
@@ -20,8 +20,12 @@ Settings (keyword arguments): ``requests`` the kinds of the requests in one batc
 are companions with the same drafts and laws, fixed randomness); ``generators`` the requests with
 their own ``torch.Generator`` (``SamplingMetadata.generators``); ``draft_probs=False`` passes
 ``draft_probs=None`` (vLLM's n-gram path); ``use_fp64_gumbel`` is passed through. Bonus tokens are
-drawn by the adapter, as the engine's sampler draws them before the call: from the target law at
-position ``k`` for a random request, its argmax for a greedy one (drawn only when the output uses it).
+drawn by the adapter for ``rejection_sample``, as the engine's sampler draws them before the call:
+from the target law at position ``k`` for a random request, its argmax for a greedy one (drawn only
+when the output uses it). A ``RejectionSampler`` module (``RejectionSampler(Sampler())``) is called
+as the engine calls it, ``module(SpecDecodeMetadata, draft_probs, logits, SamplingMetadata)`` with the
+bonus position's logits among ``logits``: its own ``Sampler`` draws the bonus tokens (temperature,
+the PyTorch-native race of ``random_sample``), and the probe's exponentials go to both races.
 
 >>> VllmRejectionAdapter(requests=("random", "greedy"), row=1).kinds
 ('random', 'greedy')
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import inspect
 from fractions import Fraction
+from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -46,6 +51,8 @@ __all__ = ["VllmRejectionAdapter", "vllm_rejection"]
 
 #: the kinds of request a batch can hold (a greedy request has temperature 0)
 KINDS = ("random", "greedy")
+#: SamplingMetadata.logitsprocs: no logits processors (the engine's LogitsProcessors has these two lists)
+_NO_PROCESSORS = SimpleNamespace(argmax_invariant=[], non_argmax_invariant=[])
 
 
 def _greedy_law(law: tuple) -> tuple:
@@ -56,9 +63,9 @@ def _greedy_law(law: tuple) -> tuple:
 
 class VllmRejectionAdapter(Adapter):
     """``rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
-    target_logits, bonus_token_ids, sampling_metadata, ...)`` as vLLM v1 defines it: a batch of requests with
-    ``gamma`` drafts each, target laws as float32 logits (``log p``), draft laws as float32 probabilities (or
-    None), output ``[batch, gamma + 1]`` padded with -1 (see the module)."""
+    target_logits, bonus_token_ids, sampling_metadata, ...)`` as vLLM v1 defines it, or a ``RejectionSampler``
+    module: a batch of requests with ``gamma`` drafts each, target laws as float32 logits (``log p``), draft
+    laws as float32 probabilities (or None), output ``[batch, gamma + 1]`` padded with -1 (see the module)."""
 
     name = "vllm-v1"
     family = "chain"
@@ -133,10 +140,16 @@ class VllmRejectionAdapter(Adapter):
         probs = torch.tensor(q, dtype=dt)
         drafts = torch.tensor(list(step.drafts), dtype=torch.int32)
         mid = float(lat.offset) + (lat.kmin + (lat.kmax - lat.kmin) // 2) * float(lat.step)
-        metadata_class = inspect.unwrap(sampler).__globals__.get("SamplingMetadata")
-        if metadata_class is None:
-            raise ExactSpecError("the vllm-v1 adapter calls vllm.v1.sample.rejection_sampler.rejection_sample (its "
-                                 "module's SamplingMetadata builds the metadata); this sampler's module has none")
+        fn = inspect.unwrap(sampler)
+        module = isinstance(fn, torch.nn.Module)
+        names = inspect.getmodule(type(fn) if module else fn).__dict__
+        metadata_class, spec_class = names.get("SamplingMetadata"), names.get("SpecDecodeMetadata")
+        if metadata_class is None or (module and spec_class is None):
+            raise ExactSpecError("the vllm-v1 adapter calls vllm.v1.sample.rejection_sampler's rejection_sample or a "
+                                 "RejectionSampler (their module's SamplingMetadata and SpecDecodeMetadata build the "
+                                 f"metadata); {getattr(fn, '__module__', fn)!r} has neither")
+        with np.errstate(divide="ignore"):
+            bonus_logits = torch.tensor(np.log(self.floats(step.target(k))), dtype=dt)[None]
         cache: dict[tuple, tuple] = {}
 
         def launch(rows: list[tuple]) -> list[tuple]:
@@ -155,14 +168,28 @@ class VllmRejectionAdapter(Adapter):
                 all_greedy=all(greedy), all_random=not any(greedy), top_p=None, top_k=None, generators=gens,
                 max_num_logprobs=None, no_penalties=True, prompt_token_ids=None, frequency_penalties=None,
                 presence_penalties=None, repetition_penalties=None, output_token_ids=[], allowed_token_ids_mask=None,
-                bad_words_token_ids={}, logitsprocs=None)
-            plan = DrawPlan(uniform=uniform, exponential=expo)
+                bad_words_token_ids={}, logitsprocs=_NO_PROCESSORS)
+            # the module draws its bonus tokens first (Sampler: one race per request), then the recovered tokens'
+            # race: both get the probe's exponentials, as no output reads both (the bonus follows k acceptances)
+            plan = DrawPlan(uniform=uniform, exponential=[expo, expo] if module else expo)
+            draft_probs = probs.repeat(batch, 1) if self.draft_probs else None
             with planned_draws(plan):
-                out = sampler(drafts.repeat(batch), [k] * batch, k,
-                              torch.arange(1, batch + 1, dtype=torch.int32) * k,
-                              probs.repeat(batch, 1) if self.draft_probs else None, logits.repeat(batch, 1),
-                              torch.full((batch, 1), vocab, dtype=torch.int64), metadata,
-                              use_fp64_gumbel=self.use_fp64_gumbel)
+                if module:
+                    rows = torch.arange(batch * (k + 1), dtype=torch.int32).view(batch, k + 1)
+                    spec = spec_class(
+                        draft_token_ids=drafts.repeat(batch), num_draft_tokens=[k] * batch,
+                        cu_num_draft_tokens=torch.arange(1, batch + 1, dtype=torch.int32) * k,
+                        cu_num_sampled_tokens=torch.arange(1, batch + 1, dtype=torch.int32) * (k + 1),
+                        target_logits_indices=rows[:, :k].reshape(-1).contiguous(),
+                        bonus_logits_indices=rows[:, k].contiguous(), logits_indices=rows.reshape(-1))
+                    metadata.output_token_ids = [[] for _ in range(batch)]
+                    out = sampler(spec, draft_probs, torch.cat([logits, bonus_logits]).repeat(batch, 1),
+                                  metadata).sampled_token_ids
+                else:
+                    out = sampler(drafts.repeat(batch), [k] * batch, k,
+                                  torch.arange(1, batch + 1, dtype=torch.int32) * k, draft_probs,
+                                  logits.repeat(batch, 1), torch.full((batch, 1), vocab, dtype=torch.int64), metadata,
+                                  use_fp64_gumbel=self.use_fp64_gumbel)
             self.launches += 1
             self.rows += replicas
             self.filled_by = {kind: {gen for kd, idx, gen in plan.fills if kd == kind
@@ -208,7 +235,7 @@ class VllmRejectionAdapter(Adapter):
         if session is not None:
             session.lattices.add(("torch float64 (vLLM's uniform_probs)", lat))
         key = (inspect.unwrap(sampler), lat.name, tuple(step.drafts), tuple(tuple(step.target(j))
-               for j in range(step.gamma)), tuple(tuple(step.claimed(j)) for j in range(step.gamma)))
+               for j in range(step.gamma + 1)), tuple(tuple(step.claimed(j)) for j in range(step.gamma)))
         law = self._memo.get(key)
         if law is None:
             with bind(rng):

@@ -11,9 +11,10 @@ values at the slice's elements), note the dtype that meets the randomness (the f
 check of a sampler that casts down) and record which ``generator=`` filled which elements
 (:attr:`DrawPlan.fills`). Every other draw still goes to the enumeration.
 
-The first fill of a kind makes the *base* tensor of that kind (its values: the plan's, in row-major
-order); a later fill of the same kind must be a view of that base (the per-request generator idiom
-``u[start:end].uniform_(generator=g)``), and gets the base's planned values at its elements.
+Each fresh tensor a kind is drawn into (or the tensor a first fill is a view of) takes the next
+planned array of that kind, in row-major order; a fill of a view of a tensor filled before (the
+per-request generator idiom ``u[start:end].uniform_(generator=g)``) gets that tensor's planned
+values at its elements.
 
 >>> import torch
 >>> from exactspec.samplers.randomness.torch_rng import bind, intercept_torch
@@ -42,44 +43,53 @@ _PLAN: contextvars.ContextVar["DrawPlan | None"] = contextvars.ContextVar("exact
 
 
 class DrawPlan:
-    """The values torch's fills write while the plan is bound: ``uniform`` and ``exponential`` arrays (row-major).
+    """The values torch's fills write while the plan is bound: ``uniform`` and ``exponential`` arrays (row-major),
+    or lists of arrays, one per fresh tensor of that kind in the order the code draws them.
 
     ``fills`` records each fill: ``(kind, element indices in the base tensor, generator or None)``.
     """
 
     def __init__(self, *, uniform: Any = None, exponential: Any = None) -> None:
-        self.values = {"uniform": None if uniform is None else np.asarray(uniform, dtype=np.float64).ravel(),
-                       "exponential": None if exponential is None else np.asarray(exponential,
-                                                                                  dtype=np.float64).ravel()}
-        self.bases: dict[str, Any] = {}
+        self.values = {"uniform": _arrays(uniform), "exponential": _arrays(exponential)}
+        self.bases: dict[str, list] = {"uniform": [], "exponential": []}
         self.fills: list[tuple[str, tuple[int, ...], Any]] = []
 
     def fill(self, kind: str, tensor: Any, generator: Any = None) -> Any:
-        """Write the planned ``kind`` values into ``tensor`` (the base, or a view of it) and return it."""
+        """Write the planned ``kind`` values into ``tensor`` (a fresh tensor, or a view of one filled before) and
+        return it. The n-th fresh tensor of a kind (or the tensor a first fill is a view of) gets the n-th array."""
         import torch
-        values = self.values[kind]
-        if values is None:
-            raise UnsupportedRandomness(f"a {kind} draw at {user_site(3)}: the adapter planned no {kind} values")
-        base = self.bases.get(kind)
-        if base is None:
-            if tensor._base is not None or not tensor.is_contiguous() or tensor.numel() != values.size:
+        bases, planned = self.bases[kind], self.values[kind]
+        storage = tensor.untyped_storage().data_ptr()
+        number = next((i for i, b in enumerate(bases) if b.untyped_storage().data_ptr() == storage), None)
+        if number is None:
+            root = tensor if tensor._base is None else tensor._base
+            number = len(bases)
+            if number >= len(planned):
+                raise UnsupportedRandomness(f"a {kind} draw at {user_site(3)}: the adapter planned {len(planned)} "
+                                            f"{kind} tensor(s), this is one more")
+            if not root.is_contiguous() or root.numel() != planned[number].size:
                 raise UnsupportedRandomness(
-                    f"a {kind} draw at {user_site(3)}: expected a fresh contiguous tensor of {values.size} values "
-                    f"(the plan's), got shape {tuple(tensor.shape)}")
-            self.bases[kind] = base = tensor
-            index = np.arange(values.size)
-        else:
-            if tensor.untyped_storage().data_ptr() != base.untyped_storage().data_ptr():
-                raise UnsupportedRandomness(f"a second {kind} draw at {user_site(3)} into a tensor that is not a view "
-                                            f"of the first: the plan covers one {kind} tensor")
-            flat = torch.arange(base.untyped_storage().nbytes() // base.element_size())
-            index = torch.as_strided(flat, tuple(tensor.shape), tensor.stride(),
-                                     tensor.storage_offset()).numpy().ravel() - base.storage_offset()
+                    f"a {kind} draw at {user_site(3)}: expected a contiguous tensor of {planned[number].size} values "
+                    f"(the plan's {kind} tensor {number}), got shape {tuple(root.shape)}")
+            bases.append(root)
+        base, values = bases[number], planned[number]
+        flat = torch.arange(base.untyped_storage().nbytes() // base.element_size())
+        index = torch.as_strided(flat, tuple(tensor.shape), tensor.stride(),
+                                 tensor.storage_offset()).numpy().ravel() - base.storage_offset()
         note_dtype(tensor)
         with torch.no_grad():
             tensor.copy_(torch.from_numpy(values[index].reshape(tuple(tensor.shape))).to(tensor.dtype))
         self.fills.append((kind, tuple(int(i) for i in index), generator))
         return tensor
+
+
+def _arrays(values: Any) -> list[np.ndarray]:
+    """None -> no array; one array -> [it]; a list or tuple of arrays -> them (each flattened, float64)."""
+    if values is None:
+        return []
+    if isinstance(values, (list, tuple)):
+        return [np.asarray(v, dtype=np.float64).ravel() for v in values]
+    return [np.asarray(values, dtype=np.float64).ravel()]
 
 
 def current_plan() -> "DrawPlan | None":
