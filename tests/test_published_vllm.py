@@ -14,7 +14,8 @@ Verdicts recorded here (context-free laws, vocab 3, gamma 1-2, the default horiz
   lossless up to float32 rounding (TV ~3e-8 to ~5e-8; vLLM computes its target probabilities in
   float32 whatever it is handed: ``target_logits.softmax(dim=-1, dtype=torch.float32)``);
 - ``RejectionSampler(Sampler())`` (the module, its own sampler drawing the bonus token by the
-  PyTorch-native exponential race): lossless up to float32 rounding (TV ~3.7e-8), greedy exactly;
+  PyTorch-native exponential race): lossless up to float32 rounding at temperature 1 (TV ~3.7e-8)
+  and 1/2 (~2.7e-8, against the sharpened target), greedy exactly;
 - greedy path: exactly the target's greedy sequence (TV == 0);
 - the bonus token: with draft == target every draft is accepted and the output law is exactly the
   target's (TV == 0): the bonus token is the one handed in, at position gamma;
@@ -165,9 +166,14 @@ def module():
     return rs.RejectionSampler(Sampler())
 
 
+@pytest.mark.slow
 def test_the_module_with_its_own_bonus_sampler_is_lossless_up_to_float32_rounding(module):
     r = audit(VllmRejectionAdapter(), 1, sampler=module)
     assert r.verdict == "lossless" and 0 < r.tv < FLOAT32_TV
     greedy = audit(VllmRejectionAdapter(requests=("greedy", "random"), row=0), 1, sampler=module,
                    expected=greedy_of(P3))
     assert greedy.tv == 0
+    # temperature 1/2: the module divides the target and bonus logits by it (apply_sampling_constraints' _expand
+    # kernel, the Sampler's temperature) and matches the sharpened target (exact law p**2 / sum p**2)
+    cold = audit(VllmRejectionAdapter(temperature=0.5), 1, sampler=module, expected=es.models.sharpen(P3, 2))
+    assert cold.verdict == "lossless" and 0 < cold.tv < FLOAT32_TV

@@ -19,7 +19,9 @@ Settings (keyword arguments): ``requests`` the kinds of the requests in one batc
 (``"random"``, ``"greedy"``; default one random request) and ``row`` the audited one (the others
 are companions with the same drafts and laws, fixed randomness); ``generators`` the requests with
 their own ``torch.Generator`` (``SamplingMetadata.generators``); ``draft_probs=False`` passes
-``draft_probs=None`` (vLLM's n-gram path); ``use_fp64_gumbel`` is passed through. Bonus tokens are
+``draft_probs=None`` (vLLM's n-gram path); ``temperature`` the random requests' temperature (a
+``RejectionSampler`` applies it to the target and bonus logits; ``rejection_sample`` takes processed
+logits and reads it only to tell greedy requests); ``use_fp64_gumbel`` is passed through. Bonus tokens are
 drawn by the adapter for ``rejection_sample``, as the engine's sampler draws them before the call:
 from the target law at position ``k`` for a random request, its argmax for a greedy one (drawn only
 when the output uses it). A ``RejectionSampler`` module (``RejectionSampler(Sampler())``) is called
@@ -75,7 +77,8 @@ class VllmRejectionAdapter(Adapter):
     reference_rule_name = ""
 
     def __init__(self, *, requests: Sequence[str] = ("random",), row: int = 0, generators: Sequence[int] = (),
-                 draft_probs: bool = True, use_fp64_gumbel: bool = False, fan: int = 64) -> None:
+                 draft_probs: bool = True, use_fp64_gumbel: bool = False, temperature: float = 1.0,
+                 fan: int = 64) -> None:
         self.kinds = tuple(requests)
         if not self.kinds or any(k not in KINDS for k in self.kinds):
             raise ExactSpecError(f"VllmRejectionAdapter requests must be a non-empty sequence of {KINDS}, got "
@@ -86,6 +89,10 @@ class VllmRejectionAdapter(Adapter):
         if bad:
             raise ExactSpecError(f"VllmRejectionAdapter generators must be request indices, got {bad}")
         self.row, self.generators, self.draft_probs = row, tuple(sorted(set(generators))), bool(draft_probs)
+        if not float(temperature) > 0:
+            raise ExactSpecError(f"VllmRejectionAdapter temperature must be > 0 (greedy requests: requests=), got "
+                                 f"{temperature!r}")
+        self.temperature = float(temperature)
         self.use_fp64_gumbel, self.fan, self.dtype = bool(use_fp64_gumbel), max(2, int(fan)), "float32"
         self._memo: dict = {}
         self._gens: dict[int, Any] = {}
@@ -164,7 +171,7 @@ class VllmRejectionAdapter(Adapter):
             greedy = [kinds[i % n] == "greedy" for i in range(batch)]
             gens = {i: self._generator(i) for i in range(batch) if i % n in self.generators}
             metadata = metadata_class(
-                temperature=torch.tensor([0.0 if g else 1.0 for g in greedy], dtype=torch.float32),
+                temperature=torch.tensor([0.0 if g else self.temperature for g in greedy], dtype=torch.float32),
                 all_greedy=all(greedy), all_random=not any(greedy), top_p=None, top_k=None, generators=gens,
                 max_num_logprobs=None, no_penalties=True, prompt_token_ids=None, frequency_penalties=None,
                 presence_penalties=None, repetition_penalties=None, output_token_ids=[], allowed_token_ids_mask=None,
@@ -217,6 +224,8 @@ class VllmRejectionAdapter(Adapter):
         dt = getattr(torch, self.dtype)
         with np.errstate(divide="ignore"):
             logits = torch.tensor(np.log(np.stack([self.floats(step.target(j)) for j in range(k)])), dtype=dt)
+        if self.temperature != 1:          # what the module's apply_sampling_constraints hands the kernels
+            logits = logits / torch.tensor(self.temperature, dtype=torch.float32)
         p32 = [row.astype(np.float64) for row in logits.softmax(dim=-1, dtype=torch.float32).numpy()]
         q32 = [self.floats(step.claimed(j)).astype(np.float32).astype(np.float64) if self.draft_probs else
                np.eye(vocab)[x] for j, x in enumerate(step.drafts)]
