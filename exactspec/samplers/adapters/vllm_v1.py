@@ -104,7 +104,11 @@ class VllmRejectionAdapter(Adapter):
 
     @property
     def greedy(self) -> bool:
-        """Whether the audited request is greedy (temperature 0)."""
+        """Whether the audited request is greedy (temperature 0).
+
+        >>> VllmRejectionAdapter(requests=("random", "greedy"), row=1).greedy
+        True
+        """
         return self.kinds[self.row] == "greedy"
 
     def resolution(self, rng_model: str) -> str:

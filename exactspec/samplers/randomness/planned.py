@@ -93,13 +93,22 @@ def _arrays(values: Any) -> list[np.ndarray]:
 
 
 def current_plan() -> "DrawPlan | None":
-    """The plan bound in this thread (None: draws are enumerated lazily, as usual)."""
+    """The plan bound in this thread (None: draws are enumerated lazily, as usual).
+
+    >>> current_plan() is None
+    True
+    """
     return _PLAN.get()
 
 
 @contextlib.contextmanager
 def planned_draws(plan: DrawPlan) -> Iterator[DrawPlan]:
-    """Bind ``plan`` in this thread: torch's uniform and exponential fills write its values (see the module)."""
+    """Bind ``plan`` in this thread: torch's uniform and exponential fills write its values (see the module).
+
+    >>> with planned_draws(DrawPlan(uniform=[0.5])) as plan:
+    ...     current_plan() is plan
+    True
+    """
     token = _PLAN.set(plan)
     try:
         yield plan
