@@ -23,7 +23,8 @@ from exactspec import cli
 from exactspec.instances import check_cases
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-ADAPTERS = ("numpy", "numpy-tree", "transformers", "vllm", "flashinfer", "torch-tree", "sglang", "sglang-tree-greedy")
+ADAPTERS = ("numpy", "numpy-tree", "transformers", "vllm", "flashinfer", "vllm-v1", "torch-tree", "sglang",
+            "sglang-tree-greedy")
 
 
 def run(capsys, *argv):

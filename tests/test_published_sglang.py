@@ -1,6 +1,6 @@
 """SGLang 0.5.23's chain verification kernel, audited from the published wheel under Triton's interpreter.
 
-Install: ``python -m pip install triton==3.8.0`` (the release torch 2.14.1, which sglang 0.5.23 pins,
+Install: ``python -m pip install triton==3.7.1`` (tests/published.txt; the same exact laws as 3.8.0, the release torch 2.14.1, which sglang 0.5.23 pins,
 requires; only its interpreter runs) and ``python -m pip install --no-deps sglang==0.5.23`` (a 39 MB
 wheel; its declared dependencies are a 4.1 GB CUDA stack). Only the file
 ``sglang/kernels/ops/speculative/reject_sampling.py`` runs: it imports triton alone, so no stub is
@@ -51,7 +51,7 @@ if os.environ.get("EXACTSPEC_REQUIRE_PUBLISHED"):
     import triton  # noqa: F401
     KERNEL = sglang_chain_kernel()
 else:
-    pytest.importorskip("triton", reason="pip install triton==3.8.0")
+    pytest.importorskip("triton", reason="pip install triton==3.7.1")
     if published_version("sglang") != SGLANG_VERSION:
         pytest.skip(f"pip install --no-deps sglang=={SGLANG_VERSION}", allow_module_level=True)
     KERNEL = sglang_chain_kernel()

@@ -148,7 +148,7 @@ def test_an_unrecognised_signature_names_both_and_the_adapters():
     text = str(info.value)
     assert info.value.kind == "sampler or loop" and info.value.adapter == ""
     assert "es.audit_sampler(mystery, adapter='...', search=True)" in text and "es.audit_loop(mystery" in text
-    assert "one of numpy, numpy-tree, transformers, vllm, flashinfer, torch-tree" in text
+    assert "one of numpy, numpy-tree, transformers, vllm, flashinfer, vllm-v1, torch-tree" in text
 
 
 def test_a_torch_module_sampler_is_read_through_forward():

@@ -149,7 +149,7 @@ def adapter_names() -> tuple[str, ...]:
     """The names ``exactspec audit-sampler --adapter`` accepts, as :func:`exactspec.samplers.get_adapter` knows them.
 
     >>> adapter_names()
-    ('numpy', 'numpy-tree', 'transformers', 'vllm', 'flashinfer', 'torch-tree', 'sglang', 'sglang-tree-greedy')
+    ('numpy', 'numpy-tree', 'transformers', 'vllm', 'flashinfer', 'vllm-v1', 'torch-tree', 'sglang', 'sglang-tree-greedy')
     """
     from ..samplers import adapters
     names = getattr(adapters, "ADAPTER_NAMES", None)

@@ -29,7 +29,8 @@ from typing import Any, Callable
 __all__ = ["Shape", "looks_like_sampler", "not_a_rule_message", "binding_hint", "own_codes"]
 
 #: the adapters a sampler hint can name, in the order the message lists them
-ADAPTER_NAMES = ("numpy", "numpy-tree", "transformers", "vllm", "flashinfer", "torch-tree", "sglang", "sglang-tree-greedy")
+ADAPTER_NAMES = ("numpy", "numpy-tree", "transformers", "vllm", "flashinfer", "vllm-v1", "torch-tree", "sglang",
+                 "sglang-tree-greedy")
 
 
 @dataclass(frozen=True)

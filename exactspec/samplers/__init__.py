@@ -46,7 +46,8 @@ _statistical.resolve_adapters_with(get_adapter)   # the statistical audit, below
 _NEEDS_TORCH = {"TorchTreeAdapter": "adapters.torch_tree_adapter", "torch_tree": "adapters.torch_tree_adapter",
                 "reference_torch_tree": "adapters.torch_tree_adapter", "tree_buffers": "adapters.tree_buffers",
                 "TreeBuffers": "adapters.tree_buffers", "transformers_stand_in": "loops.hf_stand_in",
-                "VllmChainAdapter": "adapters.torch_adapters", "TransformersChainAdapter": "adapters.torch_adapters"}
+                "VllmChainAdapter": "adapters.torch_adapters", "TransformersChainAdapter": "adapters.torch_adapters",
+                "VllmRejectionAdapter": "adapters.vllm_v1"}
 
 
 def __getattr__(name: str) -> object:

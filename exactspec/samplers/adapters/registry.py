@@ -146,6 +146,12 @@ def get_adapter(adapter: Any) -> Adapter:
         except ImportError:
             raise ExactSpecError(f"the {adapter} adapter needs torch: pip install torch==2.13.0") from None
         return sglang_chain if adapter == "sglang" else sglang_tree_greedy
+    if adapter == "vllm-v1":
+        try:
+            from .vllm_v1 import vllm_rejection
+        except ImportError:
+            raise ExactSpecError("the vllm-v1 adapter needs torch: pip install torch==2.13.0") from None
+        return vllm_rejection
     if adapter == "torch-tree":
         try:
             from .torch_tree_adapter import torch_tree
@@ -155,7 +161,7 @@ def get_adapter(adapter: Any) -> Adapter:
     try:
         return ADAPTERS[adapter]
     except (KeyError, TypeError):
-        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of numpy, numpy-tree, transformers, vllm, flashinfer, torch-tree, sglang, sglang-tree-greedy or pass an "
+        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of numpy, numpy-tree, transformers, vllm, flashinfer, vllm-v1, torch-tree, sglang, sglang-tree-greedy or pass an "
                              "es.samplers.Adapter") from None
 
 

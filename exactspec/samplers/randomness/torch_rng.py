@@ -67,6 +67,7 @@ from .interception import (below, bind, current_rng, current_session, fisher_yat
                            native_uniform, note_dtype, unsupported, user_site)
 from .lazy_draws import LazyCategoricalTensor, PendingDraw
 from .lazy_values import LazyBit, exponential, lazy, race_outcome, race_winner
+from .planned import current_plan
 
 try:
     import torch
@@ -885,7 +886,22 @@ def _in_place(target: Any, cls: Any, what: str, **attrs: Any) -> Any:
     return target
 
 
+def _planned(kind: str, tensor: Any, kwargs: dict) -> Any:
+    """A fill under a bound :class:`~.planned.DrawPlan`: the plan's concrete values (None: no plan bound)."""
+    plan = current_plan()
+    if plan is None:
+        return None
+    _fresh(kwargs)
+    return plan.fill(kind, tensor, kwargs.get("generator"))
+
+
 def _rand(*args: Any, **kwargs: Any) -> Any:
+    if current_plan() is not None:
+        out = kwargs.get("out")
+        shape = _size(args, kwargs)
+        if out is None:
+            out = torch.empty(shape, dtype=kwargs.get("dtype"), device=kwargs.get("device"))
+        return _planned("uniform", out, kwargs)
     _fresh(kwargs)
     out = kwargs.get("out")
     if out is not None:   # torch.rand(..., out=t): t itself holds the draws
@@ -894,6 +910,8 @@ def _rand(*args: Any, **kwargs: Any) -> Any:
 
 
 def _rand_like(t: Any, **kwargs: Any) -> Any:
+    if current_plan() is not None:
+        return _planned("uniform", torch.empty(tuple(t.shape), dtype=kwargs.get("dtype") or t.dtype), kwargs)
     _fresh(kwargs)
     dtype = kwargs.get("dtype") or t.dtype
     return LazyUniformTensor(_uniforms(tuple(t.shape), dtype), dtype)
@@ -901,6 +919,8 @@ def _rand_like(t: Any, **kwargs: Any) -> Any:
 
 def _uniform_(self: Any, a: float = 0.0, b: float = 1.0, **kwargs: Any) -> Any:
     a, b = kwargs.pop("from", a), kwargs.pop("to", b)
+    if current_plan() is not None and (a, b) == (0.0, 1.0):
+        return _planned("uniform", self, kwargs)
     _fresh(kwargs)
     uniforms = _uniforms(tuple(self.shape), self.dtype)
     if (a, b) != (0.0, 1.0):   # a + (b - a) u, each uniform kept affine and exact
@@ -914,6 +934,8 @@ def _exponential_(self: Any, lambd: float = 1.0, **kwargs: Any) -> Any:
     rate = _exact(lambd)
     if not rate > 0:
         raise UnsupportedRandomness(f"exponential_({lambd}) (at {user_site(2)}): the rate must be positive")
+    if current_plan() is not None and rate == 1:
+        return _planned("exponential", self, kwargs)
     rng = _rng()
     _fresh(kwargs)
     values = np.empty(tuple(self.shape), dtype=object)

@@ -1,0 +1,179 @@
+"""vLLM v1's own rejection sampler, vllm 0.32.0 from the published wheel, audited exactly under Triton's interpreter.
+
+``vllm.v1.sample.rejection_sampler.rejection_sample`` runs as published: its Triton kernels
+(``rejection_random_sample_kernel``, ``rejection_greedy_sample_kernel``,
+``sample_recovered_tokens_kernel``) under ``TRITON_INTERPRET=1`` (triton 3.7.1, the release torch
+2.13 pins), its randomness (``torch.rand(..., dtype=float64)``, ``q.exponential_()``, the per-request
+``uniform_(generator=)`` / ``exponential_(generator=)``) filled with values the audit chooses
+(the ``vllm-v1`` adapter, :mod:`exactspec.samplers.adapters.vllm_v1`). The wheel's files come from
+``tests/published_vllm.py`` (46 files of the wheel, nine irrelevant packages stubbed).
+
+Verdicts recorded here (context-free laws, vocab 3, gamma 1-2, the default horizon gamma + 2):
+
+- random path, a mixed batch, per-request generators, the n-gram path (``draft_probs=None``):
+  lossless up to float32 rounding (TV ~3e-8 to ~5e-8; vLLM computes its target probabilities in
+  float32 whatever it is handed: ``target_logits.softmax(dim=-1, dtype=torch.float32)``);
+- ``RejectionSampler(Sampler())`` (the module, its own sampler drawing the bonus token by the
+  PyTorch-native exponential race): lossless up to float32 rounding at temperature 1 (TV ~3.7e-8)
+  and 1/2 (~2.7e-8, against the sharpened target), greedy exactly;
+- greedy path: exactly the target's greedy sequence (TV == 0);
+- the bonus token: with draft == target every draft is accepted and the output law is exactly the
+  target's (TV == 0): the bonus token is the one handed in, at position gamma;
+- **support violation (algorithmic, tiny)**: ``accepted = draft_prob > 0 and target_prob / draft_prob
+  >= uniform_prob`` (``rejection_random_sample_kernel``) accepts a draft the target gives probability 0
+  when the float64 uniform is exactly 0: probability ``q(x) * 2**-53`` per drafted token on torch's
+  CPU lattice (``2**-24`` if the uniforms were float32, which the comment in ``generate_uniform_probs``
+  avoids citing pytorch/pytorch#16706). The n-gram path (``draft_prob = 1``) has the same ``>=``.
+"""
+
+from __future__ import annotations
+
+import os
+from fractions import Fraction as F
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import published_vllm  # noqa: E402  (tests/ is on sys.path under pytest)
+
+REQUIRED = bool(os.environ.get("EXACTSPEC_REQUIRE_PUBLISHED"))
+os.environ["TRITON_INTERPRET"] = "1"       # before triton is imported (tests/conftest.py sets it for the session)
+try:
+    import triton  # noqa: F401
+except ImportError:
+    if REQUIRED:
+        raise
+    pytest.skip("pip install --no-deps triton==3.7.1 (tests/published-nodeps.txt)", allow_module_level=True)
+try:
+    rs = published_vllm.load()
+except Exception as exc:   # no network for the wheel, a pip error: an error only where the packages are required
+    if REQUIRED:
+        raise
+    pytest.skip(f"vllm {published_vllm.VERSION} subset unavailable: {exc}", allow_module_level=True)
+
+import exactspec as es  # noqa: E402
+from exactspec.samplers.adapters.vllm_v1 import VllmRejectionAdapter  # noqa: E402
+
+P3 = es.models.context_free((F(1, 2), F(1, 3), F(1, 6)))
+Q3 = es.models.context_free((F(1, 4), F(1, 2), F(1, 4)))
+#: float32 rounding of vLLM's softmax and of the race's weight ratios: what a correct path may cost here
+FLOAT32_TV = F(1, 10 ** 6)
+
+
+def audit(adapter: VllmRejectionAdapter, gamma: int, target=P3, draft=Q3, sampler=None, **kw):
+    return es.audit_sampler(sampler or rs.rejection_sample, adapter=adapter, target=target, draft=draft,
+                            proposer=es.drafts.chain(gamma), reference=False, **kw)
+
+
+def greedy_of(model):
+    """The model whose law at every context is the point mass on the target's argmax (lowest id on ties)."""
+    def law(context):
+        p = model(context)
+        best = max(range(len(p)), key=lambda t: (p[t], -t))
+        return tuple(F(int(t == best)) for t in range(len(p)))
+    return es.models.from_function(vocab=model.vocab, order=model.order, fn=law)
+
+
+def test_the_subset_is_the_published_release():
+    import vllm
+    assert vllm.__version__ == published_vllm.VERSION == "0.32.0"
+    assert rs.__file__.startswith(published_vllm.cache_dir()) or "EXACTSPEC_VLLM_DIR" in os.environ
+    # the stubbed packages are stubs, the audited module and its kernels are the wheel's
+    import vllm.config.model as stubbed
+    assert "STUB" in (stubbed.__doc__ or "") and stubbed.PROCESSED_LOGPROBS_MODES
+    assert "STUB" not in open(rs.__file__).read(2000)
+    assert type(rs.rejection_random_sample_kernel).__name__ == "InterpretedFunction"
+
+
+@pytest.mark.slow
+def test_random_path_is_lossless_up_to_float32_rounding():
+    r = audit(VllmRejectionAdapter(), 2)
+    assert r.verdict == "lossless" and not r.support_violations
+    assert 0 < r.tv < FLOAT32_TV                         # float tolerance: 1e-6 (measured ~4.2e-8)
+    boundary = r.extra["float_boundary"]
+    assert boundary["forced"] and boundary["precision"] == "float32"     # vLLM computes in float32 whatever it gets
+    assert "k * 2**-53" in r.extra["rng"]
+
+
+def test_greedy_path_is_exactly_the_greedy_sequence():
+    target = es.models.random_table(vocab=3, order=1, seed=1)
+    draft = es.models.random_table(vocab=3, order=1, seed=4)
+    r = audit(VllmRejectionAdapter(requests=("greedy",)), 2, target=target, draft=draft, expected=greedy_of(target))
+    assert r.tv == 0 and r.verdict == "lossless"
+    assert len(r.output) == 1
+
+
+def test_the_bonus_token_is_the_one_handed_in_after_every_draft_is_accepted():
+    # draft == target with dyadic laws: vLLM's float32 softmax of log p is exactly p, the ratio exactly 1 >= u,
+    # so every draft is accepted and the bonus follows: the law is exactly the target's, bonus position included
+    # (with p = (1/2, 1/3, 1/6) the softmax is one ulp below the draft law and a rejection has probability ~6e-8)
+    dyadic = es.models.context_free((F(1, 2), F(1, 4), F(1, 4)))
+    r = audit(VllmRejectionAdapter(), 2, target=dyadic, draft=dyadic)
+    assert r.tv == 0
+    assert r.output[(0, 0, 0, 0)] == F(1, 16) and r.output[(2, 1, 0, 2)] == F(1, 128)
+
+
+@pytest.mark.slow
+def test_a_mixed_batch_gives_each_request_its_own_law():
+    alone = audit(VllmRejectionAdapter(), 1)
+    mixed = audit(VllmRejectionAdapter(requests=("greedy", "random"), row=1), 1)
+    assert mixed.output == alone.output                       # exactly the same law (==, as Fractions)
+    greedy = audit(VllmRejectionAdapter(requests=("greedy", "random"), row=0), 1, expected=greedy_of(P3))
+    assert greedy.tv == 0
+
+
+def test_per_request_generators_give_the_same_law_and_fill_their_request():
+    adapter = VllmRejectionAdapter(requests=("random", "random"), row=1, generators=(1,))
+    seeded = audit(adapter, 1)
+    plain = audit(VllmRejectionAdapter(), 1)
+    assert seeded.output == plain.output
+    # the audited request's uniforms and exponentials were written by its own generator (last fill wins)
+    own = adapter._gens
+    assert adapter.filled_by["uniform"] >= {None} and adapter.filled_by["uniform"] - {None} <= set(own.values())
+    assert adapter.filled_by["exponential"] - {None} and adapter.filled_by["exponential"] - {None} <= set(own.values())
+
+
+def test_ngram_path_without_draft_probabilities_is_lossless_up_to_rounding():
+    # draft_probs=None: accept x iff p(x) >= u, else the target with x removed: the target's law for any draft
+    r = audit(VllmRejectionAdapter(draft_probs=False), 1)
+    assert r.verdict == "lossless" and 0 < r.tv < FLOAT32_TV
+
+
+@pytest.mark.parametrize("rng_model, exponent", [("native", 53), ("torch-float32", 24)])
+@pytest.mark.parametrize("draft_probs", [True, False], ids=["draft-probs", "ngram"])
+def test_a_draft_the_target_never_emits_is_accepted_when_the_uniform_is_zero(rng_model, exponent, draft_probs):
+    target = es.models.context_free((F(1, 2), F(1, 2), F(0)))
+    draft = es.models.context_free((F(1, 3), F(1, 3), F(1, 3)))
+    r = audit(VllmRejectionAdapter(draft_probs=draft_probs), 1, target=target, draft=draft, rng_model=rng_model)
+    assert r.verdict == "biased" and r.support_violations
+    first = sum(w for out, w in r.output.items() if out[0] == 2)
+    assert first == F(1, 3) * F(1, 2 ** exponent)          # q(2) * P(u == 0), exactly
+
+
+@pytest.mark.slow
+def test_the_command_line_audits_the_published_function(capsys):
+    from exactspec.cli import main
+    code = main(["audit-sampler", "vllm.v1.sample.rejection_sampler:rejection_sample", "--adapter", "vllm-v1",
+                 "--instance", "--vocab", "3", "--order", "0", "--gamma", "1", "--json", "--no-timings"])
+    out = capsys.readouterr().out
+    assert code == 0 and '"verdict": "lossless"' in out and "vLLM's uniform_probs" in out
+
+
+@pytest.fixture(scope="module")
+def module():
+    from vllm.v1.sample.sampler import Sampler
+    return rs.RejectionSampler(Sampler())
+
+
+@pytest.mark.slow
+def test_the_module_with_its_own_bonus_sampler_is_lossless_up_to_float32_rounding(module):
+    r = audit(VllmRejectionAdapter(), 1, sampler=module)
+    assert r.verdict == "lossless" and 0 < r.tv < FLOAT32_TV
+    greedy = audit(VllmRejectionAdapter(requests=("greedy", "random"), row=0), 1, sampler=module,
+                   expected=greedy_of(P3))
+    assert greedy.tv == 0
+    # temperature 1/2: the module divides the target and bonus logits by it (apply_sampling_constraints' _expand
+    # kernel, the Sampler's temperature) and matches the sharpened target (exact law p**2 / sum p**2)
+    cold = audit(VllmRejectionAdapter(temperature=0.5), 1, sampler=module, expected=es.models.sharpen(P3, 2))
+    assert cold.verdict == "lossless" and 0 < cold.tv < FLOAT32_TV
