@@ -1,7 +1,8 @@
 """SGLang 0.5.23's chain verification kernel, audited from the published wheel under Triton's interpreter.
 
-Install: ``python -m pip install triton==3.7.1`` (tests/published.txt; the same exact laws as 3.8.0, the release torch 2.14.1, which sglang 0.5.23 pins,
-requires; only its interpreter runs) and ``python -m pip install --no-deps sglang==0.5.23`` (a 39 MB
+Install: ``python -m pip install triton==3.7.1`` (tests/published.txt, the pin shared with vLLM's kernels; only
+its interpreter runs, and the laws are the same exactly as under 3.8.0, the release sglang 0.5.23's torch 2.14.1
+requires) and ``python -m pip install --no-deps sglang==0.5.23`` (a 39 MB
 wheel; its declared dependencies are a 4.1 GB CUDA stack). Only the file
 ``sglang/kernels/ops/speculative/reject_sampling.py`` runs: it imports triton alone, so no stub is
 needed and no ``__init__`` of the sglang package runs (see
