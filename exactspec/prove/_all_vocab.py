@@ -73,6 +73,10 @@ class _MoreDraws(Exception):
     pass
 
 
+class _EmptyCell(Exception):
+    """The cell holds no instance once a class's signs are taken into account: nothing to prove there."""
+
+
 # -- the layout: named tokens, classes, symbols -------------------------------------------------------------
 class _Layout:
     """Named tokens, the predicates, the classes (feasible sign vectors) and draws per class."""
@@ -238,19 +242,14 @@ class _AbsSpace(Space):
         self._shown: dict = {}
         self._drawn: dict = {}
         self.totals: dict = {}
-        # a class's tokens meet its signs; a class with no mass may have no token at all (then its token symbols are
-        # only bounded by its totals, 0): so each class's signs hold at its tokens OR both its totals are 0
+        # a class's tokens meet its signs, and its totals the strict ones, only where the class has a token: a class
+        # with no mass may have none (its token symbols are then only bounded by its totals, 0). So these are not
+        # in the base: a cell that draws from the class first decides ``P_C + Q_C > 0`` and then takes them on
+        # (:meth:`_AbsDecider.nonempty`); a comparison on the class's tokens assumes them (:meth:`_AbsDecider._sign_of`)
         self.totals_p_num = [SymNum(x) for x in self.totals_p]
         self.totals_q_num = [SymNum(x) for x in self.totals_q]
-        self.base_z3: list = []
-        import z3 as _z3
-        for i in range(m):
-            conds = [self.z3_sign(poly, signs) for poly, signs in self.class_signs[i]]
-            conds += [self.z3_sign(poly, signs) for j, (poly, signs) in strict_totals if j == i]
-            if not conds:
-                continue
-            empty = _z3.And(self.z3_poly(self.totals_p[i].numer) == 0, self.z3_poly(self.totals_q[i].numer) == 0)
-            self.base_z3.append(_z3.Or(empty, _z3.And(conds)))
+        self.nonempty_signs = {i: list(self.class_signs[i]) + [c for j, c in strict_totals if j == i]
+                               for i in range(m)}
 
     def _instantiate(self, g: Any, a: Any, b: Any) -> Any:
         """The predicate ``g`` at a token with probabilities ``a``, ``b`` (field elements), in this layout's symbols."""
@@ -364,6 +363,51 @@ class _AbsDecider(Decider):
         if self._shared is None:
             raise ExactSpecError("vocab='all' needs the prover's shared solver (_field.SHARED_SOLVER)")
         self.member_signs: dict = {}   # a factor in a class's token symbols -> its sign at every token of the class
+        self.classes_known: dict = {}  # class -> whether it has mass on this cell (decided by :meth:`nonempty`)
+
+    def nonempty(self, i: int) -> bool:
+        """Whether class ``i`` has mass on this cell, forking the cell where it may or not.
+
+        With mass, the class has a token: the cell takes on the class's signs at its tokens and the strict
+        signs of its totals (the side is feasible only with them); without, both totals are 0.
+        """
+        hit = self.classes_known.get(i)
+        if hit is not None:
+            return hit
+        space = self.space
+        total = space.totals_p[i] + space.totals_q[i]
+        mass, yes = space._monic(total, frozenset((POS,)))   # the signs flip with a negative leading term
+        _mass, no = space._monic(total, frozenset((NEG, ZERO)))
+        with_signs = dict(self.known)
+        for poly, signs in space.nonempty_signs[i]:
+            with_signs[poly] = with_signs.get(poly, ALL) & signs
+        yes_ok = self._check(with_signs, (mass, yes))
+        no_ok = self._check(self.known, (mass, no))
+        if yes_ok and no_ok:   # fork: go on with mass, push the cell without
+            self.stats["forks"] = self.stats.get("forks", 0) + 1
+            self.pending.append((self.order + [(mass, no)], None))
+        if yes_ok:
+            self._add(mass, yes)
+            for poly, signs in space.nonempty_signs[i]:
+                self._add(poly, signs)
+        elif no_ok:
+            self._add(mass, no)
+        else:   # with mass the class's signs cannot hold, without it the rest cannot: no instance lies in the cell
+            raise _EmptyCell()
+        if self.point is not None and any(space.sign_at(p, self.point) not in sg for p, sg in self.order):
+            self.point = None   # the cell's known point may lie outside what was just added
+        self.classes_known[i] = yes_ok
+        return yes_ok
+
+    def _check(self, known: dict, question: tuple) -> bool:
+        r = self._shared.check(known, question, self.stats)
+        self.solver = self._shared.solver
+        if r == self.z3.sat:
+            return True
+        if r == self.z3.unsat:
+            return False
+        raise SolverUnknown(f"z3 could not decide {self.space.show(*question)} on a cell within "
+                            f"{self.space.check_ms} ms")
 
     def decide(self, frac: Any, op: str) -> bool:
         num = frac.numer
@@ -415,13 +459,8 @@ class _AbsDecider(Decider):
         for s in (NEG, ZERO, POS):
             if s not in known.get(f, ALL):
                 continue
-            r = self._shared.check(known, (f, frozenset((s,))), self.stats)
-            self.solver = self._shared.solver
-            if r == self.z3.sat:
+            if self._check(known, (f, frozenset((s,)))):
                 ok.append(s)
-            elif r != self.z3.unsat:
-                raise SolverUnknown(f"z3 could not decide the sign of {f.as_expr()} on a class of unnamed tokens "
-                                    f"within {self.space.check_ms} ms")
         if len(ok) > 1:
             raise _Refine(self.space.predicate(self.space.to_generic(f, i, k), i))
         sign = ok[0] if ok else ZERO   # no token of the class can exist on this cell: its branches weigh 0
@@ -740,7 +779,7 @@ class _Run:
                 continue
             if not isinstance(x, ClassEntry):
                 _refuse("draws from a law with a constant entry at a class of unnamed tokens")
-            if not (space.totals_p_num[i] + space.totals_q_num[i]) > 0:   # an empty class: no token to draw
+            if not _field.active().nonempty(i):   # an empty class: no token to draw
                 continue
             if not x >= 0:
                 raise InvalidDistribution(f"a law passed to rng.categorical is negative on class C{i}")
@@ -1180,7 +1219,11 @@ def _prove_layout(rule: Any, proposer: Any, layout: _Layout, tokens: int, check_
             raise BudgetExceeded("seconds", timeout, covered={"cells proven": len(cells), "cells pending": len(pending)})
         start, point = pending.pop()
         with _AbsDecider(space, start, pending, stats, point) as dec:
-            out, n = _enumerate(rule, space, proposer, tokens)
+            try:
+                out, n = _enumerate(rule, space, proposer, tokens)
+            except _EmptyCell:
+                stats["empty cells"] = stats.get("empty cells", 0) + 1
+                continue
             paths += n
             for o in itertools.product(range(c), repeat=tokens):
                 expected: Any = space.field.one

@@ -114,8 +114,6 @@ class SharedSolver:
         self.cells = 0
         for poly, signs in space.base:
             self.solver.add(space.z3_sign(poly, signs))
-        for formula in getattr(space, "base_z3", ()):   # constraints that are not a sign condition (disjunctions)
-            self.solver.add(formula)
         self._lits: dict = {}
         self._keys: dict = {}     # a literal's z3 id -> its constraint
 
@@ -208,8 +206,6 @@ class Decider:
         self.solver.set("timeout", space.check_ms)
         for poly, signs in space.base:
             self._add(poly, signs, record=False)
-        for formula in getattr(space, "base_z3", ()):
-            self.solver.add(formula)
         for poly, signs in start:
             self._add(poly, signs)
 

@@ -762,8 +762,6 @@ def _cell_solver(space: Space, dec: Decider) -> tuple:
         return z3.Or([e < 0 if x == NEG else e == 0 if x == ZERO else e > 0 for x in sorted(signs)])
     for poly, signs in dec.known.items():
         solver.add(sign(poly, signs))
-    for formula in getattr(space, "base_z3", ()):   # an all-vocabulary proof's disjunctions (same variable names)
-        solver.add(formula.translate(ctx))
     return solver, zvars, sign, ctx
 
 
