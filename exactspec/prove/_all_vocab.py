@@ -549,17 +549,6 @@ class ClassEntry(SymNum):
             return x
         return _field.active().decide(_op("-", self.f, x), op)
 
-    def __eq__(self, o: Any) -> Any:  # type: ignore[override]
-        if not isinstance(o, (SymNum, int, Fraction)):
-            if isinstance(o, float):
-                SymNum._other(o, "==")
-            return False
-        return self._cmp(o, "==")
-
-    def __ne__(self, o: Any) -> Any:  # type: ignore[override]
-        r = self.__eq__(o)
-        return r if r is NotImplemented else not r
-
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:

@@ -562,7 +562,7 @@ class SymNum:
         return self._cmp(o, ">=")
 
     def __eq__(self, o: Any) -> Any:  # type: ignore[override]
-        if type(o) is not SymNum and not isinstance(o, (int, Fraction)):
+        if not isinstance(o, (SymNum, int, Fraction)):   # a subclass (an all-vocabulary class entry) compares too
             if isinstance(o, float):
                 SymNum._other(o, "==")
             return False
