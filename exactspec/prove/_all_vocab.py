@@ -77,6 +77,16 @@ class _EmptyCell(Exception):
     """The cell holds no instance once a class's signs are taken into account: nothing to prove there."""
 
 
+class _DeadBranch(Exception):
+    """The classes this branch drew from cannot all have mass on the cell: the branch weighs 0 there."""
+
+
+#: decide a branch's comparisons assuming the classes it drew from have a token, without recording what only that
+#: assumption decides (where such a class is empty the branch weighs 0 whatever is decided); False: the cell forks
+#: on every class's mass at the first draw that may land in it (many more cells; the path kept for comparison)
+PER_BRANCH = True
+
+
 # -- the layout: named tokens, classes, symbols -------------------------------------------------------------
 class _Layout:
     """Named tokens, the predicates, the classes (feasible sign vectors) and draws per class."""
@@ -364,6 +374,8 @@ class _AbsDecider(Decider):
             raise ExactSpecError("vocab='all' needs the prover's shared solver (_field.SHARED_SOLVER)")
         self.member_signs: dict = {}   # a factor in a class's token symbols -> its sign at every token of the class
         self.classes_known: dict = {}  # class -> whether it has mass on this cell (decided by :meth:`nonempty`)
+        self.assumed: frozenset = frozenset()   # the classes the running branch drew from (PER_BRANCH)
+        self._assuming: dict = {}
 
     def nonempty(self, i: int) -> bool:
         """Whether class ``i`` has mass on this cell, forking the cell where it may or not.
@@ -419,14 +431,13 @@ class _AbsDecider(Decider):
         space = self.space
         members = space.members_in(poly)
         if not members:
-            return super().decide(frac, op)
+            return self._plain(frac, op)
         csign, facs = _field._factors(poly.monic())
         sign = (POS if poly.LC > 0 else NEG) * csign
         for f, e in facs:
             mem = space.members_in(f)
             if not mem:   # a factor free of unnamed tokens: decided on the cell as usual (it may fork)
-                s = ZERO if Decider.decide(self, space.K(f), "==") else \
-                    POS if Decider.decide(self, space.K(f), ">") else NEG
+                s = ZERO if self._plain(space.K(f), "==") else POS if self._plain(space.K(f), ">") else NEG
             else:
                 if len({i for i, _k in mem}) > 1:
                     _refuse("compares probabilities of tokens of two different classes of unnamed tokens (e.g. "
@@ -442,6 +453,73 @@ class _AbsDecider(Decider):
                 sign = -sign
         return sign in OPS[op]
 
+    def _plain(self, frac: Any, op: str) -> bool:
+        """A comparison free of unnamed tokens' symbols: on the cell, assuming the branch's classes have a token.
+
+        Without such classes this is the prover's own decision (it may fork the cell). With them, a side that
+        only the assumption rules out is not recorded in the cell (other branches need the cell's points where a
+        class is empty); both sides possible: the cell forks as usual (each side holds instances); neither:
+        the branch cannot happen where its classes have mass, so it weighs 0 (:class:`_DeadBranch`).
+        """
+        if not self.assumed:
+            return Decider.decide(self, frac, op)
+        num = frac.numer
+        if num.is_zero:
+            return ZERO in OPS[op]
+        poly = num * frac.denom
+        if poly.is_ground:
+            return (POS if poly.LC > 0 else NEG) in OPS[op]
+        known = self._known_assuming()
+        csign, facs = _field._factors(poly.monic())
+        sign = (POS if poly.LC > 0 else NEG) * csign
+        rest = []
+        for f, e in facs:   # drop the factors whose sign the cell (with the assumption) already fixes
+            kf = known.get(f, ALL)
+            if kf == frozenset((ZERO,)):
+                return ZERO in OPS[op]
+            if kf == frozenset((POS,)) or (e % 2 == 0 and ZERO not in kf):
+                continue
+            if kf == frozenset((NEG,)):
+                sign = -sign if e % 2 else sign
+                continue
+            rest.append((f, e))
+        if not rest:
+            return sign in OPS[op]
+        mono = rest[0][0] if len(rest) == 1 and rest[0][1] == 1 else _field._product(rest)
+        want = OPS[op] if sign == POS else frozenset({NEG: POS, POS: NEG, ZERO: ZERO}[x] for x in OPS[op])
+        k = known.get(mono, ALL)
+        yes, no = k & want, k - want
+        if not no:
+            return True
+        if not yes:
+            return False
+        yes_ok = self._check(known, (mono, yes))
+        no_ok = self._check(known, (mono, no))
+        if yes_ok and no_ok:
+            self.stats["forks"] = self.stats.get("forks", 0) + 1
+            self.pending.append((self.order + [(mono, no)], None))
+            self._add(mono, yes)
+            self.point = None
+            return True
+        if yes_ok or no_ok:
+            return yes_ok
+        raise _DeadBranch()
+
+    def _known_assuming(self) -> dict:
+        """The cell's known signs with the branch's classes' mass, token signs and strict totals."""
+        key = (self.assumed, len(self.order))
+        hit = self._assuming.get(key)
+        if hit is None:
+            space = self.space
+            hit = dict(self.known)
+            for i in self.assumed:
+                mass, yes = space._monic(space.totals_p[i] + space.totals_q[i], frozenset((POS,)))
+                hit[mass] = hit.get(mass, ALL) & yes
+                for poly, signs in space.nonempty_signs[i]:
+                    hit[poly] = hit.get(poly, ALL) & signs
+            self._assuming = {key: hit}
+        return hit
+
     def _sign_of(self, f: Any, i: int, k: int) -> int:
         """The sign of an irreducible factor at every token of class ``i``, or split the class by it.
 
@@ -449,10 +527,10 @@ class _AbsDecider(Decider):
         its branches weigh 0 whatever is decided. The answer is kept for this cell but never added to it (that
         would drop the cell's points where the class is empty).
         """
-        hit = self.member_signs.get(f)
+        hit = self.member_signs.get((f, self.assumed))
         if hit is not None:
             return hit
-        known = dict(self.known)
+        known = dict(self._known_assuming() if self.assumed else self.known)
         for poly, signs in self.space.class_signs[i]:
             known[poly] = known.get(poly, ALL) & signs
         ok = []
@@ -464,7 +542,7 @@ class _AbsDecider(Decider):
         if len(ok) > 1:
             raise _Refine(self.space.predicate(self.space.to_generic(f, i, k), i))
         sign = ok[0] if ok else ZERO   # no token of the class can exist on this cell: its branches weigh 0
-        self.member_signs[f] = sign
+        self.member_signs[(f, self.assumed)] = sign
         return sign
 
 
@@ -729,9 +807,10 @@ class _Run:
         return self.fld.check(x, what)
 
     def categorical(self, law: Any) -> Any:
-        hit = self.supports.get(id(law))
+        key = (id(law), _field.active().assumed)
+        hit = self.supports.get(key)
         if hit is None or hit[0] is not law:
-            hit = self.supports[id(law)] = (law, self._support(law))   # the law kept alive with its entry
+            hit = self.supports[key] = (law, self._support(law))   # the law kept alive with its entry
         options = hit[1]
         value = self._choose(options)
         if isinstance(value, tuple):
@@ -740,6 +819,9 @@ class _Run:
             if k > self.draws:
                 raise _MoreDraws()
             self.count[i] = k
+            if PER_BRANCH:
+                dec = _field.active()
+                dec.assumed = dec.assumed | {i}
             self.weight = self.weight * SymNum(_SPACE[-1].to_draw(x.f, i, k))
             return UnnamedToken(i, k, self)
         return value
@@ -768,7 +850,7 @@ class _Run:
                 continue
             if not isinstance(x, ClassEntry):
                 _refuse("draws from a law with a constant entry at a class of unnamed tokens")
-            if not _field.active().nonempty(i):   # an empty class: no token to draw
+            if not PER_BRANCH and not _field.active().nonempty(i):   # an empty class: no token to draw
                 continue
             if not x >= 0:
                 raise InvalidDistribution(f"a law passed to rng.categorical is negative on class C{i}")
@@ -921,9 +1003,35 @@ class _TreeStep:
         return self._run.fld.convert(to_rational(x, "step.number"))
 
 
+def _run_branch(rule: Any, run: _Run, proposer: Any, tree: bool, gamma: Any, p: AbstractLaw, q: AbstractLaw,
+                argmax: bool, claim: Any, tokens: int, c: int) -> tuple:
+    """One branch, step after step: ``(emitted tokens, whether they are all named)`` (stops at an unnamed one)."""
+    from ..errors import RuleError
+    emitted: list = []
+    named_only = True
+    while len(emitted) < tokens and named_only:
+        step = _TreeStep(run, tuple(proposer.expansion), p, q) if tree else _Step(run, gamma, p, q, argmax, claim)
+        gen = rule.fn(step, run)
+        n0 = len(emitted)
+        try:
+            for tok in gen:
+                if isinstance(tok, UnnamedToken):
+                    named_only = False
+                    break
+                if isinstance(tok, bool) or not isinstance(tok, int) or not 0 <= tok < c:
+                    raise RuleError(f"rule {rule.name} emitted {tok!r}, not a token", rule=rule.name)
+                emitted.append(tok)
+                if len(emitted) >= tokens:
+                    break
+        finally:
+            gen.close()
+        if named_only and len(emitted) == n0:
+            raise RuleError(f"rule {rule.name} emitted no token in a step", rule=rule.name)
+    return emitted, named_only
+
+
 def _enumerate(rule: Any, space: _AbsSpace, proposer: Any, tokens: int) -> tuple:
     """Every branch of ``tokens`` emitted tokens on the current cell: ``({named outcome: probability}, branches)``."""
-    from ..errors import RuleError
     fld = space.field
     c = space.layout.named
     p = AbstractLaw(list(space.laws["p"][0]) + [ClassEntry(space.gens[space.member_names[(i, 0)][0]] / 1, i)
@@ -943,26 +1051,17 @@ def _enumerate(rule: Any, space: _AbsSpace, proposer: Any, tokens: int) -> tuple
     while pending:
         prefix = pending.pop()
         run = _Run(prefix, pending, fld, c, space.layout.draws, supports)
-        emitted: list = []
-        named_only = True
-        while len(emitted) < tokens and named_only:
-            step = _TreeStep(run, tuple(proposer.expansion), p, q) if tree else _Step(run, gamma, p, q, argmax, claim)
-            gen = rule.fn(step, run)
-            n0 = len(emitted)
-            try:
-                for tok in gen:
-                    if isinstance(tok, UnnamedToken):
-                        named_only = False
-                        break
-                    if isinstance(tok, bool) or not isinstance(tok, int) or not 0 <= tok < c:
-                        raise RuleError(f"rule {rule.name} emitted {tok!r}, not a token", rule=rule.name)
-                    emitted.append(tok)
-                    if len(emitted) >= tokens:
-                        break
-            finally:
-                gen.close()
-            if named_only and len(emitted) == n0:
-                raise RuleError(f"rule {rule.name} emitted no token in a step", rule=rule.name)
+        dec = _field.active()
+        dec.assumed = frozenset()
+        if PER_BRANCH:
+            from .. import laws
+            laws.clear_memo()   # a residual memoised in one branch was decided under that branch's classes
+        try:
+            emitted, named_only = _run_branch(rule, run, proposer, tree, gamma, p, q, argmax, claim, tokens, c)
+        except _DeadBranch:
+            branches += 1
+            dec.stats["dead branches"] = dec.stats.get("dead branches", 0) + 1
+            continue
         branches += 1
         if not named_only:
             continue
