@@ -533,10 +533,12 @@ class _AbsDecider(Decider):
         known = dict(self._known_assuming() if self.assumed else self.known)
         for poly, signs in self.space.class_signs[i]:
             known[poly] = known.get(poly, ALL) & signs
+        cand = [s for s in (NEG, ZERO, POS) if s in known.get(f, ALL)]
+        if len(cand) == 1:   # the class's own signs fix it (no z3 question)
+            self.member_signs[(f, self.assumed)] = cand[0]
+            return cand[0]
         ok = []
-        for s in (NEG, ZERO, POS):
-            if s not in known.get(f, ALL):
-                continue
+        for s in cand:
             if self._check(known, (f, frozenset((s,)))):
                 ok.append(s)
         if len(ok) > 1:
