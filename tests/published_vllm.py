@@ -230,7 +230,7 @@ def load(directory: str | None = None) -> object:
                            "before anything imports triton (tests/conftest.py does)")
     if not HAS_TRITON:
         raise RuntimeError("vLLM disabled Triton (vllm.triton_utils.HAS_TRITON is False): its kernels would be "
-                           "placeholders; is triton installed (tests/published-nodeps.txt)?")
+                           "placeholders; is triton installed (tests/published.txt)?")
     return module
 
 

@@ -44,7 +44,7 @@ try:
 except ImportError:
     if REQUIRED:
         raise
-    pytest.skip("pip install --no-deps triton==3.7.1 (tests/published-nodeps.txt)", allow_module_level=True)
+    pytest.skip("pip install triton==3.7.1 (tests/published.txt)", allow_module_level=True)
 try:
     rs = published_vllm.load()
 except Exception as exc:   # no network for the wheel, a pip error: an error only where the packages are required
