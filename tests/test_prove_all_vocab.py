@@ -210,6 +210,13 @@ def test_the_laws_hook_is_cleared_after_a_proof_and_after_a_refusal():
         es.prove(_rule(_uses_len, "uses_len"), proposer=es.drafts.chain(1), vocab="all", tokens=1)
     assert laws._ABSTRACT is None
     assert laws.normalize((1, 3)) == (F(1, 4), F(3, 4))
+    import builtins
+
+    from sympy.polys.rings import PolyElement
+
+    from exactspec.prove import _all_vocab
+    assert builtins.sum is not _all_vocab._abstract_sum and not _all_vocab._BUILTIN_SUM
+    assert PolyElement._gcd_ZZ is not _all_vocab._compact_gcd_zz and not _all_vocab._GCD
 
 
 def test_cli_prove_vocab_all(capsys):
