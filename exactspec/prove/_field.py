@@ -132,6 +132,10 @@ class SharedSolver:
             self._keys[b.get_id()] = key
         return b
 
+    def model(self) -> Any:
+        """The z3 model of the last check that answered sat."""
+        return self.solver.model()
+
     def check(self, known: dict, question: Any, stats: dict) -> Any:
         """z3's answer for ``question`` under the constraints ``known`` (a core already known to imply it: unsat)."""
         z3 = self.z3
@@ -235,7 +239,7 @@ class Decider:
             r = self._shared.check(self.known, (poly, signs), self.stats)
             self.solver = s = self._shared.solver   # a new one when the check was asked again
             if model and r == self.z3.sat:
-                pt = self.space.rational_model(s.model())
+                pt = self.space.rational_model(self._shared.model())
         else:
             s.push()
             try:
