@@ -104,28 +104,37 @@ class ChainStep:
     def _draw_until(self, j: int) -> None:
         if not 0 <= j < self.gamma:
             raise IndexError(f"draft position {j} is outside 0..{self.gamma - 1}")
-        env = self._env
+        while len(self._drafts) <= j:
+            self._next()
+
+    def _next(self) -> int:
+        """Draw the next draft (the caller checked there is one) and return it."""
         drafts, nodes = self._drafts, self._nodes
-        while len(drafts) <= j:
-            n = len(drafts)
-            node = nodes[n]
-            s = node.s
-            if s is None:
-                ctx = self._context(n, node)
-                node.q = env.q(ctx)
-                s = node.s = node.q if self._source is None else env.view(self._source)(ctx)
-            x = self._draw(s) if self._sample else env.argmax(s)
-            drafts.append(x)
-            self._claims.append(env.point_mass(x) if self._point else node.q)
-            kids = node.kids
-            kid = None if kids is None else kids.get(x)
-            nodes.append(kid if kid is not None else self._kid(node, x, n + 1))
+        n = len(drafts)
+        node = nodes[n]
+        s = node.s
+        env = self._env
+        if s is None:
+            ctx = self._context(n, node)
+            node.q = env.q(ctx)
+            s = node.s = node.q if self._source is None else env.view(self._source)(ctx)
+        x = self._draw(s) if self._sample else env.argmax(s)
+        drafts.append(x)
+        self._claims.append(env.point_mass(x) if self._point else node.q)
+        kids = node.kids
+        kid = None if kids is None else kids.get(x)
+        nodes.append(kid if kid is not None else self._kid(node, x, n + 1))
+        return x
 
     def draft(self, j: int) -> int:
         """The j-th drafted token (0-based), drawn on first use."""
         drafts = self._drafts
-        if j >= len(drafts):
-            self._draw_until(j)
+        n = len(drafts)
+        if j < n:
+            return drafts[j]
+        if j == n and j < self.gamma:   # the next one: the common case
+            return self._next()
+        self._draw_until(j)
         return drafts[j]
 
     def accept(self, j: int) -> int:
