@@ -50,8 +50,8 @@ class PathRng:
     """
 
     __slots__ = ("_prefix", "_n", "_pos", "_choices", "_kinds", "weight", "_field", "_stack", "_supports",
-                 "_one", "_zero", "_exact", "_plain", "max_depth", "lattice", "exact_floats", "_head", "observe", "defer",
-                 "deferred")
+                 "_one", "_zero", "_exact", "_plain", "max_depth", "lattice", "exact_floats", "_head", "observe",
+                 "defer", "deferred")
 
     def __init__(self, prefix: tuple, weight: Any, field: Field, stack: list, supports: dict,
                  max_depth: int | None = None, lattice: "Lattice | None" = None, exact_floats: bool = False) -> None:
@@ -432,8 +432,8 @@ class DeferredToken:
     The engine defers the categorical draws of a rule (not a proposer's drafts): a rule that emits
     one unread as the last token a step keeps (``yield rng.categorical(law)``: a residual, a bonus
     token) runs once for all its values, which the engine spreads over the outcome afterwards; one
-    emitted unread before other kept tokens is drawn for real when the branch ends. ``tok == t`` and ``tok != t``
-    with an int ``t`` fork two ways (equal or not) and narrow the values it stands for. Any other
+    emitted unread before other kept tokens is drawn for real when the branch ends. ``tok == t`` and
+    ``tok != t`` with an int ``t`` fork two ways (equal or not) and narrow the values it stands for. Any other
     use of its value (ordering, hashing, indexing, arithmetic, ``int()``, ``str()``, any attribute)
     raises :class:`Touched`, and the engine redraws it for real; so does any exception raised while a
     branch holds one. Only code that tells it from an int by ``type()``, ``isinstance`` or ``is``

@@ -336,7 +336,8 @@ class StepEnumerator:
 
     ``lazy=True`` defers the rule's categorical draws (see
     :class:`~exactspec.enumerate.rng.DeferredToken`): a rule emitting such a draw unread as the last
-    token a step keeps runs once for all its values. Exact fields only (the law is the same; only the order of its sums differs).
+    token a step keeps runs once for all its values. Exact fields only (the law is the same; only the
+    order of its sums differs).
     """
 
     def __init__(self, rule: Any, proposer: Any, env: Any, meter: Meter | None = None, *,
