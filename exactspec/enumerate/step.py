@@ -387,15 +387,15 @@ class StepEnumerator:
         stack: list = [((), field.one)]
         meter.steps += 1
         paths = meter.budget.paths
-        pop = stack.pop
+        pop, make_step, lattice, exact_floats = stack.pop, proposer.step, self.lattice, self.exact_floats
         while stack:
             prefix, w = pop()
             if paths is not None and meter.paths >= paths or meter.deadline is not None:
                 meter.tick()
             else:
                 meter.paths += 1     # as meter.tick(), which has nothing more to check
-            rng = PathRng(prefix, w, field, stack, supports, depth, self.lattice, self.exact_floats)
-            step = proposer.step(env, context, rng)
+            rng = PathRng(prefix, w, field, stack, supports, depth, lattice, exact_floats)
+            step = make_step(env, context, rng)
             try:
                 out = run_rule(fn, step, rng, run_h, vocab, name, cap, lazy_from)
             except Touched as exc:   # the rule looked at a deferred draw: draw it for real, run the branch again
