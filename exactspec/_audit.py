@@ -248,7 +248,7 @@ def build_engine(inputs: AuditInputs, *, budget: Budget | None = None, closed_fo
                  exact_floats: bool = False, on_error: str = "raise", lazy: bool = False) -> Engine:
     """The engine that enumerates ``inputs`` (nothing is enumerated until :func:`compute_laws`).
 
-    ``lazy=True`` lets the engine defer the draws of the last token a step keeps (see
+    ``lazy=True`` lets the engine defer a rule's categorical draws until it looks at them (see
     :class:`~exactspec.enumerate.rng.DeferredToken`): what :func:`audit` asks for rules; a
     sampler audit, whose code hands drawn tokens to numpy and torch, does not.
 

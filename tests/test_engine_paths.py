@@ -18,6 +18,8 @@ from exactspec.enumerate.stream import LEGACY_ENV
 from exactspec.fields import get_field
 from exactspec.instances import make_instance
 
+from benchmarks.baseline import baseline_law
+
 ENGINE_DIR = Path(es.__file__).parent / "enumerate"
 
 
@@ -115,8 +117,26 @@ def tree_sample_match(step, rng):
         node = match
 
 
+def emits_a_sample_then_the_draft(step, rng):
+    """Emits a target sample unread and then a draft: the deferred sample is not the last token kept."""
+    yield rng.categorical(step.target(0))
+    yield step.draft(step.gamma - 1)
+
+
+def draws_before_it_decides(step, rng):
+    """Draws a target sample first, forks on a uniform, then emits the sample last or first (biased)."""
+    y = rng.categorical(step.target(0))
+    x = step.draft(0)
+    if rng.uniform() < step.target(0)[x]:
+        yield x
+        yield y
+    else:
+        yield y
+        yield rng.categorical(step.target(1))
+
+
 USER_CHAIN = [ss_uniform, resample_target, looks_at_its_sample, swallows_a_touch, hashes_and_formats,
-              draws_then_ignores]
+              draws_then_ignores, emits_a_sample_then_the_draft, draws_before_it_decides]
 
 
 @pytest.mark.parametrize("rule", USER_CHAIN, ids=lambda r: r.__name__)
@@ -247,6 +267,35 @@ def test_comparing_a_deferred_draw_with_an_int_narrows_it():
     assert (tok != 1) is False and rng.weight == F(1, 4)      # a fork: equal taken first, not-equal pushed
     assert stack[-1][1] == F(3, 4) and tok.values() == [(1, F(1))]
     assert (tok == 1) is True and len(stack) == 1             # decided: no second fork
+
+
+def test_a_rule_s_draw_is_deferred_whichever_token_it_computes():
+    # the residual of a rejection at the first position is one branch, not one per token, at any horizon
+    p, q = es.models.context_free((F(1, 2), F(1, 3), F(1, 6))), es.models.context_free((F(1, 6), F(1, 3), F(1, 2)))
+    env = es.enumerate.env.Env(p, q, get_field(backend="python"))
+    steps = es.enumerate.StepEnumerator(lambda step, rng: (yield rng.categorical(step.target(0))),
+                                        es.drafts.chain(2), env, lazy=True)
+    assert steps.law((), 3) == {(0,): F(1, 2), (1,): F(1, 3), (2,): F(1, 6)}
+    assert steps.meter.paths == 1
+    both = es.enumerate.StepEnumerator(emits_a_sample_then_the_draft, es.drafts.chain(2), env, lazy=True)
+    law = both.law((), 2)          # the sample is not the last token kept: drawn for real, branch by branch
+    assert law == {(y, x): p(())[y] * q(())[x] for y in range(3) for x in range(3)}
+    assert both.redraws == 1
+
+
+def test_chain_steps_over_whole_contexts_rebuild_the_contexts_past_the_kept_ones(monkeypatch):
+    import importlib
+    chain_module = importlib.import_module("exactspec.drafts.chain")   # (exactspec.drafts.chain is the function)
+    target = es.models.from_function(vocab=2, order=None,
+                                     fn=lambda ctx: (F(1, 2 + len(ctx) % 3), 1 - F(1, 2 + len(ctx) % 3)))
+    draft = es.models.from_function(vocab=2, order=None,
+                                    fn=lambda ctx: (F(1, 3), F(2, 3)) if sum(ctx) % 2 else (F(3, 4), F(1, 4)))
+    kw = dict(target=target, draft=draft, proposer=es.drafts.chain(4), rule=ss_uniform, prompt=(1,), tokens=5)
+    kept = es.audit(**kw)
+    monkeypatch.setattr(chain_module, "KEEP_CONTEXTS", 1)
+    rebuilt = es.audit(**kw)
+    assert_same(kept, rebuilt)
+    assert kept.output == baseline_law(ss_uniform, target, draft, gamma=4, prompt=(1,), tokens=5)
 
 
 def test_the_first_step_law_is_kept_cut_at_the_horizon_not_uncut():

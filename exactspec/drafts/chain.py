@@ -15,8 +15,32 @@ __all__ = ["ChainProposer", "ChainStep", "ChainLaws", "chain"]
 
 SAMPLINGS = ("sample", "argmax")
 CLAIMS = ("draft", "point_mass")
-#: a chain step keeps the context of this many first positions; later ones are rebuilt when asked for
+#: over models reading the whole context, a chain step keeps the context of this many first positions; later ones
+#: are rebuilt when asked for
 KEEP_CONTEXTS = 256
+
+
+def _state_length(proposer: "ChainProposer", env: Any) -> int | None:
+    """How many last tokens of a context every model of a chain step reads (None: the whole context)."""
+    orders = [env.p.model.order] + ([env.q.model.order] if env.q is not None else []) + (
+        [proposer.sampled_from.order] if proposer.sampled_from is not None else [])
+    if any(o is None for o in orders):
+        return None
+    return max(orders)
+
+
+class _Node:
+    """What every branch of a step that drafted the same prefix shares: the context the models read there and
+    the target, draft and sampling laws at that position, each looked up once; the nodes after one more draft."""
+
+    __slots__ = ("ctx", "p", "q", "s", "kids")
+
+    def __init__(self, ctx: tuple | None) -> None:
+        self.ctx = ctx           # None: deeper than KEEP_CONTEXTS in a chain over an unbounded context (rebuilt)
+        self.p: Any = None
+        self.q: Any = None
+        self.s: Any = None
+        self.kids: dict | None = None
 
 
 class ChainStep:
@@ -26,10 +50,14 @@ class ChainStep:
     verifier is told it was drawn from, ``target(j)`` the target law after ``j`` drafted tokens
     (``target(gamma)`` is the bonus position). A draft is drawn the first time anything at or
     after its position is asked for, so a rule that rejects early never pays for later drafts.
+
+    The laws at each drafted prefix live in a tree of nodes the branches of one step law share (the
+    engine runs them one context after another; :class:`~exactspec.enumerate.env.Env` keeps the tree of
+    the last context), so a branch replaying the drafts of an earlier one looks no law up again.
     """
 
-    __slots__ = ("gamma", "vocab", "_env", "_rng", "_ctxs", "_drafts", "_claims", "_sample", "_point", "accepted",
-                 "_source", "_last", "_draw")
+    __slots__ = ("gamma", "vocab", "_env", "_rng", "_nodes", "_drafts", "_claims", "_sample", "_point", "accepted",
+                 "_source", "_draw", "_keep")
 
     family = "chain"
 
@@ -40,36 +68,74 @@ class ChainStep:
         self._rng = rng
         # the proposer reads a draft as soon as it is drawn: never a deferred draw (see PathRng.draw_now)
         self._draw = getattr(rng, "draw_now", None) or getattr(rng, "categorical", None)
-        self._ctxs = [context]   # the context at each of the first KEEP_CONTEXTS positions (later: rebuilt)
-        self._last = context     # the context after every draft drawn so far
+        hit = getattr(env, "chain_nodes", None)
+        if hit is None or hit[0] is not proposer or not (hit[1] is context or hit[1] == context):
+            hit = (proposer, context, _Node(context), _state_length(proposer, env), proposer.sampling == "sample",
+                   proposer.claim == "point_mass", proposer.sampled_from)
+            if hasattr(env, "chain_nodes"):
+                env.chain_nodes = hit
+        _, _, root, self._keep, self._sample, self._point, self._source = hit
+        self._nodes = [root]     # the node after each draft drawn so far (and the root)
         self._drafts: list[int] = []
         self._claims: list[tuple] = []
-        self._sample = proposer.sampling == "sample"
-        self._point = proposer.claim == "point_mass"
-        self._source = proposer.sampled_from
         self.accepted = 0
+
+    def _kid(self, node: _Node, x: int, depth: int) -> _Node:
+        """The node after ``node``'s prefix and the draft ``x`` (``depth`` drafts in all), made once."""
+        ctx = node.ctx
+        keep = self._keep
+        if ctx is None or (keep is None and depth >= KEEP_CONTEXTS):   # keeping them all costs gamma**2
+            ctx = None
+        else:
+            ctx = ctx + (x,)
+            if keep is not None and len(ctx) > keep:
+                ctx = ctx[-keep:] if keep else ()
+        kids = node.kids
+        if kids is None:
+            kids = node.kids = {}
+        kid = kids[x] = _Node(ctx)
+        return kid
+
+    def _context(self, j: int, node: _Node) -> tuple:
+        """The context the models read after drafts ``0..j-1``."""
+        ctx = node.ctx
+        return ctx if ctx is not None else self._nodes[0].ctx + tuple(self._drafts[:j])  # type: ignore[operator]
 
     def _draw_until(self, j: int) -> None:
         if not 0 <= j < self.gamma:
             raise IndexError(f"draft position {j} is outside 0..{self.gamma - 1}")
-        env = self._env
-        source = self._source
         while len(self._drafts) <= j:
-            ctx = self._last
-            q = env.q(ctx)
-            s = q if source is None else env.view(source)(ctx)
-            x = self._draw(s) if self._sample else env.argmax(s)
-            self._drafts.append(x)
-            self._claims.append(env.point_mass(x) if self._point else q)
-            self._last = ctx = ctx + (x,)
-            if len(self._ctxs) < KEEP_CONTEXTS:   # keeping every context of a long chain costs gamma**2 memory
-                self._ctxs.append(ctx)
+            self._next()
+
+    def _next(self) -> int:
+        """Draw the next draft (the caller checked there is one) and return it."""
+        drafts, nodes = self._drafts, self._nodes
+        n = len(drafts)
+        node = nodes[n]
+        s = node.s
+        env = self._env
+        if s is None:
+            ctx = self._context(n, node)
+            node.q = env.q(ctx)
+            s = node.s = node.q if self._source is None else env.view(self._source)(ctx)
+        x = self._draw(s) if self._sample else env.argmax(s)
+        drafts.append(x)
+        self._claims.append(env.point_mass(x) if self._point else node.q)
+        kids = node.kids
+        kid = None if kids is None else kids.get(x)
+        nodes.append(kid if kid is not None else self._kid(node, x, n + 1))
+        return x
 
     def draft(self, j: int) -> int:
         """The j-th drafted token (0-based), drawn on first use."""
-        if j >= len(self._drafts):
-            self._draw_until(j)
-        return self._drafts[j]
+        drafts = self._drafts
+        n = len(drafts)
+        if j < n:
+            return drafts[j]
+        if j == n and j < self.gamma:   # the next one: the common case
+            return self._next()
+        self._draw_until(j)
+        return drafts[j]
 
     def accept(self, j: int) -> int:
         """Mark draft ``j`` accepted (for the efficiency figures) and return its token."""
@@ -88,10 +154,11 @@ class ChainStep:
             self._draw_until(j - 1)
         if not 0 <= j <= self.gamma:
             raise IndexError(f"target position {j} is outside 0..{self.gamma}")
-        ctxs = self._ctxs
-        if j < len(ctxs):
-            return self._env.p(ctxs[j])
-        return self._env.p(self._last if j == len(self._drafts) else ctxs[0] + tuple(self._drafts[:j]))
+        node = self._nodes[j]
+        p = node.p
+        if p is None:
+            p = node.p = self._env.p(self._context(j, node))
+        return p
 
     @property
     def drafts(self) -> tuple[int, ...]:
@@ -145,11 +212,9 @@ class ChainLaws:
         """The context suffix every model of the step reads after ``prefix`` (the whole context for a model of
         order None): prefixes with the same state have the same laws at every later position."""
         ctx = self.context + prefix
-        orders = [self.env.p.model.order] + ([self.env.q.model.order] if self.env.q is not None else []) + (
-            [self.proposer.sampled_from.order] if self.proposer.sampled_from is not None else [])
-        if any(o is None for o in orders):
+        k = _state_length(self.proposer, self.env)
+        if k is None:
             return ctx
-        k = max(orders)
         return ctx[-k:] if k else ()
 
     def row_key(self, prefix: tuple) -> tuple:

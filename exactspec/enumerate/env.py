@@ -56,6 +56,9 @@ class Env:
         self.cache: dict[Any, Any] = {}
         #: closed forms may take their faster, exact-only paths (the engine turns it off for its earlier path)
         self.fast = field.exact
+        #: the laws of the chain steps from the last context a chain proposer stepped from, by drafted prefix
+        #: (see ``exactspec.drafts.chain.ChainStep``): the branches of one step law share them
+        self.chain_nodes: tuple | None = None
 
     def view(self, model: Model) -> ModelView:
         """The field view of any other model (e.g. a merge proposer's draft models), one per model."""

@@ -27,6 +27,10 @@ __all__ = ["PathRng", "Uniform", "enumerate_program", "Lattice", "RoundedLattice
            "RNG_MODELS", "DeferredToken", "lattice_for"]
 
 
+class _Nothing:
+    """A type no number has (:attr:`PathRng._plain` when thresholds must be checked)."""
+
+
 class _Diverged(ExactSpecError):
     """A replayed run made different draws than the run it replays (the rule is not deterministic)."""
 
@@ -46,8 +50,8 @@ class PathRng:
     """
 
     __slots__ = ("_prefix", "_n", "_pos", "_choices", "_kinds", "weight", "_field", "_stack", "_supports",
-                 "_one", "_zero", "_exact", "max_depth", "lattice", "exact_floats", "_head", "observe", "defer",
-                 "deferred")
+                 "_one", "_zero", "_exact", "_plain", "max_depth", "lattice", "exact_floats", "_head", "observe",
+                 "defer", "deferred")
 
     def __init__(self, prefix: tuple, weight: Any, field: Field, stack: list, supports: dict,
                  max_depth: int | None = None, lattice: "Lattice | None" = None, exact_floats: bool = False) -> None:
@@ -70,13 +74,16 @@ class PathRng:
         self._one = field.one
         self._zero = field.zero
         self._exact = field.exact
+        #: the exact field's own number type (a threshold of this type needs no check nor conversion), else a type
+        #: no number has; :class:`Uniform` compares such a threshold with the uniform itself directly
+        self._plain = type(field.one) if field.exact and not exact_floats else _Nothing
         self.max_depth = max_depth
         self.lattice = lattice
         self.exact_floats = exact_floats
         #: called with every number compared with or combined with a uniform (None: nothing observes)
         self.observe: Callable[[Any], None] | None = None
-        #: set by the engine while the next token a rule emits is the last one it keeps: a new categorical
-        #: draw then returns a :class:`DeferredToken` instead of forking (see :meth:`categorical`)
+        #: set by the engine while a rule's categorical draws may wait until something looks at them: a new
+        #: categorical draw then returns a :class:`DeferredToken` instead of forking (see :meth:`categorical`)
         self.defer = False
         #: the deferred draws of this branch, in draw order
         self.deferred: list[DeferredToken] = []
@@ -184,11 +191,18 @@ class PathRng:
         >>> rng.draw_now((F(1, 2), F(1, 2))), type(rng.categorical((F(1, 2), F(1, 2)))).__name__
         (0, 'DeferredToken')
         """
-        support = self._support(law)
+        hit = self._supports.get(id(law))
+        support = hit[1] if hit is not None and hit[0] is law else self._support(law)
         if len(support) == 1:
             return support[0][0]
-        if self._pos < self._n:
-            return self._replayed("categorical", int)
+        pos = self._pos
+        if pos < self._n:
+            value = self._prefix[pos]
+            if type(value) is not int:
+                return self._replayed("categorical", int)   # raises: the replay diverged
+            self._pos = pos + 1
+            self._kinds.append("categorical")
+            return value
         return self._fork("categorical", support)
 
     def _defer(self, support: list) -> "DeferredToken":
@@ -325,6 +339,8 @@ class PathRng:
         (True, Fraction(2, 3))
         """
         lat = self.lattice
+        if lat is None:
+            return Uniform(_Cell(self, self._zero, self._one, None), self._one, self._zero)
         if lat is NATIVE:
             lat = lattice
         elif lat is NATIVE64:
@@ -349,8 +365,13 @@ class PathRng:
                 return False
             if t >= hi:
                 return True
-            if self._pos < self._n:
-                below = self._replayed("uniform", bool)
+            pos = self._pos
+            if pos < self._n:
+                below = self._prefix[pos]
+                if type(below) is not bool:
+                    below = self._replayed("uniform", bool)   # raises: the replay diverged
+                self._pos = pos + 1
+                self._kinds.append("uniform")
             else:
                 width = hi - lo
                 below = self._fork("uniform", [(True, (t - lo) / width), (False, (hi - t) / width)])
@@ -408,10 +429,11 @@ class Touched(BaseException):
 class DeferredToken:
     """A categorical draw not yet drawn: what ``rng.categorical`` returns while the engine defers draws.
 
-    The engine defers a draw made while the next token the rule emits is the last one it keeps
-    (the horizon): a rule that emits it unread (``yield rng.categorical(law)``) runs once for all
-    its values, which the engine spreads over the outcome afterwards. ``tok == t`` and ``tok != t``
-    with an int ``t`` fork two ways (equal or not) and narrow the values it stands for. Any other
+    The engine defers the categorical draws of a rule (not a proposer's drafts): a rule that emits
+    one unread as the last token a step keeps (``yield rng.categorical(law)``: a residual, a bonus
+    token) runs once for all its values, which the engine spreads over the outcome afterwards; one
+    emitted unread before other kept tokens is drawn for real when the branch ends. ``tok == t`` and
+    ``tok != t`` with an int ``t`` fork two ways (equal or not) and narrow the values it stands for. Any other
     use of its value (ordering, hashing, indexing, arithmetic, ``int()``, ``str()``, any attribute)
     raises :class:`Touched`, and the engine redraws it for real; so does any exception raised while a
     branch holds one. Only code that tells it from an int by ``type()``, ``isinstance`` or ``is``
@@ -723,17 +745,35 @@ class Uniform:
             return rng._compare(self._cell, bound, strict)
         return not rng._compare(self._cell, bound, not strict)
 
+    def _direct(self, t: Any) -> Any:
+        """The rng to decide a comparison with ``t`` on directly (the uniform itself, continuous, against a number
+        of the exact field, nothing observing), else None: :meth:`_cmp` checks and converts first."""
+        cell = self._cell
+        rng = cell.rng
+        if type(rng) is PathRng and type(t) is rng._plain and cell.lat is None and self._a is rng._one and \
+                self._b is rng._zero and rng.observe is None:
+            return rng
+        return None
+
     def __lt__(self, t: Any) -> bool:
+        cell = self._cell
+        rng = cell.rng
+        if type(rng) is PathRng and type(t) is rng._plain and cell.lat is None and self._a is rng._one and \
+                self._b is rng._zero and rng.observe is None:   # as :meth:`_direct`, inline: the common case
+            return rng._compare(cell, t, True)
         return self._cmp(t, True, "<")
 
     def __le__(self, t: Any) -> bool:
-        return self._cmp(t, False, "<=")
+        rng = self._direct(t)
+        return self._cmp(t, False, "<=") if rng is None else rng._compare(self._cell, t, False)
 
     def __gt__(self, t: Any) -> bool:
-        return not self._cmp(t, False, ">")
+        rng = self._direct(t)
+        return not (self._cmp(t, False, ">") if rng is None else rng._compare(self._cell, t, False))
 
     def __ge__(self, t: Any) -> bool:
-        return not self._cmp(t, True, ">=")
+        rng = self._direct(t)
+        return not (self._cmp(t, True, ">=") if rng is None else rng._compare(self._cell, t, True))
 
     def __eq__(self, t: Any) -> bool:  # type: ignore[override]
         raise UnsupportedRandomness(f"== on a uniform (at {_where()}): equality of a continuous draw has probability 0")

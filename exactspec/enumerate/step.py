@@ -209,19 +209,18 @@ def run_rule(fn: Callable, step: Any, rng: Any, horizon: int | None, vocab: int,
     out: list[int] = []
     stop = horizon if cap is None else cap + 1 if horizon is None else min(horizon, cap + 1)
     if lazy_from is not None and isinstance(res, GeneratorType):
-        nxt = res.__next__
+        append = out.append
         try:
-            while True:
-                rng.defer = len(out) >= lazy_from
-                try:
-                    tok = nxt()
-                except StopIteration:
-                    break
-                out.append(_token(tok, vocab, name))
-                if stop is not None and len(out) >= stop:
+            rng.defer = lazy_from <= 0
+            for tok in res:
+                append(tok if type(tok) is int and 0 <= tok < vocab else _token(tok, vocab, name))
+                n = len(out)
+                if stop is not None and n >= stop:
                     rng.defer = False
                     res.close()
                     break
+                if n == lazy_from:
+                    rng.defer = True
         finally:
             rng.defer = False
         if cap is not None and len(out) > cap:
@@ -335,9 +334,10 @@ def _to_redraw(rng: PathRng, tok: DeferredToken | None = None) -> DeferredToken:
 class StepEnumerator:
     """Enumerates a rule on a proposer's steps, memo-free: ``law(context, horizon)``.
 
-    ``lazy=True`` defers the categorical draws of the last token a step keeps (see
-    :class:`~exactspec.enumerate.rng.DeferredToken`): a rule emitting such a draw unread runs once
-    for all its values. Exact fields only (the law is the same; only the order of its sums differs).
+    ``lazy=True`` defers the rule's categorical draws (see
+    :class:`~exactspec.enumerate.rng.DeferredToken`): a rule emitting such a draw unread as the last
+    token a step keeps runs once for all its values. Exact fields only (the law is the same; only the
+    order of its sums differs).
     """
 
     def __init__(self, rule: Any, proposer: Any, env: Any, meter: Meter | None = None, *,
@@ -379,18 +379,23 @@ class StepEnumerator:
         depth = meter.budget.depth
         run_h = horizon if stats is None else None     # how far each branch runs
         keep = horizon if cap is None or (horizon is not None and horizon < cap) else cap   # tokens kept
-        lazy_from = keep - 1 if self.lazy and keep is not None and not (
+        lazy_from = 0 if self.lazy and keep is not None and not (
             self.redraws > 64 and 2 * self.redraws > self.deferrals) else None
         law: dict = {}
         #: emitted deferred draws by (tokens before, values): their branches' weights, summed before spreading
         spread: dict = {}
         stack: list = [((), field.one)]
         meter.steps += 1
+        paths = meter.budget.paths
+        pop, make_step, lattice, exact_floats = stack.pop, proposer.step, self.lattice, self.exact_floats
         while stack:
-            prefix, w = stack.pop()
-            meter.tick()
-            rng = PathRng(prefix, w, field, stack, supports, depth, self.lattice, self.exact_floats)
-            step = proposer.step(env, context, rng)
+            prefix, w = pop()
+            if paths is not None and meter.paths >= paths or meter.deadline is not None:
+                meter.tick()
+            else:
+                meter.paths += 1     # as meter.tick(), which has nothing more to check
+            rng = PathRng(prefix, w, field, stack, supports, depth, lattice, exact_floats)
+            step = make_step(env, context, rng)
             try:
                 out = run_rule(fn, step, rng, run_h, vocab, name, cap, lazy_from)
             except Touched as exc:   # the rule looked at a deferred draw: draw it for real, run the branch again
@@ -445,13 +450,18 @@ class StepEnumerator:
                                 replay=self._replayer(context, run_h, rng.choices)) from None
             self._ran = True
             w = rng.weight
-            if rng.deferred:
-                if any(t._es_touched for t in rng.deferred):   # a touch the rule caught and went on from
-                    self._redraw(rng)
+            deferred = rng.deferred
+            if deferred:
+                if deferred[0]._es_touched if len(deferred) == 1 else any(t._es_touched for t in deferred):
+                    self._redraw(rng)   # a touch the rule caught and went on from
                     continue
-                self.deferrals += len(rng.deferred)
+                self.deferrals += len(deferred)
                 key = out if keep is None or len(out) <= keep else out[:keep]
                 last = key[-1]
+                if len(key) > 1 and (len(deferred) > 1 or type(last) is not DeferredToken) and \
+                        DeferredToken in map(type, key[:-1]):   # emitted unread before the last token kept:
+                    self._redraw(rng, next(t for t in key[:-1] if type(t) is DeferredToken))   # draw it for real
+                    continue
                 if type(last) is DeferredToken:   # emitted unread: stands for all its values (spread below)
                     values = last.values()
                     sk = (key[:-1], id(values))

@@ -37,8 +37,8 @@ class Engine:
     """Exact output law of a rule + proposer over a target (and draft) model, memoised by state.
 
     ``rule`` is a rule record (``es.rules.Rule``) or a plain function ``fn(step, rng)``; the
-    engine knows no rule by name (``es.audit`` resolves names). ``lazy=True`` defers the draws of
-    the last token a step keeps (see :class:`~exactspec.enumerate.rng.DeferredToken`): the
+    engine knows no rule by name (``es.audit`` resolves names). ``lazy=True`` defers the rule's
+    categorical draws (see :class:`~exactspec.enumerate.rng.DeferredToken`): the
     entry points for rules ask for it; a sampler audit does not. ``legacy=True`` (default: the
     environment variable :data:`LEGACY_ENV`) runs the earlier path: the output law composed
     backwards from memoised sub-laws, the efficiency from the whole uncut first step, nothing

@@ -338,10 +338,19 @@ class Decider:
         eqs = tuple(p for p, s in self.known.items() if s == _ZERO_ONLY)
         if not eqs:
             return poly
+        key = (poly, eqs)
+        hit = _REDUCED_POLYS.get(key) if CACHE_REDUCE else None
+        if hit is not None:
+            return hit
         subs = _SUBSTITUTIONS.get(eqs)
         if subs is None:
             subs = _SUBSTITUTIONS[eqs] = self._substitution(list(eqs))
-        return poly.compose(subs) if subs else poly
+        hit = poly.compose(subs) if subs else poly
+        if CACHE_REDUCE:   # the cells of a proof meet the same differences under the same equalities again
+            if len(_REDUCED_POLYS) >= _OPS_LIMIT:
+                _REDUCED_POLYS.clear()
+            _REDUCED_POLYS[key] = hit
+        return hit
 
     def _substitution(self, eqs: list) -> list:
         """``[(x, affine function of the variables left)]``: the eliminations of :meth:`_reduce`, composed."""
@@ -661,6 +670,8 @@ _POS_ONLY, _NEG_ONLY, _ZERO_ONLY, _NONZERO = frozenset((POS,)), frozenset((NEG,)
 _REDUCED: dict = {}
 #: the composed substitution of each set of equalities (``Decider.reduce_poly``), cleared with the field
 _SUBSTITUTIONS: dict = {}
+#: ``Decider.reduce_poly`` results by (polynomial, the cell's equalities in order), cleared with the field
+_REDUCED_POLYS: dict = {}
 #: keep those results (False: the old path, which substituted again in every cell)
 CACHE_REDUCE = True
 _FACTORS: dict = {}
@@ -734,6 +745,7 @@ def _set_qq(qq: Any, K: Any = None) -> None:
     _CONSTANTS.clear()
     _REDUCED.clear()
     _SUBSTITUTIONS.clear()
+    _REDUCED_POLYS.clear()
 
 
 class SymField(Field):
