@@ -248,17 +248,36 @@ class VllmChainAdapter(Adapter):
         """
         return self if precision == self.precision else self._copy_at(precision)
 
+    def _inputs(self, step: Step) -> tuple[Any, Any, Any]:
+        """(target laws [1, gamma, V], draft laws [1, gamma, V], drafts [1, gamma]) of a step, built once per input
+        (its call key): each call gets its own copies, so a sampler writing into them changes nothing for the next."""
+        import torch
+        got = self.call_key(step)
+        key = None if got is None else (id(self), got[0])
+        hit = _INPUTS.get(key) if key is not None else None
+        if hit is None:
+            g = step.gamma
+            hit = (torch.stack([self.probs(step.target(j)) for j in range(g)])[None],
+                   torch.stack([self.probs(step.claimed(j)) for j in range(g)])[None],
+                   torch.tensor([list(step.drafts)], dtype=torch.long), got, self)
+            if key is None:
+                return hit[:3]
+            if len(_INPUTS) >= 4096:
+                _INPUTS.clear()
+            _INPUTS[key] = hit       # the laws and the adapter stay alive while their ids key the entry
+        return hit[0].clone(), hit[1].clone(), hit[2].clone()
+
     def call(self, sampler: Callable, step: Step, rng: Rng) -> list[int]:
         import torch
-        drafts = step.drafts
-        target = torch.stack([self.probs(step.target(j)) for j in range(step.gamma)])[None]
-        draft = torch.stack([self.probs(step.claimed(j)) for j in range(step.gamma)])[None]
         if fast_paths() and isinstance(rng, PathRng):
             # the bonus token is drawn when the sampler reads it (a pending draw), not before the call: a sampler
             # that rejects a draft never reads it, and its branches are not multiplied by the bonus's support (the
             # law is the same: the bonus draw is independent of the sampler's own draws). Enumerations only: a
             # sampling rng (the statistical audit) keeps its draws in their old order, so seeded runs repeat
-            return self._call_lazy_bonus(sampler, step, rng, target, draft)
+            return self._call_lazy_bonus(sampler, step, rng, *self._inputs(step))
+        drafts = step.drafts
+        target = torch.stack([self.probs(step.target(j)) for j in range(step.gamma)])[None]
+        draft = torch.stack([self.probs(step.claimed(j)) for j in range(step.gamma)])[None]
         bonus = rng.categorical(step.target(step.gamma))
         ids = torch.tensor([list(drafts)], dtype=torch.long)
         if self.batch == 1:
@@ -277,12 +296,11 @@ class VllmChainAdapter(Adapter):
         mine = np.asarray(out)[self.row]
         return [(int(t) - self.row) % vocab for t in mine if int(t) >= 0]
 
-    def _call_lazy_bonus(self, sampler: Callable, step: Step, rng: Rng, target: Any, draft: Any) -> list[int]:
+    def _call_lazy_bonus(self, sampler: Callable, step: Step, rng: Rng, target: Any, draft: Any, ids: Any) -> list[int]:
         """:meth:`call` with the audited row's bonus token a pending draw from the target's bonus law, drawn
         (the enumeration forking) only when the sampler reads it; the other rows' bonus tokens are fixed."""
         import torch
         law = step.target(step.gamma)
-        ids = torch.tensor([list(step.drafts)], dtype=torch.long)
         if self.batch == 1:
             cells = np.empty((1, 1), dtype=object)
             cells[0, 0] = (PendingDraw.of_law(rng, law), 0)
@@ -318,5 +336,8 @@ def _shifted_law(law: tuple, shift: int) -> tuple:
     return memoised(f"shifted {shift}", law, None,
                     lambda: tuple(law[(t - shift) % len(law)] for t in range(len(law))))
 
+
+#: (adapter id, call key) -> a step's input tensors for the vLLM-style adapter (see ``VllmChainAdapter._inputs``)
+_INPUTS: dict = {}
 
 vllm_chain = VllmChainAdapter()

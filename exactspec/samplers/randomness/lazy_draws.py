@@ -278,6 +278,14 @@ if torch is not None:
             # positions below would pick them (``view(dtype)`` reinterprets bits: the general path refuses it)
             return LazyCategoricalTensor(t._cells.reshape(tuple(out.shape)),
                                          base=out.detach() if out.requires_grad else out, family=_family_of(out, (t,)))
+        if name == "__getitem__" and _fast_path.fast_paths() and _basic(rest[0] if rest else None):
+            # ints, slices, None and ``...`` pick the same entries in numpy as in torch (a trailing ``...`` keeps
+            # numpy's result an array when every dimension is indexed by an int)
+            idx = rest[0] if isinstance(rest[0], tuple) else (rest[0],)
+            cells = t._cells[idx if Ellipsis in idx else idx + (Ellipsis,)]
+            if cells.shape == tuple(out.shape):
+                return LazyCategoricalTensor(cells, base=out.detach() if out.requires_grad else out,
+                                             family=_family_of(out, (t,)))
         positions = torch.arange(t._cells.size, dtype=torch.int64).reshape(t._cells.shape)
         if name in ("to", "long", "cpu", "type_as", "clone", "contiguous", "detach"):
             where = positions
@@ -286,6 +294,15 @@ if torch is not None:
         cells = np.asarray(t._cells.reshape(-1)[where.reshape(-1).numpy()], dtype=object).reshape(tuple(out.shape))
         return LazyCategoricalTensor(cells, base=out.detach() if out.requires_grad else out,
                                      family=_family_of(out, (t,)))
+
+    def _basic(idx: Any) -> bool:
+        """An index made of ints, slices with steps of 1 or more, None and ``...`` only (not bools, not tensors)."""
+        for i in (idx if isinstance(idx, tuple) else (idx,)):
+            if not (i is None or i is Ellipsis or type(i) is int or
+                    (type(i) is slice and (i.step is None or (type(i.step) is int and i.step > 0)) and
+                     all(x is None or type(x) is int for x in (i.start, i.stop)))):
+                return False
+        return True
 
     class _NotPositional(Exception):
         """A value operand that is neither pending nor an integer tensor or number: the operation reads its operands."""

@@ -56,6 +56,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import math
 from fractions import Fraction
 from typing import Any
 
@@ -66,7 +67,8 @@ from ...errors import ExactSpecError, UnsupportedRandomness
 from .interception import (below, bind, current_rng, current_session, fisher_yates, generator_state, intercepting,
                            native_uniform, note_dtype, unsupported, user_site)
 from .lazy_draws import LazyCategoricalTensor, PendingDraw
-from .lazy_values import LazyBit, exponential, lazy, race_outcome, race_winner
+from ._fast_path import fast_paths
+from .lazy_values import LazyBit, exponential, fresh_op, lazy, race_outcome, race_winner
 from .planned import current_plan
 
 try:
@@ -143,6 +145,21 @@ if torch is not None:
         if name == "__repr__" or name == "__str__":
             return True, f"{what}(shape={tuple(args[0].shape)})"
         return False, None
+
+    def _prologue(func: Any, args: tuple, kwargs: dict, what: str) -> tuple[str, bool, Any]:
+        """A handler's first steps: the operation's name (a property read names the property unless it reads no
+        values), and ``(True, result)`` of :func:`_meta` for operations that read no values."""
+        name = getattr(func, "__name__", None)
+        if name is None:
+            name = str(func)
+        elif name == "__get__":
+            prop = _property(func)
+            if prop not in _SAFE_PROPERTIES:
+                name = f"{prop} (a property)"
+        if name in _META or name == "__get__" or name == "__repr__" or name == "__str__":
+            done, out = _meta(func, name, args, kwargs, what)
+            return name, done, out
+        return name, False, None
 
     def _plain_index(idx: Any) -> Any:
         def one(i: Any) -> Any:
@@ -224,10 +241,7 @@ if torch is not None:
         @classmethod
         def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             kwargs = kwargs or {}
-            name = getattr(func, "__name__", str(func))
-            if name == "__get__":
-                name = f"{_property(func)} (a property)" if _property(func) not in _SAFE_PROPERTIES else name
-            done, out = _meta(func, name, args, kwargs, "LazyUniformTensor")
+            name, done, out = _prologue(func, args, kwargs, "LazyUniformTensor")
             if done:
                 return out
             if name in _COMPARE:
@@ -307,6 +321,28 @@ if torch is not None:
         """A uniform operand's entries broadcast to ``shape`` (LazyUniform objects)."""
         return np.broadcast_to(x._u, shape)
 
+    def _flat_floats(x: Any, shape: tuple) -> list:
+        """A real tensor's entries broadcast to ``shape``, row-major, as Python floats (its dtype noted)."""
+        note_dtype(x)
+        vals = x.detach().cpu().double().numpy()
+        if vals.shape != shape:
+            vals = np.broadcast_to(vals, shape)
+        return vals.ravel().tolist()
+
+    def _shape_with(x: np.ndarray, b: Any) -> tuple:
+        """The shape of ``x``'s entries combined with a real operand ``b`` (a tensor or a number)."""
+        if type(b) is not torch.Tensor:
+            return x.shape
+        bshape = tuple(b.shape)
+        return x.shape if bshape == x.shape else np.broadcast_shapes(x.shape, bshape)
+
+    def _flat_cells(x: np.ndarray, shape: tuple) -> np.ndarray:
+        """The entries of an object array broadcast to ``shape``, row-major, in one dimension."""
+        return (x if x.shape == shape else np.broadcast_to(x, shape)).ravel()
+
+    #: real operands a handler reads entry by entry as exact numbers (other tensor types keep their own handlers)
+    _REAL = (torch.Tensor, float, int, bool)
+
     def _compare(name: str, args: tuple) -> Any:
         a, b = args[0], args[1]
         strict, flip = _COMPARE[name]
@@ -314,6 +350,15 @@ if torch is not None:
             a, b = b, a                      # t < u  <=>  u > t
             strict, flip = {(True, False): (False, True), (False, False): (True, True),
                             (False, True): (True, False), (True, True): (False, False)}[(strict, flip)]
+        if type(b) in _REAL:                 # each uniform against the exact value of its real entry
+            shape = _shape_with(a._u, b)
+            ts = [_exact(f) for f in _flat_floats(b, shape)] if type(b) is torch.Tensor else \
+                [_exact(b)] * a._u.size
+            us = _flat_cells(a._u, shape)
+            out = np.empty(len(ts), dtype=object)
+            for i, t in enumerate(ts):
+                out[i] = _leaf(us[i], t, strict, flip, name)
+            return LazyMask(out.reshape(shape), torch.bool)
         bshape = tuple(b.shape) if isinstance(b, torch.Tensor) else ()
         shape = np.broadcast_shapes(a._u.shape, bshape)
         us = _lazy_cells(a, shape)
@@ -402,10 +447,7 @@ if torch is not None:
         @classmethod
         def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             kwargs = kwargs or {}
-            name = getattr(func, "__name__", str(func))
-            if name == "__get__":
-                name = f"{_property(func)} (a property)" if _property(func) not in _SAFE_PROPERTIES else name
-            done, out = _meta(func, name, args, kwargs, "RaceTensor")
+            name, done, out = _prologue(func, args, kwargs, "RaceTensor")
             if done:
                 return out
             in_place = name.endswith("_") and not name.endswith("__") and name[:-1] in (_RACE_BINARY.keys()
@@ -429,6 +471,8 @@ if torch is not None:
                 if isinstance(b, (RaceTensor, LazyUniformTensor, LazyMask)):
                     raise UnsupportedRandomness(f"torch {name} of two random tensors (at {user_site(2)}): a race "
                                                 "combines each draw with numbers only")
+                if type(b) in _REAL and not kwargs:
+                    return _race_real(name, a, b)
                 if "alpha" in kwargs:
                     b = b * kwargs["alpha"]
                 shape = np.broadcast_shapes(a._r.shape, tuple(b.shape) if isinstance(b, torch.Tensor) else ())
@@ -467,6 +511,22 @@ if torch is not None:
                 "argmax / argmin and comparisons with numbers only")
 
     LazyExponentialTensor = RaceTensor
+
+    def _race_real(name: str, a: "RaceTensor", b: Any) -> "RaceTensor":
+        """``a op b`` for race values ``a`` and a real tensor or number ``b``, entry by entry (row-major); what a
+        fresh draw becomes is remembered by the operation and the float (:func:`~.lazy_values.fresh_op`)."""
+        shape = _shape_with(a._r, b)
+        floats = _flat_floats(b, shape) if type(b) is torch.Tensor else [float(b)] * a._r.size
+        rs = _flat_cells(a._r, shape)
+        op = _RACE_BINARY[name]
+        out = np.empty(len(floats), dtype=object)
+        if fast_paths():
+            for i, f in enumerate(floats):
+                out[i] = fresh_op(rs[i], name, op, f, _num_or_inf(f))
+        else:
+            for i, f in enumerate(floats):
+                out[i] = op(rs[i], _num_or_inf(f))
+        return RaceTensor(out.reshape(shape), a.dtype)
 
     def _race_compare(name: str, args: tuple) -> "LazyMask":
         """Race values compared with numbers: each entry decided on its uniform when read (see lazy_values)."""
@@ -574,10 +634,7 @@ if torch is not None:
         @classmethod
         def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             kwargs = kwargs or {}
-            name = getattr(func, "__name__", str(func))
-            if name == "__get__":
-                name = f"{_property(func)} (a property)" if _property(func) not in _SAFE_PROPERTIES else name
-            done, out = _meta(func, name, args, kwargs, "LazyMask")
+            name, done, out = _prologue(func, args, kwargs, "LazyMask")
             if done:
                 return out
             if _release_settled(args, kwargs):   # a view of a mask that was written: plain torch from now on
@@ -726,12 +783,10 @@ if torch is not None:
 
     def _materialise(m: "LazyMask") -> Any:
         """A real tensor with the mask's values (every entry read, row-major)."""
-        vals = np.empty(m._c.shape, dtype=object)
-        for idx in np.ndindex(*m._c.shape):
-            vals[idx] = m._c[idx].value()
+        kind = np.int64 if m._count or m.dtype != torch.bool else np.bool_
+        vals = np.array([c.value() for c in m._c.ravel()], dtype=object).astype(kind).reshape(m._c.shape)
         with torch._C.DisableTorchFunctionSubclass():
-            return torch.tensor(vals.astype(np.int64 if m._count or m.dtype != torch.bool else bool).tolist(),
-                                dtype=m.dtype).reshape(m._c.shape)
+            return torch.from_numpy(vals).to(m.dtype)
 
     class _Family:
         """Lazy masks that share one storage, as plain torch's views do (``expand``, ``view``, slicing, ``detach``).
@@ -785,22 +840,23 @@ if torch is not None:
         True when one was, and no lazy mask is left: the operation then runs as torch runs it (any
         other lazy operand takes it over through its own handler).
         """
-        released = left = False
+        state = [False, False]                  # released one, left one
+        _walk_settled(args, state)
+        if kwargs:
+            _walk_settled(kwargs.values(), state)
+        return state[0] and not state[1]
 
-        def walk(x: Any) -> None:
-            nonlocal released, left
+    def _walk_settled(items: Any, state: list) -> None:
+        """:func:`_release_settled` over ``items`` and the lists and tuples among them, in order."""
+        for x in items:
             if isinstance(x, LazyMask):
                 if x._fam.settled:
                     x.__class__ = torch.Tensor
-                    released = True
+                    state[0] = True
                 else:
-                    left = True
+                    state[1] = True
             elif isinstance(x, (list, tuple)):
-                for y in x:
-                    walk(y)
-        walk(args)
-        walk(tuple(kwargs.values()))
-        return released and not left
+                _walk_settled(x, state)
 
     def _plain_op(func: Any, args: tuple, kwargs: dict) -> Any:
         """Run ``func`` again through torch's dispatch, its operands free of settled lazy masks."""
@@ -839,10 +895,11 @@ def _torch_source(dtype: Any, lat: Lattice) -> str:
 def _uniforms(shape: tuple, dtype: Any = None) -> np.ndarray:
     rng = _rng()
     lat = torch_lattice(dtype)
-    arr = np.empty(shape, dtype=object)
-    for idx in np.ndindex(*shape):
-        arr[idx] = lazy(native_uniform(rng, lat, _torch_source(dtype, lat)))
-    return arr
+    source = _torch_source(dtype, lat)
+    arr = np.empty(math.prod(shape), dtype=object)
+    for i in range(arr.size):
+        arr[i] = lazy(native_uniform(rng, lat, source))
+    return arr.reshape(shape)
 
 
 def _size(args: tuple, kwargs: dict) -> tuple:
@@ -938,10 +995,11 @@ def _exponential_(self: Any, lambd: float = 1.0, **kwargs: Any) -> Any:
         return _planned("exponential", self, kwargs)
     rng = _rng()
     _fresh(kwargs)
-    values = np.empty(tuple(self.shape), dtype=object)
-    for idx in np.ndindex(*values.shape):
-        values[idx] = exponential(rng) / rate if rate != 1 else exponential(rng)
-    return _in_place(self, RaceTensor, "Tensor.exponential_()", _r=values)
+    shape = tuple(self.shape)
+    values = np.empty(math.prod(shape), dtype=object)
+    for i in range(values.size):
+        values[i] = exponential(rng) / rate if rate != 1 else exponential(rng)
+    return _in_place(self, RaceTensor, "Tensor.exponential_()", _r=values.reshape(shape))
 
 
 def _coins(probs: np.ndarray, lattice: Lattice) -> np.ndarray:
