@@ -146,6 +146,11 @@ if torch is not None:
             return True, f"{what}(shape={tuple(args[0].shape)})"
         return False, None
 
+    def _dt(t: Any) -> Any:
+        """A tensor's dtype, read without a round trip through a lazy tensor's own handler."""
+        with torch._C.DisableTorchFunctionSubclass():
+            return t.dtype
+
     def _prologue(func: Any, args: tuple, kwargs: dict, what: str) -> tuple[str, bool, Any]:
         """A handler's first steps: the operation's name (a property read names the property unless it reads no
         values), and ``(True, result)`` of :func:`_meta` for operations that read no values."""
@@ -250,11 +255,11 @@ if torch is not None:
                 return _affine(name, args)
             if name in _SHAPE and isinstance(args[0], LazyUniformTensor):
                 return LazyUniformTensor(_reshaped(func, name, args[0]._u, args, kwargs),
-                                         _dtype_of(name, args, kwargs, args[0].dtype))
+                                         _dtype_of(name, args, kwargs, _dt(args[0])))
             if name in ("searchsorted", "bucketize"):
                 return _searchsorted(name, args, kwargs)
             if name in ("__iter__", "unbind") and isinstance(args[0], LazyUniformTensor) and _dim0(args, kwargs):
-                rows = [LazyUniformTensor(np.asarray(r, dtype=object).reshape(np.shape(r)), args[0].dtype)
+                rows = [LazyUniformTensor(np.asarray(r, dtype=object).reshape(np.shape(r)), _dt(args[0]))
                         for r in args[0]._u]
                 return iter(rows) if name == "__iter__" else tuple(rows)
             if name == "item":
@@ -410,7 +415,7 @@ if torch is not None:
         out = np.empty(shape, dtype=object)
         for idx in np.ndindex(*shape):
             out[idx] = op(us[idx], cs[idx])
-        return LazyUniformTensor(out, a.dtype)
+        return LazyUniformTensor(out, _dt(a))
 
     # -- races -----------------------------------------------------------------------------------------------
     _RACE_UNARY = {"__neg__": lambda v: -v, "neg": lambda v: -v, "negative": lambda v: -v, "log": lambda v: v.log(),
@@ -458,9 +463,9 @@ if torch is not None:
                 return _in_place(args[0], RaceTensor, f"Tensor.{name}", _r=result._r)
             if name in _SHAPE and isinstance(args[0], RaceTensor):
                 return RaceTensor(_reshaped(func, name, args[0]._r, args, kwargs),
-                                  _dtype_of(name, args, kwargs, args[0].dtype))
+                                  _dtype_of(name, args, kwargs, _dt(args[0])))
             if name in _RACE_UNARY:
-                return RaceTensor(np.vectorize(_RACE_UNARY[name], otypes=[object])(args[0]._r), args[0].dtype)
+                return RaceTensor(np.vectorize(_RACE_UNARY[name], otypes=[object])(args[0]._r), _dt(args[0]))
             if name in _RACE_BINARY and len(args) >= 2:
                 a, b = args[0], args[1]
                 if not isinstance(a, RaceTensor):
@@ -481,7 +486,7 @@ if torch is not None:
                 op = _RACE_BINARY[name]
                 for idx in np.ndindex(*shape):
                     out[idx] = op(rs[idx], cs[idx])
-                return RaceTensor(out, a.dtype)
+                return RaceTensor(out, _dt(a))
             if name in _COMPARE and len(args) == 2:
                 return _race_compare(name, args)
             if name in ("argmax", "argmin"):
@@ -497,11 +502,11 @@ if torch is not None:
                 keepdim = bool(kwargs.get("keepdim", args[2] if len(args) > 2 else False))
                 idx = _race_arg(race._r, dim, keepdim, name == "max")
                 if dim is None:
-                    return RaceTensor(np.asarray(race._r.ravel()[int(idx)], dtype=object).reshape(()), race.dtype)
+                    return RaceTensor(np.asarray(race._r.ravel()[int(idx)], dtype=object).reshape(()), _dt(race))
                 d = int(dim) % max(race._r.ndim, 1)
                 picked = np.take_along_axis(race._r, np.expand_dims(idx.numpy(), d) if not keepdim else idx.numpy(),
                                             axis=d)
-                values = RaceTensor(picked if keepdim else np.squeeze(picked, axis=d), race.dtype)
+                values = RaceTensor(picked if keepdim else np.squeeze(picked, axis=d), _dt(race))
                 return getattr(torch.return_types, name)((values, idx))
             if name in _CLAMPS:
                 raise UnsupportedRandomness(f"torch {name} on a race tensor (at {user_site(2)}): {_CLAMP_WHY}")
@@ -526,7 +531,7 @@ if torch is not None:
         else:
             for i, f in enumerate(floats):
                 out[i] = op(rs[i], _num_or_inf(f))
-        return RaceTensor(out.reshape(shape), a.dtype)
+        return RaceTensor(out.reshape(shape), _dt(a))
 
     def _race_compare(name: str, args: tuple) -> "LazyMask":
         """Race values compared with numbers: each entry decided on its uniform when read (see lazy_values)."""
@@ -564,7 +569,7 @@ if torch is not None:
             return res.reshape((1,) * values.ndim) if keepdim else res
         nd = values.ndim
         d = int(dim) % max(nd, 1)
-        moved = np.moveaxis(values, d, -1)
+        moved = values if d == nd - 1 else np.moveaxis(values, d, -1)
         rows = moved.reshape(-1, moved.shape[-1])
         cells = np.empty(len(rows), dtype=object)
         for i, row in enumerate(rows):
@@ -589,6 +594,7 @@ if torch is not None:
     _NOT = {"__invert__", "logical_not", "bitwise_not"}
     _AND = {"__and__", "__rand__", "logical_and", "bitwise_and"}
     _OR = {"__or__", "__ror__", "logical_or", "bitwise_or"}
+    _AND_OR = _AND | _OR
     _CASTS = {"int": torch.int32, "long": torch.int64, "float": torch.float32, "double": torch.float64,
               "bool": torch.bool, "short": torch.int16, "byte": torch.uint8, "half": torch.float16}
     _OPS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
@@ -649,23 +655,23 @@ if torch is not None:
                 v = a._c.reshape(-1)[0].value()
                 if name == "__bool__":
                     return bool(v)
-                if name == "__float__" or (name == "item" and a.dtype.is_floating_point):
+                if name == "__float__" or (name == "item" and _dt(a).is_floating_point):
                     return float(v)
-                return bool(v) if (name == "item" and a.dtype == torch.bool) else int(v)
+                return bool(v) if (name == "item" and _dt(a) == torch.bool) else int(v)
             if lazy_a and name in ("__iter__", "unbind") and _dim0(args, kwargs):
-                rows = [LazyMask(np.asarray(r, dtype=object).reshape(np.shape(r)), a.dtype, a._count) for r in a._c]
+                rows = [LazyMask(np.asarray(r, dtype=object).reshape(np.shape(r)), _dt(a), a._count) for r in a._c]
                 return iter(rows) if name == "__iter__" else tuple(rows)
             if lazy_a and name in _SHAPE and name not in ("float", "double", "half", "bfloat16", "to"):
                 return _view_mask(func, name, a, args, kwargs)
             if lazy_a and (name in _CASTS or (name == "to" and _only_dtype(args, kwargs))):
-                dtype = _CASTS[name] if name in _CASTS else _dtype_of(name, args, kwargs, a.dtype)
+                dtype = _CASTS[name] if name in _CASTS else _dtype_of(name, args, kwargs, _dt(a))
                 if dtype == torch.bool and a._count:
                     return LazyMask(np.vectorize(lambda c: LazyBit(lambda: bool(c.value())), otypes=[object])(a._c))
                 return LazyMask(a._c.copy(), dtype, a._count)
-            bits = lazy_a and not a._count and (a.dtype == torch.bool or name not in _NOT)
-            if bits and name in _NOT and a.dtype == torch.bool:
+            bits = lazy_a and not a._count and (_dt(a) == torch.bool or name not in _NOT)
+            if bits and name in _NOT and _dt(a) == torch.bool:
                 return LazyMask(np.vectorize(lambda c: ~c, otypes=[object])(a._c))
-            if name in _AND | _OR and len(args) == 2 and _bool_operands(args):
+            if name in _AND_OR and len(args) == 2 and _bool_operands(args):
                 return _combine(args, LazyBit.all_of if name in _AND else LazyBit.any_of)
             key = name.strip("_")
             if lazy_a and key in _OPS and len(args) == 2 and _scalar(args[1]):
@@ -694,10 +700,10 @@ if torch is not None:
     def _bool_operands(args: tuple) -> bool:
         for x in args:
             if isinstance(x, LazyMask):
-                if x.dtype != torch.bool or x._count:
+                if _dt(x) != torch.bool or x._count:
                     return False
             elif isinstance(x, torch.Tensor):
-                if x.dtype != torch.bool or isinstance(x, (LazyUniformTensor, RaceTensor)):
+                if _dt(x) != torch.bool or isinstance(x, (LazyUniformTensor, RaceTensor)):
                     return False
             elif not isinstance(x, bool):
                 return False
@@ -783,10 +789,10 @@ if torch is not None:
 
     def _materialise(m: "LazyMask") -> Any:
         """A real tensor with the mask's values (every entry read, row-major)."""
-        kind = np.int64 if m._count or m.dtype != torch.bool else np.bool_
+        kind = np.int64 if m._count or _dt(m) != torch.bool else np.bool_
         vals = np.array([c.value() for c in m._c.ravel()], dtype=object).astype(kind).reshape(m._c.shape)
         with torch._C.DisableTorchFunctionSubclass():
-            return torch.from_numpy(vals).to(m.dtype)
+            return torch.from_numpy(vals).to(_dt(m))
 
     class _Family:
         """Lazy masks that share one storage, as plain torch's views do (``expand``, ``view``, slicing, ``detach``).
@@ -805,16 +811,29 @@ if torch is not None:
 
     def _view_mask(func: Any, name: str, a: "LazyMask", args: tuple, kwargs: dict) -> "LazyMask":
         """A shape operation on a lazy mask: the cells it picks, on a view of ``a``'s storage when torch makes one."""
+        if name == "__getitem__" and len(args) == 2 and not kwargs and _int_index(args[1]):
+            # ints (the common ``mask[b]``): the same entries in numpy, and a view of the same storage in torch
+            idx = args[1] if isinstance(args[1], tuple) else (args[1],)
+            cells = a._c[idx + (Ellipsis,)]     # numpy first: its IndexError, as the general path raises
+            with torch._C.DisableTorchFunctionSubclass():
+                data = func(*args)
+            return LazyMask(cells, _dt(a), a._count, data=data, family=a._fam)
         cells = _reshaped(func, name, a._c, args, kwargs)
         if name == "__getitem__" and not _basic_index(args[1]):
-            return LazyMask(cells, a.dtype, a._count)          # advanced indexing copies, in plain torch too
+            return LazyMask(cells, _dt(a), a._count)          # advanced indexing copies, in plain torch too
         with torch._C.DisableTorchFunctionSubclass():
             data = func(*args, **kwargs)
             shared = isinstance(data, torch.Tensor) and data.untyped_storage().data_ptr() == \
                 a.untyped_storage().data_ptr() and tuple(data.shape) == cells.shape
         if not shared:                                          # clone, a reshape that copies: a storage of its own
-            return LazyMask(cells, a.dtype, a._count)
-        return LazyMask(cells, a.dtype, a._count, data=data, family=a._fam)
+            return LazyMask(cells, _dt(a), a._count)
+        return LazyMask(cells, _dt(a), a._count, data=data, family=a._fam)
+
+    def _int_index(idx: Any) -> bool:
+        """An index made of Python ints only (one, or a tuple of them)."""
+        if type(idx) is int:
+            return True
+        return type(idx) is tuple and all(type(i) is int for i in idx)
 
     def _basic_index(idx: Any) -> bool:
         """Whether an index is made of ints, slices, None and Ellipsis only (plain torch then returns a view)."""
