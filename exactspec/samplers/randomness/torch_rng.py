@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 from fractions import Fraction
 from typing import Any
 
@@ -94,6 +95,15 @@ if torch is not None:
 
 #: float -> its exact rational: the same float operands come on every replay of a sampler call
 _EXACT: dict = {}
+
+
+def _each(f: Any, arr: np.ndarray) -> np.ndarray:
+    """``f`` of each entry of an object array (row-major), in an object array of the same shape."""
+    cells = arr.ravel()
+    out = np.empty(len(cells), dtype=object)
+    for i, c in enumerate(cells):
+        out[i] = f(c)
+    return out.reshape(arr.shape)
 
 
 def _exact(x: Any) -> Fraction:
@@ -270,7 +280,7 @@ if torch is not None:
             if name == "tolist":
                 return args[0]._u.tolist()
             if name in _RACE_ENTRY:
-                conv = tuple(RaceTensor(np.vectorize(lambda u: u.race(), otypes=[object])(a._u))
+                conv = tuple(RaceTensor(_each(lambda u: u.race(), a._u))
                              if isinstance(a, LazyUniformTensor) else a for a in args)
                 return RaceTensor.__torch_function__(func, types, conv, kwargs)
             if name in _CLAMPS:
@@ -465,7 +475,7 @@ if torch is not None:
                 return RaceTensor(_reshaped(func, name, args[0]._r, args, kwargs),
                                   _dtype_of(name, args, kwargs, _dt(args[0])))
             if name in _RACE_UNARY:
-                return RaceTensor(np.vectorize(_RACE_UNARY[name], otypes=[object])(args[0]._r), _dt(args[0]))
+                return RaceTensor(_each(_RACE_UNARY[name], args[0]._r), _dt(args[0]))
             if name in _RACE_BINARY and len(args) >= 2:
                 a, b = args[0], args[1]
                 if not isinstance(a, RaceTensor):
@@ -666,11 +676,11 @@ if torch is not None:
             if lazy_a and (name in _CASTS or (name == "to" and _only_dtype(args, kwargs))):
                 dtype = _CASTS[name] if name in _CASTS else _dtype_of(name, args, kwargs, _dt(a))
                 if dtype == torch.bool and a._count:
-                    return LazyMask(np.vectorize(lambda c: LazyBit(lambda: bool(c.value())), otypes=[object])(a._c))
+                    return LazyMask(_each(lambda c: LazyBit(lambda: bool(c.value())), a._c))
                 return LazyMask(a._c.copy(), dtype, a._count)
             bits = lazy_a and not a._count and (_dt(a) == torch.bool or name not in _NOT)
             if bits and name in _NOT and _dt(a) == torch.bool:
-                return LazyMask(np.vectorize(lambda c: ~c, otypes=[object])(a._c))
+                return LazyMask(_each(lambda c: ~c, a._c))
             if name in _AND_OR and len(args) == 2 and _bool_operands(args):
                 return _combine(args, LazyBit.all_of if name in _AND else LazyBit.any_of)
             key = name.strip("_")
@@ -727,16 +737,16 @@ if torch is not None:
         return LazyMask(out)
 
     def _cmp_mask(a: "LazyMask", key: str, t: Any) -> "LazyMask":
-        import operator
         op = getattr(operator, key)
-        out = np.empty(a._c.shape, dtype=object)
-        for idx in np.ndindex(*a._c.shape):
-            c = a._c[idx]
-            if a._count:
-                out[idx] = LazyBit.count_compare(c._bits, op, t)
-            else:
-                out[idx] = LazyBit(lambda c=c: bool(op(int(c.value()), t)))
-        return LazyMask(out)
+        cells = a._c.ravel()
+        out = np.empty(len(cells), dtype=object)
+        if a._count:
+            for i, c in enumerate(cells):
+                out[i] = LazyBit.count_compare(c._bits, op, t)
+        else:
+            for i, c in enumerate(cells):
+                out[i] = LazyBit(lambda c=c: bool(op(int(c.value()), t)))
+        return LazyMask(out.reshape(a._c.shape))
 
     class _Count(LazyBit):
         """A count of the True bits among ``bits`` (``cumsum`` of a mask), read lazily."""
@@ -752,12 +762,14 @@ if torch is not None:
         return dim is not None and a._c.ndim > 0 and int(dim) % a._c.ndim == a._c.ndim - 1 and "dtype" not in kwargs
 
     def _prefix(a: "LazyMask", count: bool) -> "LazyMask":
-        out = np.empty(a._c.shape, dtype=object)
-        for idx in np.ndindex(*a._c.shape[:-1]):
-            row = list(a._c[idx])
+        shape = a._c.shape
+        rows = a._c.reshape(math.prod(shape[:-1]), shape[-1])
+        out = np.empty(rows.shape, dtype=object)
+        for r, cells in enumerate(rows):
+            row = list(cells)
             for j in range(len(row)):
-                out[idx + (j,)] = _Count(row[:j + 1]) if count else LazyBit.all_of(row[:j + 1])
-        return LazyMask(out, torch.int64, count)
+                out[r, j] = _Count(row[:j + 1]) if count else LazyBit.all_of(row[:j + 1])
+        return LazyMask(out.reshape(shape), torch.int64, count)
 
     def _extra(args: tuple, kwargs: dict) -> bool:
         return bool(set(kwargs) - {"dim", "keepdim"}) or len(args) > 3
@@ -1001,7 +1013,7 @@ def _uniform_(self: Any, a: float = 0.0, b: float = 1.0, **kwargs: Any) -> Any:
     uniforms = _uniforms(tuple(self.shape), self.dtype)
     if (a, b) != (0.0, 1.0):   # a + (b - a) u, each uniform kept affine and exact
         scale, shift = _exact(b) - _exact(a), _exact(a)
-        uniforms = np.vectorize(lambda u: u * scale + shift, otypes=[object])(uniforms)
+        uniforms = _each(lambda u: u * scale + shift, uniforms)
     return _in_place(self, LazyUniformTensor, "Tensor.uniform_()", _u=uniforms)
 
 
