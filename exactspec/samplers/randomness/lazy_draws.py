@@ -410,25 +410,27 @@ if torch is not None:
         if type(dim) is not int or not items:
             return None
         parts, pending, ndim = [], False, None
-        for x in items:
-            if not isinstance(x, torch.Tensor) or x.dim() == 0 or (ndim is not None and x.dim() != ndim) or \
-                    _plain_call(torch.Tensor.numel, (x,), {}) == 0:
-                return None
-            ndim = x.dim()
-            if isinstance(x, LazyCategoricalTensor) and not x._read:
-                cells = x._cells
-                if cells.shape != tuple(x.shape):
+        with torch._C.DisableTorchFunctionSubclass():     # sizes and plain values, not through the handlers
+            for x in items:
+                if not isinstance(x, torch.Tensor) or x.dim() == 0 or (ndim is not None and x.dim() != ndim) or \
+                        x.numel() == 0:
                     return None
-                pending = pending or any(not c[0].drawn for c in cells.reshape(-1))
-            elif type(x) is torch.Tensor and not (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
-                flat = _plain_call(torch.Tensor.tolist, (_plain_call(torch.Tensor.reshape, (x, -1), {}),), {})
-                cells = np.empty(len(flat), dtype=object)
-                for i, v in enumerate(flat):
-                    cells[i] = _known(int(v))
-                cells = cells.reshape(tuple(x.shape))
-            else:
-                return None
-            parts.append(cells)
+                ndim = x.dim()
+                if isinstance(x, LazyCategoricalTensor) and not x._read:
+                    cells = x._cells
+                    if cells.shape != tuple(x.shape):
+                        return None
+                    pending = pending or any(not c[0].drawn for c in cells.reshape(-1))
+                elif type(x) is torch.Tensor and not (x.is_floating_point() or x.is_complex() or
+                                                      x.dtype == torch.bool):
+                    flat = x.reshape(-1).tolist()
+                    cells = np.empty(len(flat), dtype=object)
+                    for i, v in enumerate(flat):
+                        cells[i] = _known(int(v))
+                    cells = cells.reshape(tuple(x.shape))
+                else:
+                    return None
+                parts.append(cells)
         if not pending:
             return None
         out = _plain_call(func, tuple(args), kwargs)
@@ -529,11 +531,11 @@ if torch is not None:
         """The family of the pending tensor whose storage ``out`` views (None: ``out`` has a storage of its own)."""
         if not isinstance(out, torch.Tensor):
             return None
-        ptr = _plain_call(lambda t: t.untyped_storage().data_ptr(), (out,), {})
-        for src in sources:
-            if isinstance(src, LazyCategoricalTensor) and \
-                    _plain_call(lambda t: t.untyped_storage().data_ptr(), (src,), {}) == ptr:
-                return src._fam
+        with torch._C.DisableTorchFunctionSubclass():
+            ptr = out.untyped_storage().data_ptr()
+            for src in sources:
+                if isinstance(src, LazyCategoricalTensor) and src.untyped_storage().data_ptr() == ptr:
+                    return src._fam
         return None
 
     def _force_all(items: Any) -> None:
