@@ -155,3 +155,23 @@ def test_a_sampler_writing_into_its_inputs_gets_fresh_ones_on_every_call():
     kw = dict(adapter="vllm", reference=False, target=inst.target, draft=inst.draft, proposer=inst.proposer,
               prompt=inst.prompt, tokens=inst.tokens)
     assert es.audit_sampler(scribbles, **kw).output == es.audit_sampler(tz.correct, **kw).output
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["fast", "legacy"])
+def test_basic_indexing_keeps_pending_draws_pending(legacy):
+    runs = [0]
+
+    def program():
+        runs[0] += 1
+        t = torch.multinomial(torch.tensor([[0.25, 0.75], [0.5, 0.5]]), 3, replacement=True)   # 2 x 3 pending
+        picked = t[1, None, ..., 1:]        # ints, None, ..., a slice: row 1, samples 1 and 2, a new first dim
+        assert tuple(picked.shape) == (1, 2)
+        return int(picked[0, -1]), int(t[0][0])
+    if legacy:
+        with legacy_paths():
+            law = law_of(program)
+    else:
+        law = law_of(program)
+    want = {(a, b): pa * pb for a, pa in ((0, F(1, 2)), (1, F(1, 2))) for b, pb in ((0, F(1, 4)), (1, F(3, 4)))}
+    assert law == want
+    assert runs[0] == 4                      # two entries read: two forks of two values, the other four never drawn

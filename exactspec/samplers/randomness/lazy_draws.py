@@ -278,7 +278,7 @@ if torch is not None:
             # positions below would pick them (``view(dtype)`` reinterprets bits: the general path refuses it)
             return LazyCategoricalTensor(t._cells.reshape(tuple(out.shape)),
                                          base=out.detach() if out.requires_grad else out, family=_family_of(out, (t,)))
-        if name == "__getitem__" and _fast_path.fast_paths() and _basic(rest[0] if rest else None):
+        if name == "__getitem__" and len(rest) == 1 and _fast_path.fast_paths() and _basic(rest[0]):
             # ints, slices, None and ``...`` pick the same entries in numpy as in torch (a trailing ``...`` keeps
             # numpy's result an array when every dimension is indexed by an int)
             idx = rest[0] if isinstance(rest[0], tuple) else (rest[0],)
