@@ -894,6 +894,9 @@ if torch is not None:
         return func(*args, **kwargs)
 
     def _read_all(func: Any, args: tuple, kwargs: dict) -> Any:
+        if len(args) == 1 and not kwargs and isinstance(args[0], LazyMask):    # m.tolist(), m.sum(), ...
+            return func(_settle(args[0]))
+
         def real(x: Any) -> Any:
             if isinstance(x, LazyMask):
                 return _settle(x)
