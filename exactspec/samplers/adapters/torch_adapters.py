@@ -17,7 +17,7 @@ from ...enumerate.rng import PathRng
 from ...laws import memoised
 from ...protocols import Rng, Step
 from ..randomness._fast_path import fast_paths
-from ..randomness.lazy_draws import LazyCategoricalTensor, PendingDraw
+from ..randomness.lazy_draws import LazyCategoricalTensor, PendingDraw, as_array
 from ..randomness.torch_rng import bind
 from .base import Adapter
 
@@ -111,7 +111,7 @@ class TransformersChainAdapter(Adapter):
         kwargs = self.kwargs if inspect.unwrap(sampler) is not self.reference else {}
         with bind(rng):
             valid, _ = sampler(ids, cand_logits, step.gamma, new_logits, **kwargs)
-        return self.tokens(np.asarray(valid))
+        return self.tokens(as_array(valid))
 
     def fast_reference(self, precision: str) -> Callable[[Step, Rng], list[int]]:
         """``reference_transformers_style`` at ``precision`` as a rule: the same torch arithmetic (softmax,
@@ -283,7 +283,7 @@ class VllmChainAdapter(Adapter):
         if self.batch == 1:
             with bind(rng):
                 out = sampler(target, draft, ids, torch.tensor([[bonus]], dtype=torch.long))
-            return self.tokens(np.asarray(out))
+            return self.tokens(as_array(out))
         vocab = target.shape[-1]
         likely = int(np.argmax([float(x) for x in step.target(step.gamma)]))
         shifts = range(self.batch)
@@ -293,7 +293,7 @@ class VllmChainAdapter(Adapter):
         bonus_b = torch.tensor([[((bonus if i == self.row else likely) + i) % vocab] for i in shifts], dtype=torch.long)
         with bind(rng):
             out = sampler(target_b, draft_b, ids_b, bonus_b)
-        mine = np.asarray(out)[self.row]
+        mine = as_array(out)[self.row]
         return [(int(t) - self.row) % vocab for t in mine if int(t) >= 0]
 
     def _call_lazy_bonus(self, sampler: Callable, step: Step, rng: Rng, target: Any, draft: Any, ids: Any) -> list[int]:
@@ -306,7 +306,7 @@ class VllmChainAdapter(Adapter):
             cells[0, 0] = (PendingDraw.of_law(rng, law), 0)
             with bind(rng):
                 out = sampler(target, draft, ids, LazyCategoricalTensor(cells))
-            return self.tokens(np.asarray(out))
+            return self.tokens(as_array(out))
         vocab = target.shape[-1]
         likely = int(np.argmax([float(x) for x in law]))
         row = self.row
@@ -321,7 +321,7 @@ class VllmChainAdapter(Adapter):
         ids_b = torch.cat([(ids + i) % vocab for i in shifts])
         with bind(rng):
             out = sampler(target_b, draft_b, ids_b, LazyCategoricalTensor(cells))
-        mine = np.asarray(out)[row]
+        mine = as_array(out)[row]
         return [(int(t) - row) % vocab for t in mine if int(t) >= 0]
 
 

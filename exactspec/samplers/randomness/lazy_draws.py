@@ -63,7 +63,8 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the torch extra
     torch = None
 
-__all__ = ["LazyCategoricalTensor", "PendingDraw", "lazy_multinomial", "exact_row", "exact_rows", "force"]
+__all__ = ["LazyCategoricalTensor", "PendingDraw", "lazy_multinomial", "exact_row", "exact_rows", "force",
+           "as_array"]
 
 
 class PendingDraw:
@@ -551,6 +552,20 @@ else:  # pragma: no cover
 
     def force(x: Any) -> Any:
         return x
+
+
+def as_array(x: Any) -> Any:
+    """``np.asarray(x)`` of what a sampler returns: pending draws are drawn (element order) and read as plain torch
+    reads them, in one step rather than through torch's Python-level dispatch of ``__array__`` (the fast paths).
+
+    >>> as_array(torch.tensor([3, 1])).tolist() if torch is not None else [3, 1]
+    [3, 1]
+    """
+    if torch is not None and type(x) is LazyCategoricalTensor and _fast_path.fast_paths():
+        force(x)
+        with torch._C.DisableTorchFunctionSubclass():
+            return np.asarray(x)
+    return np.asarray(x)
 
 
 def lazy_multinomial(rng: Any, rows: Sequence[tuple[tuple, tuple]], num_samples: int, replacement: bool,
