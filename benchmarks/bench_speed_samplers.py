@@ -14,10 +14,12 @@ Rows (the issue's wording; targets on a quiet 2-core machine):
 
 "old" is the path before issue 17's changes to the sampler layer, reached through
 ``exactspec.samplers.randomness._fast_path.legacy_paths()`` (the bonus token of the vLLM adapter drawn before the
-call, the random functions patched once per audit, the adapter's arrays and numpy ``choice``'s
-cumulative sums rebuilt on every call). The exact arithmetic shortcuts in
-``exactspec.enumerate.rng`` (a lattice cut in integers, floats' rationals remembered) serve both
-paths, so "old" here is already somewhat faster than the release before them. Each search row
+call, the random functions patched once per audit, the adapter's arrays and tensors and numpy ``choice``'s
+cumulative sums rebuilt on every call, a fresh exponential's arithmetic and a race's law computed on every
+replay of a call). The exact arithmetic shortcuts in ``exactspec.enumerate.rng`` (a lattice cut in integers,
+floats' rationals remembered) and the leaner loops of the torch interception (no ``np.ndindex`` or
+``np.vectorize`` per operation, dtypes read without a round trip through the lazy tensors' handlers) serve
+both paths, so "old" here is already faster than the release before them. Each search row
 records every instance's report on both paths and checks that the laws (``==`` on exact
 Fractions) and verdicts agree; the old torch search is stopped after a cap (``old_capped_s``) and
 compared on the instances it covered. ``new_s`` and ``old_s`` are wall-clock seconds; each row's

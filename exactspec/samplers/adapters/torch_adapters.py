@@ -17,7 +17,7 @@ from ...enumerate.rng import PathRng
 from ...laws import memoised
 from ...protocols import Rng, Step
 from ..randomness._fast_path import fast_paths
-from ..randomness.lazy_draws import LazyCategoricalTensor, PendingDraw
+from ..randomness.lazy_draws import LazyCategoricalTensor, PendingDraw, as_array
 from ..randomness.torch_rng import bind
 from .base import Adapter
 
@@ -111,7 +111,7 @@ class TransformersChainAdapter(Adapter):
         kwargs = self.kwargs if inspect.unwrap(sampler) is not self.reference else {}
         with bind(rng):
             valid, _ = sampler(ids, cand_logits, step.gamma, new_logits, **kwargs)
-        return self.tokens(np.asarray(valid))
+        return self.tokens(as_array(valid))
 
     def fast_reference(self, precision: str) -> Callable[[Step, Rng], list[int]]:
         """``reference_transformers_style`` at ``precision`` as a rule: the same torch arithmetic (softmax,
@@ -248,23 +248,42 @@ class VllmChainAdapter(Adapter):
         """
         return self if precision == self.precision else self._copy_at(precision)
 
+    def _inputs(self, step: Step) -> tuple[Any, Any, Any]:
+        """(target laws [1, gamma, V], draft laws [1, gamma, V], drafts [1, gamma]) of a step, built once per input
+        (its call key): each call gets its own copies, so a sampler writing into them changes nothing for the next."""
+        import torch
+        got = self.call_key(step)
+        key = None if got is None else (id(self), got[0])
+        hit = _INPUTS.get(key) if key is not None else None
+        if hit is None:
+            g = step.gamma
+            hit = (torch.stack([self.probs(step.target(j)) for j in range(g)])[None],
+                   torch.stack([self.probs(step.claimed(j)) for j in range(g)])[None],
+                   torch.tensor([list(step.drafts)], dtype=torch.long), got, self)
+            if key is None:
+                return hit[:3]
+            if len(_INPUTS) >= 4096:
+                _INPUTS.clear()
+            _INPUTS[key] = hit       # the laws and the adapter stay alive while their ids key the entry
+        return hit[0].clone(), hit[1].clone(), hit[2].clone()
+
     def call(self, sampler: Callable, step: Step, rng: Rng) -> list[int]:
         import torch
-        drafts = step.drafts
-        target = torch.stack([self.probs(step.target(j)) for j in range(step.gamma)])[None]
-        draft = torch.stack([self.probs(step.claimed(j)) for j in range(step.gamma)])[None]
         if fast_paths() and isinstance(rng, PathRng):
             # the bonus token is drawn when the sampler reads it (a pending draw), not before the call: a sampler
             # that rejects a draft never reads it, and its branches are not multiplied by the bonus's support (the
             # law is the same: the bonus draw is independent of the sampler's own draws). Enumerations only: a
             # sampling rng (the statistical audit) keeps its draws in their old order, so seeded runs repeat
-            return self._call_lazy_bonus(sampler, step, rng, target, draft)
+            return self._call_lazy_bonus(sampler, step, rng, *self._inputs(step))
+        drafts = step.drafts
+        target = torch.stack([self.probs(step.target(j)) for j in range(step.gamma)])[None]
+        draft = torch.stack([self.probs(step.claimed(j)) for j in range(step.gamma)])[None]
         bonus = rng.categorical(step.target(step.gamma))
         ids = torch.tensor([list(drafts)], dtype=torch.long)
         if self.batch == 1:
             with bind(rng):
                 out = sampler(target, draft, ids, torch.tensor([[bonus]], dtype=torch.long))
-            return self.tokens(np.asarray(out))
+            return self.tokens(as_array(out))
         vocab = target.shape[-1]
         likely = int(np.argmax([float(x) for x in step.target(step.gamma)]))
         shifts = range(self.batch)
@@ -274,21 +293,20 @@ class VllmChainAdapter(Adapter):
         bonus_b = torch.tensor([[((bonus if i == self.row else likely) + i) % vocab] for i in shifts], dtype=torch.long)
         with bind(rng):
             out = sampler(target_b, draft_b, ids_b, bonus_b)
-        mine = np.asarray(out)[self.row]
+        mine = as_array(out)[self.row]
         return [(int(t) - self.row) % vocab for t in mine if int(t) >= 0]
 
-    def _call_lazy_bonus(self, sampler: Callable, step: Step, rng: Rng, target: Any, draft: Any) -> list[int]:
+    def _call_lazy_bonus(self, sampler: Callable, step: Step, rng: Rng, target: Any, draft: Any, ids: Any) -> list[int]:
         """:meth:`call` with the audited row's bonus token a pending draw from the target's bonus law, drawn
         (the enumeration forking) only when the sampler reads it; the other rows' bonus tokens are fixed."""
         import torch
         law = step.target(step.gamma)
-        ids = torch.tensor([list(step.drafts)], dtype=torch.long)
         if self.batch == 1:
             cells = np.empty((1, 1), dtype=object)
             cells[0, 0] = (PendingDraw.of_law(rng, law), 0)
             with bind(rng):
                 out = sampler(target, draft, ids, LazyCategoricalTensor(cells))
-            return self.tokens(np.asarray(out))
+            return self.tokens(as_array(out))
         vocab = target.shape[-1]
         likely = int(np.argmax([float(x) for x in law]))
         row = self.row
@@ -303,7 +321,7 @@ class VllmChainAdapter(Adapter):
         ids_b = torch.cat([(ids + i) % vocab for i in shifts])
         with bind(rng):
             out = sampler(target_b, draft_b, ids_b, LazyCategoricalTensor(cells))
-        mine = np.asarray(out)[row]
+        mine = as_array(out)[row]
         return [(int(t) - row) % vocab for t in mine if int(t) >= 0]
 
 
@@ -318,5 +336,8 @@ def _shifted_law(law: tuple, shift: int) -> tuple:
     return memoised(f"shifted {shift}", law, None,
                     lambda: tuple(law[(t - shift) % len(law)] for t in range(len(law))))
 
+
+#: (adapter id, call key) -> a step's input tensors for the vLLM-style adapter (see ``VllmChainAdapter._inputs``)
+_INPUTS: dict = {}
 
 vllm_chain = VllmChainAdapter()

@@ -1,7 +1,9 @@
 """The switches of issue 17's faster sampler and whole-loop paths; the old paths stay reachable for benchmarks and tests.
 
 :func:`fast_paths` / :func:`legacy_paths`: the sampler audit's faster paths (a lazy bonus draw, one
-interception per search, numpy ``choice``'s checked cdf reused, ...), a context variable.
+interception per search, numpy ``choice``'s checked cdf reused, the vLLM adapter's input tensors built once per
+input, what a fresh exponential draw becomes under arithmetic with a float and the law of a race over the same
+weights remembered across the replays of a call, ...), a context variable.
 
 ``LOOPS`` (default True) selects the faster path of what a whole-loop audit
 (:func:`exactspec.audit_loop`) runs on every branch: the bookkeeping of pending categorical draws

@@ -63,7 +63,8 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the torch extra
     torch = None
 
-__all__ = ["LazyCategoricalTensor", "PendingDraw", "lazy_multinomial", "exact_row", "exact_rows", "force"]
+__all__ = ["LazyCategoricalTensor", "PendingDraw", "lazy_multinomial", "exact_row", "exact_rows", "force",
+           "as_array"]
 
 
 class PendingDraw:
@@ -278,6 +279,14 @@ if torch is not None:
             # positions below would pick them (``view(dtype)`` reinterprets bits: the general path refuses it)
             return LazyCategoricalTensor(t._cells.reshape(tuple(out.shape)),
                                          base=out.detach() if out.requires_grad else out, family=_family_of(out, (t,)))
+        if name == "__getitem__" and len(rest) == 1 and _fast_path.fast_paths() and _basic(rest[0]):
+            # ints, slices, None and ``...`` pick the same entries in numpy as in torch (a trailing ``...`` keeps
+            # numpy's result an array when every dimension is indexed by an int)
+            idx = rest[0] if isinstance(rest[0], tuple) else (rest[0],)
+            cells = t._cells[idx if Ellipsis in idx else idx + (Ellipsis,)]
+            if cells.shape == tuple(out.shape):
+                return LazyCategoricalTensor(cells, base=out.detach() if out.requires_grad else out,
+                                             family=_family_of(out, (t,)))
         positions = torch.arange(t._cells.size, dtype=torch.int64).reshape(t._cells.shape)
         if name in ("to", "long", "cpu", "type_as", "clone", "contiguous", "detach"):
             where = positions
@@ -286,6 +295,15 @@ if torch is not None:
         cells = np.asarray(t._cells.reshape(-1)[where.reshape(-1).numpy()], dtype=object).reshape(tuple(out.shape))
         return LazyCategoricalTensor(cells, base=out.detach() if out.requires_grad else out,
                                      family=_family_of(out, (t,)))
+
+    def _basic(idx: Any) -> bool:
+        """An index made of ints, slices with steps of 1 or more, None and ``...`` only (not bools, not tensors)."""
+        for i in (idx if isinstance(idx, tuple) else (idx,)):
+            if not (i is None or i is Ellipsis or type(i) is int or
+                    (type(i) is slice and (i.step is None or (type(i.step) is int and i.step > 0)) and
+                     all(x is None or type(x) is int for x in (i.start, i.stop)))):
+                return False
+        return True
 
     class _NotPositional(Exception):
         """A value operand that is neither pending nor an integer tensor or number: the operation reads its operands."""
@@ -393,25 +411,27 @@ if torch is not None:
         if type(dim) is not int or not items:
             return None
         parts, pending, ndim = [], False, None
-        for x in items:
-            if not isinstance(x, torch.Tensor) or x.dim() == 0 or (ndim is not None and x.dim() != ndim) or \
-                    _plain_call(torch.Tensor.numel, (x,), {}) == 0:
-                return None
-            ndim = x.dim()
-            if isinstance(x, LazyCategoricalTensor) and not x._read:
-                cells = x._cells
-                if cells.shape != tuple(x.shape):
+        with torch._C.DisableTorchFunctionSubclass():     # sizes and plain values, not through the handlers
+            for x in items:
+                if not isinstance(x, torch.Tensor) or x.dim() == 0 or (ndim is not None and x.dim() != ndim) or \
+                        x.numel() == 0:
                     return None
-                pending = pending or any(not c[0].drawn for c in cells.reshape(-1))
-            elif type(x) is torch.Tensor and not (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
-                flat = _plain_call(torch.Tensor.tolist, (_plain_call(torch.Tensor.reshape, (x, -1), {}),), {})
-                cells = np.empty(len(flat), dtype=object)
-                for i, v in enumerate(flat):
-                    cells[i] = _known(int(v))
-                cells = cells.reshape(tuple(x.shape))
-            else:
-                return None
-            parts.append(cells)
+                ndim = x.dim()
+                if isinstance(x, LazyCategoricalTensor) and not x._read:
+                    cells = x._cells
+                    if cells.shape != tuple(x.shape):
+                        return None
+                    pending = pending or any(not c[0].drawn for c in cells.reshape(-1))
+                elif type(x) is torch.Tensor and not (x.is_floating_point() or x.is_complex() or
+                                                      x.dtype == torch.bool):
+                    flat = x.reshape(-1).tolist()
+                    cells = np.empty(len(flat), dtype=object)
+                    for i, v in enumerate(flat):
+                        cells[i] = _known(int(v))
+                    cells = cells.reshape(tuple(x.shape))
+                else:
+                    return None
+                parts.append(cells)
         if not pending:
             return None
         out = _plain_call(func, tuple(args), kwargs)
@@ -512,11 +532,11 @@ if torch is not None:
         """The family of the pending tensor whose storage ``out`` views (None: ``out`` has a storage of its own)."""
         if not isinstance(out, torch.Tensor):
             return None
-        ptr = _plain_call(lambda t: t.untyped_storage().data_ptr(), (out,), {})
-        for src in sources:
-            if isinstance(src, LazyCategoricalTensor) and \
-                    _plain_call(lambda t: t.untyped_storage().data_ptr(), (src,), {}) == ptr:
-                return src._fam
+        with torch._C.DisableTorchFunctionSubclass():
+            ptr = out.untyped_storage().data_ptr()
+            for src in sources:
+                if isinstance(src, LazyCategoricalTensor) and src.untyped_storage().data_ptr() == ptr:
+                    return src._fam
         return None
 
     def _force_all(items: Any) -> None:
@@ -532,6 +552,20 @@ else:  # pragma: no cover
 
     def force(x: Any) -> Any:
         return x
+
+
+def as_array(x: Any) -> Any:
+    """``np.asarray(x)`` of what a sampler returns: pending draws are drawn (element order) and read as plain torch
+    reads them, in one step rather than through torch's Python-level dispatch of ``__array__`` (the fast paths).
+
+    >>> as_array(torch.tensor([3, 1])).tolist() if torch is not None else [3, 1]
+    [3, 1]
+    """
+    if torch is not None and type(x) is LazyCategoricalTensor and _fast_path.fast_paths():
+        force(x)
+        with torch._C.DisableTorchFunctionSubclass():
+            return np.asarray(x)
+    return np.asarray(x)
 
 
 def lazy_multinomial(rng: Any, rows: Sequence[tuple[tuple, tuple]], num_samples: int, replacement: bool,

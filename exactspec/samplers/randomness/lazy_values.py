@@ -56,6 +56,7 @@ import contextvars
 from ...enumerate.rng import NATIVE, NATIVE64, Lattice, Uniform
 from ...errors import UnsupportedRandomness
 from ...fields import _caller
+from . import _fast_path
 
 __all__ = ["LazyUniform", "RaceValue", "LazyBit", "lazy", "exponential", "gumbel", "race_winner", "race_outcome",
            "race_law"]
@@ -424,13 +425,47 @@ class _Scan:
         self.winner, self.weights, self.form = winner, [winner._weight()], winner._form
 
 
+#: the parameters of a fresh Exp(1) draw (``h(z) = z``, weight 1), shared by every one: a value holding these very
+#: objects is a fresh draw (:func:`fresh_op` remembers what arithmetic makes of it)
+_ONE, _ZERO = Fraction(1), Fraction(0)
+_FRESH_FORM = ("P", _ONE, 1, _ZERO)
+
+
 def exponential(rng: Any) -> "RaceValue":
     """A fresh Exp(1) draw as a race value (``h(z) = z``, weight 1).
 
     >>> (Fraction(1, 2) / exponential(None)).direction()     # w / E decreases with E / w: argmax wins
     -1
     """
-    return RaceValue(_Source(rng), ("P", Fraction(1), 1, Fraction(0)), Fraction(1), Fraction(0))
+    return RaceValue._raw(_Source(rng), _FRESH_FORM, _ONE, _ZERO)
+
+
+#: (operation, float operand) -> the parameters ``(form, m, e)`` of ``op(E, c)`` for a fresh draw ``E`` and the
+#: exact ``c`` of that float: a sampler replayed once per branch divides the same floats by fresh draws again
+_FRESH_OPS: dict = {}
+
+
+def fresh_op(v: "RaceValue", name: str, op: Callable[[Any, Any], Any], f: Any, c: Any) -> Any:
+    """``op(v, c)``, where ``c`` is the exact value of the float (or inf) ``f``; for a fresh draw ``v`` the result's
+    parameters are remembered by ``(name, f)`` (the result depends on nothing else: same law, same checks).
+
+    >>> a = fresh_op(exponential(None), "div", lambda v, c: c / v, 0.25, Fraction(1, 4))
+    >>> b = fresh_op(exponential(None), "div", lambda v, c: c / v, 0.25, Fraction(1, 4))
+    >>> a._weight() == b._weight() == (Fraction(1, 4), 0), a._src is not b._src, a._m is b._m
+    (True, True, True)
+    """
+    if type(v) is not RaceValue or v._form is not _FRESH_FORM or v._m is not _ONE or v._e is not _ZERO:
+        return op(v, c)
+    key = (name, f)
+    hit = _FRESH_OPS.get(key)
+    if hit is not None:
+        return RaceValue._raw(v._src, *hit)
+    r = op(v, c)
+    if type(r) is RaceValue and r._src is v._src:
+        if len(_FRESH_OPS) > 1 << 16:
+            _FRESH_OPS.clear()
+        _FRESH_OPS[key] = (r._form, r._m, r._e)
+    return r
 
 
 def gumbel(rng: Any) -> "RaceValue":
@@ -462,6 +497,13 @@ class RaceValue:
         self._src, self._m, self._e = source, m, e
         self._form = form
         self._normalise()
+
+    @classmethod
+    def _raw(cls, source: _Source, form: tuple, m: Any, e: Any) -> "RaceValue":
+        """A value of parameters already normalised (a fresh draw's, or ones :func:`fresh_op` remembered)."""
+        v = object.__new__(cls)
+        v._src, v._form, v._m, v._e = source, form, m, e
+        return v
 
     def _normalise(self) -> None:
         f = self._form
@@ -811,19 +853,48 @@ def race_law(weights: Sequence[tuple], rng: Any) -> Any:
     >>> race_law([(Fraction(0), Fraction(0)), (math.inf, Fraction(0))], None)
     1
     """
+    if not _fast_path.fast_paths():
+        law, approximated = _race_law(weights, rng)
+        if approximated:
+            _approximated(_ROUNDED_RACE)
+        return law
+    field = getattr(rng, "_field", None)
+    # the same weight objects (a replayed call's race over the same floats, see fresh_op) give the same law; the
+    # entry holds them, so no id in a key is reused while the entry lives
+    key = (id(field), *(id(m) for m, _ in weights), *(id(e) for _, e in weights))
+    hit = _RACE_LAWS.get(key)
+    if hit is None:
+        law, approximated = _race_law(weights, rng)
+        if len(_RACE_LAWS) > 1 << 14:
+            _RACE_LAWS.clear()
+        hit = _RACE_LAWS[key] = (law, approximated, field, list(weights))
+    if hit[1]:
+        _approximated(_ROUNDED_RACE)
+    return hit[0]
+
+
+#: what the audit's session counts a rounded race law under (see :func:`_approximated`)
+_ROUNDED_RACE = "a race over weights exp(c) (Gumbel noise added to float logits)"
+#: ids of a field and of a race's weights -> (the race's law, whether it was rounded, the field, the weights)
+_RACE_LAWS: dict = {}
+
+
+def _race_law(weights: Sequence[tuple], rng: Any) -> tuple[Any, bool]:
+    """:func:`race_law`, computed, and whether the law was rounded to :data:`RACE_PRECISION` bits."""
     for i, (m, _) in enumerate(weights):
         if m == _INF:
-            return i
+            return i, False
     live = [i for i, (m, _) in enumerate(weights) if m != 0]
     if not live:
-        return None
+        return None, False
     if len(live) == 1:
-        return live[0]
+        return live[0], False
+    approximated = False
     if all(weights[i][0] != "sum" for i in live) and len({weights[i][1] for i in live}) == 1:
         vals = [weights[i][0] if i in live else Fraction(0) for i in range(len(weights))]
     else:
         import mpmath
-        _approximated("a race over weights exp(c) (Gumbel noise added to float logits)")
+        approximated = True
         ctx = mpmath.MPContext()
         ctx.prec = RACE_PRECISION
         reals = [_real(w, ctx) if i in live else ctx.mpf(0) for i, w in enumerate(weights)]
@@ -832,7 +903,7 @@ def race_law(weights: Sequence[tuple], rng: Any) -> Any:
     total = sum(vals)
     field = getattr(rng, "_field", None)
     conv = field.convert if field is not None else (lambda x: x)
-    return tuple(conv(v / total) for v in vals)
+    return tuple(conv(v / total) for v in vals), approximated
 
 
 def _uniform(n: int) -> tuple:
@@ -906,8 +977,8 @@ def race_outcome(values: Sequence[RaceValue], smaller_wins: bool = True, deferre
         raise _refuse(f"{what} over race values transformed differently (e.g. a shift added to some entries of "
                       "p / E)", "the argmax of such values is not a race")
     direction = values[0].direction()
-    weights = {v._weight() for v in values}
-    if direction != (-1 if smaller_wins else 1) and len(weights) == 1 and 0 < values[0]._m < _INF:
+    if direction != (-1 if smaller_wins else 1) and len({v._weight() for v in values}) == 1 and \
+            0 < values[0]._m < _INF:
         for v in values:              # equal weights: every entry is the extreme with probability 1 / n, by symmetry
             v._src.raced = True
         return values[0]._src.rng, (_uniform(len(values)) if len(values) > 1 else 0)

@@ -56,6 +56,8 @@ True
 from __future__ import annotations
 
 import contextlib
+import math
+import operator
 from fractions import Fraction
 from typing import Any
 
@@ -66,7 +68,8 @@ from ...errors import ExactSpecError, UnsupportedRandomness
 from .interception import (below, bind, current_rng, current_session, fisher_yates, generator_state, intercepting,
                            native_uniform, note_dtype, unsupported, user_site)
 from .lazy_draws import LazyCategoricalTensor, PendingDraw
-from .lazy_values import LazyBit, exponential, lazy, race_outcome, race_winner
+from ._fast_path import fast_paths
+from .lazy_values import LazyBit, exponential, fresh_op, lazy, race_outcome, race_winner
 from .planned import current_plan
 
 try:
@@ -92,6 +95,15 @@ if torch is not None:
 
 #: float -> its exact rational: the same float operands come on every replay of a sampler call
 _EXACT: dict = {}
+
+
+def _each(f: Any, arr: np.ndarray) -> np.ndarray:
+    """``f`` of each entry of an object array (row-major), in an object array of the same shape."""
+    cells = arr.ravel()
+    out = np.empty(len(cells), dtype=object)
+    for i, c in enumerate(cells):
+        out[i] = f(c)
+    return out.reshape(arr.shape)
 
 
 def _exact(x: Any) -> Fraction:
@@ -143,6 +155,26 @@ if torch is not None:
         if name == "__repr__" or name == "__str__":
             return True, f"{what}(shape={tuple(args[0].shape)})"
         return False, None
+
+    def _dt(t: Any) -> Any:
+        """A tensor's dtype, read without a round trip through a lazy tensor's own handler."""
+        with torch._C.DisableTorchFunctionSubclass():
+            return t.dtype
+
+    def _prologue(func: Any, args: tuple, kwargs: dict, what: str) -> tuple[str, bool, Any]:
+        """A handler's first steps: the operation's name (a property read names the property unless it reads no
+        values), and ``(True, result)`` of :func:`_meta` for operations that read no values."""
+        name = getattr(func, "__name__", None)
+        if name is None:
+            name = str(func)
+        elif name == "__get__":
+            prop = _property(func)
+            if prop not in _SAFE_PROPERTIES:
+                name = f"{prop} (a property)"
+        if name in _META or name == "__get__" or name == "__repr__" or name == "__str__":
+            done, out = _meta(func, name, args, kwargs, what)
+            return name, done, out
+        return name, False, None
 
     def _plain_index(idx: Any) -> Any:
         def one(i: Any) -> Any:
@@ -224,10 +256,7 @@ if torch is not None:
         @classmethod
         def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             kwargs = kwargs or {}
-            name = getattr(func, "__name__", str(func))
-            if name == "__get__":
-                name = f"{_property(func)} (a property)" if _property(func) not in _SAFE_PROPERTIES else name
-            done, out = _meta(func, name, args, kwargs, "LazyUniformTensor")
+            name, done, out = _prologue(func, args, kwargs, "LazyUniformTensor")
             if done:
                 return out
             if name in _COMPARE:
@@ -236,11 +265,11 @@ if torch is not None:
                 return _affine(name, args)
             if name in _SHAPE and isinstance(args[0], LazyUniformTensor):
                 return LazyUniformTensor(_reshaped(func, name, args[0]._u, args, kwargs),
-                                         _dtype_of(name, args, kwargs, args[0].dtype))
+                                         _dtype_of(name, args, kwargs, _dt(args[0])))
             if name in ("searchsorted", "bucketize"):
                 return _searchsorted(name, args, kwargs)
             if name in ("__iter__", "unbind") and isinstance(args[0], LazyUniformTensor) and _dim0(args, kwargs):
-                rows = [LazyUniformTensor(np.asarray(r, dtype=object).reshape(np.shape(r)), args[0].dtype)
+                rows = [LazyUniformTensor(np.asarray(r, dtype=object).reshape(np.shape(r)), _dt(args[0]))
                         for r in args[0]._u]
                 return iter(rows) if name == "__iter__" else tuple(rows)
             if name == "item":
@@ -251,7 +280,7 @@ if torch is not None:
             if name == "tolist":
                 return args[0]._u.tolist()
             if name in _RACE_ENTRY:
-                conv = tuple(RaceTensor(np.vectorize(lambda u: u.race(), otypes=[object])(a._u))
+                conv = tuple(RaceTensor(_each(lambda u: u.race(), a._u))
                              if isinstance(a, LazyUniformTensor) else a for a in args)
                 return RaceTensor.__torch_function__(func, types, conv, kwargs)
             if name in _CLAMPS:
@@ -307,6 +336,28 @@ if torch is not None:
         """A uniform operand's entries broadcast to ``shape`` (LazyUniform objects)."""
         return np.broadcast_to(x._u, shape)
 
+    def _flat_floats(x: Any, shape: tuple) -> list:
+        """A real tensor's entries broadcast to ``shape``, row-major, as Python floats (its dtype noted)."""
+        note_dtype(x)
+        vals = x.detach().cpu().double().numpy()
+        if vals.shape != shape:
+            vals = np.broadcast_to(vals, shape)
+        return vals.ravel().tolist()
+
+    def _shape_with(x: np.ndarray, b: Any) -> tuple:
+        """The shape of ``x``'s entries combined with a real operand ``b`` (a tensor or a number)."""
+        if type(b) is not torch.Tensor:
+            return x.shape
+        bshape = tuple(b.shape)
+        return x.shape if bshape == x.shape else np.broadcast_shapes(x.shape, bshape)
+
+    def _flat_cells(x: np.ndarray, shape: tuple) -> np.ndarray:
+        """The entries of an object array broadcast to ``shape``, row-major, in one dimension."""
+        return (x if x.shape == shape else np.broadcast_to(x, shape)).ravel()
+
+    #: real operands a handler reads entry by entry as exact numbers (other tensor types keep their own handlers)
+    _REAL = (torch.Tensor, float, int, bool)
+
     def _compare(name: str, args: tuple) -> Any:
         a, b = args[0], args[1]
         strict, flip = _COMPARE[name]
@@ -314,6 +365,15 @@ if torch is not None:
             a, b = b, a                      # t < u  <=>  u > t
             strict, flip = {(True, False): (False, True), (False, False): (True, True),
                             (False, True): (True, False), (True, True): (False, False)}[(strict, flip)]
+        if type(b) in _REAL:                 # each uniform against the exact value of its real entry
+            shape = _shape_with(a._u, b)
+            ts = [_exact(f) for f in _flat_floats(b, shape)] if type(b) is torch.Tensor else \
+                [_exact(b)] * a._u.size
+            us = _flat_cells(a._u, shape)
+            out = np.empty(len(ts), dtype=object)
+            for i, t in enumerate(ts):
+                out[i] = _leaf(us[i], t, strict, flip, name)
+            return LazyMask(out.reshape(shape), torch.bool)
         bshape = tuple(b.shape) if isinstance(b, torch.Tensor) else ()
         shape = np.broadcast_shapes(a._u.shape, bshape)
         us = _lazy_cells(a, shape)
@@ -365,7 +425,7 @@ if torch is not None:
         out = np.empty(shape, dtype=object)
         for idx in np.ndindex(*shape):
             out[idx] = op(us[idx], cs[idx])
-        return LazyUniformTensor(out, a.dtype)
+        return LazyUniformTensor(out, _dt(a))
 
     # -- races -----------------------------------------------------------------------------------------------
     _RACE_UNARY = {"__neg__": lambda v: -v, "neg": lambda v: -v, "negative": lambda v: -v, "log": lambda v: v.log(),
@@ -402,10 +462,7 @@ if torch is not None:
         @classmethod
         def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             kwargs = kwargs or {}
-            name = getattr(func, "__name__", str(func))
-            if name == "__get__":
-                name = f"{_property(func)} (a property)" if _property(func) not in _SAFE_PROPERTIES else name
-            done, out = _meta(func, name, args, kwargs, "RaceTensor")
+            name, done, out = _prologue(func, args, kwargs, "RaceTensor")
             if done:
                 return out
             in_place = name.endswith("_") and not name.endswith("__") and name[:-1] in (_RACE_BINARY.keys()
@@ -416,9 +473,9 @@ if torch is not None:
                 return _in_place(args[0], RaceTensor, f"Tensor.{name}", _r=result._r)
             if name in _SHAPE and isinstance(args[0], RaceTensor):
                 return RaceTensor(_reshaped(func, name, args[0]._r, args, kwargs),
-                                  _dtype_of(name, args, kwargs, args[0].dtype))
+                                  _dtype_of(name, args, kwargs, _dt(args[0])))
             if name in _RACE_UNARY:
-                return RaceTensor(np.vectorize(_RACE_UNARY[name], otypes=[object])(args[0]._r), args[0].dtype)
+                return RaceTensor(_each(_RACE_UNARY[name], args[0]._r), _dt(args[0]))
             if name in _RACE_BINARY and len(args) >= 2:
                 a, b = args[0], args[1]
                 if not isinstance(a, RaceTensor):
@@ -429,6 +486,8 @@ if torch is not None:
                 if isinstance(b, (RaceTensor, LazyUniformTensor, LazyMask)):
                     raise UnsupportedRandomness(f"torch {name} of two random tensors (at {user_site(2)}): a race "
                                                 "combines each draw with numbers only")
+                if type(b) in _REAL and not kwargs:
+                    return _race_real(name, a, b)
                 if "alpha" in kwargs:
                     b = b * kwargs["alpha"]
                 shape = np.broadcast_shapes(a._r.shape, tuple(b.shape) if isinstance(b, torch.Tensor) else ())
@@ -437,7 +496,7 @@ if torch is not None:
                 op = _RACE_BINARY[name]
                 for idx in np.ndindex(*shape):
                     out[idx] = op(rs[idx], cs[idx])
-                return RaceTensor(out, a.dtype)
+                return RaceTensor(out, _dt(a))
             if name in _COMPARE and len(args) == 2:
                 return _race_compare(name, args)
             if name in ("argmax", "argmin"):
@@ -453,11 +512,11 @@ if torch is not None:
                 keepdim = bool(kwargs.get("keepdim", args[2] if len(args) > 2 else False))
                 idx = _race_arg(race._r, dim, keepdim, name == "max")
                 if dim is None:
-                    return RaceTensor(np.asarray(race._r.ravel()[int(idx)], dtype=object).reshape(()), race.dtype)
+                    return RaceTensor(np.asarray(race._r.ravel()[int(idx)], dtype=object).reshape(()), _dt(race))
                 d = int(dim) % max(race._r.ndim, 1)
                 picked = np.take_along_axis(race._r, np.expand_dims(idx.numpy(), d) if not keepdim else idx.numpy(),
                                             axis=d)
-                values = RaceTensor(picked if keepdim else np.squeeze(picked, axis=d), race.dtype)
+                values = RaceTensor(picked if keepdim else np.squeeze(picked, axis=d), _dt(race))
                 return getattr(torch.return_types, name)((values, idx))
             if name in _CLAMPS:
                 raise UnsupportedRandomness(f"torch {name} on a race tensor (at {user_site(2)}): {_CLAMP_WHY}")
@@ -467,6 +526,22 @@ if torch is not None:
                 "argmax / argmin and comparisons with numbers only")
 
     LazyExponentialTensor = RaceTensor
+
+    def _race_real(name: str, a: "RaceTensor", b: Any) -> "RaceTensor":
+        """``a op b`` for race values ``a`` and a real tensor or number ``b``, entry by entry (row-major); what a
+        fresh draw becomes is remembered by the operation and the float (:func:`~.lazy_values.fresh_op`)."""
+        shape = _shape_with(a._r, b)
+        floats = _flat_floats(b, shape) if type(b) is torch.Tensor else [float(b)] * a._r.size
+        rs = _flat_cells(a._r, shape)
+        op = _RACE_BINARY[name]
+        out = np.empty(len(floats), dtype=object)
+        if fast_paths():
+            for i, f in enumerate(floats):
+                out[i] = fresh_op(rs[i], name, op, f, _num_or_inf(f))
+        else:
+            for i, f in enumerate(floats):
+                out[i] = op(rs[i], _num_or_inf(f))
+        return RaceTensor(out.reshape(shape), _dt(a))
 
     def _race_compare(name: str, args: tuple) -> "LazyMask":
         """Race values compared with numbers: each entry decided on its uniform when read (see lazy_values)."""
@@ -504,7 +579,7 @@ if torch is not None:
             return res.reshape((1,) * values.ndim) if keepdim else res
         nd = values.ndim
         d = int(dim) % max(nd, 1)
-        moved = np.moveaxis(values, d, -1)
+        moved = values if d == nd - 1 else np.moveaxis(values, d, -1)
         rows = moved.reshape(-1, moved.shape[-1])
         cells = np.empty(len(rows), dtype=object)
         for i, row in enumerate(rows):
@@ -529,6 +604,7 @@ if torch is not None:
     _NOT = {"__invert__", "logical_not", "bitwise_not"}
     _AND = {"__and__", "__rand__", "logical_and", "bitwise_and"}
     _OR = {"__or__", "__ror__", "logical_or", "bitwise_or"}
+    _AND_OR = _AND | _OR
     _CASTS = {"int": torch.int32, "long": torch.int64, "float": torch.float32, "double": torch.float64,
               "bool": torch.bool, "short": torch.int16, "byte": torch.uint8, "half": torch.float16}
     _OPS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
@@ -574,10 +650,7 @@ if torch is not None:
         @classmethod
         def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             kwargs = kwargs or {}
-            name = getattr(func, "__name__", str(func))
-            if name == "__get__":
-                name = f"{_property(func)} (a property)" if _property(func) not in _SAFE_PROPERTIES else name
-            done, out = _meta(func, name, args, kwargs, "LazyMask")
+            name, done, out = _prologue(func, args, kwargs, "LazyMask")
             if done:
                 return out
             if _release_settled(args, kwargs):   # a view of a mask that was written: plain torch from now on
@@ -592,23 +665,23 @@ if torch is not None:
                 v = a._c.reshape(-1)[0].value()
                 if name == "__bool__":
                     return bool(v)
-                if name == "__float__" or (name == "item" and a.dtype.is_floating_point):
+                if name == "__float__" or (name == "item" and _dt(a).is_floating_point):
                     return float(v)
-                return bool(v) if (name == "item" and a.dtype == torch.bool) else int(v)
+                return bool(v) if (name == "item" and _dt(a) == torch.bool) else int(v)
             if lazy_a and name in ("__iter__", "unbind") and _dim0(args, kwargs):
-                rows = [LazyMask(np.asarray(r, dtype=object).reshape(np.shape(r)), a.dtype, a._count) for r in a._c]
+                rows = [LazyMask(np.asarray(r, dtype=object).reshape(np.shape(r)), _dt(a), a._count) for r in a._c]
                 return iter(rows) if name == "__iter__" else tuple(rows)
             if lazy_a and name in _SHAPE and name not in ("float", "double", "half", "bfloat16", "to"):
                 return _view_mask(func, name, a, args, kwargs)
             if lazy_a and (name in _CASTS or (name == "to" and _only_dtype(args, kwargs))):
-                dtype = _CASTS[name] if name in _CASTS else _dtype_of(name, args, kwargs, a.dtype)
+                dtype = _CASTS[name] if name in _CASTS else _dtype_of(name, args, kwargs, _dt(a))
                 if dtype == torch.bool and a._count:
-                    return LazyMask(np.vectorize(lambda c: LazyBit(lambda: bool(c.value())), otypes=[object])(a._c))
+                    return LazyMask(_each(lambda c: LazyBit(lambda: bool(c.value())), a._c))
                 return LazyMask(a._c.copy(), dtype, a._count)
-            bits = lazy_a and not a._count and (a.dtype == torch.bool or name not in _NOT)
-            if bits and name in _NOT and a.dtype == torch.bool:
-                return LazyMask(np.vectorize(lambda c: ~c, otypes=[object])(a._c))
-            if name in _AND | _OR and len(args) == 2 and _bool_operands(args):
+            bits = lazy_a and not a._count and (_dt(a) == torch.bool or name not in _NOT)
+            if bits and name in _NOT and _dt(a) == torch.bool:
+                return LazyMask(_each(lambda c: ~c, a._c))
+            if name in _AND_OR and len(args) == 2 and _bool_operands(args):
                 return _combine(args, LazyBit.all_of if name in _AND else LazyBit.any_of)
             key = name.strip("_")
             if lazy_a and key in _OPS and len(args) == 2 and _scalar(args[1]):
@@ -637,10 +710,10 @@ if torch is not None:
     def _bool_operands(args: tuple) -> bool:
         for x in args:
             if isinstance(x, LazyMask):
-                if x.dtype != torch.bool or x._count:
+                if _dt(x) != torch.bool or x._count:
                     return False
             elif isinstance(x, torch.Tensor):
-                if x.dtype != torch.bool or isinstance(x, (LazyUniformTensor, RaceTensor)):
+                if _dt(x) != torch.bool or isinstance(x, (LazyUniformTensor, RaceTensor)):
                     return False
             elif not isinstance(x, bool):
                 return False
@@ -664,16 +737,16 @@ if torch is not None:
         return LazyMask(out)
 
     def _cmp_mask(a: "LazyMask", key: str, t: Any) -> "LazyMask":
-        import operator
         op = getattr(operator, key)
-        out = np.empty(a._c.shape, dtype=object)
-        for idx in np.ndindex(*a._c.shape):
-            c = a._c[idx]
-            if a._count:
-                out[idx] = LazyBit.count_compare(c._bits, op, t)
-            else:
-                out[idx] = LazyBit(lambda c=c: bool(op(int(c.value()), t)))
-        return LazyMask(out)
+        cells = a._c.ravel()
+        out = np.empty(len(cells), dtype=object)
+        if a._count:
+            for i, c in enumerate(cells):
+                out[i] = LazyBit.count_compare(c._bits, op, t)
+        else:
+            for i, c in enumerate(cells):
+                out[i] = LazyBit(lambda c=c: bool(op(int(c.value()), t)))
+        return LazyMask(out.reshape(a._c.shape))
 
     class _Count(LazyBit):
         """A count of the True bits among ``bits`` (``cumsum`` of a mask), read lazily."""
@@ -689,12 +762,14 @@ if torch is not None:
         return dim is not None and a._c.ndim > 0 and int(dim) % a._c.ndim == a._c.ndim - 1 and "dtype" not in kwargs
 
     def _prefix(a: "LazyMask", count: bool) -> "LazyMask":
-        out = np.empty(a._c.shape, dtype=object)
-        for idx in np.ndindex(*a._c.shape[:-1]):
-            row = list(a._c[idx])
+        shape = a._c.shape
+        rows = a._c.reshape(math.prod(shape[:-1]), shape[-1])
+        out = np.empty(rows.shape, dtype=object)
+        for r, cells in enumerate(rows):
+            row = list(cells)
             for j in range(len(row)):
-                out[idx + (j,)] = _Count(row[:j + 1]) if count else LazyBit.all_of(row[:j + 1])
-        return LazyMask(out, torch.int64, count)
+                out[r, j] = _Count(row[:j + 1]) if count else LazyBit.all_of(row[:j + 1])
+        return LazyMask(out.reshape(shape), torch.int64, count)
 
     def _extra(args: tuple, kwargs: dict) -> bool:
         return bool(set(kwargs) - {"dim", "keepdim"}) or len(args) > 3
@@ -726,12 +801,10 @@ if torch is not None:
 
     def _materialise(m: "LazyMask") -> Any:
         """A real tensor with the mask's values (every entry read, row-major)."""
-        vals = np.empty(m._c.shape, dtype=object)
-        for idx in np.ndindex(*m._c.shape):
-            vals[idx] = m._c[idx].value()
+        kind = np.int64 if m._count or _dt(m) != torch.bool else np.bool_
+        vals = np.array([c.value() for c in m._c.ravel()], dtype=object).astype(kind).reshape(m._c.shape)
         with torch._C.DisableTorchFunctionSubclass():
-            return torch.tensor(vals.astype(np.int64 if m._count or m.dtype != torch.bool else bool).tolist(),
-                                dtype=m.dtype).reshape(m._c.shape)
+            return torch.from_numpy(vals).to(_dt(m))
 
     class _Family:
         """Lazy masks that share one storage, as plain torch's views do (``expand``, ``view``, slicing, ``detach``).
@@ -750,16 +823,29 @@ if torch is not None:
 
     def _view_mask(func: Any, name: str, a: "LazyMask", args: tuple, kwargs: dict) -> "LazyMask":
         """A shape operation on a lazy mask: the cells it picks, on a view of ``a``'s storage when torch makes one."""
+        if name == "__getitem__" and len(args) == 2 and not kwargs and _int_index(args[1]):
+            # ints (the common ``mask[b]``): the same entries in numpy, and a view of the same storage in torch
+            idx = args[1] if isinstance(args[1], tuple) else (args[1],)
+            cells = a._c[idx + (Ellipsis,)]     # numpy first: its IndexError, as the general path raises
+            with torch._C.DisableTorchFunctionSubclass():
+                data = func(*args)
+            return LazyMask(cells, _dt(a), a._count, data=data, family=a._fam)
         cells = _reshaped(func, name, a._c, args, kwargs)
         if name == "__getitem__" and not _basic_index(args[1]):
-            return LazyMask(cells, a.dtype, a._count)          # advanced indexing copies, in plain torch too
+            return LazyMask(cells, _dt(a), a._count)          # advanced indexing copies, in plain torch too
         with torch._C.DisableTorchFunctionSubclass():
             data = func(*args, **kwargs)
             shared = isinstance(data, torch.Tensor) and data.untyped_storage().data_ptr() == \
                 a.untyped_storage().data_ptr() and tuple(data.shape) == cells.shape
         if not shared:                                          # clone, a reshape that copies: a storage of its own
-            return LazyMask(cells, a.dtype, a._count)
-        return LazyMask(cells, a.dtype, a._count, data=data, family=a._fam)
+            return LazyMask(cells, _dt(a), a._count)
+        return LazyMask(cells, _dt(a), a._count, data=data, family=a._fam)
+
+    def _int_index(idx: Any) -> bool:
+        """An index made of Python ints only (one, or a tuple of them)."""
+        if type(idx) is int:
+            return True
+        return type(idx) is tuple and all(type(i) is int for i in idx)
 
     def _basic_index(idx: Any) -> bool:
         """Whether an index is made of ints, slices, None and Ellipsis only (plain torch then returns a view)."""
@@ -785,28 +871,32 @@ if torch is not None:
         True when one was, and no lazy mask is left: the operation then runs as torch runs it (any
         other lazy operand takes it over through its own handler).
         """
-        released = left = False
+        state = [False, False]                  # released one, left one
+        _walk_settled(args, state)
+        if kwargs:
+            _walk_settled(kwargs.values(), state)
+        return state[0] and not state[1]
 
-        def walk(x: Any) -> None:
-            nonlocal released, left
+    def _walk_settled(items: Any, state: list) -> None:
+        """:func:`_release_settled` over ``items`` and the lists and tuples among them, in order."""
+        for x in items:
             if isinstance(x, LazyMask):
                 if x._fam.settled:
                     x.__class__ = torch.Tensor
-                    released = True
+                    state[0] = True
                 else:
-                    left = True
+                    state[1] = True
             elif isinstance(x, (list, tuple)):
-                for y in x:
-                    walk(y)
-        walk(args)
-        walk(tuple(kwargs.values()))
-        return released and not left
+                _walk_settled(x, state)
 
     def _plain_op(func: Any, args: tuple, kwargs: dict) -> Any:
         """Run ``func`` again through torch's dispatch, its operands free of settled lazy masks."""
         return func(*args, **kwargs)
 
     def _read_all(func: Any, args: tuple, kwargs: dict) -> Any:
+        if len(args) == 1 and not kwargs and isinstance(args[0], LazyMask):    # m.tolist(), m.sum(), ...
+            return func(_settle(args[0]))
+
         def real(x: Any) -> Any:
             if isinstance(x, LazyMask):
                 return _settle(x)
@@ -839,10 +929,11 @@ def _torch_source(dtype: Any, lat: Lattice) -> str:
 def _uniforms(shape: tuple, dtype: Any = None) -> np.ndarray:
     rng = _rng()
     lat = torch_lattice(dtype)
-    arr = np.empty(shape, dtype=object)
-    for idx in np.ndindex(*shape):
-        arr[idx] = lazy(native_uniform(rng, lat, _torch_source(dtype, lat)))
-    return arr
+    source = _torch_source(dtype, lat)
+    arr = np.empty(math.prod(shape), dtype=object)
+    for i in range(arr.size):
+        arr[i] = lazy(native_uniform(rng, lat, source))
+    return arr.reshape(shape)
 
 
 def _size(args: tuple, kwargs: dict) -> tuple:
@@ -925,7 +1016,7 @@ def _uniform_(self: Any, a: float = 0.0, b: float = 1.0, **kwargs: Any) -> Any:
     uniforms = _uniforms(tuple(self.shape), self.dtype)
     if (a, b) != (0.0, 1.0):   # a + (b - a) u, each uniform kept affine and exact
         scale, shift = _exact(b) - _exact(a), _exact(a)
-        uniforms = np.vectorize(lambda u: u * scale + shift, otypes=[object])(uniforms)
+        uniforms = _each(lambda u: u * scale + shift, uniforms)
     return _in_place(self, LazyUniformTensor, "Tensor.uniform_()", _u=uniforms)
 
 
@@ -938,10 +1029,11 @@ def _exponential_(self: Any, lambd: float = 1.0, **kwargs: Any) -> Any:
         return _planned("exponential", self, kwargs)
     rng = _rng()
     _fresh(kwargs)
-    values = np.empty(tuple(self.shape), dtype=object)
-    for idx in np.ndindex(*values.shape):
-        values[idx] = exponential(rng) / rate if rate != 1 else exponential(rng)
-    return _in_place(self, RaceTensor, "Tensor.exponential_()", _r=values)
+    shape = tuple(self.shape)
+    values = np.empty(math.prod(shape), dtype=object)
+    for i in range(values.size):
+        values[i] = exponential(rng) / rate if rate != 1 else exponential(rng)
+    return _in_place(self, RaceTensor, "Tensor.exponential_()", _r=values.reshape(shape))
 
 
 def _coins(probs: np.ndarray, lattice: Lattice) -> np.ndarray:
