@@ -296,3 +296,34 @@ def test_a_comparison_with_a_named_token_splits_the_classes_and_is_refuted():
     res = es.prove(rule, proposer=es.drafts.chain(1), vocab="all", tokens=1)
     assert not res.proven
     assert _audit_tv(rule, 1, 1, res.witness["p"], res.witness["q"]) == res.report.tv > 0
+
+
+def _sleeps_past_any_limit(step, rng):
+    """A rule stuck between two looks at the clock (as sympy's factorisation or a z3 check can be)."""
+    import os
+    import time
+    with open(os.environ["EXACTSPEC_TEST_PIDFILE"], "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(120)
+    yield 0
+
+
+def test_a_time_limit_stops_a_proof_stuck_between_two_looks_at_the_clock(tmp_path, monkeypatch):
+    """With ``timeout`` the proof runs in one worker process, stopped at the limit: ``BudgetExceeded`` (exit 3),
+    never a verdict, and nothing of the stopped proof is left in this process. (It ran here, where a rule or
+    sympy's factorisation stuck for minutes kept it past its limit: MSS with two children sat in a
+    factorisation for over 15 minutes with timeout=20.)"""
+    import os
+    from exactspec.errors import BudgetExceeded
+    pidfile = tmp_path / "pid"
+    monkeypatch.setenv("EXACTSPEC_TEST_PIDFILE", str(pidfile))
+    rule = es.rules.Rule(_sleeps_past_any_limit, name="sleeps", claim="lossless")
+    with pytest.raises(BudgetExceeded) as info:
+        es.prove(rule, proposer=es.drafts.chain(1), vocab="all", tokens=1, timeout=1)
+    assert info.value.exit_code == 3
+    assert pidfile.read_text() != str(os.getpid())   # it ran in a worker process, not here
+    # and a proof with a limit it meets is the proof without one
+    with_limit = es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1), vocab="all", tokens=1,
+                          timeout=600)
+    without = es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1), vocab="all", tokens=1)
+    assert with_limit.proven and without.proven and with_limit.cells == without.cells

@@ -97,12 +97,64 @@ def _prove_every_vocab(rule: Any, proposer: Any, tokens: int, family: Any, timeo
     proposer = proposer if proposer is not None else _default_proposer(rule)
     if getattr(proposer, "family", None) != rule.family:
         raise ExactSpecError(f"prove: rule {rule.name} is a {rule.family} rule but the proposer is {proposer!r}")
-    from types import SimpleNamespace
-    kit = SimpleNamespace(Proof=Proof, Refutation=Refutation, prove=prove, rational_point=_rational_point,
-                          forget_symbolic_caches=_forget_symbolic_caches)
-    res = prove_all_vocab(rule, proposer, tokens, timeout=timeout, check_ms=check_ms, kit=kit, progress=progress)
+    res = None
+    if timeout is not None:
+        # a time limit: one worker process, stopped at the limit (sympy's factorisation or z3 can run long
+        # between two looks at the clock; a stop must not leave this process's sympy half-changed either)
+        from ..parallel import NotPicklable, portable, portable_rule
+        try:
+            sent = (portable_rule(rule), portable(proposer, "proposer"))
+        except NotPicklable:   # a rule that cannot travel: here, the limit looked at between cells
+            sent = None
+        if sent is not None:
+            res = _every_vocab_in_worker(sent, tokens, timeout, check_ms)
+    if res is None:
+        res = prove_all_vocab(rule, proposer, tokens, timeout=timeout, check_ms=check_ms, kit=_every_vocab_kit(),
+                              progress=progress)
     res.assumptions["family_source"] = "default" if family is None else "given"
     return res
+
+
+def _every_vocab_kit() -> Any:
+    """What :mod:`._all_vocab` needs from this module, handed down (no import cycle)."""
+    from types import SimpleNamespace
+    return SimpleNamespace(Proof=Proof, Refutation=Refutation, prove=prove, rational_point=_rational_point,
+                           forget_symbolic_caches=_forget_symbolic_caches)
+
+
+def _every_vocab_in_worker(sent: tuple, tokens: int, timeout: float, check_ms: int) -> "Proof | Refutation":
+    """``prove(vocab="all", timeout=...)`` in one worker process, stopped at the limit (``BudgetExceeded``)."""
+    from .. import parallel
+    wall = parallel.wall_deadline(timeout)
+    with parallel.executor_for(workers=1, isolate=True) as (ex, owned):
+        run = parallel.run_chunks(_every_vocab_chunk, [(sent, tokens, wall, check_ms)], executor=ex, owned=owned,
+                                  deadline=wall)
+    res = run.results.get(0)
+    if res is None:
+        if time.time() >= wall:
+            raise BudgetExceeded("seconds", timeout, covered={"cells proven": "unknown (stopped in a worker)"})
+        run.require_all("es.prove(vocab='all')")
+    _raise_from(res, timeout, {"cells proven": res.get("budget", {}).get("cells proven", 0)}
+                if "budget" in res else {})
+    return res["result"]
+
+
+def _every_vocab_chunk(task: tuple) -> dict:
+    """The worker's side of :func:`_every_vocab_in_worker`: the proof, or its error as data."""
+    from ..parallel import load_portable, load_rule
+    from ._all_vocab import prove_all_vocab
+    (rule_ref, proposer_ref), tokens, wall, check_ms = task
+    left = wall - time.time()
+    if left <= 0:
+        return {"budget": {"cells proven": 0}}
+    try:
+        res = prove_all_vocab(load_rule(rule_ref), load_portable(proposer_ref), tokens, timeout=left,
+                              check_ms=check_ms, kit=_every_vocab_kit(), progress=None)
+    except BudgetExceeded as exc:
+        return {"budget": exc.covered}
+    except ExactSpecError as exc:
+        return _error_as_data(exc)
+    return {"result": res}
 
 
 def _default_note(a: dict) -> str:
@@ -579,15 +631,20 @@ def _chunk(task: tuple) -> dict:
         return {"budget": exc.covered}
     except ExactSpecError as exc:
         _CURRENT = None
-        import pickle
-        try:
-            pickle.loads(pickle.dumps(exc))
-        except Exception:   # an error that does not survive pickling: its type, message and exit code
-            return {"error": (type(exc).__name__, str(exc), exc.exit_code)}
-        return {"error": exc}
+        return _error_as_data(exc)
     out["stats"] = stats
     out["atoms"] = [_pack(a) for a in space.atoms - before]
     return out
+
+
+def _error_as_data(exc: ExactSpecError) -> dict:
+    """A worker's error as it travels back: itself, or its type, message and exit code when it cannot be pickled."""
+    import pickle
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return {"error": (type(exc).__name__, str(exc), exc.exit_code)}
+    return {"error": exc}
 
 
 def _raise_from(res: dict, timeout: Any, covered: dict) -> None:
