@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 from test_sampler_fast_paths import KW, ZEROS, _both, _same  # noqa: E402
 
 from exactspec.bugzoo import torch_samplers as tz  # noqa: E402
-from exactspec.samplers.randomness import torch_rng  # noqa: E402,F401  (patches torch in audits)
+from exactspec.samplers.randomness import _fast_path, torch_rng  # noqa: E402,F401  (torch_rng patches torch in audits)
 from exactspec.samplers.randomness.interception import bind, intercepting  # noqa: E402
 from exactspec.samplers.randomness.lazy_draws import LazyCategoricalTensor  # noqa: E402
 
@@ -133,12 +133,38 @@ def _writes_then_reads(target_probs, draft_probs, draft_token_ids, bonus_token_i
 
 
 @pytest.mark.parametrize("sampler", [tz.correct, _copies])
-def test_a_copying_sampler_same_law_in_fewer_calls(sampler):
+def test_a_copying_sampler_same_law_in_fewer_calls(sampler, monkeypatch):
     for kw in (KW, ZEROS):
         new, old = _both(sampler, adapter="vllm", reference=False, **kw)
         _same(new, old)
         assert new.verdict == "lossless"
-        assert new.extra["sampler_calls"] < old.extra["sampler_calls"]   # one call for all values of the last draw
+        monkeypatch.setattr(_fast_path, "DEFER_LAST", False)      # the fast paths as they were before the deferral
+        before = es.audit_sampler(sampler, adapter="vllm", reference=False, **kw)
+        monkeypatch.setattr(_fast_path, "DEFER_LAST", True)
+        _same(new, before)
+        assert new.extra["sampler_calls"] < before.extra["sampler_calls"]   # one call for all values of the last draw
+
+
+def test_the_transformers_adapter_defers_too(monkeypatch):
+    def spec(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+        """transformers' shape: the draft kept while accepted, then the residual (or bonus) draw joined by cat."""
+        q = candidate_logits.softmax(dim=-1)[0]
+        p = new_logits.softmax(dim=-1)[0]
+        drafts = candidate_input_ids[0, -candidate_length:]
+        for j in range(candidate_length):
+            x = int(drafts[j])
+            if not torch.rand(1)[0] < p[j, x] / q[j, x]:
+                f = torch.clamp(p[j] - q[j], min=0)
+                return torch.cat((drafts[:j], torch.multinomial(f / f.sum(), 1)))[None], torch.tensor(j)
+        return torch.cat((drafts, torch.multinomial(p[candidate_length], 1)))[None], torch.tensor(candidate_length)
+    kw = dict(adapter="transformers", reference=False, target=KW["target"], draft=KW["draft"],
+              proposer=es.drafts.chain(2), prompt=KW["prompt"], tokens=2)
+    new, old = _both(spec, **kw)
+    _same(new, old)
+    monkeypatch.setattr(_fast_path, "DEFER_LAST", False)
+    before = es.audit_sampler(spec, **kw)
+    _same(new, before)
+    assert new.extra["sampler_calls"] < before.extra["sampler_calls"]
 
 
 @pytest.mark.parametrize("sampler", [_compares, _indexes, _writes_then_reads])
