@@ -1,4 +1,4 @@
-"""A pending draw a sampler only copies into its output stays pending, and one call stands for all its values (issue 17).
+"""A pending draw a sampler only copies into its output stays pending: one call stands for all its values (issue 17).
 
 ``target[idx] = pending`` into an int64 tensor alone on its storage keeps the draw pending
 (``lazy_draws._write_pending``); the adapter hands the engine the last emitted token undrawn
