@@ -51,7 +51,7 @@ class PathRng:
 
     __slots__ = ("_prefix", "_n", "_pos", "_choices", "_kinds", "weight", "_field", "_stack", "_supports",
                  "_one", "_zero", "_exact", "_plain", "max_depth", "lattice", "exact_floats", "_head", "observe",
-                 "defer", "deferred")
+                 "defer", "deferred", "spreads")
 
     def __init__(self, prefix: tuple, weight: Any, field: Field, stack: list, supports: dict,
                  max_depth: int | None = None, lattice: "Lattice | None" = None, exact_floats: bool = False) -> None:
@@ -87,6 +87,9 @@ class PathRng:
         self.defer = False
         #: the deferred draws of this branch, in draw order
         self.deferred: list[DeferredToken] = []
+        #: set by an engine that spreads a :class:`DeferredToken` a rule returns unread as its last token (the step
+        #: enumerator): code that draws on the rule's behalf (a sampler adapter) may then hand one back
+        self.spreads = False
 
     # -- bookkeeping -------------------------------------------------------------------------
     @property

@@ -395,6 +395,7 @@ class StepEnumerator:
             else:
                 meter.paths += 1     # as meter.tick(), which has nothing more to check
             rng = PathRng(prefix, w, field, stack, supports, depth, lattice, exact_floats)
+            rng.spreads = True      # a DeferredToken returned as the last token kept is spread below
             step = make_step(env, context, rng)
             try:
                 out = run_rule(fn, step, rng, run_h, vocab, name, cap, lazy_from)

@@ -32,7 +32,7 @@ from ..models import Model
 from ..report import AuditReport
 from ..rules import Rule
 from .adapters.registry import get_adapter
-from ..enumerate.rng import lattice_for
+from ..enumerate.rng import DeferredToken, lattice_for
 from .adapters.base import PRECISIONS, at_precision, float_precision, lowest, precision_of
 from .randomness._fast_path import fast_paths
 from .float_boundary import (F64_ALLOWANCE, ROUNDING_CAP, Boundary, coarser_than_float64, decide,
@@ -160,7 +160,11 @@ class _Calls:
                 return self.direct(step, rng)
             entry = self._laws[key] = self._open = [False, laws, [], rng.weight, key]
         out = self.direct(step, rng)
-        entry[2].append((tuple(out), rng.weight))
+        if out and type(out[-1]) is DeferredToken:   # left undrawn (the engine spreads it): each of its values
+            w, head = rng.weight, tuple(out[:-1])
+            entry[2].extend((head + (v,), w * pv) for v, pv in out[-1].values())
+        else:
+            entry[2].append((tuple(out), rng.weight))
         return out
 
     def _close(self, entry: list) -> None:

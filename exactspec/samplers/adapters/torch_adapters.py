@@ -17,7 +17,7 @@ from ...enumerate.rng import PathRng
 from ...laws import memoised
 from ...protocols import Rng, Step
 from ..randomness._fast_path import fast_paths
-from ..randomness.lazy_draws import LazyCategoricalTensor, PendingDraw, as_array
+from ..randomness.lazy_draws import LazyCategoricalTensor, PendingDraw, as_array, tokens_deferring_last
 from ..randomness.torch_rng import bind
 from .base import Adapter
 
@@ -111,7 +111,8 @@ class TransformersChainAdapter(Adapter):
         kwargs = self.kwargs if inspect.unwrap(sampler) is not self.reference else {}
         with bind(rng):
             valid, _ = sampler(ids, cand_logits, step.gamma, new_logits, **kwargs)
-        return self.tokens(as_array(valid))
+        deferred = tokens_deferring_last(valid, rng)     # the last token still pending: one call for all its values
+        return deferred if deferred is not None else self.tokens(as_array(valid))
 
     def fast_reference(self, precision: str) -> Callable[[Step, Rng], list[int]]:
         """``reference_transformers_style`` at ``precision`` as a rule: the same torch arithmetic (softmax,
@@ -306,7 +307,8 @@ class VllmChainAdapter(Adapter):
             cells[0, 0] = (PendingDraw.of_law(rng, law), 0)
             with bind(rng):
                 out = sampler(target, draft, ids, LazyCategoricalTensor(cells))
-            return self.tokens(as_array(out))
+            deferred = tokens_deferring_last(out, rng)   # the last token still pending: one call for all its values
+            return deferred if deferred is not None else self.tokens(as_array(out))
         vocab = target.shape[-1]
         likely = int(np.argmax([float(x) for x in law]))
         row = self.row

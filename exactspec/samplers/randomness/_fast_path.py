@@ -23,10 +23,16 @@ import contextlib
 import contextvars
 from typing import Iterator
 
-__all__ = ["LOOPS", "fast_paths", "legacy_paths"]
+__all__ = ["LOOPS", "DEFER_LAST", "fast_paths", "legacy_paths"]
 
 #: True: the faster path; False: the path whole-loop audits took before issue 17
 LOOPS = True
+
+#: True: on the fast paths, a pending draw written into an output tensor stays pending and the adapters hand the
+#: engine the last emitted token undrawn (:func:`~exactspec.samplers.randomness.lazy_draws.tokens_deferring_last`);
+#: False: the fast paths as they were before it (the draw made at the write). An internal switch for the
+#: benchmark that times both; ``legacy_paths()`` turns it off with the other fast paths
+DEFER_LAST = True
 
 #: whether the sampler audit takes its fast paths (issue 17: a lazy bonus draw, one interception per search, ...);
 #: False is the path of release 0.x before them, kept reachable for the benchmarks and the tests that compare the

@@ -27,6 +27,14 @@ keep the picked entries pending when their other operands are ordinary integer t
 ``torch.where`` with a real condition, ``roll``, ``flip``, ``repeat``, ``masked_select``; their
 indices and conditions are read.
 
+Writing pending entries into an int64 tensor that is alone on its storage (no view of it alive, nor
+it a view), with basic indices (``out[b, n] = tok``), keeps them pending: that tensor becomes a
+pending one whose entries are the written cells and its other entries' known values, drawn when it
+is read. A sampler that only copies a draw into its output thus returns it undrawn, and
+:func:`tokens_deferring_last` hands it to the engine as a
+:class:`~exactspec.enumerate.rng.DeferredToken` that one run stands for (on the fast paths; the
+switch ``_fast_path.DEFER_LAST``). Into any other tensor, a write reads the entries written.
+
 Once read, the tensor holds its values in its own storage, and every later operation (in-place
 ones included) is an ordinary torch operation on those values. An operation that mixes it with
 another lazy tensor type (lazy uniforms, masks, races of :mod:`exactspec.samplers.randomness.torch_rng`)
@@ -57,6 +65,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import _fast_path
+from ...enumerate.rng import PathRng
 
 try:
     import torch
@@ -64,7 +73,7 @@ except ImportError:  # pragma: no cover - exercised only without the torch extra
     torch = None
 
 __all__ = ["LazyCategoricalTensor", "PendingDraw", "lazy_multinomial", "exact_row", "exact_rows", "force",
-           "as_array"]
+           "as_array", "tokens_deferring_last"]
 
 
 class PendingDraw:
@@ -241,6 +250,9 @@ if torch is not None:
                 attr = getattr(getattr(func, "__self__", None), "__name__", "")
                 if attr in _ATTRS:
                     return _plain_call(func, args, kwargs)
+            if name == "__setitem__" and _fast_path.DEFER_LAST and _fast_path.fast_paths() and \
+                    _write_pending(func, args, kwargs):
+                return None    # written into a tensor alone on its storage, which holds them pending from now on
             for w in _written(name, args, kwargs):    # a write: every view of that storage sees it (plain torch)
                 _write_family(w)
             if any(not issubclass(t, LazyCategoricalTensor) for t in types):
@@ -303,6 +315,96 @@ if torch is not None:
                     (type(i) is slice and (i.step is None or (type(i.step) is int and i.step > 0)) and
                      all(x is None or type(x) is int for x in (i.start, i.stop)))):
                 return False
+        return True
+
+    def _alone(t: Any) -> bool:
+        """Whether ``t`` (int64, no grad) is the only tensor on its storage and fills it in row-major order: no view of
+        it and no tensor it views is alive, so every later read of its entries goes through ``t`` itself."""
+        use_count = getattr(torch._C, "_storage_Use_Count", None)
+        if use_count is None:
+            return False
+        with torch._C.DisableTorchFunctionSubclass():
+            if t.dtype != torch.int64 or t.requires_grad or t._base is not None or t.storage_offset() != 0 or \
+                    not t.is_contiguous() or t.is_cuda:
+                return False
+            storage = t.untyped_storage()
+            # the count holds ``t``'s own reference and that of the ``storage`` object just made: any other tensor
+            # (or Python object) holding the storage adds one
+            return storage.nbytes() == t.numel() * t.element_size() and use_count(storage._cdata) <= 2
+
+    def _plain_cells(x: Any) -> Any:
+        """The cells of an ordinary integer tensor (known values), or of a Python int; None for anything else."""
+        if isinstance(x, int) and not isinstance(x, bool):
+            cells = np.empty((), dtype=object)
+            cells[()] = _known(x)
+            return cells
+        if type(x) is not torch.Tensor:
+            return None
+        with torch._C.DisableTorchFunctionSubclass():
+            if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+                return None
+            flat, shape = x.reshape(-1).tolist(), tuple(x.shape)
+        cells = np.empty(len(flat), dtype=object)
+        for i, v in enumerate(flat):
+            cells[i] = _known(int(v))
+        return cells.reshape(shape)
+
+    def _write_pending(func: Any, args: tuple, kwargs: dict) -> bool:
+        """``target[idx] = value`` without reading ``value``'s pending draws, where that is sound; False: not done.
+
+        It applies when ``idx`` is basic (ints, slices, None, ``...``), ``target`` is an int64 tensor
+        alone on its storage (:func:`_alone`): an ordinary one, or a pending one that is its storage's
+        root and not yet read, and ``value`` is pending and unread (or, into a pending ``target``, an
+        ordinary integer tensor or int). The write is made in the storage (the pending entries hold a
+        placeholder there) and ``target`` becomes (or stays) a :class:`LazyCategoricalTensor` whose
+        entries at ``idx`` are ``value``'s cells: they are drawn when ``target`` is read, in element
+        order, as any pending entry. A sampler that only copies a draw into its output thus hands the
+        output back with the draw still pending; one that reads the output back draws it there.
+        """
+        if kwargs or len(args) != 3:
+            return False
+        target, idx, value = args
+        if not _basic(idx) or not isinstance(target, torch.Tensor):
+            return False
+        lazy_target = isinstance(target, LazyCategoricalTensor)
+        if lazy_target:
+            if target._read or target._fam.written or target._fam.root is not target or \
+                    target._cells.shape != tuple(target.shape):
+                return False
+        elif type(target) is not torch.Tensor:
+            return False
+        if isinstance(value, LazyCategoricalTensor):
+            if value._read or value._fam.written or value._cells.shape != tuple(value.shape):
+                return False
+            vcells = value._cells
+        elif lazy_target:
+            vcells = _plain_cells(value)
+            if vcells is None:
+                return False
+        else:
+            return False
+        if not all(c[0].drawn or isinstance(c[0].rng, PathRng) for c in vcells.reshape(-1)):
+            return False     # a sampling rng (the statistical audit) keeps its draws in their old order
+        if not _alone(target):
+            return False
+        cells = target._cells.copy() if lazy_target else _plain_cells(target)
+        if cells is None:
+            return False
+        sel = idx if isinstance(idx, tuple) else (idx,)
+        sel = sel if Ellipsis in sel else sel + (Ellipsis,)
+        try:
+            sub = cells[sel]
+            with torch._C.DisableTorchFunctionSubclass():
+                if tuple(target[idx].shape) != sub.shape:
+                    return False
+            sub[...] = np.broadcast_to(vcells, sub.shape)     # a view of ``cells``: writes them
+        except (IndexError, ValueError, TypeError):
+            return False
+        _plain_call(func, args, kwargs)     # the storage as plain torch writes it (placeholders where pending)
+        if not lazy_target:
+            target.__class__ = LazyCategoricalTensor
+            target._fam = _Family(target)
+        target._cells, target._read = cells, False
         return True
 
     class _NotPositional(Exception):
@@ -566,6 +668,65 @@ def as_array(x: Any) -> Any:
         with torch._C.DisableTorchFunctionSubclass():
             return np.asarray(x)
     return np.asarray(x)
+
+
+def tokens_deferring_last(x: Any, rng: Any) -> list | None:
+    """The emitted tokens of a sampler's output (its entries ``>= 0``, in element order, as ``Adapter.tokens`` reads
+    them), the last one left undrawn when it is a pending draw nobody read; None where that does not apply.
+
+    Applies on the fast paths to an unread :class:`LazyCategoricalTensor` whose last pending entry
+    (element order) is one draw that no other entry shares, every entry after it a known negative
+    value (padding), on an rng whose engine spreads such a token (``rng.spreads``: the step
+    enumerator). The other pending entries are drawn first, in element order, as reading the
+    tensor draws them; the last one is ``rng.categorical`` of its law made while ``rng.defer`` is
+    set: a :class:`~exactspec.enumerate.rng.DeferredToken` standing for all its values, which the
+    engine spreads over the step's outcome, so one call of the sampler stands for every value of
+    that draw (an int where the draw has one value left, or on a replay that drew it). The law is
+    the one reading the tensor gives: the same draws, in the same order. The tensor is read
+    afterwards (its undrawn entry holding one of its values). The caller reads the output as
+    before where this returns None.
+
+    >>> tokens_deferring_last(torch.tensor([1, -1]), None) is None if torch is not None else True
+    True
+    """
+    if torch is None or type(x) is not LazyCategoricalTensor or x._read or x._fam.written or \
+            not getattr(rng, "spreads", False) or not _fast_path.DEFER_LAST or not _fast_path.fast_paths():
+        return None
+    flat = list(x._cells.reshape(-1))
+    last = None
+    for i in range(len(flat) - 1, -1, -1):
+        draw = flat[i][0]
+        if not draw.drawn:
+            last = i
+            break
+        if draw.values()[flat[i][1]] >= 0:     # a token emitted after the pending one
+            return None
+    if last is None:
+        return None
+    draw = flat[last][0]
+    if draw.rng is not rng or draw.count != 1 or any(c[0] is draw for j, c in enumerate(flat) if j != last):
+        return None
+    before = [c[0].values()[c[1]] for c in flat[:last]]     # drawn in element order, as a read draws them
+    if draw._ready:
+        if callable(draw.law):
+            draw.law = draw.law()
+        law = draw.law
+    else:
+        field = rng._field
+        law = draw.law if getattr(field, "Q", None) is Fraction else tuple(field.convert(v) for v in draw.law)
+    if isinstance(law, int):
+        tok = law
+    else:
+        defer, rng.defer = rng.defer, True
+        try:
+            tok = rng.categorical(law)
+        finally:
+            rng.defer = defer
+    # the tensor is read from now on, as after any read; the undrawn entry holds one of its values as a placeholder
+    # (only a sampler keeping its output and reading it on a later call, another branch, could see it)
+    draw._values = [tok if type(tok) is int else tok.values()[0][0]]
+    force(x)
+    return [t for t in before if t >= 0] + [tok]
 
 
 def lazy_multinomial(rng: Any, rows: Sequence[tuple[tuple, tuple]], num_samples: int, replacement: bool,
