@@ -327,3 +327,33 @@ def test_a_time_limit_stops_a_proof_stuck_between_two_looks_at_the_clock(tmp_pat
                           timeout=600)
     without = es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1), vocab="all", tokens=1)
     assert with_limit.proven and without.proven and with_limit.cells == without.cells
+
+
+def test_trial_division_gives_sympys_factorisation(monkeypatch):
+    """Long polynomials are first divided by factors met before (Wang's algorithm stalled on one such product);
+    the result must be sympy's full factorisation, the same factors with the same multiplicities."""
+    from sympy import QQ
+    from sympy.polys.rings import ring
+    from exactspec.prove import _all_vocab
+    from exactspec.prove._field import POS
+    R, *x = ring(",".join(f"x{i}" for i in range(12)), QQ)
+    rng = random.Random("trial division")
+
+    def linear(n):
+        return sum((rng.randint(1, 5) * x[i] for i in rng.sample(range(12), n)), R(0)) + rng.randint(1, 3)
+
+    for _ in range(4):
+        a, b = linear(10), linear(9)
+        c = a * x[0] + b   # degree 2
+        for poly in (a * c, a * a * c, a * b * c):
+            assert len(poly) >= _all_vocab.TRIAL_DIVISION_TERMS
+            for f in (a, b, c):   # met before: the registry holds them
+                _all_vocab._factors(f.monic())
+            full = _all_vocab._field._factors
+            monkeypatch.setattr(_all_vocab._field, "_factors", lambda p: pytest.fail("factored in full"))
+            sign, facs = _all_vocab._factors(poly.monic())   # by trial division alone
+            monkeypatch.setattr(_all_vocab._field, "_factors", full)
+            _c, expected = poly.monic().factor_list()
+            assert sign == POS
+            assert sorted((str(f.monic()), e) for f, e in facs) == \
+                sorted((str(f.monic()), e) for f, e in expected if not f.is_ground)

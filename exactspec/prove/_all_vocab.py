@@ -470,6 +470,60 @@ class _LinearSolver:
         return z3.unknown
 
 
+#: polynomials at least this long are first divided by the irreducible factors met before (sympy's
+#: multivariate factorisation, Wang's algorithm, did not finish in 15 minutes on a product of two factors of
+#: 20 and 22 terms in 22 variables that trial division splits in 0.1 s)
+TRIAL_DIVISION_TERMS = 40
+_IRREDUCIBLE: dict = {}   # a ring -> the monic irreducible factors met in it, most recent last
+
+
+def _factors(poly: Any) -> tuple:
+    """``_field._factors`` for the abstraction's long polynomials: trial division by known factors first.
+
+    The factors found divide ``poly`` exactly and each is irreducible (it came out of a full factorisation);
+    the cofactor left is factored in full. So the result is ``poly``'s factorisation, as sympy's would be.
+    """
+    hit = _field._FACTORS.get(poly)
+    if hit is not None or len(poly) < TRIAL_DIVISION_TERMS:
+        return _remember(poly, hit if hit is not None else _field._factors(poly))
+    known = _IRREDUCIBLE.get(poly.ring, {})
+    found: list = []
+    rest = poly
+    for f in reversed(list(known)):
+        if len(f) >= len(rest) or f.is_ground:
+            continue
+        while True:
+            q, r = divmod(rest, f)
+            if r:
+                break
+            rest = q.copy()   # sympy's quotient keeps a stale hash (equal polynomials, unequal hashes): a fresh one
+            found.append(f)
+    if not found:
+        return _remember(poly, _field._factors(poly))
+    if rest.is_ground:
+        c, facs = rest.LC, []
+    else:
+        lc = rest.LC
+        csign, facs = _factors(rest.monic())
+        c = lc * csign
+    counts: dict = {}
+    for f in found:
+        counts[f] = counts.get(f, 0) + 1
+    merged = dict(facs)
+    for f, e in counts.items():
+        merged[f] = merged.get(f, 0) + e
+    hit = _field._FACTORS[poly] = (POS if c > 0 else NEG, list(merged.items()))
+    return _remember(poly, hit)
+
+
+def _remember(poly: Any, hit: tuple) -> tuple:
+    known = _IRREDUCIBLE.setdefault(poly.ring, {})
+    for f, _e in hit[1]:
+        known.pop(f, None)
+        known[f] = True
+    return hit
+
+
 _LINEAR: dict = {}
 
 
@@ -554,7 +608,7 @@ class _AbsDecider(Decider):
         members = space.members_in(poly)
         if not members:
             return self._plain(frac, op)
-        csign, facs = _field._factors(poly.monic())
+        csign, facs = _factors(poly.monic())
         sign = (POS if poly.LC > 0 else NEG) * csign
         for f, e in facs:
             mem = space.members_in(f)
@@ -592,7 +646,7 @@ class _AbsDecider(Decider):
         if poly.is_ground:
             return (POS if poly.LC > 0 else NEG) in OPS[op]
         known = self._known_assuming()
-        csign, facs = _field._factors(poly.monic())
+        csign, facs = _factors(poly.monic())
         sign = (POS if poly.LC > 0 else NEG) * csign
         rest = []
         for f, e in facs:   # drop the factors whose sign the cell (with the assumption) already fixes
