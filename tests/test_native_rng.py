@@ -224,3 +224,19 @@ def test_a_loop_accepting_at_zero_is_biased_by_default():
     assert r.output == {(0,): F(1, 2 ** 24), (1,): 1 - F(1, 2 ** 24)} and r.verdict == "biased"
     assert r.extra["rng_model"] == "native" and "torch float32 uniforms on k * 2**-24" in r.scope["rng"]
     assert es.audit_loop(loop, target=P01, draft=Q10, tokens=1, rng_model="continuous").tv == 0
+
+
+def test_an_exact_rational_threshold_is_not_rounded_through_a_float():
+    """With ``exact_floats`` (sampler audits) a float threshold becomes its exact rational; an exact one (gmpy2's
+    ``mpq``, a numpy int) must stay what it is: ``u < mpq(1, 3)`` once weighed float(1/3) = 6004799503160661/2**54."""
+    from fractions import Fraction as F
+    from exactspec.enumerate.rng import PathRng
+    from exactspec.fields import get_field
+    gmpy2 = pytest.importorskip("gmpy2")
+    for backend in ("python", "gmpy2"):
+        for threshold, expected in ((gmpy2.mpq(1, 3), F(1, 3)), (gmpy2.mpq(2**60 + 1, 2**61), F(2**60 + 1, 2**61)),
+                                    (1 / 3, F(1 / 3))):
+            stack: list = []
+            rng = PathRng((), 1, get_field(backend=backend), stack, {}, exact_floats=True)
+            below = rng.uniform() < threshold
+            assert F(str(rng.weight)) == (expected if below else 1 - expected), (backend, threshold)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import math
+import numbers
 from fractions import Fraction
 
 from ..errors import ExactSpecError, InvalidDistribution, UnsupportedRandomness
@@ -313,6 +314,8 @@ class PathRng:
         if self.observe is not None:   # e.g. a sampler audit noting the dtypes a sampler compares its uniforms with
             self.observe(x)
         if self.exact_floats and self._exact and not isinstance(x, (int, Fraction)):
+            if type(x) is not float and isinstance(x, numbers.Rational):   # exact already (gmpy2's mpq, numpy's ints): never through a float
+                return self._field.convert(Fraction(int(x.numerator), int(x.denominator)))
             try:
                 fx = float(x)
             except (TypeError, ValueError):
