@@ -314,7 +314,7 @@ class PathRng:
         if self.observe is not None:   # e.g. a sampler audit noting the dtypes a sampler compares its uniforms with
             self.observe(x)
         if self.exact_floats and self._exact and not isinstance(x, (int, Fraction)):
-            if type(x) is not float and isinstance(x, numbers.Rational):   # exact already (gmpy2's mpq, numpy's ints): never through a float
+            if type(x) is not float and isinstance(x, numbers.Rational):   # exact already (gmpy2's mpq): no float
                 return self._field.convert(Fraction(int(x.numerator), int(x.denominator)))
             try:
                 fx = float(x)
