@@ -17,7 +17,7 @@ import time
 from types import GeneratorType
 from typing import Any, Callable
 
-from ..errors import BudgetExceeded, ExactSpecError, RuleError
+from ..errors import BudgetExceeded, ExactSpecError, RuleError, UnsupportedRandomness
 from .rng import DeferredToken, PathRng, Touched, _Diverged
 from .watchdog import guard
 
@@ -417,7 +417,10 @@ class StepEnumerator:
                     continue
                 raise RuleError(f"rule {name}: {exc}", rule=name, trace=rng.trace) from exc
             except (ExactSpecError, MemoryError, RecursionError) as exc:
-                if rng.deferred and isinstance(exc, ExactSpecError) and not isinstance(exc, BudgetExceeded):
+                # randomness the audit could not see (another thread's draw, a generator moved behind its back)
+                # is never retried: a run again need not show it, and a verdict without it would be a false pass
+                if rng.deferred and isinstance(exc, ExactSpecError) and \
+                        not isinstance(exc, (BudgetExceeded, UnsupportedRandomness)):
                     self._redraw(rng)
                     continue
                 raise   # resources run out are budget errors (see watchdog.guard), not the rule's fault
