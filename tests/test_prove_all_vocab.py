@@ -321,7 +321,8 @@ def test_a_time_limit_stops_a_proof_stuck_between_two_looks_at_the_clock(tmp_pat
     with pytest.raises(BudgetExceeded) as info:
         es.prove(rule, proposer=es.drafts.chain(1), vocab="all", tokens=1, timeout=1)
     assert info.value.exit_code == 3
-    assert pidfile.read_text() != str(os.getpid())   # it ran in a worker process, not here
+    # never here (a worker slow to start on a loaded machine may be stopped before the rule runs at all)
+    assert not pidfile.exists() or pidfile.read_text() != str(os.getpid())
     # and a proof with a limit it meets is the proof without one
     with_limit = es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1), vocab="all", tokens=1,
                           timeout=600)
