@@ -37,10 +37,12 @@ import sys
 import time
 from typing import Any, Callable
 
-__all__ = ["reporter", "resolve", "close", "Reporter", "duration", "DELAY", "EVERY"]
+__all__ = ["reporter", "resolve", "close", "Reporter", "MassProgress", "duration", "DELAY", "EVERY", "PERCENT"]
 
 #: seconds a job runs before a terminal shows its bar (shorter jobs print nothing)
 DELAY = 1.0
+#: the ``unit`` of a job counted in percent (:class:`MassProgress`): shown as ``43%``, not ``43/100 units``
+PERCENT = "% of the probability"
 #: seconds between two summary lines when stderr is not a terminal (the first after this long)
 EVERY = 10.0
 
@@ -111,7 +113,8 @@ class Reporter:
             if now - self.start < self.delay:
                 return
             from tqdm import tqdm
-            self.bar = tqdm(total=self.total, initial=self.done, desc=self.what, unit=f" {self.unit}",
+            unit = "%" if self.unit == PERCENT else f" {self.unit}"
+            self.bar = tqdm(total=self.total, initial=self.done, desc=self.what, unit=unit,
                             file=self.stream, leave=False, dynamic_ncols=True, mininterval=0.25)
             return
         if self.bar.total != self.total:
@@ -122,8 +125,11 @@ class Reporter:
 
     def _line(self, now: float, end: bool = False) -> None:
         elapsed = now - self.start
-        count = f"{self.done}" if self.total is None else f"{self.done}/{self.total}"
-        text = f"{self.what}: {count} {self.unit}, {duration(elapsed)}"
+        if self.unit == PERCENT:
+            text = f"{self.what}: {self.done}{self.unit}, {duration(elapsed)}"
+        else:
+            count = f"{self.done}" if self.total is None else f"{self.done}/{self.total}"
+            text = f"{self.what}: {count} {self.unit}, {duration(elapsed)}"
         if end:
             text += ", ended" if self.total is None else ", done" if self.done >= self.total else ", stopped"
         elif self.total is not None and self.done > 0:
@@ -203,3 +209,34 @@ def close(progress: Any) -> None:
     """
     if isinstance(progress, Reporter):
         progress.close()
+
+
+class MassProgress:
+    """The progress of one enumeration of branches, by the probability they cover: ``add(weight)`` after each branch.
+
+    An audit that runs code once per branch of its randomness cannot count its branches up front,
+    but the probabilities of the branches it has finished add up to 1 when it is complete: that is
+    its total. ``progress(done, 100)`` sees the whole percent covered so far (rounded down, so 100
+    only once every branch is in), after every branch. A depth-first enumeration finishes its
+    likeliest branches first, so the ETA this gives is an estimate, not a bound.
+
+    >>> from fractions import Fraction
+    >>> seen = []
+    >>> mass = MassProgress(lambda done, total: seen.append((done, total)))
+    >>> for w in (Fraction(1, 2), Fraction(1, 3), Fraction(1, 6)):
+    ...     mass.add(w)
+    >>> seen
+    [(50, 100), (83, 100), (100, 100)]
+    """
+
+    __slots__ = ("progress", "covered")
+
+    def __init__(self, progress: Callable[[int, int | None], None]) -> None:
+        self.progress = progress
+        self.covered = 0.0
+
+    def add(self, weight: Any) -> None:
+        """Count a finished branch of probability ``weight`` (exact or float)."""
+        self.covered += float(weight)
+        # float sums drift by ulps: 1 - 1e-12 is done; nothing is shown past 100
+        self.progress(min(100, int(self.covered * 100 + 1e-9)), 100)

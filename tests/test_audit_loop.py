@@ -353,3 +353,25 @@ def test_float32_stand_ins_are_judged_by_a_float64_run_and_the_reference_is_a_fi
         audit_loop(leviathan(2, 2), target=p, tokens=2, reference=2)
     with pytest.raises(es.ExactSpecError, match="reference must be a loop"):
         audit_loop(leviathan(2, 2), target=p, draft=q, tokens=2, reference="leviathan")
+
+
+def test_progress_counts_the_probability_of_the_branches_run_up_to_one_per_run():
+    # issue 17: a single whole-loop audit (a litgpt one takes half a minute) reports its progress; its total is the
+    # probability of every branch (1), unknown branch count or not
+    seen = []
+    r = audit_loop(leviathan(2, 3), target=TARGET, draft=DRAFT, prompt=(1,), tokens=3, rng_model="continuous",
+                   progress=lambda done, total: seen.append((done, total)))
+    assert "float64_paths" not in r.extra and len(seen) == r.paths     # one run; once per branch
+    assert all(total == 100 for _, total in seen) and seen[-1] == (100, 100)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen) and all(d < 100 for d, _ in seen[:-1])
+    # float32 stand-ins: two runs (own precision, then float64), each counted from 0 to 100 by its own reporter
+    p, q = es.models.random_table(vocab=3, order=1, seed=5), es.models.random_table(vocab=3, order=1, seed=6)
+    seen.clear()
+    twice = audit_loop(leviathan(2, 2), target=p, draft=q, prompt=(0,), tokens=2, dtype=torch.float32,
+                       progress=lambda done, total: seen.append(done))
+    assert len(seen) == twice.paths + twice.extra["float64_paths"]
+    assert seen[twice.paths - 1] == 100 == seen[-1] and seen[twice.paths] < 100
+    assert audit_loop(leviathan(2, 3), target=TARGET, draft=DRAFT, prompt=(1,), tokens=3, rng_model="continuous",
+                      progress=False).output == r.output
+    with pytest.raises(es.ExactSpecError, match="progress must be"):
+        audit_loop(leviathan(2, 3), target=TARGET, draft=DRAFT, prompt=(1,), tokens=3, progress="yes")

@@ -192,3 +192,18 @@ def test_a_captured_in_memory_stderr_gets_no_progress_however_long_the_job(capsy
     found = es.counterexamples.search(es.rules.speculative_sampling, space=es.counterexamples.Space(
         vocabs=(2,), shapes=((1,),), tokens=(1,), families=("context_free",), random_points=2))
     assert not found and capsys.readouterr().err == ""
+
+
+def test_a_single_loop_audit_reports_the_probability_covered_and_quiet_silences(capfd, every_report):
+    pytest.importorskip("torch")
+    argv = ["audit-loop", "exactspec.bugzoo.loops:speculative_sampling", "--instance", "--vocab", "2", "--tokens",
+            "1", "--json", "--no-timings"]
+    code = main(argv)
+    out, err = capfd.readouterr()
+    lines = [ln for ln in err.splitlines() if not ln.startswith("exactspec: warning:")]   # tokens=1: a horizon warning
+    assert lines and all(re.fullmatch(r"audit_loop \S+( \((own precision|float64 run)\))?: \d+% of the probability, "
+                                      r"\d+ s(, ETA \d+ s|, done)?", ln) for ln in lines), lines
+    assert re.fullmatch(r".*: 100% of the probability, \d+ s, done", lines[-1])
+    assert main(argv + ["--quiet"]) == code
+    out_q, err_q = capfd.readouterr()
+    assert "% of the probability" not in err_q and out_q == out

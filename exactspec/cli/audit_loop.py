@@ -47,7 +47,7 @@ def _cmd_audit_loop(args: Any) -> int:
         return _code_search_out(args, found)
     inst = make_instance(vocab=args.vocab, order=args.order, gamma=1, tokens=1, seed=args.seed)
     rep = audit_loop(fn, target=inst.target, draft=inst.draft, prompt=inst.prompt or (0,), tokens=args.tokens,
-                     budget=Budget(seconds=args.time_limit), **options)
+                     budget=Budget(seconds=args.time_limit), progress=not args.quiet, **options)
     return _report_out(args, rep)
 
 

@@ -37,7 +37,8 @@ import time
 from fractions import Fraction
 from typing import Any, Callable, Sequence
 
-from ... import parallel
+from ... import _progress, parallel
+from ..._progress import MassProgress
 from ..._audit import _prompt
 from ...enumerate import Budget
 from ...enumerate.rng import PathRng, _Diverged, lattice_for
@@ -202,7 +203,8 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
                tokens: int | None = None, kind: str = "torch-lm", dtype: Any = None, output: str = "full",
                on_error: str = "raise", expected: Model | None = None, budget: Budget | None = None,
                tolerance: Any = ROUNDING_TOLERANCE, search: bool = False, rng_model: str = "native",
-               worst: int = 5, reference: Callable[..., Any] | None = None, **search_options: Any) -> Any:
+               worst: int = 5, reference: Callable[..., Any] | None = None, progress: Any = None,
+               **search_options: Any) -> Any:
     """Audit a whole generation loop exactly: ``fn(target_lm, draft_lm, prompt_ids)`` run on every branch.
 
     ``fn`` receives stand-ins of ``target`` and ``draft`` (``kind="torch-lm"``: ``torch.nn.Module``
@@ -261,6 +263,11 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     (a wrong signature), is always a RuleError. Randomness the audit cannot follow, budgets,
     and a loop that returns too few tokens or tokens outside the vocabulary always raise.
 
+    ``progress``: None or True (default) shows the audit's progress on stderr, by the probability of the
+    branches run so far (a bar with an ETA on a terminal past a second, a line every few seconds in
+    a log; :mod:`exactspec._progress`), False nothing, a function ``progress(done, total)`` receives
+    it (``done`` percent of ``total`` 100, per run of the loop).
+
     ``search=True`` audits the loop on every instance of a small space instead (vocab 2..4,
     context-free, per-position and order-1 models; ``tokens`` 1..4) and returns a minimal
     :class:`~exactspec.counterexamples.Counterexample` (of ``kind`` ``"crash"`` when the loop raises
@@ -289,6 +296,8 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
         if given:
             raise ExactSpecError(f"audit_loop(search=True): {'= and '.join(given)}= do not apply: the search chooses "
                                  "the laws, prompts and horizons (use search=False to audit one instance)")
+        if progress is not None:
+            search_options["progress"] = progress
         return _search(fn, name, tokens=tokens, kind=kind, dtype=dtype, output=output, on_error=on_error,
                        tolerance=tolerance, rng_model=rng_model, worst=worst, reference=reference,
                        options=search_options, budget=budget)
@@ -343,10 +352,20 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     if twice:
         lms64 = (stand_in(target, kind=kind, dtype=torch.float64),
                  None if draft is None else stand_in(draft, kind=kind, dtype=torch.float64))
-    with intercepting() as session, _one_torch_thread(), meter.guard():
+    shown: list = []
+
+    def mass(what: str) -> MassProgress | None:
+        """The progress of one run of the loop (closing the previous one's bar)."""
+        for done in shown:
+            _progress.close(done)
+        cb = _progress.resolve(progress, f"audit_loop {name}{what}", unit=_progress.PERCENT)
+        shown[:] = [cb]
+        return None if cb is None else MassProgress(cb)
+    with intercepting() as session, _one_torch_thread(), meter.guard(), contextlib.ExitStack() as ends:
+        ends.callback(lambda: [_progress.close(done) for done in shown])
         run = _enumerate(fn, name, lms, prompt_t, vocab=target.vocab, rng_model=rng_model,
                          output=output, on_error=on_error, tokens=tokens, meter=meter, fld=fld, session=session,
-                         observe=not twice or rng_model == "native")
+                         observe=not twice or rng_model == "native", mass=mass(" (own precision)" if twice else ""))
         used = set(session.lattices)      # the generators the loop drew from (native), before the float64 run
         if twice and rng_model == "native" and not coarser_than_float64(own_precision):
             # native draws of numpy or random are on float64's lattice already: a coarser generator needs the run
@@ -360,7 +379,8 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
             model64 = "native-float64" if rng_model == "native" else (
                 "continuous" if rng_model == "continuous" else "float64")
             f64 = _enumerate(fn, name, lms64, prompt_t, vocab=target.vocab, rng_model=model64, output=output,
-                             on_error=on_error, tokens=tokens, meter=meter, fld=fld, session=session, observe=True)
+                             on_error=on_error, tokens=tokens, meter=meter, fld=fld, session=session, observe=True,
+                             mass=mass(" (float64 run)"))
         horizon = _horizon(run if f64 is None else run.merged(f64), tokens, name)
         h = horizon["tokens"]
         ref_model = expected if expected is not None else target
@@ -420,7 +440,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
         if isinstance(reference, int):
             reference = reference_loop(reference, h)
         _reference_figure(report, reference, target=target, draft=draft, prompt=prompt_t, tokens=h, kind=kind,
-                          dtype=dtype, expected=expected, budget=budget, rng_model=rng_model)
+                          dtype=dtype, expected=expected, budget=budget, rng_model=rng_model, progress=progress)
     if session.approximations:
         report.extra["approximations"] = dict(session.approximations)
     report.seconds = time.perf_counter() - t0
@@ -449,7 +469,7 @@ def _reference_figure(report: "LoopReport", reference: Callable, **kw: Any) -> N
     name = getattr(reference, "__name__", None) or "reference"
     ref = audit_loop(reference, target=kw["target"], draft=kw["draft"], prompt=kw["prompt"], tokens=kw["tokens"],
                      kind=kw["kind"], dtype=kw["dtype"], output="full", expected=kw["expected"], budget=kw["budget"],
-                     tolerance=0, rng_model=kw["rng_model"], worst=0)
+                     tolerance=0, rng_model=kw["rng_model"], worst=0, progress=kw.get("progress"))
     if ref.tv > ROUNDING_CAP or ref.support_violations or ref.error_probability:
         raise ExactSpecError(
             f"audit_loop: the reference loop {name} lands TV {float(ref.tv):.6g} from the expected law on this "
@@ -586,8 +606,10 @@ def _horizon(run: _Run, tokens: int | None, name: str) -> dict:
 
 
 def _enumerate(fn: Callable, name: str, lms: tuple, prompt_t: tuple, *, vocab: int, rng_model: str, output: str,
-               on_error: str, tokens: int | None, meter: Meter, fld: Any, session: Any, observe: bool) -> _Run:
-    """Run the loop once per branch of its randomness on the stand-ins ``lms`` (inside ``intercepting()``)."""
+               on_error: str, tokens: int | None, meter: Meter, fld: Any, session: Any, observe: bool,
+               mass: MassProgress | None = None) -> _Run:
+    """Run the loop once per branch of its randomness on the stand-ins ``lms`` (inside ``intercepting()``);
+    ``mass`` counts the probability of every branch run."""
     import torch
     lattice = lattice_for(rng_model)
     t_lm, d_lm = lms
@@ -642,7 +664,11 @@ def _enumerate(fn: Callable, name: str, lms: tuple, prompt_t: tuple, *, vocab: i
                     rule=name, trace=rng.trace) from exc
             run.errors[what] = run.errors.get(what, fld.zero) + rng.weight
             run.sites.setdefault(what, site)
+            if mass is not None:
+                mass.add(rng.weight)
             continue
+        if mass is not None:
+            mass.add(rng.weight)
         run.law[out] = run.law.get(out, fld.zero) + rng.weight
         run.calls += rng.weight * _calls(t_lm)
         run.note_branch(out, list(getattr(t_lm, "contexts", ()) or ()), n0)
@@ -749,7 +775,7 @@ class _LoopAudit:
         return audit_loop(self.fn, target=inst["target"], draft=inst["draft"], prompt=inst["prompt"],
                           tokens=inst["tokens"], kind=self.kind, dtype=self.dtype, output=self.output,
                           on_error="record", tolerance=self.tol, rng_model=self.rng_model, worst=self.worst,
-                          budget=inst.get("budget"), reference=self.reference)
+                          budget=inst.get("budget"), reference=self.reference, progress=False)
 
     def _with(self, fn: Any, reference: Any) -> "_LoopAudit":
         return _LoopAudit(fn, self.kind, self.dtype, self.output, self.tol, self.rng_model, self.worst, reference)
