@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from . import _progress
 from .drafts import chain
 from .enumerate import Budget, Engine, greedy_sequence, target_law
 from .enumerate.rng import Lattice, lattice_for
@@ -110,7 +111,7 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
           field: str | Field = "fraction", precision: int | None = None, tolerance: Any = None,
           expected: Model | None = None, budget: Budget | None = None, closed_form: bool = True,
           worst: int = 5, backend: str = "auto", rng_model: str = "continuous",
-          exact_floats: bool = False) -> AuditReport:
+          exact_floats: bool = False, progress: Any = None) -> AuditReport:
     """Compute the exact law of the first ``tokens`` tokens emitted after ``prompt`` and compare it.
 
     ``tokens`` defaults to :func:`default_tokens` (the proposer's ``max_tokens() + 1``: every
@@ -128,7 +129,10 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     ``rng_model`` says what ``rng.uniform()`` is: ``"continuous"`` ([0, 1)) or a real generator's
     lattice (``"torch-float32"``, ``"float64"``, ``"curand"``), on which ties have positive
     probability. ``exact_floats=True`` lets a rule compare uniforms with floats, each taken as the
-    rational it is (what auditing float implementations needs).
+    rational it is (what auditing float implementations needs). ``progress``: None or True (default)
+    shows the audit's progress on stderr by the probability of the outcomes decided so far (a bar with
+    an ETA on a terminal past a second, a line every few seconds in a log), False nothing, a function
+    ``progress(done, total)`` receives it (percent, of 100).
 
     >>> import exactspec as es
     >>> from fractions import Fraction as F
@@ -143,7 +147,8 @@ def audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any
     inputs = validate_audit(target=target, rule=rule, draft=draft, proposer=proposer, prompt=prompt, tokens=tokens,
                             decoding=decoding, field=field, precision=precision, tolerance=tolerance,
                             expected=expected, worst=worst, backend=backend, rng_model=rng_model)
-    return run_audit(inputs, budget=budget, closed_form=closed_form, exact_floats=exact_floats, start=t0, lazy=True)
+    return run_audit(inputs, budget=budget, closed_form=closed_form, exact_floats=exact_floats, start=t0, lazy=True,
+                     progress=progress)
 
 
 # -- the steps of an audit: validate, build the engine, compute the laws, assemble the report ----------------
@@ -385,12 +390,13 @@ def assemble_report(inputs: AuditInputs, engine: Engine, laws: AuditLaws, *, sec
 
 def run_audit(inputs: AuditInputs, *, budget: Budget | None = None, closed_form: bool = True,
               exact_floats: bool = False, start: float | None = None, on_error: str = "raise",
-              lazy: bool = False) -> AuditReport:
+              lazy: bool = False, progress: Any = False, what: str | None = None) -> AuditReport:
     """Audit validated inputs: build the engine, compute the laws, assemble the report.
 
     ``start`` is the ``time.perf_counter()`` the report's ``seconds`` count from (default: now).
     ``on_error="record"``: a branch on which the rule's own code raises is no error but a crash,
     reported with its exact probability (see :func:`compute_laws`). ``lazy``: see :func:`build_engine`.
+    ``progress`` (default: none) as :func:`audit`'s, its line or bar named ``what`` (default ``audit RULE``).
 
     >>> import exactspec as es
     >>> m = es.models.context_free(("1/2", "1/2"))
@@ -400,5 +406,11 @@ def run_audit(inputs: AuditInputs, *, budget: Budget | None = None, closed_form:
     t0 = time.perf_counter() if start is None else start
     engine = build_engine(inputs, budget=budget, closed_form=closed_form, exact_floats=exact_floats,
                           on_error=on_error, lazy=lazy)
-    laws = compute_laws(engine, inputs)
+    shown = _progress.resolve(progress, what or f"audit {inputs.rule.name}", unit=_progress.PERCENT)
+    if shown is not None:
+        engine.meter.mass = _progress.MassProgress(shown)
+    try:
+        laws = compute_laws(engine, inputs)
+    finally:
+        _progress.close(shown)
     return assemble_report(inputs, engine, laws, seconds=time.perf_counter() - t0)

@@ -74,7 +74,7 @@ def assert_lossless(rule: Any, *, target: Model, draft: Model | None = None, pro
     """
     rule = as_rule(rule)
     report = audit(target=target, draft=draft, proposer=proposer, rule=rule, prompt=prompt, tokens=tokens,
-                   decoding=decoding, expected=expected, field=field)
+                   decoding=decoding, expected=expected, field=field, progress=False)
     if report.lossless:
         if report.scope.get("note") and not report.scope.get("complete", True):
             import warnings

@@ -157,7 +157,8 @@ def _cell(job: tuple) -> dict:
             # a conditional claim (stale_draft_probs: biased when gamma >= 2 ...) is the claim at this cell
             row["claim"] = rule.claim_for(configuration(proposer, target=inst.target, draft=draft, tokens=n))
             rep = audit(target=inst.target, draft=draft, proposer=proposer, rule=rule, prompt=inst.prompt, tokens=n,
-                        field=fieldname, budget=None if left is None else Budget(seconds=left), worst=0)
+                        field=fieldname, budget=None if left is None else Budget(seconds=left), worst=0,
+                        progress=False)
             row["tv"] = _s(rep.tv) if rep.exact else f"{float(rep.tv):.6g}"
             inexact = rep.lossless and not rep.exact
             row["verdict"] = f"lossless (within {float(rep.tolerance):.3g})" if inexact else rep.verdict

@@ -207,3 +207,35 @@ def test_a_single_loop_audit_reports_the_probability_covered_and_quiet_silences(
     assert main(argv + ["--quiet"]) == code
     out_q, err_q = capfd.readouterr()
     assert "% of the probability" not in err_q and out_q == out
+
+
+def test_a_single_rule_audit_reports_the_probability_decided_and_quiet_silences(capfd, every_report):
+    argv = ["audit", "--rule", "speculative_sampling", "--vocab", "3", "--gamma", "2", "--json", "--no-timings"]
+    code = main(argv)
+    out, err = capfd.readouterr()
+    lines = err.splitlines()
+    line = r"audit speculative_sampling: \d+% of the probability, \d+ s(, ETA \d+ s|, done)?"
+    assert lines and all(re.fullmatch(line, ln) for ln in lines), lines
+    assert re.fullmatch(r".*: 100% of the probability, \d+ s, done", lines[-1])
+    assert main(argv + ["--quiet"]) == code
+    out_q, err_q = capfd.readouterr()
+    assert err_q == "" and out_q == out
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_the_engine_counts_the_probability_of_the_decided_outcomes_up_to_one(legacy):
+    # both compositions of the stream (forwards on the fast path, the memoised recursion on the legacy one)
+    from exactspec.enumerate import Engine
+    from exactspec.fields import get_field
+    p, q = es.models.random_table(vocab=3, order=1, seed=1), es.models.random_table(vocab=3, order=1, seed=2)
+    eng = Engine(es.rules.speculative_sampling, es.drafts.chain(2), p, q, get_field(), legacy=legacy)
+    seen = []
+    eng.meter.mass = _progress.MassProgress(lambda done, total: seen.append(done))
+    with eng.guard():
+        law, _ = eng.output((0,), 4)
+    assert sum(law.values()) == 1 and seen and seen[-1] == 100 and all(d < 100 for d in seen[:-1])
+    assert seen == sorted(seen)
+    seen.clear()
+    r = es.audit(target=p, draft=q, proposer=es.drafts.chain(2), rule="speculative_sampling", prompt=(0,), tokens=4,
+                 progress=lambda done, total: seen.append((done, total)))
+    assert r.output == law and seen[-1] == (100, 100)

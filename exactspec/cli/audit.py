@@ -18,7 +18,7 @@ def _cmd_audit(args: Any) -> int:
     inst, proposer = _instance(args, rule.family, prompt)
     rep = audit(target=inst.target, draft=inst.draft, proposer=proposer, rule=rule, prompt=inst.prompt,
                 tokens=_horizon(args, proposer), decoding=args.decoding, field=args.field, precision=args.precision,
-                budget=Budget(seconds=args.time_limit))
+                budget=Budget(seconds=args.time_limit), progress=not args.quiet)
     return _report_out(args, rep)
 
 
@@ -33,6 +33,7 @@ def register(sub: Any, o: Options) -> None:
                    help="the expected law: the target's sampling law or its greedy sequence (default: greedy for "
                         "lossless-greedy rules, else sample)")
     o.common(a)
+    o.quiet(a)
 
 
 run = _cmd_audit

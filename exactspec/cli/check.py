@@ -120,7 +120,7 @@ def _check_chunk(job: tuple) -> tuple:
         rep = audit(target=inst.target, draft=None if case.proposer.family == "tree" and not
                     case.proposer.needs_draft() else inst.draft, proposer=case.proposer, rule=case.rule,
                     prompt=inst.prompt, tokens=case.tokens, field=field, precision=precision,
-                    budget=None if left is None else Budget(seconds=left))
+                    budget=None if left is None else Budget(seconds=left), progress=False)
     except BudgetExceeded:
         return ("budget", None, 0.0)
     except ExactSpecError as exc:
@@ -211,7 +211,7 @@ def _check_table(args: Any, inst: Any, cases: list, clock: _Clock, shown: Any) -
             rep = audit(target=inst.target, draft=None if case.proposer.family == "tree" and not
                         case.proposer.needs_draft() else inst.draft, proposer=case.proposer, rule=case.rule,
                         prompt=inst.prompt, tokens=case.tokens, field=args.field, precision=args.precision,
-                        budget=clock.budget(f"{i} of the configurations"))
+                        budget=clock.budget(f"{i} of the configurations"), progress=False)
             if shown is not None:
                 shown(i + 1, len(cases))
         rep.claim = case.claim

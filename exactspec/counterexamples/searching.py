@@ -130,7 +130,7 @@ class _Clock:
 def _audit_one(rule: Rule, inst: SearchInstance, budget: Budget | None = None) -> Any:
     """The report, or the ExactSpecError the audit raised (a BudgetExceeded included)."""
     try:
-        return audit(rule=rule, worst=0, budget=budget, **inst.audit_kwargs())
+        return audit(rule=rule, worst=0, budget=budget, progress=False, **inst.audit_kwargs())
     except ExactSpecError as exc:
         return exc
 

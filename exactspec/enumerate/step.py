@@ -103,6 +103,8 @@ class Meter:
         self.clock = budget.clock
         self.start = self.clock()
         self.deadline = None if budget.seconds is None else self.start + budget.seconds
+        #: counts the probability of the outcomes decided so far (an audit's progress); None: nothing counts it
+        self.mass: Any = None
 
     def covered(self) -> dict[str, Any]:
         return {"paths": self.paths, "step laws": self.steps,

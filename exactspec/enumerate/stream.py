@@ -199,6 +199,7 @@ class Engine:
         levels: list = [None] * tokens
         levels[0] = {(): self.field.one}
         calls: Any = 1
+        mass = meter.mass
         for n in range(tokens):
             level, levels[n] = levels[n], None
             if not level:
@@ -223,6 +224,8 @@ class Engine:
                         held += 1
                     else:
                         dest[k] = old + w0 * pe
+                    if mass is not None and dest is out:
+                        mass.add(w0 * pe)
                 if held > most:
                     meter.hold(held - meter.outcomes)
         meter.outcomes = held
@@ -245,6 +248,7 @@ class Engine:
         # a frame: [memo key, context, r, step-law items, law, calls, (e, pe) waiting for its sub-law]
         stack = [self._frame(root, context, r)]
         done: Any = None
+        mass = meter.mass
         while stack:
             f = stack[-1]
             key, ctx, r, items, law, calls, waiting = f
@@ -259,11 +263,15 @@ class Engine:
                 for rest, pr in sub.items():
                     k = e + rest
                     law[k] = get(k, 0) + pe * pr
+                if mass is not None and len(stack) == 1:     # the root's outcomes: decided
+                    mass.add(pe)
             for e, pe in items:
                 n = len(e)
                 if n >= r:
                     held += 1
                     law[e] = get(e, 0) + pe
+                    if mass is not None and len(stack) == 1:
+                        mass.add(pe)
                     continue
                 nxt = ctx + e
                 sub_key = (self.key(nxt), r - n)

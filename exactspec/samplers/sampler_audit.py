@@ -414,7 +414,7 @@ def _rounding_figures(adapter: Any, prec: str, inputs: AuditInputs, expected: Mo
     Returns the reference's law at the sampler's precision."""
     exact = audit(rule=adapter.reference_rule, budget=shared.next(), target=inputs.target, draft=inputs.draft,
                   proposer=inputs.proposer, prompt=inputs.prompt, tokens=inputs.tokens, expected=expected,
-                  rng_model=inputs.rng_model, exact_floats=True)
+                  rng_model=inputs.rng_model, exact_floats=True, progress=False)
     extra["exact_rule"] = adapter.reference_rule.name
     for p in sorted({prec, "float32", "float64"}, key=PRECISIONS.index):
         try:
