@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 from fractions import Fraction
+from math import gcd, lcm
 from typing import Any
 
 from ..errors import ExactSpecError, InexactArithmetic, UnsupportedRandomness
@@ -345,7 +346,7 @@ class Decider:
         subs = _SUBSTITUTIONS.get(eqs)
         if subs is None:
             subs = _SUBSTITUTIONS[eqs] = self._substitution(list(eqs))
-        hit = poly.compose(subs) if subs else poly
+        hit = _compose(poly, subs) if subs else poly
         if CACHE_REDUCE:   # the cells of a proof meet the same differences under the same equalities again
             if len(_REDUCED_POLYS) >= _OPS_LIMIT:
                 _REDUCED_POLYS.clear()
@@ -371,8 +372,8 @@ class Decider:
                 break
             x, g = pick
             del eqs[k]
-            done = [(y, h.compose(x, g)) for y, h in done] + [(x, g)]
-            eqs = [e.compose(x, g) for e in eqs]
+            done = [(y, _compose(h, [(x, g)])) for y, h in done] + [(x, g)]
+            eqs = [_compose(e, [(x, g)]) for e in eqs]
             eqs = [e.monic() for e in eqs if not e.is_zero and not e.is_ground]
         return done
 
@@ -394,8 +395,8 @@ class Decider:
                 break
             x, g = pick
             del eqs[k]
-            num, den = num.compose(x, g), (None if den is None else den.compose(x, g))
-            eqs = [e.compose(x, g) for e in eqs]
+            num, den = _compose(num, [(x, g)]), (None if den is None else _compose(den, [(x, g)]))
+            eqs = [_compose(e, [(x, g)]) for e in eqs]
             eqs = [e.monic() for e in eqs if not e.is_zero and not e.is_ground]
             if num.is_zero:
                 break
@@ -649,13 +650,14 @@ CACHE_Z3 = True
 
 def _op(tag: str, a: Any, b: Any) -> Any:
     if not CACHE_OPS:
-        return _FUNCS[tag](a, b)
+        return (_FAST if FAST_ARITH else _FUNCS)[tag](a, b)
     key = (tag, a, b)
     hit = _OPS.get(key)
     if hit is None:
-        hit = _FUNCS[tag](a, b)
+        hit = (_FAST if FAST_ARITH else _FUNCS)[tag](a, b)
         if len(_OPS) >= _OPS_LIMIT:
             _OPS.clear()
+            _GCDS.clear()
             _ATOMS.clear()
             _FACTORS.clear()
         elif not SHARE_ATOMS:   # the old path: every new operation dropped the atoms' signs and factors
@@ -663,6 +665,161 @@ def _op(tag: str, a: Any, b: Any) -> Any:
             _FACTORS.clear()
         _OPS[key] = hit
     return hit
+
+
+# -- rational-function arithmetic with small gcds ----------------------------------------------------------
+#: add, subtract, multiply and divide rational functions with gcds of the factors instead of the whole products
+#: (cross-cancellation; Henrici's sums; known-coprime cases skipped), normalised as sympy normalises: the result
+#: is sympy's own, equal and printed the same (False: sympy's operations, the old path)
+FAST_ARITH = True
+#: ``_cofactors`` results by the pair of polynomials, shared by the cells of a proof (cleared with ``_OPS``)
+_GCDS: dict = {}
+
+
+def _variables_of(poly: Any) -> int:
+    """The variables ``poly`` depends on, as a bit mask."""
+    mask = 0
+    for monom in poly.itermonoms():
+        for i, e in enumerate(monom):
+            if e:
+                mask |= 1 << i
+    return mask
+
+
+def _exact_quotient(f: Any, g: Any) -> Any:
+    """``f / g`` when ``g`` divides ``f`` (non-zero polynomials), else None: stops at the first term left over.
+
+    With one divisor, the division algorithm leaves no remainder iff ``g`` divides ``f``; its first term that
+    the leading monomial of ``g`` does not divide is a term of the remainder.
+    """
+    ring = f.ring
+    order = ring.order
+    lm_g = g.LM
+    lc_g = g.LC
+    r = dict(f)
+    q = {}
+    while r:
+        m = max(r, key=order)
+        if any(a < b for a, b in zip(m, lm_g)):
+            return None
+        t = tuple(a - b for a, b in zip(m, lm_g))
+        c = r[m] / lc_g
+        q[t] = c
+        for mg, cg in g.items():
+            k = tuple(a + b for a, b in zip(mg, t))
+            v = r.get(k, 0) - c * cg
+            if v:
+                r[k] = v
+            else:
+                r.pop(k, None)
+    return ring.from_dict(q)
+
+
+def _cofactors(f: Any, g: Any) -> tuple:
+    """``(h, f / h, g / h)``, ``h`` a greatest common divisor (up to a constant) of the non-zero ``f`` and ``g``.
+
+    The cheap cases first: a constant, equal polynomials, no variable in common, a linear (hence irreducible)
+    one that divides the other or not; else sympy's gcd (memoised).
+    """
+    ring = f.ring
+    one = ring.one
+    if f.is_ground or g.is_ground:
+        return one, f, g
+    if f == g:
+        return f, one, one
+    key = (f, g)
+    hit = _GCDS.get(key)
+    if hit is not None:
+        return hit
+    if not _variables_of(f) & _variables_of(g):
+        hit = (one, f, g)
+    elif len(f) == 1 or len(g) == 1:
+        hit = f.cofactors(g)
+    elif g.is_linear:
+        q = _exact_quotient(f, g)
+        hit = (one, f, g) if q is None else (g, q, one)
+    elif f.is_linear:
+        q = _exact_quotient(g, f)
+        hit = (one, f, g) if q is None else (f, one, q)
+    else:
+        hit = f.cofactors(g)
+    if len(_GCDS) >= _OPS_LIMIT:
+        _GCDS.clear()
+    _GCDS[key] = hit
+    return hit
+
+
+def _canonical(field: Any, p: Any, q: Any) -> Any:
+    """``p / q`` (coprime polynomials, ``q`` non-zero) scaled as sympy's ``cancel`` leaves it.
+
+    That is the one pair with integer coefficients, no common integer factor and a positive leading
+    coefficient of ``q``: a rational function has exactly one such numerator and denominator.
+    """
+    ring = field.ring
+    if not p:
+        return field.raw_new(p, ring.one)
+    den = 1
+    for c in p.values():
+        den = lcm(den, int(c.denominator))
+    for c in q.values():
+        den = lcm(den, int(c.denominator))
+    num = 0
+    for c in p.values():
+        num = gcd(num, int(c.numerator) * (den // int(c.denominator)))
+    for c in q.values():
+        num = gcd(num, int(c.numerator) * (den // int(c.denominator)))
+    if q.LC < 0:
+        num = -num
+    if den == num:
+        return field.raw_new(p, q)
+    s = ring.domain(den, num)
+    return field.raw_new(p.mul_ground(s), q.mul_ground(s))
+
+
+def _fast_mul(a: Any, b: Any) -> Any:
+    """``a * b``: ``(n1 / g1)(n2 / g2) / ((d1 / g2)(d2 / g1))`` with ``g1 = gcd(n1, d2)``, ``g2 = gcd(n2, d1)``."""
+    if not a or not b:
+        return a.field.zero
+    _, n1, d2 = _cofactors(a.numer, b.denom)
+    _, n2, d1 = _cofactors(b.numer, a.denom)
+    return _canonical(a.field, n1 * n2, d1 * d2)
+
+
+def _fast_div(a: Any, b: Any) -> Any:
+    """``a / b``: :func:`_fast_mul` with ``b`` turned over."""
+    if not b:
+        raise ZeroDivisionError
+    if not a:
+        return _canonical(a.field, a.numer, b.numer)
+    _, n1, d2 = _cofactors(a.numer, b.numer)
+    _, n2, d1 = _cofactors(b.denom, a.denom)
+    return _canonical(a.field, n1 * n2, d1 * d2)
+
+
+def _fast_add(a: Any, b: Any, minus: bool = False) -> Any:
+    """``a + b`` (``a - b`` with ``minus``), Henrici's way: ``gcd(t, d1 d2 / h) = gcd(t, h)``, ``h = gcd(d1, d2)``."""
+    if not b:
+        return a
+    if not a:
+        return -b if minus else b
+    n1, d1, n2, d2 = a.numer, a.denom, b.numer, b.denom
+    if d1 == d2:
+        t = n1 - n2 if minus else n1 + n2
+        if not t:
+            return a.field.raw_new(t, d1.ring.one)
+        _, t, d = _cofactors(t, d1)
+        return _canonical(a.field, t, d)
+    h, e1, e2 = _cofactors(d1, d2)
+    t = n1 * e2 - n2 * e1 if minus else n1 * e2 + n2 * e1
+    if not t:
+        return a.field.raw_new(t, d1.ring.one)
+    if h.is_ground:
+        return _canonical(a.field, t, e1 * d2)
+    _, t, k = _cofactors(t, h)
+    return _canonical(a.field, t, e1 * e2 * k)
+
+
+_FAST = {"+": _fast_add, "-": lambda a, b: _fast_add(a, b, True), "*": _fast_mul, "/": _fast_div}
 
 
 _POS_ONLY, _NEG_ONLY, _ZERO_ONLY, _NONZERO = frozenset((POS,)), frozenset((NEG,)), frozenset((ZERO,)), frozenset((NEG, POS))
@@ -719,6 +876,62 @@ def _nonzero(f: Any) -> None:
         raise ZeroDivisionError(f"division by a symbolic quantity that is 0 on this cell (at {where()})")
 
 
+#: substitute the cells' equalities with :func:`_compose` (False: sympy's ``compose``, the old path)
+FAST_COMPOSE = True
+#: powers of the affine functions substituted (``_compose``), shared by the cells of a proof (cleared with the field)
+_POWERS: dict = {}
+
+
+def _power(g: Any, n: int) -> Any:
+    key = (g, n)
+    hit = _POWERS.get(key)
+    if hit is None:
+        hit = g if n == 1 else _power(g, n - 1) * g
+        if len(_POWERS) >= _OPS_LIMIT:
+            _POWERS.clear()
+        _POWERS[key] = hit
+    return hit
+
+
+def _compose(poly: Any, subs: list) -> Any:
+    """``poly`` with each generator ``x`` of ``subs`` (``[(x, g)]``) replaced by ``g``, all at once (sympy's ``compose``).
+
+    The terms are grouped by their exponents of the replaced generators, so each product of powers of the
+    ``g`` (kept for the proof) multiplies its group once.
+    """
+    if not FAST_COMPOSE:
+        return poly.compose(subs)
+    ring = poly.ring
+    index = {x: i for i, x in enumerate(ring.gens)}
+    idx = [index[x] for x, _g in subs]
+    groups: dict = {}
+    for m, c in poly.items():
+        e = tuple([m[i] for i in idx])
+        if any(e):
+            r = list(m)
+            for i in idx:
+                r[i] = 0
+            m = tuple(r)
+        grp = groups.get(e)
+        if grp is None:
+            grp = groups[e] = {}
+        grp[m] = c
+    out: dict = {}
+    zero = ring.domain.zero
+    for e, terms in groups.items():
+        part = ring.from_dict(terms)
+        for (_x, g), n in zip(subs, e):
+            if n:
+                part = part * _power(g, n)
+        for m, c in part.items():
+            v = out.get(m, zero) + c
+            if v:
+                out[m] = v
+            else:
+                del out[m]
+    return ring.from_dict(out)
+
+
 _QQ: Any = None
 _K: Any = None
 #: rational constants as constant rational functions (each converted once per proof; cleared with the field)
@@ -746,6 +959,7 @@ def _set_qq(qq: Any, K: Any = None) -> None:
     _REDUCED.clear()
     _SUBSTITUTIONS.clear()
     _REDUCED_POLYS.clear()
+    _POWERS.clear()
 
 
 class SymField(Field):
@@ -817,6 +1031,7 @@ class Space:
         self.K, *gens = field(",".join(names), QQ)
         _set_qq(QQ, self.K)
         _OPS.clear()
+        _GCDS.clear()
         _ATOMS.clear()
         _FACTORS.clear()
         if len(names) == 1:

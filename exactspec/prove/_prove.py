@@ -769,7 +769,8 @@ def legacy_path() -> Iterator[None]:
     global _LEGACY
     from . import _field
     global FRESH_WITNESS, FAST_DIFFERENCE
-    names = ("SHARE_ATOMS", "CACHE_CONSTANTS", "CACHE_REDUCE", "CACHE_Z3", "SHARED_SOLVER", "UNFACTORED")
+    names = ("SHARE_ATOMS", "CACHE_CONSTANTS", "CACHE_REDUCE", "CACHE_Z3", "SHARED_SOLVER", "UNFACTORED", "FAST_ARITH",
+             "FAST_COMPOSE")
     saved = _LEGACY, FRESH_WITNESS, FAST_DIFFERENCE, {k: getattr(_field, k) for k in names}
     _LEGACY, FRESH_WITNESS, FAST_DIFFERENCE = True, False, False
     for k in names:
