@@ -770,7 +770,7 @@ def legacy_path() -> Iterator[None]:
     from . import _field
     global FRESH_WITNESS, FAST_DIFFERENCE
     names = ("SHARE_ATOMS", "CACHE_CONSTANTS", "CACHE_REDUCE", "CACHE_Z3", "SHARED_SOLVER", "UNFACTORED", "FAST_ARITH",
-             "FAST_COMPOSE")
+             "FAST_COMPOSE", "LINEAR_SOLVER")
     saved = _LEGACY, FRESH_WITNESS, FAST_DIFFERENCE, {k: getattr(_field, k) for k in names}
     _LEGACY, FRESH_WITNESS, FAST_DIFFERENCE = True, False, False
     for k in names:
