@@ -325,7 +325,7 @@ class Decider:
         if num.is_ground:
             return True
         if UNFACTORED and self._shared is not None and \
-                not any(s == _ZERO_ONLY and (num % p).is_zero for p, s in self.known.items()):
+                not any(s == _ZERO_ONLY and _divides(p, num) for p, s in self.known.items()):
             # no polynomial known to be 0 here divides num, so none of its factors is: z3 gets num != 0 as it
             # is (the same question as its factors' conjunction, without factoring num)
             r = self._shared.check(self.known, ("!=0", (num.monic(),)), self.stats)
@@ -769,6 +769,13 @@ def _exact_quotient(f: Any, g: Any) -> Any:
             else:
                 r.pop(k, None)
     return ring.from_dict(q)
+
+
+def _divides(g: Any, f: Any) -> bool:
+    """Whether the non-zero polynomial ``g`` divides ``f`` (``f % g`` is 0; :func:`_exact_quotient` stops early)."""
+    if not FAST_ARITH:
+        return (f % g).is_zero
+    return not f or _exact_quotient(f, g) is not None
 
 
 def _cofactors(f: Any, g: Any) -> tuple:
