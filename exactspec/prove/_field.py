@@ -470,7 +470,7 @@ class Decider:
                 if poly.is_ground:
                     hit = (None, POS if poly.LC > 0 else NEG)
                 else:
-                    hit = (poly.monic(), POS if poly.LC > 0 else NEG)
+                    hit = (_intern(poly.monic()), POS if poly.LC > 0 else NEG)
             if len(_ATOMS) >= _OPS_LIMIT:
                 _ATOMS.clear()
             _ATOMS[frac] = hit
@@ -908,8 +908,22 @@ def _factors(poly: Any) -> tuple:
                 c *= f.LC ** e
                 continue
             c *= f.LC ** e
-            out.append((f.monic(), e))
+            out.append((_intern(f.monic()), e))
         hit = _FACTORS[poly] = (POS if c > 0 else NEG, out)
+    return hit
+
+
+#: one object for each factor met (dictionaries keyed by factors then find them by identity, not by comparing
+#: their terms); cleared with the field
+_INTERNED: dict = {}
+
+
+def _intern(poly: Any) -> Any:
+    hit = _INTERNED.get(poly)
+    if hit is None:
+        if len(_INTERNED) >= _OPS_LIMIT:
+            _INTERNED.clear()
+        hit = _INTERNED[poly] = poly
     return hit
 
 
@@ -920,7 +934,7 @@ def _product(rest: list) -> Any:
         p = rest[0][0] ** rest[0][1]
         for f, e in rest[1:]:
             p = p * f ** e
-        hit = _FACTORS[key] = p.monic()
+        hit = _FACTORS[key] = _intern(p.monic())
     return hit
 
 
@@ -1023,6 +1037,7 @@ def _set_qq(qq: Any, K: Any = None) -> None:
     _SUBSTITUTIONS.clear()
     _REDUCED_POLYS.clear()
     _POWERS.clear()
+    _INTERNED.clear()
 
 
 class SymField(Field):
@@ -1180,7 +1195,7 @@ class Space:
             if not z3.is_rational_value(v):
                 return None
             try:
-                pt[name] = Fraction(v.numerator_as_long(), v.denominator_as_long())
+                pt[name] = Fraction(v.as_string())   # "a/b" or "a": one call into z3 (the same Fraction)
             except ValueError:   # a rational of thousands of digits (Python's int/str limit): no point
                 return None
         return pt
