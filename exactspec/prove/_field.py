@@ -103,6 +103,7 @@ _LINEAR: dict = {}   # a polynomial -> whether its degree is at most 1
 
 
 def _is_linear(poly: Any) -> bool:
+    """Whether ``poly`` has degree at most 1 (memoised)."""
     hit = _LINEAR.get(poly)
     if hit is None:
         hit = True
@@ -160,6 +161,7 @@ class SharedSolver:
         return b
 
     def _linear_solver(self) -> tuple:
+        """``(solver, literals, keys)`` of linear arithmetic (QF_LRA) with the simplex asserted, made once."""
         if self._linear is None:
             s = self.z3.SolverFor("QF_LRA")
             s.set("timeout", self.space.check_ms)
@@ -169,6 +171,7 @@ class SharedSolver:
         return self._linear
 
     def _all_linear(self, known: dict, question: Any) -> bool:
+        """Whether the question and every constraint of the cell are linear (and the linear solver is on)."""
         if not (LINEAR_SOLVER and self.linear_first):
             return False
         if not all(_is_linear(p) for p in (question[1] if question[0] == "!=0" else (question[0],))):
@@ -919,6 +922,7 @@ _INTERNED: dict = {}
 
 
 def _intern(poly: Any) -> Any:
+    """The one object kept for polynomials equal to ``poly``."""
     hit = _INTERNED.get(poly)
     if hit is None:
         if len(_INTERNED) >= _OPS_LIMIT:
@@ -960,6 +964,7 @@ _POWERS: dict = {}
 
 
 def _power(g: Any, n: int) -> Any:
+    """``g ** n`` (``n >= 1``), memoised for the proof."""
     key = (g, n)
     hit = _POWERS.get(key)
     if hit is None:
