@@ -7,15 +7,20 @@ default family (:func:`exactspec.prove.default_family`: ``context_free`` at voca
 each in a fresh child process (a stopped proof may leave sympy unusable in its process):
 
 - **new**: ``es.prove`` as shipped (``workers=None``: every core from 6 free variables, i.e. vocab 4
-  and up; in the calling process below);
+  and up, the first cells in the calling process before the workers fork; in the calling process
+  below): rational-function arithmetic with gcds of the factors (sympy's results), the cells'
+  equalities substituted with cached powers, questions whose constraints are all linear asked of
+  z3's linear-arithmetic solver;
 - **old**: inside ``exactspec.prove._prove.legacy_path()``: in one process, a fresh z3 solver per cell,
   the sign and factor caches dropped at every new operation, no memoised constants, substitutions
-  or z3 constraints, the difference cancelled before it is tested. Stopped at a cap (``timeout=``)
+  or z3 constraints, the difference cancelled before it is tested, sympy's own arithmetic and
+  substitution, nlsat for every question. Stopped at a cap (``timeout=``)
   where it is slow: the row then has ``old_s = None`` and ``old_capped_s``.
 
 ``same`` compares the verdicts, the cells (each cell's constraints, in order), the enumerated paths,
 the atoms and the counters (``z3 checks`` plus ``unsat cores reused`` on the new path is the old
-path's ``z3 checks``: the same questions, part of them answered from cores). A row whose old path
+path's ``z3 checks``: the same questions, part of them answered from cores, split between the two
+differently from run to run). A row whose old path
 was capped compares nothing (``same`` is True only when both finished and agree, else False).
 The figures are wall seconds of the proof alone (imports and a vocab-2 warm-up excluded); the note adds
 the CPU seconds of each (the proof's process and its workers), a figure the machine's load disturbs less.

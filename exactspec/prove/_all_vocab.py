@@ -383,6 +383,8 @@ class _AbsShared(SharedSolver):
     constraint exactly (checked in Fractions) is a point of the whole system. Otherwise nlsat is asked.
     """
 
+    linear_first = False   # its own linear solver first (below), not the concrete prover's
+
     def __init__(self, space: "_AbsSpace") -> None:
         super().__init__(space)
         self.linear = _LinearSolver(space)

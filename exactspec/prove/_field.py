@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 from fractions import Fraction
+from math import gcd, lcm
 from typing import Any
 
 from ..errors import ExactSpecError, InexactArithmetic, UnsupportedRandomness
@@ -95,14 +96,40 @@ SHARED_CELLS = 16
 SHARED_CHECK_MS = 500
 
 
+#: ask a question whose constraints are all linear (the cell's and its own) of z3's linear-arithmetic solver
+#: (simplex; the same answer, found faster than nlsat finds it) (False: the old path, nlsat for every question)
+LINEAR_SOLVER = True
+_LINEAR: dict = {}   # a polynomial -> whether its degree is at most 1
+
+
+def _is_linear(poly: Any) -> bool:
+    """Whether ``poly`` has degree at most 1 (memoised)."""
+    hit = _LINEAR.get(poly)
+    if hit is None:
+        hit = True
+        for m in poly.itermonoms():
+            if sum(m) > 1:
+                hit = False
+                break
+        if len(_LINEAR) >= _OPS_LIMIT:
+            _LINEAR.clear()
+        _LINEAR[poly] = hit
+    return hit
+
+
 class SharedSolver:
     """The z3 solver of one proof: the simplex asserted, each constraint behind a literal, unsat cores kept."""
+
+    #: questions whose constraints are all linear go to a linear-arithmetic solver (see ``LINEAR_SOLVER``)
+    linear_first = True
 
     def __init__(self, space: "Space") -> None:
         import z3
         self.z3, self.space = z3, space
         self.base = {poly: signs for poly, signs in space.base}
         self.cores: dict = {}     # a question -> the cores (constraint tuples) that made it infeasible
+        self._answered: Any = None   # the solver of the last answer
+        self._linear: Any = None      # (solver, literals, keys) of linear arithmetic, made at first use, kept
         self.fresh()
 
     def fresh(self, full: bool = False) -> None:
@@ -117,24 +144,43 @@ class SharedSolver:
         self._lits: dict = {}
         self._keys: dict = {}     # a literal's z3 id -> its constraint
 
-    def lit(self, key: Any) -> Any:
+    def lit(self, key: Any, linear: Any = None) -> Any:
         """The literal of a constraint ``(poly, signs)`` (or ``("!=0", polys)``: all of them non-zero)."""
-        b = self._lits.get(key)
+        solver, lits, keys = linear if linear is not None else (self.solver, self._lits, self._keys)
+        b = lits.get(key)
         if b is None:
             z3 = self.z3
-            b = z3.Bool(f"c{len(self._lits)}")
+            b = z3.Bool(f"{'l' if linear is not None else 'c'}{len(lits)}")
             if key[0] == "!=0":
                 body = z3.And([self.space.z3_sign(m, _NONZERO) for m in key[1]])
             else:
                 body = self.space.z3_sign(*key)
-            self.solver.add(z3.Implies(b, body))
-            self._lits[key] = b
-            self._keys[b.get_id()] = key
+            solver.add(z3.Implies(b, body))
+            lits[key] = b
+            keys[b.get_id()] = key
         return b
+
+    def _linear_solver(self) -> tuple:
+        """``(solver, literals, keys)`` of linear arithmetic (QF_LRA) with the simplex asserted, made once."""
+        if self._linear is None:
+            s = self.z3.SolverFor("QF_LRA")
+            s.set("timeout", self.space.check_ms)
+            for poly, signs in self.space.base:
+                s.add(self.space.z3_sign(poly, signs))
+            self._linear = (s, {}, {})
+        return self._linear
+
+    def _all_linear(self, known: dict, question: Any) -> bool:
+        """Whether the question and every constraint of the cell are linear (and the linear solver is on)."""
+        if not (LINEAR_SOLVER and self.linear_first):
+            return False
+        if not all(_is_linear(p) for p in (question[1] if question[0] == "!=0" else (question[0],))):
+            return False
+        return all(_is_linear(p) for p in known)
 
     def model(self) -> Any:
         """The z3 model of the last check that answered sat."""
-        return self.solver.model()
+        return (self._answered or self.solver).model()
 
     def check(self, known: dict, question: Any, stats: dict) -> Any:
         """z3's answer for ``question`` under the constraints ``known`` (a core already known to imply it: unsat)."""
@@ -144,6 +190,20 @@ class SharedSolver:
                 stats["unsat cores reused"] = stats.get("unsat cores reused", 0) + 1
                 return z3.unsat
         base = self.base
+        if self._all_linear(known, question):
+            linear = self._linear_solver()
+            assume = [self.lit((p, signs), linear) for p, signs in known.items() if base.get(p) != signs]
+            q = self.lit(question, linear)
+            r = linear[0].check(*assume, q)
+            if r != z3.unknown:
+                stats["z3 checks"] = stats.get("z3 checks", 0) + 1
+                self._answered = linear[0]
+                if r == z3.unsat:
+                    keys = linear[2]
+                    core = tuple(keys[c.get_id()] for c in linear[0].unsat_core() if not c.eq(q))
+                    self.cores.setdefault(question, []).append(core)
+                return r
+        self._answered = None
         assume = [self.lit((p, signs)) for p, signs in known.items() if base.get(p) != signs]
         q = self.lit(question)
         stats["z3 checks"] = stats.get("z3 checks", 0) + 1
@@ -268,7 +328,7 @@ class Decider:
         if num.is_ground:
             return True
         if UNFACTORED and self._shared is not None and \
-                not any(s == _ZERO_ONLY and (num % p).is_zero for p, s in self.known.items()):
+                not any(s == _ZERO_ONLY and _divides(p, num) for p, s in self.known.items()):
             # no polynomial known to be 0 here divides num, so none of its factors is: z3 gets num != 0 as it
             # is (the same question as its factors' conjunction, without factoring num)
             r = self._shared.check(self.known, ("!=0", (num.monic(),)), self.stats)
@@ -345,7 +405,7 @@ class Decider:
         subs = _SUBSTITUTIONS.get(eqs)
         if subs is None:
             subs = _SUBSTITUTIONS[eqs] = self._substitution(list(eqs))
-        hit = poly.compose(subs) if subs else poly
+        hit = _compose(poly, subs) if subs else poly
         if CACHE_REDUCE:   # the cells of a proof meet the same differences under the same equalities again
             if len(_REDUCED_POLYS) >= _OPS_LIMIT:
                 _REDUCED_POLYS.clear()
@@ -371,8 +431,8 @@ class Decider:
                 break
             x, g = pick
             del eqs[k]
-            done = [(y, h.compose(x, g)) for y, h in done] + [(x, g)]
-            eqs = [e.compose(x, g) for e in eqs]
+            done = [(y, _compose(h, [(x, g)])) for y, h in done] + [(x, g)]
+            eqs = [_compose(e, [(x, g)]) for e in eqs]
             eqs = [e.monic() for e in eqs if not e.is_zero and not e.is_ground]
         return done
 
@@ -394,8 +454,8 @@ class Decider:
                 break
             x, g = pick
             del eqs[k]
-            num, den = num.compose(x, g), (None if den is None else den.compose(x, g))
-            eqs = [e.compose(x, g) for e in eqs]
+            num, den = _compose(num, [(x, g)]), (None if den is None else _compose(den, [(x, g)]))
+            eqs = [_compose(e, [(x, g)]) for e in eqs]
             eqs = [e.monic() for e in eqs if not e.is_zero and not e.is_ground]
             if num.is_zero:
                 break
@@ -413,7 +473,7 @@ class Decider:
                 if poly.is_ground:
                     hit = (None, POS if poly.LC > 0 else NEG)
                 else:
-                    hit = (poly.monic(), POS if poly.LC > 0 else NEG)
+                    hit = (_intern(poly.monic()), POS if poly.LC > 0 else NEG)
             if len(_ATOMS) >= _OPS_LIMIT:
                 _ATOMS.clear()
             _ATOMS[frac] = hit
@@ -649,13 +709,14 @@ CACHE_Z3 = True
 
 def _op(tag: str, a: Any, b: Any) -> Any:
     if not CACHE_OPS:
-        return _FUNCS[tag](a, b)
+        return (_FAST if FAST_ARITH else _FUNCS)[tag](a, b)
     key = (tag, a, b)
     hit = _OPS.get(key)
     if hit is None:
-        hit = _FUNCS[tag](a, b)
+        hit = (_FAST if FAST_ARITH else _FUNCS)[tag](a, b)
         if len(_OPS) >= _OPS_LIMIT:
             _OPS.clear()
+            _GCDS.clear()
             _ATOMS.clear()
             _FACTORS.clear()
         elif not SHARE_ATOMS:   # the old path: every new operation dropped the atoms' signs and factors
@@ -663,6 +724,168 @@ def _op(tag: str, a: Any, b: Any) -> Any:
             _FACTORS.clear()
         _OPS[key] = hit
     return hit
+
+
+# -- rational-function arithmetic with small gcds ----------------------------------------------------------
+#: add, subtract, multiply and divide rational functions with gcds of the factors instead of the whole products
+#: (cross-cancellation; Henrici's sums; known-coprime cases skipped), normalised as sympy normalises: the result
+#: is sympy's own, equal and printed the same (False: sympy's operations, the old path)
+FAST_ARITH = True
+#: ``_cofactors`` results by the pair of polynomials, shared by the cells of a proof (cleared with ``_OPS``)
+_GCDS: dict = {}
+
+
+def _variables_of(poly: Any) -> int:
+    """The variables ``poly`` depends on, as a bit mask."""
+    mask = 0
+    for monom in poly.itermonoms():
+        for i, e in enumerate(monom):
+            if e:
+                mask |= 1 << i
+    return mask
+
+
+def _exact_quotient(f: Any, g: Any) -> Any:
+    """``f / g`` when ``g`` divides ``f`` (non-zero polynomials), else None: stops at the first term left over.
+
+    With one divisor, the division algorithm leaves no remainder iff ``g`` divides ``f``; its first term that
+    the leading monomial of ``g`` does not divide is a term of the remainder.
+    """
+    ring = f.ring
+    order = ring.order
+    lm_g = g.LM
+    lc_g = g.LC
+    r = dict(f)
+    q = {}
+    while r:
+        m = max(r, key=order)
+        if any(a < b for a, b in zip(m, lm_g)):
+            return None
+        t = tuple(a - b for a, b in zip(m, lm_g))
+        c = r[m] / lc_g
+        q[t] = c
+        for mg, cg in g.items():
+            k = tuple(a + b for a, b in zip(mg, t))
+            v = r.get(k, 0) - c * cg
+            if v:
+                r[k] = v
+            else:
+                r.pop(k, None)
+    return ring.from_dict(q)
+
+
+def _divides(g: Any, f: Any) -> bool:
+    """Whether the non-zero polynomial ``g`` divides ``f`` (``f % g`` is 0; :func:`_exact_quotient` stops early)."""
+    if not FAST_ARITH:
+        return (f % g).is_zero
+    return not f or _exact_quotient(f, g) is not None
+
+
+def _cofactors(f: Any, g: Any) -> tuple:
+    """``(h, f / h, g / h)``, ``h`` a greatest common divisor (up to a constant) of the non-zero ``f`` and ``g``.
+
+    The cheap cases first: a constant, equal polynomials, no variable in common, a linear (hence irreducible)
+    one that divides the other or not; else sympy's gcd (memoised).
+    """
+    ring = f.ring
+    one = ring.one
+    if f.is_ground or g.is_ground:
+        return one, f, g
+    if f == g:
+        return f, one, one
+    key = (f, g)
+    hit = _GCDS.get(key)
+    if hit is not None:
+        return hit
+    if not _variables_of(f) & _variables_of(g):
+        hit = (one, f, g)
+    elif len(f) == 1 or len(g) == 1:
+        hit = f.cofactors(g)
+    elif g.is_linear:
+        q = _exact_quotient(f, g)
+        hit = (one, f, g) if q is None else (g, q, one)
+    elif f.is_linear:
+        q = _exact_quotient(g, f)
+        hit = (one, f, g) if q is None else (f, one, q)
+    else:
+        hit = f.cofactors(g)
+    if len(_GCDS) >= _OPS_LIMIT:
+        _GCDS.clear()
+    _GCDS[key] = hit
+    return hit
+
+
+def _canonical(field: Any, p: Any, q: Any) -> Any:
+    """``p / q`` (coprime polynomials, ``q`` non-zero) scaled as sympy's ``cancel`` leaves it.
+
+    That is the one pair with integer coefficients, no common integer factor and a positive leading
+    coefficient of ``q``: a rational function has exactly one such numerator and denominator.
+    """
+    ring = field.ring
+    if not p:
+        return field.raw_new(p, ring.one)
+    den = 1
+    for c in p.values():
+        den = lcm(den, int(c.denominator))
+    for c in q.values():
+        den = lcm(den, int(c.denominator))
+    num = 0
+    for c in p.values():
+        num = gcd(num, int(c.numerator) * (den // int(c.denominator)))
+    for c in q.values():
+        num = gcd(num, int(c.numerator) * (den // int(c.denominator)))
+    if q.LC < 0:
+        num = -num
+    if den == num:
+        return field.raw_new(p, q)
+    s = ring.domain(den, num)
+    return field.raw_new(p.mul_ground(s), q.mul_ground(s))
+
+
+def _fast_mul(a: Any, b: Any) -> Any:
+    """``a * b``: ``(n1 / g1)(n2 / g2) / ((d1 / g2)(d2 / g1))`` with ``g1 = gcd(n1, d2)``, ``g2 = gcd(n2, d1)``."""
+    if not a or not b:
+        return a.field.zero
+    _, n1, d2 = _cofactors(a.numer, b.denom)
+    _, n2, d1 = _cofactors(b.numer, a.denom)
+    return _canonical(a.field, n1 * n2, d1 * d2)
+
+
+def _fast_div(a: Any, b: Any) -> Any:
+    """``a / b``: :func:`_fast_mul` with ``b`` turned over."""
+    if not b:
+        raise ZeroDivisionError
+    if not a:
+        return _canonical(a.field, a.numer, b.numer)
+    _, n1, d2 = _cofactors(a.numer, b.numer)
+    _, n2, d1 = _cofactors(b.denom, a.denom)
+    return _canonical(a.field, n1 * n2, d1 * d2)
+
+
+def _fast_add(a: Any, b: Any, minus: bool = False) -> Any:
+    """``a + b`` (``a - b`` with ``minus``), Henrici's way: ``gcd(t, d1 d2 / h) = gcd(t, h)``, ``h = gcd(d1, d2)``."""
+    if not b:
+        return a
+    if not a:
+        return -b if minus else b
+    n1, d1, n2, d2 = a.numer, a.denom, b.numer, b.denom
+    if d1 == d2:
+        t = n1 - n2 if minus else n1 + n2
+        if not t:
+            return a.field.raw_new(t, d1.ring.one)
+        _, t, d = _cofactors(t, d1)
+        return _canonical(a.field, t, d)
+    h, e1, e2 = _cofactors(d1, d2)
+    t = n1 * e2 - n2 * e1 if minus else n1 * e2 + n2 * e1
+    if not t:
+        return a.field.raw_new(t, d1.ring.one)
+    if h.is_ground:
+        return _canonical(a.field, t, e1 * d2)
+    _, t, k = _cofactors(t, h)
+    return _canonical(a.field, t, e1 * e2 * k)
+
+
+_FAST = {"+": _fast_add, "-": lambda a, b: _fast_add(a, b, True), "*": _fast_mul, "/": _fast_div}
 
 
 _POS_ONLY, _NEG_ONLY, _ZERO_ONLY, _NONZERO = frozenset((POS,)), frozenset((NEG,)), frozenset((ZERO,)), frozenset((NEG, POS))
@@ -688,8 +911,23 @@ def _factors(poly: Any) -> tuple:
                 c *= f.LC ** e
                 continue
             c *= f.LC ** e
-            out.append((f.monic(), e))
+            out.append((_intern(f.monic()), e))
         hit = _FACTORS[poly] = (POS if c > 0 else NEG, out)
+    return hit
+
+
+#: one object for each factor met (dictionaries keyed by factors then find them by identity, not by comparing
+#: their terms); cleared with the field
+_INTERNED: dict = {}
+
+
+def _intern(poly: Any) -> Any:
+    """The one object kept for polynomials equal to ``poly``."""
+    hit = _INTERNED.get(poly)
+    if hit is None:
+        if len(_INTERNED) >= _OPS_LIMIT:
+            _INTERNED.clear()
+        hit = _INTERNED[poly] = poly
     return hit
 
 
@@ -700,7 +938,7 @@ def _product(rest: list) -> Any:
         p = rest[0][0] ** rest[0][1]
         for f, e in rest[1:]:
             p = p * f ** e
-        hit = _FACTORS[key] = p.monic()
+        hit = _FACTORS[key] = _intern(p.monic())
     return hit
 
 
@@ -717,6 +955,63 @@ def _nonzero(f: Any) -> None:
         return
     if not active().decide(f, "!="):
         raise ZeroDivisionError(f"division by a symbolic quantity that is 0 on this cell (at {where()})")
+
+
+#: substitute the cells' equalities with :func:`_compose` (False: sympy's ``compose``, the old path)
+FAST_COMPOSE = True
+#: powers of the affine functions substituted (``_compose``), shared by the cells of a proof (cleared with the field)
+_POWERS: dict = {}
+
+
+def _power(g: Any, n: int) -> Any:
+    """``g ** n`` (``n >= 1``), memoised for the proof."""
+    key = (g, n)
+    hit = _POWERS.get(key)
+    if hit is None:
+        hit = g if n == 1 else _power(g, n - 1) * g
+        if len(_POWERS) >= _OPS_LIMIT:
+            _POWERS.clear()
+        _POWERS[key] = hit
+    return hit
+
+
+def _compose(poly: Any, subs: list) -> Any:
+    """``poly`` with each generator ``x`` of ``subs`` (``[(x, g)]``) replaced by ``g``, all at once (sympy's ``compose``).
+
+    The terms are grouped by their exponents of the replaced generators, so each product of powers of the
+    ``g`` (kept for the proof) multiplies its group once.
+    """
+    if not FAST_COMPOSE:
+        return poly.compose(subs)
+    ring = poly.ring
+    index = {x: i for i, x in enumerate(ring.gens)}
+    idx = [index[x] for x, _g in subs]
+    groups: dict = {}
+    for m, c in poly.items():
+        e = tuple([m[i] for i in idx])
+        if any(e):
+            r = list(m)
+            for i in idx:
+                r[i] = 0
+            m = tuple(r)
+        grp = groups.get(e)
+        if grp is None:
+            grp = groups[e] = {}
+        grp[m] = c
+    out: dict = {}
+    zero = ring.domain.zero
+    for e, terms in groups.items():
+        part = ring.from_dict(terms)
+        for (_x, g), n in zip(subs, e):
+            if n:
+                part = part * _power(g, n)
+        for m, c in part.items():
+            v = out.get(m, zero) + c
+            if v:
+                out[m] = v
+            else:
+                del out[m]
+    return ring.from_dict(out)
 
 
 _QQ: Any = None
@@ -746,6 +1041,8 @@ def _set_qq(qq: Any, K: Any = None) -> None:
     _REDUCED.clear()
     _SUBSTITUTIONS.clear()
     _REDUCED_POLYS.clear()
+    _POWERS.clear()
+    _INTERNED.clear()
 
 
 class SymField(Field):
@@ -817,6 +1114,7 @@ class Space:
         self.K, *gens = field(",".join(names), QQ)
         _set_qq(QQ, self.K)
         _OPS.clear()
+        _GCDS.clear()
         _ATOMS.clear()
         _FACTORS.clear()
         if len(names) == 1:
@@ -902,7 +1200,7 @@ class Space:
             if not z3.is_rational_value(v):
                 return None
             try:
-                pt[name] = Fraction(v.numerator_as_long(), v.denominator_as_long())
+                pt[name] = Fraction(v.as_string())   # "a/b" or "a": one call into z3 (the same Fraction)
             except ValueError:   # a rational of thousands of digits (Python's int/str limit): no point
                 return None
         return pt

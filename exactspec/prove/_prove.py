@@ -389,7 +389,10 @@ def prove(rule: Any, *, proposer: Any = None, vocab: "int | str", tokens: int, f
 #: 815 cells, seconds; 4 variables take well under a second, less than starting the worker processes pays back)
 PARALLEL_MIN_VARIABLES = 6
 #: subtrees of cells handed to the workers, per worker (more: better balance, more cells run before the split)
-CHUNKS_PER_WORKER = 8
+CHUNKS_PER_WORKER = 16
+#: without a time limit, run the first cells (the split) in this process before the workers start, so they
+#: inherit its caches (False: in a worker, as under a time limit)
+LOCAL_EXPAND = True
 
 
 @dataclass(frozen=True)
@@ -425,6 +428,7 @@ class _Setup:
         self.job, self.rule, self.proposer = job, rule, proposer
         positions = {"context_free": 1, "per_position": job.tokens, "table": job.vocab}[job.family]
         self.space = Space(job.vocab, positions, job.check_ms)
+        _RAW.clear()
         order = {"context_free": 0, "per_position": None, "table": 1}[job.family]
         self.target = SymbolicModel(job.vocab, self.space.laws["p"], order, "p", len(job.prompt))
         self.draft = SymbolicModel(job.vocab, self.space.laws["q"], order, "q", len(job.prompt))
@@ -483,7 +487,12 @@ def _run_cell(su: _Setup, start: list, point: Any, pending: list, stats: dict, d
                 # a - b vanishes on the cell iff a.numer * b.denom - b.numer * a.denom does once the cell's
                 # equalities are substituted: it is a - b's numerator times a divisor of the denominators
                 # (non-zero on the cell, so on the affine span of its equalities too): no gcd needed
-                raw = a.numer * b.denom - b.numer * a.denom
+                raw = _RAW.get((a, b))
+                if raw is None:
+                    raw = a.numer * b.denom - b.numer * a.denom
+                    if len(_RAW) >= 500_000:
+                        _RAW.clear()
+                    _RAW[(a, b)] = raw
                 if raw.is_zero:
                     continue
                 stats["reductions"] = stats.get("reductions", 0) + 1
@@ -504,6 +513,11 @@ def _run_cell(su: _Setup, start: list, point: Any, pending: list, stats: dict, d
             return _refute(rule, space, dec, poly, d, o, su.proposer, job.family, job.tokens, job.prompt,
                            job.decoding, {}, t0, 0), eng.meter.paths
         return [space.show(p, s) for p, s in dec.order], eng.meter.paths
+
+
+#: ``a.numer * b.denom - b.numer * a.denom`` by (output, expected) probability: the cells of a proof meet the same
+#: pairs again (cleared by each new :class:`_Setup`)
+_RAW: dict = {}
 
 
 def _dfs(su: _Setup, pending: list, stats: dict, deadline: float | None, timeout: Any, t0: float,
@@ -664,10 +678,12 @@ def _prove_in_workers(job: _Job, sent: _Job, n: int, rule_name: str, family_sour
                       progress: Any) -> "Proof | Refutation":
     """The proof on ``n`` worker processes (1: one process, for isolation): the same cells, verdict and counts.
 
-    One worker runs the first cells breadth first until ``CHUNKS_PER_WORKER * n`` subtrees are
-    left (:func:`_expand`); the subtrees then run depth first on every worker, merged in the
-    order of the sequential run, so the cells, the counts and the first refuted cell are the
-    sequential run's. This process only merges: a time limit stops the workers, never sympy here.
+    The first cells run breadth first until ``CHUNKS_PER_WORKER * n`` subtrees are left
+    (:func:`_expand`); the subtrees then run depth first on every worker, merged in the order of
+    the sequential run, so the cells, the counts and the first refuted cell are the sequential
+    run's. Without a time limit the first cells run in this process, before the workers start:
+    they inherit its computations (``LOCAL_EXPAND``); with one, they run in a worker and this
+    process only merges (a time limit stops the workers, never sympy here).
     """
     from .. import parallel
     space = Space(job.vocab, {"context_free": 1, "per_position": job.tokens, "table": job.vocab}[job.family],
@@ -689,9 +705,22 @@ def _prove_in_workers(job: _Job, sent: _Job, n: int, rule_name: str, family_sour
                 raise BudgetExceeded("seconds", timeout, covered=covered)
             run.require_all(what)
 
+    global _CURRENT
+    local = None
+    if n > 1 and timeout is None and LOCAL_EXPAND:
+        # the first cells here; the workers, forked next, start from this process's setup and its caches
+        su = _Setup(job, job.rule, job.proposer)
+        stats: dict = {}
+        items, paths = _expand(su, CHUNKS_PER_WORKER * n, stats, None, None, t0)
+        local = {"stats": stats, "atoms": [_pack(a) for a in su.space.atoms]}
+        items = [(it[0], [(_pack(p), sg) for p, sg in it[1]], it[2]) if it[0] == "sub" else it for it in items]
+        _CURRENT = (job.nonce, su)
     with parallel.executor_for(workers=n, isolate=True) as (ex, owned):
+        _CURRENT = None   # the workers, started, have it; this process needs it no more
         rebuild = parallel.pool_maker(n, isolate=True)
-        if n == 1:
+        if local is not None:
+            merge(local)
+        elif n == 1:
             items = [("sub", [], None)]
             paths = 0
         else:
@@ -769,7 +798,8 @@ def legacy_path() -> Iterator[None]:
     global _LEGACY
     from . import _field
     global FRESH_WITNESS, FAST_DIFFERENCE
-    names = ("SHARE_ATOMS", "CACHE_CONSTANTS", "CACHE_REDUCE", "CACHE_Z3", "SHARED_SOLVER", "UNFACTORED")
+    names = ("SHARE_ATOMS", "CACHE_CONSTANTS", "CACHE_REDUCE", "CACHE_Z3", "SHARED_SOLVER", "UNFACTORED", "FAST_ARITH",
+             "FAST_COMPOSE", "LINEAR_SOLVER")
     saved = _LEGACY, FRESH_WITNESS, FAST_DIFFERENCE, {k: getattr(_field, k) for k in names}
     _LEGACY, FRESH_WITNESS, FAST_DIFFERENCE = True, False, False
     for k in names:
