@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import operator
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from . import _progress
 from .drafts import chain
@@ -323,16 +325,24 @@ def compute_laws(engine: Engine, inputs: AuditInputs) -> AuditLaws:
                 else:
                     kept[k] = v
             output = kept
+        shared = None
         if inputs.decoding == "greedy":
             exp = {greedy_sequence(inputs.target, prompt_t, tokens): fld.one}
         else:
             ref = inputs.expected if inputs.expected is not None else inputs.target
-            exp = target_law(ref, prompt_t, tokens, fld, [ref.order], meter=engine.meter, fast=engine.fast)
+            shared = _shared_expected(ref, prompt_t, tokens, fld, engine)
+            exp = shared[1] if shared is not None else \
+                target_law(ref, prompt_t, tokens, fld, [ref.order], meter=engine.meter, fast=engine.fast)
         tv = total_variation(output, exp)
     ex = fld.export if engine.fast else _export_plain(fld)
     if ex(fld.one) is not fld.one:  # hand users Fractions whatever rational type computed them
         output = {k: ex(v) for k, v in output.items()}
-        exp = {k: ex(v) for k, v in exp.items()}
+        if shared is None:
+            exp = {k: ex(v) for k, v in exp.items()}
+        else:   # exported once, a copy for each report
+            if shared[2] is None:
+                shared[2] = {k: ex(v) for k, v in exp.items()}
+            exp = dict(shared[2])
         tv, tpc, calls = ex(tv), ex(tpc), ex(calls)
         accepted = None if accepted is None else ex(accepted)
         nodes = ex(nodes) if not isinstance(nodes, int) else nodes
@@ -340,6 +350,54 @@ def compute_laws(engine: Engine, inputs: AuditInputs) -> AuditLaws:
             crashes = {k: (ex(p), site) for k, (p, site) in crashes.items()}
     return AuditLaws(output=output, expected=exp, tv=tv, tokens_per_call=tpc, accepted_per_call=accepted,
                      nodes_per_call=nodes, target_calls=calls, crashes=crashes)
+
+
+#: inside :func:`shared_expected_laws`: (target, prompt, tokens, rational type) -> [target, its law, the law exported
+#: or None, the outcomes each token's level holds]
+_EXPECTED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("exactspec_expected_laws", default=None)
+
+
+@contextlib.contextmanager
+def shared_expected_laws(memo: dict | None = None) -> Iterator[None]:
+    """Inside the block, audits in exact fields of one target (``expected=``), prompt and horizon share its law.
+
+    The expected law is computed (and converted to Fractions) once, not once per audit: for a caller
+    auditing many configurations of one instance whose models no one changes meanwhile
+    (``exactspec check``). Each report gets its own dict; the outcomes it holds still count
+    against each audit's budget. ``memo`` (a dict the caller keeps): the laws are shared with the
+    blocks given the same dict.
+
+    >>> import exactspec as es
+    >>> m = es.models.context_free(("1/2", "1/2"))
+    >>> with shared_expected_laws():
+    ...     a = audit(target=m, draft=m, rule="speculative_sampling")
+    ...     b = audit(target=m, draft=m, rule="greedy_match_sampled")
+    >>> a.expected == b.expected and a.expected is not b.expected
+    True
+    """
+    token = _EXPECTED.set({} if memo is None else memo)
+    try:
+        yield
+    finally:
+        _EXPECTED.reset(token)
+
+
+def _shared_expected(ref: Model, prompt: tuple, tokens: int, fld: Field, engine: Engine) -> list | None:
+    """The memo entry of ``ref``'s law inside :func:`shared_expected_laws` (computed on a miss), or None outside it
+    (and on the earlier path, or in an inexact field)."""
+    memo = _EXPECTED.get()
+    if memo is None or not engine.fast or not fld.exact:
+        return None
+    key = (id(ref), prompt, tokens, getattr(fld, "Q", None))
+    hit = memo.get(key)
+    if hit is not None and hit[0] is ref:
+        for n in hit[3]:
+            engine.meter.hold(n)
+        return hit
+    law = target_law(ref, prompt, tokens, fld, [ref.order], meter=engine.meter, fast=True)
+    levels = [len({k[:n] for k in law}) for n in range(1, tokens + 1)]   # what the levels held, as counted
+    hit = memo[key] = [ref, law, None, levels]
+    return hit
 
 
 def _export_plain(fld: Field) -> Any:

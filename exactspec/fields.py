@@ -99,8 +99,16 @@ def _coprime_fraction() -> Any:
     make = getattr(Fraction, "_from_coprime_ints", None)          # Python 3.12+
     if make is not None:
         return make
+    if getattr(Fraction, "__slots__", None) == ("_numerator", "_denominator"):   # Python 3.11 and earlier: what
+        new = object.__new__                                                      # 3.12's _from_coprime_ints does
+
+        def make(n: int, d: int) -> Fraction:
+            f = new(Fraction)
+            f._numerator, f._denominator = n, d
+            return f
+        return make
     try:
-        if Fraction(2, 4, _normalize=False).numerator == 2:      # Python 3.11 and earlier  # type: ignore[call-arg]
+        if Fraction(2, 4, _normalize=False).numerator == 2:      # type: ignore[call-arg]
             return lambda n, d: Fraction(n, d, _normalize=False)   # type: ignore[call-arg]
     except TypeError:
         pass

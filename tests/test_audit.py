@@ -53,3 +53,45 @@ def test_rule_by_name_and_plain_function():
     assert by_name.output == es.audit(rule=es.rules.resample_from_target, **kw).output
     plain = es.audit(rule=es.rules.resample_from_target.fn, **kw)
     assert plain.output == by_name.output and plain.claim == "lossless" and not plain.claim_holds
+
+
+def test_audits_sharing_the_expected_law_report_what_each_computes_alone():
+    # `exactspec check` audits its configurations inside shared_expected_laws(): the expected law of a horizon is
+    # computed once, and each report (and each budget's count of outcomes held) is what the audit gives alone
+    from exactspec._audit import build_engine, compute_laws, shared_expected_laws, validate_audit
+    inst = default_instance()
+    cases = [c for c in check_cases(inst) if c.proposer.family == "chain"][:3]
+
+    def run(case):
+        inputs = validate_audit(target=inst.target, draft=inst.draft, proposer=case.proposer, rule=case.rule,
+                                prompt=inst.prompt, tokens=case.tokens)
+        engine = build_engine(inputs)
+        laws = compute_laws(engine, inputs)
+        return laws, engine.meter.outcomes
+
+    alone = [run(c) for c in cases]
+    with shared_expected_laws():
+        shared = [run(c) for c in cases]
+    for (a, held_a), (b, held_b) in zip(alone, shared):
+        assert (a.output, a.expected, a.tv) == (b.output, b.expected, b.tv) and held_a == held_b
+        assert all(type(v) is F for v in b.expected.values())
+    assert shared[0][0].expected is not shared[1][0].expected     # each report its own dict
+    assert len({c.tokens for c in cases}) == 1
+
+
+def test_an_outcomes_budget_counts_a_shared_expected_law_as_one_computed():
+    from exactspec._audit import build_engine, shared_expected_laws, validate_audit
+    inst = make_instance(vocab=3, order=1, gamma=2, tokens=4)
+    kw = dict(target=inst.target, draft=inst.draft, proposer=inst.proposer, prompt=inst.prompt, tokens=4,
+              rule="speculative_sampling")
+    engine = build_engine(validate_audit(**kw))
+    engine.efficiency(inst.prompt, 4)
+    engine.output(inst.prompt, 4)
+    tight = es.Budget(outcomes=engine.meter.outcomes + 1)     # the output law fits, the expected law does not
+    with pytest.raises(es.BudgetExceeded, match="outcomes"):
+        es.audit(budget=tight, **kw)
+    with shared_expected_laws():
+        es.audit(**kw)                                        # computes and keeps the expected law
+        with pytest.raises(es.BudgetExceeded, match="outcomes"):
+            es.audit(budget=tight, **kw)                      # reused, and still counted
+        es.audit(budget=es.Budget(outcomes=engine.meter.outcomes + 4 ** 4 * 2), **kw)

@@ -227,3 +227,14 @@ def test_mpmath_field_accepts_an_exact_rational_tolerance():
     # Fractions are exactspec's own numbers: a rational tolerance must be accepted (exactly)
     f = es.get_field("mpmath", precision=200, tolerance=F(1, 2 ** 100))
     assert _exact(f.tolerance()) == F(1, 2 ** 100)
+
+
+def test_an_mpq_is_exported_as_the_fraction_it_equals():
+    gmpy2 = pytest.importorskip("gmpy2")
+    fld = fields.get_field(backend="gmpy2")
+    for x in (gmpy2.mpq(3, 5), gmpy2.mpq(-7, 2 ** 130 + 1), gmpy2.mpq(0), gmpy2.mpq(12, 4)):
+        f = fld.export(x)
+        want = F(int(x.numerator), int(x.denominator))
+        assert type(f) is F and f == want and hash(f) == hash(want) and repr(f) == repr(want)
+        assert (f.numerator, f.denominator) == (want.numerator, want.denominator)
+        assert f + F(1, 3) == want + F(1, 3) and str(f) == str(want)

@@ -148,6 +148,44 @@ def test_the_fast_reference_has_the_law_of_the_reference_through_the_pipeline(pr
     assert 0 < fast.tv < F(1, 10 ** 6)
 
 
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+@pytest.mark.parametrize("rng_model", ["native", "continuous"])
+def test_the_fast_reference_giving_tokens_one_by_one_has_the_law_of_the_pipeline_in_fewer_branches(precision,
+                                                                                                    rng_model):
+    # the rounding figures' reference: a generator rule in the deferring engine (its last draw spread, each state
+    # enumerated at its longest horizon), the law of the reference through the adapter and the interception
+    pytest.importorskip("torch")
+    from exactspec._audit import run_audit, validate_audit
+    from exactspec.samplers.sampler_audit import _one_torch_thread
+    from exactspec.samplers.adapters.torch_adapters import transformers_chain
+    inst = make_instance(vocab=3, order=1, gamma=2, tokens=3)
+    kw = dict(target=inst.target, draft=inst.draft, proposer=inst.proposer, prompt=inst.prompt, tokens=3,
+              rng_model=rng_model)
+    piped = es.audit_sampler(transformers_chain.reference_at(precision), adapter="transformers", reference=False,
+                             cache=False, **kw)
+    with _one_torch_thread():
+        plain = run_audit(validate_audit(rule=transformers_chain.fast_reference(precision), backend="python", **kw),
+                          exact_floats=True)
+        lazy = run_audit(validate_audit(rule=transformers_chain._fast_reference_tokens(precision), backend="python",
+                                        **kw), exact_floats=True, lazy=True)
+    assert lazy.output == plain.output == piped.output
+    assert lazy.paths < plain.paths
+
+
+def test_a_multinomial_row_becomes_the_law_torch_draws_from_exactly():
+    pytest.importorskip("torch")
+    from exactspec.samplers.adapters.torch_adapters import _normalised
+    rows = [[0.1, 0.2, 0.7], [2.0 ** -140, 0.0, 3.0], [1e300, 1e-300, 5e-324], [0.0, 0.25]]
+    for row in rows:
+        total = sum(F(x) for x in row)
+        assert _normalised(row) == tuple(F(x) / total for x in row)
+    for bad in ([0.0, -0.0], [0.5, -0.25]):
+        with pytest.raises(RuntimeError, match="invalid multinomial distribution"):
+            _normalised(bad)
+    with pytest.raises(ValueError):
+        _normalised([float("nan"), 1.0])
+
 @pytest.mark.parametrize("precision", ["float32", "float64"])
 @pytest.mark.parametrize("rng_model", ["continuous", "torch-float32"])
 def test_the_fast_numpy_reference_has_the_law_of_the_reference_through_the_pipeline(precision, rng_model):

@@ -14,9 +14,10 @@ import decimal
 import time
 from typing import Any
 
-from .._audit import audit
+from .._audit import audit, shared_expected_laws
 from ..enumerate import Budget
 from ..errors import BudgetExceeded, ExactSpecError
+from ..fields import _gmpy2_mpq
 from ..instances import check_cases, default_instance
 from .. import _progress
 from .common import TABLE_WIDTH, _Clock, _dump, _no_timings_needs_json, _print, _wrap
@@ -117,10 +118,12 @@ def _check_chunk(job: tuple) -> tuple:
         left = None if deadline is None else deadline - time.time()
         if left is not None and left <= 0:
             raise BudgetExceeded("seconds", left)
-        rep = audit(target=inst.target, draft=None if case.proposer.family == "tree" and not
-                    case.proposer.needs_draft() else inst.draft, proposer=case.proposer, rule=case.rule,
-                    prompt=inst.prompt, tokens=case.tokens, field=field, precision=precision,
-                    budget=None if left is None else Budget(seconds=left), progress=False)
+        # the configurations of this process share the expected law of each horizon (the instance never changes)
+        with shared_expected_laws(_CHECK_CASES.setdefault("expected", {})):
+            rep = audit(target=inst.target, draft=None if case.proposer.family == "tree" and not
+                        case.proposer.needs_draft() else inst.draft, proposer=case.proposer, rule=case.rule,
+                        prompt=inst.prompt, tokens=case.tokens, field=field, precision=precision,
+                        budget=None if left is None else Budget(seconds=left), progress=False)
     except BudgetExceeded:
         return ("budget", None, 0.0)
     except ExactSpecError as exc:
@@ -157,6 +160,7 @@ def _check_parallel(args: Any, cases: list, workers: Any = None,
     order = sorted(range(len(cases)), key=lambda i: (-_case_weight(cases[i], vocab), i))
     jobs = [(i, args.field, args.precision, deadline, bool(args.json)) for i in range(len(cases))]
     _CHECK_CASES.clear()   # this process (workers=1) and forked workers rebuild the cases this run audits
+    _gmpy2_mpq()           # imported before the workers fork, not in each of them (tens of milliseconds apiece)
     with parallel.executor_for(None, workers, args.scheduler) as (ex, owned):
         run = parallel.run_chunks(_check_chunk, jobs, executor=ex or parallel._Inline(), owned=owned or ex is None,
                                   order=order, deadline=deadline, rebuild=parallel.pool_maker(workers),
@@ -203,32 +207,34 @@ def _check_table(args: Any, inst: Any, cases: list, clock: _Clock, shown: Any) -
     workers = _workers(args, cases)
     chunked = workers is not None or args.scheduler is not None
     done = _check_parallel(args, cases, workers, shown) if chunked else None
-    for i, case in enumerate(cases):
-        t0 = time.perf_counter()
-        if done is not None:  # audited in chunks on workers; merged here in the table's order
-            rep, dt = done[i]
-        else:
-            rep = audit(target=inst.target, draft=None if case.proposer.family == "tree" and not
-                        case.proposer.needs_draft() else inst.draft, proposer=case.proposer, rule=case.rule,
-                        prompt=inst.prompt, tokens=case.tokens, field=args.field, precision=args.precision,
-                        budget=clock.budget(f"{i} of the configurations"), progress=False)
-            if shown is not None:
-                shown(i + 1, len(cases))
-        rep.claim = case.claim
-        dt = time.perf_counter() - t0 if done is None else dt
-        reports.append(rep)
-        inexact_lossless = rep.lossless and not rep.exact  # an inexact field only bounds the TV
-        if inexact_lossless:
-            holds = "undecided" if rep.claim == "biased" else "within tol"
-        else:
-            holds = "yes" if rep.claim_holds else "NO"
-        rows.append({"rule": case.rule.name, "proposer": case.proposer.describe(),
-                     "short": _short_proposer(case.proposer), "tokens": str(case.tokens), "claim": case.claim,
-                     "tv": _sig4(rep.tv), "holds": holds,
-                     "verdict": f"lossless (within {_sig4(rep.tolerance)})" if inexact_lossless else rep.verdict,
-                     "verdict_short": "<= tol" if inexact_lossless else rep.verdict,
-                     "tokens/call": _num(rep, rep.tokens_per_call), "accepted/call": _num(rep, rep.accepted_per_call),
-                     "nodes/call": _num(rep, rep.nodes_per_call), "time": f"{dt:.3f}s"})
+    with shared_expected_laws():   # audited here: the configurations share the expected law of each horizon
+        for i, case in enumerate(cases):
+            t0 = time.perf_counter()
+            if done is not None:  # audited in chunks on workers; merged here in the table's order
+                rep, dt = done[i]
+            else:
+                rep = audit(target=inst.target, draft=None if case.proposer.family == "tree" and not
+                            case.proposer.needs_draft() else inst.draft, proposer=case.proposer, rule=case.rule,
+                            prompt=inst.prompt, tokens=case.tokens, field=args.field, precision=args.precision,
+                            budget=clock.budget(f"{i} of the configurations"), progress=False)
+                if shown is not None:
+                    shown(i + 1, len(cases))
+            rep.claim = case.claim
+            dt = time.perf_counter() - t0 if done is None else dt
+            reports.append(rep)
+            inexact_lossless = rep.lossless and not rep.exact  # an inexact field only bounds the TV
+            if inexact_lossless:
+                holds = "undecided" if rep.claim == "biased" else "within tol"
+            else:
+                holds = "yes" if rep.claim_holds else "NO"
+            rows.append({"rule": case.rule.name, "proposer": case.proposer.describe(),
+                         "short": _short_proposer(case.proposer), "tokens": str(case.tokens), "claim": case.claim,
+                         "tv": _sig4(rep.tv), "holds": holds,
+                         "verdict": f"lossless (within {_sig4(rep.tolerance)})" if inexact_lossless else rep.verdict,
+                         "verdict_short": "<= tol" if inexact_lossless else rep.verdict,
+                         "tokens/call": _num(rep, rep.tokens_per_call),
+                         "accepted/call": _num(rep, rep.accepted_per_call),
+                         "nodes/call": _num(rep, rep.nodes_per_call), "time": f"{dt:.3f}s"})
     _progress.close(shown)   # the bar is gone before the table is printed
     broken = [f"{r['rule']} with {r['proposer']}" for r in rows if r["holds"] == "NO"]
     inexact = [r for r in rows if r["holds"] in ("undecided", "within tol")]

@@ -81,7 +81,8 @@ class _Calls:
         self.session = current_session()
         self.runs = 0          # sampler calls made
         self.hits = 0          # calls answered from the cache
-        # call key -> [False, laws kept alive, [(output, weight)], weight at the call, key] while noted,
+        # call key -> [False, laws kept alive, [(output, weight, None) or (tokens before a deferred last draw,
+        #             weight, its values)], weight at the call, key] while noted,
         #             [True, laws kept alive, outputs, their probabilities] once complete
         self._laws: dict = {}
         self._open: list | None = None
@@ -160,18 +161,22 @@ class _Calls:
                 return self.direct(step, rng)
             entry = self._laws[key] = self._open = [False, laws, [], rng.weight, key]
         out = self.direct(step, rng)
-        if out and type(out[-1]) is DeferredToken:   # left undrawn (the engine spreads it): each of its values
-            w, head = rng.weight, tuple(out[:-1])
-            entry[2].extend((head + (v,), w * pv) for v, pv in out[-1].values())
+        if out and type(out[-1]) is DeferredToken:   # left undrawn (the engine spreads it): each of its values,
+            entry[2].append((tuple(out[:-1]), rng.weight, out[-1].values()))   # weighed if the input comes again
         else:
-            entry[2].append((tuple(out), rng.weight))
+            entry[2].append((tuple(out), rng.weight, None))
         return out
 
     def _close(self, entry: list) -> None:
         """An input's branches are over: its output law when their weights add up to the weight at entry."""
         weights: dict = {}
-        for t, w in entry[2]:
-            weights[t] = weights.get(t, 0) + w
+        for t, w, values in entry[2]:
+            if values is None:
+                weights[t] = weights.get(t, 0) + w
+                continue
+            for v, pv in values:
+                k = t + (v,)
+                weights[k] = weights.get(k, 0) + w * pv
         if sum(weights.values()) != entry[3]:    # interrupted (or not a function of inputs and draws): forget it
             del self._laws[entry[4]]
             return
@@ -444,10 +449,14 @@ def _rounding_figures(adapter: Any, prec: str, inputs: AuditInputs, expected: Mo
 def _reference(adapter: Any, precision: str, inputs: AuditInputs, shared: "_Shared", cache: bool) -> AuditReport:
     """The reference sampler's audit at ``precision``: a fast rule when the adapter has one (and ``cache``),
     else the reference through the adapter and the interception, as the sampler ran."""
-    fast = adapter.fast_reference(precision) if cache else None
+    fast = None if not cache else adapter._fast_reference_tokens(precision) if fast_paths() else \
+        adapter.fast_reference(precision)
     if fast is not None:
         rule = Rule(fast, name="reference", family=adapter.family, claim="lossless",
                     description=f"the {adapter.name} adapter's reference sampler at {precision}, as a rule")
     else:
         rule = _Calls(adapter.reference_at(precision), adapter, "reference", cache=cache).rule()
-    return run_audit(replace(inputs, rule=rule), budget=shared.next(), exact_floats=True)
+    # lazy (fast paths): a rule giving its tokens one by one has its last draw spread instead of forked on, and each
+    # state's step law is enumerated once, at its longest horizon (the law is the same; only TVs are read from it)
+    return run_audit(replace(inputs, rule=rule), budget=shared.next(), exact_floats=True,
+                     lazy=fast is not None and fast_paths())

@@ -215,6 +215,17 @@ class Adapter:
         adapter, computed without the interception (faster); None: the reference runs through the pipeline."""
         return None
 
+    def _fast_reference_tokens(self, precision: str) -> Callable[[Any, Rng], Any] | None:
+        """:meth:`fast_reference`, or a rule with its law that gives each token as it is decided (a generator, so an
+        engine deferring draws spreads its last draw instead of forking on it; the outcomes may come in another
+        order). Internal: the sampler audit's rounding figures, which read TVs only.
+
+        >>> from exactspec.samplers import numpy_chain
+        >>> numpy_chain._fast_reference_tokens("float64") is not None
+        True
+        """
+        return self.fast_reference(precision)
+
     def call_key(self, step: Any) -> Hashable | None:
         """What ``call(sampler, step, rng)`` depends on besides the rng: the drafted tokens and the identities
         of the laws (a chain step: ``gamma`` claimed, ``gamma + 1`` target; a tree step: every node's token,

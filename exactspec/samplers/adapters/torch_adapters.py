@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import threading
 from fractions import Fraction
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -114,9 +114,10 @@ class TransformersChainAdapter(Adapter):
         deferred = tokens_deferring_last(valid, rng)     # the last token still pending: one call for all its values
         return deferred if deferred is not None else self.tokens(as_array(valid))
 
-    def fast_reference(self, precision: str) -> Callable[[Step, Rng], list[int]]:
+    def fast_reference(self, precision: str, *, lazy: bool = False) -> Callable[[Step, Rng], Any]:
         """``reference_transformers_style`` at ``precision`` as a rule: the same torch arithmetic (softmax,
-        ratios, residuals), done once per input, and the same draws made on the rng directly.
+        ratios, residuals), done once per input, and the same draws made on the rng directly (``lazy``: see
+        :meth:`_fast_reference_tokens`).
 
         >>> import exactspec as es
         >>> from fractions import Fraction as F
@@ -141,34 +142,83 @@ class TransformersChainAdapter(Adapter):
                 q = cand_logits.to(dtype).softmax(dim=-1)[0]
                 p = new_logits.to(dtype).softmax(dim=-1)[0]
                 drafts = step.drafts
-                ratios = [float(p[j, x] / q[j, x]) for j, x in enumerate(drafts)]
+                if fast_paths():    # the same divisions in one tensor operation
+                    at = torch.arange(len(drafts))
+                    idx = torch.tensor(drafts, dtype=torch.long)
+                    ratios = (p[at, idx] / q[at, idx]).tolist()
+                else:
+                    ratios = [float(p[j, x] / q[j, x]) for j, x in enumerate(drafts)]
                 hit = memo[key] = (laws, drafts, ratios, p, q, {})
             return hit
 
         def law(row: Any) -> tuple:
+            if fast_paths():
+                return _normalised(row.double().tolist())
             weights = [Fraction(x) for x in row.double().tolist()]     # raises on nan, as the pipeline does
             total = sum(weights)
             if any(x < 0 for x in weights) or total <= 0:
                 raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
             return tuple(x / total for x in weights)
 
-        def reference(step: Step, rng: Rng) -> list[int]:
+        def tokens(step: Step, rng: Rng) -> Iterator[int]:
+            """Each token as soon as it is decided: the engine stops at its horizon and, when it defers categorical
+            draws, spreads the last one instead of forking on it."""
             _, drafts, ratios, p, q, laws = prepared(step)
-            out = []
             for j, x in enumerate(drafts):
                 if native_uniform(rng, FLOAT32, "torch float32") < ratios[j]:   # torch.rand(1): float32, always
-                    out.append(x)
+                    yield x
                     continue
                 if j not in laws:
                     residual = torch.clamp(p[j] - q[j], min=0)
                     laws[j] = law(residual / residual.sum())
-                out.append(rng.categorical(laws[j]))
-                return out
+                yield rng.categorical(laws[j])
+                return
             if "bonus" not in laws:
                 laws["bonus"] = law(p[len(drafts)])
-            out.append(rng.categorical(laws["bonus"]))
-            return out
+            yield rng.categorical(laws["bonus"])
+        if lazy:
+            return tokens
+
+        def reference(step: Step, rng: Rng) -> list[int]:
+            return list(tokens(step, rng))
         return reference
+
+    def _fast_reference_tokens(self, precision: str) -> Callable[[Step, Rng], Iterator[int]]:
+        """:meth:`fast_reference` giving each token as it is decided (a generator rule): the same law, its outcomes
+        in another order when the engine defers draws (the sampler audit's rounding figures, which read TVs only).
+
+        >>> import exactspec as es
+        >>> from fractions import Fraction as F
+        >>> p, q = es.models.context_free((F(3, 5), F(2, 5))), es.models.context_free((F(1, 2), F(1, 2)))
+        >>> kw = dict(target=p, draft=q, proposer=es.drafts.chain(2), tokens=3, exact_floats=True)
+        >>> fast = transformers_chain.fast_reference("float32")
+        >>> es.audit(rule=transformers_chain._fast_reference_tokens("float32"), **kw).output == \\
+        ...     es.audit(rule=fast, **kw).output
+        True
+        """
+        return self.fast_reference(precision, lazy=True)
+
+
+def _normalised(weights: list[float]) -> tuple[Fraction, ...]:
+    """Float weights divided by their sum, exactly: the multinomial law torch draws from (raises as it does).
+
+    Each float is ``n * 2**-k``: on the common denominator ``2**K`` the weights are integers, so the law is
+    ``N_i / sum(N)``, one reduction per entry (the same Fractions as ``Fraction(x) / sum(...)``).
+
+    >>> _normalised([0.25, 0.5, 0.25])
+    (Fraction(1, 4), Fraction(1, 2), Fraction(1, 4))
+    >>> _normalised([0.0, -0.0])
+    Traceback (most recent call last):
+    ...
+    RuntimeError: invalid multinomial distribution (sum of probabilities <= 0)
+    """
+    ratios = [x.as_integer_ratio() for x in weights]    # raises on nan and inf, as Fraction(x) does
+    top = max(d for _, d in ratios).bit_length() - 1  # every denominator is a power of two
+    ints = [n << (top - d.bit_length() + 1) for n, d in ratios]
+    total = sum(ints)
+    if total <= 0 or any(n < 0 for n in ints):
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    return tuple(Fraction(n, total) for n in ints)
 
 
 transformers_chain = TransformersChainAdapter()
