@@ -289,7 +289,8 @@ def assert_sampler_lossless(sampler: Any, *, adapter: Any = "numpy", search: boo
             one = Budget(seconds=seconds) if limits is None else Budget(
                 paths=limits.paths, depth=limits.depth, outcomes=limits.outcomes, seconds=seconds)
             result = audit_sampler(sampler, adapter=adapter, target=target, draft=draft, proposer=proposer,
-                                   prompt=prompt, tokens=tokens, expected=expected, budget=one, **opts)
+                                   prompt=prompt, tokens=tokens, expected=expected, budget=one, progress=False,
+                                   **opts)
     except BudgetExceeded as exc:
         raise _budget_spent(exc, what) from exc
     return _judge(result, what)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import re
+from fractions import Fraction as F
 
 import pytest
 
@@ -239,3 +240,31 @@ def test_the_engine_counts_the_probability_of_the_decided_outcomes_up_to_one(leg
     r = es.audit(target=p, draft=q, proposer=es.drafts.chain(2), rule="speculative_sampling", prompt=(0,), tokens=4,
                  progress=lambda done, total: seen.append((done, total)))
     assert r.output == law and seen[-1] == (100, 100)
+
+
+def test_a_single_sampler_audit_reports_each_run_and_false_silences(capfd, every_report):
+    from exactspec.bugzoo import float32_samplers, numpy_samplers as zoo
+    p, q = es.models.random_table(vocab=3, order=1, seed=1), es.models.random_table(vocab=3, order=1, seed=2)
+    seen = []
+    r = es.audit_sampler(zoo.correct, target=p, draft=q, proposer=es.drafts.chain(2), prompt=(0,), tokens=3,
+                         progress=lambda done, total: seen.append((done, total)))
+    assert seen and seen[-1] == (100, 100) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert capfd.readouterr().err == ""              # a callable receives it; nothing is printed
+    es.audit_sampler(zoo.correct, target=p, draft=q, proposer=es.drafts.chain(2), prompt=(0,), tokens=3)
+    err = capfd.readouterr().err
+    assert re.search(r"^audit_sampler correct: 100% of the probability, \d+ s, done$", err, re.M), err
+    es.audit_sampler(zoo.correct, target=p, draft=q, proposer=es.drafts.chain(2), prompt=(0,), tokens=3,
+                     progress=False)
+    assert capfd.readouterr().err == ""
+    # a float32 sampler runs twice (its own precision, then float64): each run counts to 100 on its own
+    pytest.importorskip("torch")
+    third = es.models.context_free((F(1, 3), F(1, 3), F(1, 3)))
+    seen.clear()
+    two = es.audit_sampler(float32_samplers.residual_epsilon, adapter="vllm", target=third,
+                           draft=es.models.context_free((F(1, 6), F(1, 2), F(1, 3))), proposer=es.drafts.chain(1),
+                           tokens=1, progress=lambda done, total: seen.append(done))
+    assert "float64_run" in two.extra
+    first = seen.index(100)
+    assert seen[first + 1] < 100 and seen[-1] == 100 and seen[first + 1:] == sorted(seen[first + 1:])
+    assert r.output == es.audit_sampler(zoo.correct, target=p, draft=q, proposer=es.drafts.chain(2), prompt=(0,),
+                                        tokens=3, progress=False).output

@@ -66,7 +66,8 @@ def _cmd_audit_sampler(args: Any) -> int:
     inst, proposer = _instance(args, adapter.family, None)
     rep = audit_sampler(sampler, adapter=adapter, target=inst.target, draft=inst.draft, proposer=proposer,
                         prompt=inst.prompt, tokens=_horizon(args, proposer), rng_model=args.rng_model,
-                        budget=Budget(seconds=args.time_limit), on_error=args.on_error, **precision)
+                        budget=Budget(seconds=args.time_limit), on_error=args.on_error, progress=not args.quiet,
+                        **precision)
     return _report_out(args, rep)
 
 

@@ -200,7 +200,8 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
                   draft: Model | None = None, proposer: Any = None, prompt: Sequence[int] = (), tokens: int | None = None,
                   rng_model: str = "native", expected: Model | None = None, reference: bool | None = None,
                   tolerance: Any = ROUNDING_TOLERANCE, budget: Budget | None = None, search: bool = False,
-                  precision: str | None = None, cache: bool = True, on_error: str = "raise") -> Any:
+                  precision: str | None = None, cache: bool = True, on_error: str = "raise",
+                  progress: Any = None) -> Any:
     """Audit a real sampler exactly: every draw it makes forks the enumeration, floats are exact rationals.
 
     The report's law is the exact law of the implementation as it computes in its own floating
@@ -256,6 +257,11 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
     ``es.audit_loop(on_error="record")`` reports a loop's). An exception raised calling the
     sampler, not inside it (a wrong signature), is always an error.
 
+    ``progress``: None or True (default) shows the audit's progress on stderr, by the probability of the
+    outcomes decided so far, per run of the sampler (its own precision, then float64 when the float
+    boundary runs it again): a bar with an ETA on a terminal past a second, a line every few seconds
+    in a log; False nothing; a function ``progress(done, total)`` receives it (percent, of 100).
+
     ``search=True``: no single instance but an exact search over small ones, returning a minimal
     Counterexample (of kind ``"crash"`` when the sampler raises on some instance), an EmptySearch
     or an IncompleteSearch (:mod:`exactspec.samplers.sampler_search`).
@@ -264,6 +270,8 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
     if search:  # the search chooses target, draft, prompt and tokens; it audits each instance through here
         given = {k: v for k, v in locals().items() if k not in ("sampler", "search")}
         given["reference"] = bool(reference)        # the rounding figures cost four audits an instance: asked for
+        if progress is None:
+            del given["progress"]                   # the search's own default
         return _SEARCH[0](sampler, **given)
     reference = True if reference is None else bool(reference)
     adapter = get_adapter(adapter)
@@ -289,7 +297,7 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
                              f"got {precision!r}")
     with intercepting() as session, _one_torch_thread():
         report = _audit_sampler(sampler, adapter, name, inputs, expected, _Shared(budget), tol, reference,
-                                precision, bool(cache), on_error)
+                                precision, bool(cache), on_error, progress)
         if session.approximations:   # stated in the report and its warnings, never hidden in a verdict
             report.extra["approximations"] = dict(session.approximations)
         return report
@@ -318,11 +326,11 @@ class _Shared:
 
 def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInputs, expected: Model | None,
                    shared: "_Shared", tolerance: Any, reference: bool, precision: str | None = None,
-                   cache: bool = True, on_error: str = "raise") -> AuditReport:
+                   cache: bool = True, on_error: str = "raise", progress: Any = False) -> AuditReport:
     declared = precision or adapter.declared_precision()
     calls = _Calls(sampler, adapter, name, cache=cache, seen=None if declared else set())
     report = run_audit(replace(inputs, rule=calls.rule()), budget=shared.next(), exact_floats=True,
-                       on_error=on_error)
+                       on_error=on_error, progress=progress, what=f"audit_sampler {name}")
     if on_error == "record":   # crashes recorded with their probability: never lossless while there are any
         report = CrashReport(**{f.name: getattr(report, f.name) for f in fields(report)})
     extra = report.extra
@@ -337,7 +345,7 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
                   if calls.seen else "default: no float array or float dtype seen")
     extra["precision"], extra["precision_from"] = prec, source
     boundary = _float_boundary(sampler, adapter, name, inputs, report, prec, calls, shared, tolerance, cache, used,
-                               on_error)
+                               on_error, progress)
     extra["float_boundary"] = boundary.to_dict()
     extra["algorithmic_tv"] = str(boundary.algorithmic_tv)
     extra["algorithmic_tv_against"] = ("the declared law (expected=)" if expected is not None else "the target law") + (
@@ -360,7 +368,7 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
 
 def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInputs, report: AuditReport,
                     prec: str, calls: "_Calls", shared: "_Shared", tolerance: Fraction, cache: bool,
-                    used: set, on_error: str = "raise") -> Boundary:
+                    used: set, on_error: str = "raise", progress: Any = False) -> Boundary:
     """Rounding or bias: the sampler run again on float64 inputs and a float64 generator when it computed coarser.
 
     The run at the sampler's own precision is ``report``; a second run hands the same sampler float64
@@ -391,7 +399,8 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
         model = ("native-float64" if inputs.rng_model == "native" else
                  "float64" if inputs.lattice is not None else "continuous")
         f64 = run_audit(replace(inputs, rule=calls64.rule(), rng_model=model, lattice=lattice_for(model)),
-                        budget=shared.next(), exact_floats=True, on_error=on_error)   # a crash: recorded there too
+                        budget=shared.next(), exact_floats=True, on_error=on_error,   # a crash: recorded there too
+                        progress=progress, what=f"audit_sampler {name} (float64 run)")
         forced = adapter64 is None or coarser_than_float64(lowest(calls64.seen))
         extra["float64_sampler_calls"] = calls64.runs
         if calls64.hits:

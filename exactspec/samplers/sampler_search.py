@@ -590,7 +590,7 @@ class _SamplerAudit:
 
     def __call__(self, inst: dict) -> AuditReport:
         return _sampler_audit.audit_sampler(self.sampler, adapter=self.adapter, rng_model=self.rng_model,
-                                            **self.options, **inst)
+                                            progress=False, **self.options, **inst)
 
     def session(self) -> Any:
         return _patched_once(self.adapter)
