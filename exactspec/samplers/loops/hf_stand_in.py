@@ -221,7 +221,7 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
     def _plain(self, module: Any) -> bool:
         """Whether ``module`` is one of the stand-in's identity pieces as built: the same weight, unchanged and without
         gradient, and no hook (of its own or global) nor replaced ``forward`` that calling it would run."""
-        built = self._built.get(module) if _fast_path.LOOPS else None
+        built = (self.__dict__.get("_built") or {}).get(module) if _fast_path.LOOPS else None
         if built is None:
             return False
         weight = built[1]
@@ -234,10 +234,10 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
     def _ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The token ids as the (possibly remapped) input embedding sees them."""
         emb_module = self.get_input_embeddings()
-        if input_ids.dtype in (torch.long, torch.int) and type(emb_module) is torch.nn.Embedding and \
-                emb_module.max_norm is None and self._plain(emb_module):
-            # the embedding as built holds each id's own value: what it gives back, rounded, is the ids (checked to
-            # lie in the vocabulary)
+        if input_ids.dtype in (torch.long, torch.int) and input_ids.numel() and \
+                type(emb_module) is torch.nn.Embedding and emb_module.max_norm is None and self._plain(emb_module):
+            # the embedding as built holds each id's own value: what it gives back, rounded, is the ids (read and
+            # checked to lie in the vocabulary by forward)
             return input_ids.to(torch.long, copy=True)
         emb = emb_module(input_ids)
         return emb[..., 0].round().to(torch.long)
