@@ -70,6 +70,7 @@ def _log(p: Fraction) -> float:
 
 #: the types whose values ``copy.deepcopy`` returns as they are (and compares by value with :func:`_same`)
 _ATOMS = (type(None), bool, int, str, bytes)
+_IMMUTABLE = (*_ATOMS, float)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -103,9 +104,12 @@ def _restore(live: Any, snapshot: Any) -> bool:
     have, want = vars(live), vars(snapshot)
     if list(have) != list(want):
         return False
+    memo: dict = {}
     for k, v in want.items():
-        if not _same(have[k], v):
-            have[k] = copy.deepcopy(v)
+        a = have[k]
+        if (a is v and type(v) in _IMMUTABLE) or _same(a, v):     # (the same immutable object: what deepcopy gives)
+            continue
+        have[k] = copy.deepcopy(v, memo)
     return True
 
 
