@@ -334,6 +334,7 @@ def test_reset_restores_the_generation_config_as_a_deep_copy_would():
             m.generation_config.suppress_tokens is None
     assert not hf_stand_in._same(0.0, -0.0) and not hf_stand_in._same(math.nan, math.nan)
     assert hf_stand_in._same({"a": [1, (2, "x")]}, {"a": [1, (2, "x")]}) and not hf_stand_in._same(1, True)
+    assert not hf_stand_in._same({1: 2}, {True: 2}) and not hf_stand_in._same({"a": 1, "b": 2}, {"b": 2, "a": 1})
 
 
 @needs_transformers

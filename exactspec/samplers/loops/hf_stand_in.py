@@ -86,7 +86,7 @@ def _same(a: Any, b: Any) -> bool:
     if t is list or t is tuple:
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     if t is dict:
-        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+        return len(a) == len(b) and all(_same(x, y) and _same(a[x], b[y]) for x, y in zip(a, b))
     return False
 
 
