@@ -3,7 +3,8 @@
 Rows (the issue's wording): transformers' own ``generate`` with an assistant (vocab 4, 3 tokens),
 a harder transformers instance standing in for the README's, and litgpt 0.5.13's ``generate`` at
 gamma 3. Each row audits the loop on the faster path and on the old one
-(``exactspec.samplers.loops.loop_audit._old_path()``: the bookkeeping of pending draws as it was), old
+(``exactspec.samplers.loops.loop_audit._old_path()``: the bookkeeping of pending draws, the dispatch of pending
+tensors, the interception's frame walk and the stand-ins' per-call work as they were), old
 first (after one untimed small audit of the same loop), every module-level memo of exact rows
 emptied before each run, and checks the two reports
 identical (law, branch count, verdict, TV, the float64 run). ``note`` also gives the *floor*: the

@@ -206,3 +206,155 @@ def test_old_path_restores_the_switch_after_an_error():
             raise ValueError("inside")
     assert _fast_path.LOOPS is True
     assert np.asarray([1]).size == 1
+
+
+# -- the faster dispatch of pending tensors, the stand-ins' shortcuts (issue 17, second round) -------------------
+
+def test_a_join_of_a_read_and_a_pending_draw_gives_the_cells_the_general_path_gives():
+    rng = PathRng((), 1, FIELD, [], {})
+    a, b = _pending(rng, [1.0, 1.0], [1.0, 3.0]), _pending(rng, [2.0, 1.0], [1.0, 1.0])
+    lazy_draws.force(a)                        # read: its entries are known values from now on
+    new, old = _both(lambda: torch.cat([a, b], dim=1))
+    assert isinstance(new, lazy_draws.LazyCategoricalTensor) and new.shape == old.shape
+    assert [c[0].values()[c[1]] for c in new._cells.reshape(-1)[[0, 2]]] == a.reshape(-1).tolist()
+    assert _cells(new)[1::2] == _cells(old)[1::2] == _cells(b)          # b's entries: still the same pending draws
+    assert not any(c[0].drawn for c in b._cells.reshape(-1))
+
+
+def test_a_pick_with_nothing_pending_is_an_ordinary_tensor_on_both_paths():
+    rng = PathRng((), 1, FIELD, [], {})
+    a, b = _pending(rng, [1.0, 1.0]), _pending(rng, [0.0, 1.0])
+    lazy_draws.force(a), lazy_draws.force(b)
+    new, old = _both(lambda: torch.cat([a, b, torch.tensor([[5]])]))
+    assert type(new) is type(old) is torch.Tensor and new.tolist() == old.tolist() == [[a.item()], [1], [5]]
+
+
+def test_metadata_reads_draw_nothing_and_a_write_through_a_view_draws_the_root_on_both_paths():
+    def program(rng):
+        with bind(rng):
+            x = torch.multinomial(torch.tensor([[1.0, 3.0], [1.0, 1.0]]), 1)     # rows: 1/4, 3/4 and 1/2, 1/2
+            v = x[0]
+            assert (v.shape, v.dim(), len(v), v.dtype, x.numel()) == ((1,), 1, 1, torch.int64, 2)
+            assert not any(c[0].drawn for c in x._cells.reshape(-1))           # metadata only: nothing drawn
+            v += 2                                        # a write into a view: the whole storage is drawn first
+            return tuple(x.reshape(-1).tolist())
+    new, old = _law(program)
+    assert new == old == {(a + 2, b): F(1 + 2 * a, 4) * F(1, 2) for a in (0, 1) for b in (0, 1)}
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+@pytest.mark.parametrize("shape", [(1,), (1, 1)])
+def test_one_pending_draw_is_made_as_the_general_path_makes_it(replacement, shape):
+    rng = PathRng((), 1, FIELD, [], {})
+    row = lazy_draws.exact_row([1.0, 2.0])
+    new, old = _both(lambda: lazy_draws.lazy_multinomial(rng, [row], 1, replacement, shape))
+    assert new.shape == old.shape == shape and new._cells.shape == old._cells.shape == shape
+    (dn, sn), (do, so) = new._cells.reshape(-1)[0], old._cells.reshape(-1)[0]
+    assert (dn.weights, dn.law, dn.count, dn.replacement, sn) == (do.weights, do.law, do.count, do.replacement, so)
+    assert new._fam.root is new and not new._read and not dn.drawn
+
+
+def test_the_interception_tells_whose_draw_it_is_the_same_on_both_paths():
+    import sys
+
+    from exactspec.samplers.randomness.interception import _internal
+    frame = sys._getframe()
+    new, old = _both(lambda: _internal(frame))
+    assert new is old is False                # a test's own frame, called from pytest: audited code
+
+
+transformers = _published("transformers")
+needs_transformers = pytest.mark.skipif(transformers is None, reason="transformers not installed")
+
+
+@needs_transformers
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_the_transformers_stand_in_gives_the_same_logits_on_both_paths(dtype):
+    from transformers import DynamicCache
+
+    from exactspec.samplers.loops.hf_stand_in import transformers_stand_in
+    m = transformers_stand_in(P3, dtype=dtype)
+
+    def run():
+        cache = DynamicCache(config=m.config)
+        a = m(torch.tensor([[0, 2]]), past_key_values=cache).logits
+        b = m(torch.tensor([[1]]), past_key_values=cache).logits
+        c = m(torch.tensor([[2, 1], [0, 0]]), attention_mask=torch.tensor([[1, 1], [0, 1]]), use_cache=False).logits
+        return a, b, c
+    new, old = _both(run)
+    for x, y in zip(new, old):
+        assert x.dtype == y.dtype == dtype and torch.equal(x, y)
+
+
+@needs_transformers
+def test_the_transformers_stand_in_runs_hooks_and_replaced_pieces_on_the_faster_path():
+    from exactspec.samplers.loops.hf_stand_in import transformers_stand_in
+    m = transformers_stand_in(P3, dtype=torch.float64)
+    seen = []
+    handle = m.lm_head.register_forward_hook(lambda mod, inp, out: seen.append(out.shape) or out * 2)
+    try:
+        doubled = m(torch.tensor([[0]])).logits
+    finally:
+        handle.remove()
+    assert seen == [(1, 1, 3)] and torch.equal(doubled, 2 * m(torch.tensor([[0]])).logits)
+    flipped = torch.nn.Embedding(3, 1, dtype=torch.float64)          # reads id i as 2 - i
+    with torch.no_grad():
+        flipped.weight.copy_(torch.tensor([[2.0], [1.0], [0.0]]))
+    plain = m(torch.tensor([[0, 2]]), use_cache=False).logits
+    built = m.get_input_embeddings()
+    m.set_input_embeddings(flipped)
+    new, old = _both(lambda: m(torch.tensor([[2, 0]]), use_cache=False).logits)
+    assert torch.equal(new, old) and torch.equal(new, plain)
+    with torch.no_grad():                    # an in-place change of the weight as built is seen too
+        m.lm_head.weight.mul_(2)
+    m.set_input_embeddings(built)
+    assert torch.equal(m(torch.tensor([[0, 2]]), use_cache=False).logits, 2 * plain)
+
+
+@needs_transformers
+def test_reset_restores_the_generation_config_as_a_deep_copy_would():
+    import copy
+    import math
+
+    from exactspec.samplers.loops import hf_stand_in
+    m = hf_stand_in.transformers_stand_in(P3)
+    m.reset()
+    snapshot = copy.deepcopy(m.generation_config)
+    for path in ("new", "old"):
+        cfg = m.generation_config
+        cfg.num_assistant_tokens, cfg.suppress_tokens, cfg.temperature = 7, [1, 2], -0.0
+        cfg.bad_words_ids = [[0], [1, 2]]
+        if path == "new":
+            m.reset()
+        else:
+            with _old_path():
+                m.reset()
+        assert m.generation_config.to_dict() == snapshot.to_dict()
+        assert m.generation_config.suppress_tokens is not m._config_snapshot.suppress_tokens or \
+            m.generation_config.suppress_tokens is None
+    assert not hf_stand_in._same(0.0, -0.0) and not hf_stand_in._same(math.nan, math.nan)
+    assert hf_stand_in._same({"a": [1, (2, "x")]}, {"a": [1, (2, "x")]}) and not hf_stand_in._same(1, True)
+    assert not hf_stand_in._same({1: 2}, {True: 2}) and not hf_stand_in._same({"a": 1, "b": 2}, {"b": 2, "a": 1})
+
+
+@needs_transformers
+def test_the_stand_ins_forward_signature_is_the_one_inspect_computes():
+    import inspect
+
+    from exactspec.samplers.loops import hf_stand_in
+    fwd = hf_stand_in.ExactLMForCausalLM.forward
+    given = inspect.signature(fwd)
+    with _old_path():
+        assert "__signature__" not in fwd.__dict__
+        computed = inspect.signature(fwd)
+    assert given == computed and "__signature__" in fwd.__dict__
+
+
+@needs_transformers
+def test_transformers_generate_with_an_assistant_reads_the_same_on_both_paths_small():
+    def fn(target, draft, ids):
+        draft.generation_config.num_assistant_tokens = 1
+        return target.generate(ids, assistant_model=draft, max_new_tokens=2, do_sample=True)
+    r = _same_reports(lambda: audit_loop(fn, target=P2, draft=Q2, kind="transformers", tokens=2,
+                                         tolerance=F(1, 2 ** 20)))
+    assert r.verdict == "lossless" and r.paths > 0

@@ -52,6 +52,7 @@ from ...models import Model
 from ...report import AuditReport
 from ..adapters.base import lowest, precision_of
 from ..float_boundary import ROUNDING_CAP, coarser_than_float64, decide, rounding_allowance
+from ..randomness import _fast_path
 from ..randomness.interception import FLOAT64_LATTICE, describe_rng_model, intercepting, private_generators, watch
 from ..._device import one_torch_thread as _one_torch_thread
 from ..sampler_audit import ROUNDING_TOLERANCE
@@ -135,13 +136,20 @@ def _old_path() -> Any:
     >>> _fast_path.LOOPS
     True
     """
+    import sys
+
     from ..randomness import _fast_path
     saved = _fast_path.LOOPS
     _fast_path.LOOPS = False
+    hf = sys.modules.get(__package__ + ".hf_stand_in")
+    if hf is not None:
+        hf._signature_once(False)
     try:
         yield
     finally:
         _fast_path.LOOPS = saved
+        if hf is not None:
+            hf._signature_once(saved)
 
 
 def _check_fn(fn: Any) -> str:
@@ -619,8 +627,16 @@ def _enumerate(fn: Callable, name: str, lms: tuple, prompt_t: tuple, *, vocab: i
     start = meter.paths
     seen = run.seen
 
+    by_dtype: dict = {}      # a torch tensor's precision is its dtype's: looked up once per dtype
+
     def note(x: Any) -> None:
-        p = precision_of(x)
+        if _fast_path.LOOPS and isinstance(x, torch.Tensor):
+            dt = x.dtype
+            p = by_dtype.get(dt, by_dtype)
+            if p is by_dtype:
+                p = by_dtype[dt] = precision_of(x)
+        else:
+            p = precision_of(x)
         if p is not None:
             seen.add(p)
     stack: list = [((), fld.one)]

@@ -8,7 +8,12 @@ weights remembered across the replays of a call, ...), a context variable.
 ``LOOPS`` (default True) selects the faster path of what a whole-loop audit
 (:func:`exactspec.audit_loop`) runs on every branch: the bookkeeping of pending categorical draws
 (:mod:`exactspec.samplers.randomness.lazy_draws`: a reshape that keeps the entries' order reshapes their
-cells, ``cat``/``stack`` join them with numpy, instead of both going through index tensors). Both
+cells, ``cat``/``stack`` join them with numpy, instead of both going through index tensors; a pending
+tensor's torch functions dispatched on a per-function memo and run in C with subclasses disabled, wrappers made
+without the class call, no pick attempted when no operand is pending; the interception's walk out of the caller's
+frames reading its memo inline) and the stand-ins' per-call work (the transformers stand-in's ``forward``
+signature computed once, its identity embedding and head skipped while they are as built, its generation config
+restored attribute by attribute; the torch stand-in's memo of logits not copied twice). Both
 paths give the identical law on every loop (``tests/test_loop_fast_path.py``);
 ``benchmarks/bench_speed_loops.py`` times both in one run. It is an internal switch, not an
 option: use ``exactspec.samplers.loops.loop_audit._old_path()`` rather than setting it by hand.

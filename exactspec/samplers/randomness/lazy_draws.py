@@ -242,6 +242,8 @@ if torch is not None:
 
         @classmethod
         def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+            if _fast_path.LOOPS:
+                return _dispatch(func, types, args, kwargs)
             kwargs = kwargs or {}
             name = getattr(func, "__name__", "")
             if name in _QUERIES:
@@ -274,8 +276,116 @@ if torch is not None:
             return _plain_call(func, args, kwargs)
 
     def _plain_call(func: Any, args: tuple, kwargs: dict) -> Any:
+        if _fast_path.LOOPS:
+            return _disabled(func, (), args, kwargs)
         with torch._C.DisableTorchFunctionSubclass():
             return func(*args, **kwargs)
+
+    _make_subclass = torch.Tensor._make_subclass
+
+    def _lazy(cells: np.ndarray, out: Any, family: "_Family | None") -> "LazyCategoricalTensor":
+        """A :class:`LazyCategoricalTensor` of ``cells`` on ``out``'s storage (detached), in ``family`` (None: its own).
+
+        On the faster path it is made without the class call (torch's tensor metaclass), as ``__new__`` makes it.
+        """
+        base = out.detach() if out.requires_grad else out
+        if not _fast_path.LOOPS:
+            return LazyCategoricalTensor(cells, base=base, family=family)
+        t = _make_subclass(LazyCategoricalTensor, base)
+        t._cells = cells
+        t._read = False
+        t._fam = family if family is not None else _Family(t)
+        return t
+
+    #: ``func(*args, **kwargs)`` with subclasses' torch functions disabled, in C (what
+    #: ``with torch._C.DisableTorchFunctionSubclass(): func(*args, **kwargs)`` does)
+    _disabled = torch._C._disabled_torch_function_impl
+
+    #: what :func:`_dispatch` does with a torch function, by its name
+    _META, _IN_PLACE, _OTHER = 0, 1, 2
+
+    #: per torch function: ``(name, what, picks, structural)`` (:func:`_spec`); functions and the method-wrappers of
+    #: attribute getters hash and compare by what they call, so the dict stays as small as the functions met
+    _SPECS: dict[Any, tuple[str, int, bool, bool]] = {}
+
+    def _spec(func: Any) -> tuple[str, int, bool, bool]:
+        """How :func:`_dispatch` treats ``func``: its name, whether it only reads metadata (``_META``), writes its first
+        operand (``_IN_PLACE``, as :func:`_written` says) or neither, whether it picks entries and whether it is
+        structural. Decided once per function."""
+        name = getattr(func, "__name__", "")
+        if name in _QUERIES or (name == "__get__" and
+                                getattr(getattr(func, "__self__", None), "__name__", "") in _ATTRS):
+            what = _META
+        elif name == "__setitem__" or name in _INPLACE_DUNDERS or (
+                name.endswith("_") and not name.endswith("__") and name not in _STRUCTURAL):
+            what = _IN_PLACE
+        else:
+            what = _OTHER
+        spec = (name, what, name in _PICKS, name in _STRUCTURAL)
+        try:
+            if len(_SPECS) > 4096:
+                _SPECS.clear()
+            _SPECS[func] = spec
+        except TypeError:       # an unhashable callable: decided again on every call
+            pass
+        return spec
+
+    def _dispatch(func: Any, types: Any, args: tuple, kwargs: dict | None) -> Any:
+        """``LazyCategoricalTensor.__torch_function__`` on the faster path: the same decisions, in the same order,
+        as the path before it (metadata, a pending write, writes, another lazy type, picks, reshapes, a read), with
+        the function's kind looked up once per function rather than spelled out from its name on every call."""
+        try:
+            spec = _SPECS.get(func)
+        except TypeError:
+            spec = None
+        if spec is None:
+            spec = _spec(func)
+        name, what, picks, structural = spec
+        if what == _META:
+            return _disabled(func, types, args, kwargs or {})
+        if kwargs is None:
+            kwargs = {}
+        if name == "__setitem__" and _fast_path.DEFER_LAST and _fast_path.fast_paths() and \
+                _write_pending(func, args, kwargs):
+            return None
+        if kwargs:
+            out = kwargs.get("out")
+            if isinstance(out, LazyCategoricalTensor):
+                _write_family(out)
+        if what == _IN_PLACE and args and isinstance(args[0], LazyCategoricalTensor):
+            _write_family(args[0])
+        for t in types:
+            if t is not LazyCategoricalTensor and not issubclass(t, LazyCategoricalTensor):
+                _force_all(args)
+                _force_all(tuple(kwargs.values()))
+                return NotImplemented
+        first = args[0] if args else None
+        if picks and "out" not in kwargs and (_pending_in(args) or (kwargs and _pending_in(kwargs.values()))):
+            # (with no pending entry among its operands, :func:`_pick` finds none to keep: NotImplemented)
+            picked = _pick(func, name, args, kwargs)
+            if picked is not NotImplemented:
+                return picked
+        if structural and isinstance(first, LazyCategoricalTensor) and not first._read:
+            rest = tuple([force(a) for a in args[1:]]) if len(args) > 1 else ()
+            return _restructure(func, name, first, rest, kwargs)
+        _force_all(args)
+        if kwargs:
+            _force_all(tuple(kwargs.values()))
+        return _disabled(func, types, args, kwargs)
+
+    def _pending_in(items: Any) -> bool:
+        """Whether a pending tensor not yet read with an entry not yet drawn is among ``items`` (or in a list, tuple
+        or dict among them)."""
+        for a in items:
+            if isinstance(a, LazyCategoricalTensor):
+                if not a._read and any(not c[0].drawn for c in a._cells.reshape(-1)):
+                    return True
+            elif isinstance(a, (list, tuple)):
+                if _pending_in(a):
+                    return True
+            elif isinstance(a, dict) and _pending_in(a.values()):
+                return True
+        return False
 
     def _restructure(func: Any, name: str, t: "LazyCategoricalTensor", rest: tuple, kwargs: dict) -> Any:
         """Apply a reshaping op to the storage and, through an index tensor, to the pending entries."""
@@ -289,24 +399,21 @@ if torch is not None:
                 name == "view" and any(isinstance(a, torch.dtype) for a in (*rest, *kwargs.values()))):
             # the entries keep their row-major order (a new shape, or the same one): the cells reshaped, as the
             # positions below would pick them (``view(dtype)`` reinterprets bits: the general path refuses it)
-            return LazyCategoricalTensor(t._cells.reshape(tuple(out.shape)),
-                                         base=out.detach() if out.requires_grad else out, family=_family_of(out, (t,)))
+            return _lazy(t._cells.reshape(tuple(out.shape)), out, _family_of(out, (t,)))
         if name == "__getitem__" and len(rest) == 1 and _fast_path.fast_paths() and _basic(rest[0]):
             # ints, slices, None and ``...`` pick the same entries in numpy as in torch (a trailing ``...`` keeps
             # numpy's result an array when every dimension is indexed by an int)
             idx = rest[0] if isinstance(rest[0], tuple) else (rest[0],)
             cells = t._cells[idx if Ellipsis in idx else idx + (Ellipsis,)]
             if cells.shape == tuple(out.shape):
-                return LazyCategoricalTensor(cells, base=out.detach() if out.requires_grad else out,
-                                             family=_family_of(out, (t,)))
+                return _lazy(cells, out, _family_of(out, (t,)))
         positions = torch.arange(t._cells.size, dtype=torch.int64).reshape(t._cells.shape)
         if name in ("to", "long", "cpu", "type_as", "clone", "contiguous", "detach"):
             where = positions
         else:
             where = _plain_call(func, (positions,) + rest, {k: v for k, v in kwargs.items() if k != "dtype"})
         cells = np.asarray(t._cells.reshape(-1)[where.reshape(-1).numpy()], dtype=object).reshape(tuple(out.shape))
-        return LazyCategoricalTensor(cells, base=out.detach() if out.requires_grad else out,
-                                     family=_family_of(out, (t,)))
+        return _lazy(cells, out, _family_of(out, (t,)))
 
     def _basic(idx: Any) -> bool:
         """An index made of ints, slices with steps of 1 or more, None and ``...`` only (not bools, not tensors)."""
@@ -496,8 +603,7 @@ if torch is not None:
         picked = np.empty(len(where.reshape(-1)), dtype=object)
         for i, p in enumerate(_plain_call(torch.Tensor.tolist, (where.reshape(-1),), {})):
             picked[i] = cells[p]
-        return LazyCategoricalTensor(picked.reshape(tuple(out.shape)), base=out.detach() if out.requires_grad else out,
-                                     family=_family_of(out, args))
+        return _lazy(picked.reshape(tuple(out.shape)), out, _family_of(out, args))
 
     #: sequence functions whose result's cells are those of their operands joined along ``dim`` as numpy joins them
     _JOINS = frozenset({"cat", "concat", "concatenate", "stack"})
@@ -524,8 +630,9 @@ if torch is not None:
                     if cells.shape != tuple(x.shape):
                         return None
                     pending = pending or any(not c[0].drawn for c in cells.reshape(-1))
-                elif type(x) is torch.Tensor and not (x.is_floating_point() or x.is_complex() or
-                                                      x.dtype == torch.bool):
+                elif (type(x) is torch.Tensor or (type(x) is LazyCategoricalTensor and x._read)) and not (
+                        x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
+                    # an ordinary integer tensor, or a pending one already read (its storage holds its values): known
                     flat = x.reshape(-1).tolist()
                     cells = np.empty(len(flat), dtype=object)
                     for i, v in enumerate(flat):
@@ -543,8 +650,7 @@ if torch is not None:
             return None
         if not isinstance(out, torch.Tensor) or cells.shape != tuple(out.shape):
             return None
-        return LazyCategoricalTensor(cells, base=out.detach() if out.requires_grad else out,
-                                     family=_family_of(out, args))
+        return _lazy(cells, out, _family_of(out, args))
 
     def force(x: Any) -> Any:
         """Read a pending tensor: draw its pending entries (element order) into its storage; other values pass.
@@ -749,6 +855,10 @@ def lazy_multinomial(rng: Any, rows: Sequence[tuple[tuple, tuple]], num_samples:
     ([0], 1)
     """
     n = len(rows)
+    if n == 1 and num_samples == 1 and _fast_path.LOOPS:     # one draw (a loop's token): the cells made directly
+        cells = np.empty(shape, dtype=object)
+        cells.reshape(-1)[0] = (PendingDraw(rng, rows[0][0], rows[0][1], 1, bool(replacement)), 0)
+        return _lazy(cells, torch.zeros(shape, dtype=torch.int64), None)
     cells = np.empty((n, num_samples), dtype=object)
     for r, (weights, law) in enumerate(rows):
         if replacement:
@@ -758,4 +868,6 @@ def lazy_multinomial(rng: Any, rows: Sequence[tuple[tuple, tuple]], num_samples:
             draw = PendingDraw(rng, weights, law, num_samples, False)
             for s in range(num_samples):
                 cells[r, s] = (draw, s)
+    if _fast_path.LOOPS:
+        return _lazy(cells.reshape(shape), torch.zeros(shape, dtype=torch.int64), None)
     return LazyCategoricalTensor(cells.reshape(shape))

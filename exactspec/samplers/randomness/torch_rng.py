@@ -67,7 +67,7 @@ from ...enumerate.rng import LATTICES, Lattice
 from ...errors import ExactSpecError, UnsupportedRandomness
 from .interception import (below, bind, current_rng, current_session, fisher_yates, generator_state, intercepting,
                            native_uniform, note_dtype, unsupported, user_site)
-from .lazy_draws import LazyCategoricalTensor, PendingDraw
+from .lazy_draws import LazyCategoricalTensor, PendingDraw, exact_rows, lazy_multinomial
 from ._fast_path import fast_paths
 from .lazy_values import LazyBit, exponential, fresh_op, lazy, race_outcome, race_winner
 from .planned import current_plan
@@ -1075,7 +1075,6 @@ def _multinomial(probs: Any, num_samples: int, replacement: bool = False, **kwar
     :class:`~exactspec.samplers.randomness.lazy_draws.LazyCategoricalTensor`, so a draw whose value is never
     read never forks the enumeration.
     """
-    from .lazy_draws import exact_rows, lazy_multinomial
     _fresh(kwargs)
     num_samples = int(num_samples)
     note_dtype(probs)
