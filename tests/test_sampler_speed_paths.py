@@ -131,22 +131,27 @@ def test_a_sampler_that_modifies_its_inputs_gets_fresh_tensors():
         es.audit_sampler(reference_transformers_style, cache=False, **kw).output
 
 
+def _reference_through_the_adapter(precision, rng_model):
+    """The keywords of a small chain instance, and transformers' reference audited through its adapter there."""
+    from exactspec.samplers.adapters.torch_adapters import transformers_chain
+    inst = make_instance(vocab=3, order=1, gamma=2, tokens=3)
+    kw = dict(target=inst.target, draft=inst.draft, proposer=inst.proposer, prompt=inst.prompt, tokens=3,
+              rng_model=rng_model)
+    return kw, es.audit_sampler(transformers_chain.reference_at(precision), adapter="transformers", reference=False,
+                                cache=False, **kw)
+
+
 @pytest.mark.parametrize("precision", ["float32", "float64"])
 @pytest.mark.parametrize("rng_model", ["continuous", "torch-float32"])
 def test_the_fast_reference_has_the_law_of_the_reference_through_the_pipeline(precision, rng_model):
     pytest.importorskip("torch")
     from exactspec.samplers.sampler_audit import _one_torch_thread
     from exactspec.samplers.adapters.torch_adapters import transformers_chain
-    inst = make_instance(vocab=3, order=1, gamma=2, tokens=3)
-    kw = dict(target=inst.target, draft=inst.draft, proposer=inst.proposer, prompt=inst.prompt, tokens=3,
-              rng_model=rng_model)
-    piped = es.audit_sampler(transformers_chain.reference_at(precision), adapter="transformers", reference=False,
-                             cache=False, **kw)
+    kw, piped = _reference_through_the_adapter(precision, rng_model)
     with _one_torch_thread():
         fast = es.audit(rule=transformers_chain.fast_reference(precision), exact_floats=True, **kw)
     assert list(fast.output.items()) == list(piped.output.items())
     assert 0 < fast.tv < F(1, 10 ** 6)
-
 
 
 @pytest.mark.parametrize("precision", ["float32", "float64"])
@@ -159,11 +164,7 @@ def test_the_fast_reference_giving_tokens_one_by_one_has_the_law_of_the_pipeline
     from exactspec._audit import run_audit, validate_audit
     from exactspec.samplers.sampler_audit import _one_torch_thread
     from exactspec.samplers.adapters.torch_adapters import transformers_chain
-    inst = make_instance(vocab=3, order=1, gamma=2, tokens=3)
-    kw = dict(target=inst.target, draft=inst.draft, proposer=inst.proposer, prompt=inst.prompt, tokens=3,
-              rng_model=rng_model)
-    piped = es.audit_sampler(transformers_chain.reference_at(precision), adapter="transformers", reference=False,
-                             cache=False, **kw)
+    kw, piped = _reference_through_the_adapter(precision, rng_model)
     with _one_torch_thread():
         plain = run_audit(validate_audit(rule=transformers_chain.fast_reference(precision), backend="python", **kw),
                           exact_floats=True)
