@@ -200,6 +200,45 @@ class FractionField(Field):
         return "fraction (exact rationals; lossless means TV == 0 exactly)"
 
 
+#: the mpmath contexts numbers and fields sent between processes are rebuilt in, one per precision
+_MP_CONTEXTS: dict = {}
+
+
+def _mp_context(precision: int, shared: bool = True) -> Any:
+    """An mpmath context at ``precision`` bits whose numbers pickle (a new one, or with ``shared`` this process's
+    one for that precision).
+
+    mpmath makes a number type per context, named ``mpf`` like the module's own but not importable by that
+    name, so pickle refuses its numbers; here they travel as (precision, mpmath's ``_mpf_`` tuple).
+    """
+    ctx = _MP_CONTEXTS.get(precision) if shared else None
+    if ctx is None:
+        import mpmath   # imported when an mpmath field is made: `import exactspec` does not pay for it here
+        ctx = mpmath.MPContext()
+        ctx.prec = precision
+        ctx.mpf.__reduce__ = _reduce_mpf
+        if shared:
+            _MP_CONTEXTS[precision] = ctx
+    return ctx
+
+
+def _reduce_mpf(x: Any) -> tuple:
+    return _mpf, (x.context.prec, x._mpf_)
+
+
+def _mpf(precision: int, state: tuple) -> Any:
+    """An mpmath number from its pickled state, in this process's context at ``precision`` bits."""
+    return _mp_context(precision).make_mpf(state)
+
+
+def _mpmath_field(precision: int, tol_state: tuple) -> "MpmathField":
+    """An mpmath field from its pickled state: its numbers live in this process's context for its precision."""
+    f = MpmathField.__new__(MpmathField)
+    f.precision, f.ctx = precision, _mp_context(precision)
+    f.zero, f.one, f._tol = f.ctx.mpf(0), f.ctx.mpf(1), f.ctx.make_mpf(tol_state)
+    return f
+
+
 class MpmathField(Field):
     """Arbitrary-precision binary floating point (mpmath) at ``precision`` bits.
 
@@ -217,15 +256,18 @@ class MpmathField(Field):
         if not isinstance(precision, int) or isinstance(precision, bool) or precision < 16:
             raise ExactSpecError(f"mpmath precision must be an int >= 16 bits, got {precision!r}")
         self.precision = precision
-        import mpmath   # imported when an mpmath field is made: `import exactspec` does not pay for it here
-        self.ctx = mpmath.MPContext()
-        self.ctx.prec = precision
+        self.ctx = _mp_context(precision, shared=False)
         self.zero = self.ctx.mpf(0)
         self.one = self.ctx.mpf(1)
         if tolerance is None:
             self._tol = self.ctx.mpf(2) ** (16 - precision)
         else:
             self._tol = self._tolerance(tolerance)
+
+    def __reduce__(self) -> tuple:
+        # a report and its numbers go to and from worker processes: the field travels as its precision and
+        # tolerance (its mpmath context is private to it, and its number type has no importable name)
+        return _mpmath_field, (self.precision, self._tol._mpf_)
 
     def _tolerance(self, tolerance: Any) -> Any:
         where = "mpmath field tolerance"

@@ -525,8 +525,10 @@ def run_chunks(fn: Callable[[Any], Any], chunks: Sequence[Any], *, executor: cf.
                 except NotPicklable:
                     raise
                 except pickle.PicklingError as exc:
-                    raise NotPicklable(f"a chunk could not be sent to a worker: {exc}. Define rules, samplers and "
-                                       "models at module level in an importable module") from None
+                    # a chunk that could not be sent, or a result the worker could not send back
+                    raise NotPicklable(f"a chunk or its result could not travel between this process and a worker: "
+                                       f"{exc}. Define rules, samplers and models at module level in an importable "
+                                       "module, and return what pickle can send") from None
                 except BaseException as exc:  # noqa: BLE001
                     if isinstance(exc, (KeyboardInterrupt, SystemExit)) or not _is_worker_failure(exc):
                         raise

@@ -238,3 +238,31 @@ def test_an_mpq_is_exported_as_the_fraction_it_equals():
         assert type(f) is F and f == want and hash(f) == hash(want) and repr(f) == repr(want)
         assert (f.numerator, f.denominator) == (want.numerator, want.denominator)
         assert f + F(1, 3) == want + F(1, 3) and str(f) == str(want)
+
+
+def test_mpmath_fields_numbers_and_reports_pickle_so_workers_can_send_them_back():
+    # `exactspec check --field mpmath` on its default workers exited 2 ("Can't pickle <class
+    # 'mpmath.ctx_mp_python.mpf'>: it's not the same object"): each field's private context has its own number type
+    import pickle
+    f = fields.get_field("mpmath", precision=80, tolerance=F(1, 10 ** 9))
+    g = pickle.loads(pickle.dumps(f))
+    assert (g.precision, g.tolerance(), g.one, g.zero) == (80, f.tolerance(), 1, 0)
+    third = f.convert(F(1, 3))
+    back = pickle.loads(pickle.dumps(third))
+    assert back == third and back.context.prec == 80 and back._mpf_ == third._mpf_
+    assert pickle.loads(pickle.dumps(g.convert(F(1, 3)))) == third     # a rebuilt field's numbers pickle too
+    m = make_instance(vocab=3, order=1, gamma=2, tokens=2)
+    r = es.audit(target=m.target, draft=m.draft, proposer=m.proposer, prompt=m.prompt, tokens=2,
+                 rule="speculative_sampling", field="mpmath", progress=False)
+    r2 = pickle.loads(pickle.dumps(r))
+    assert (r2.tv, r2.verdict, r2.output, r2.summary()) == (r.tv, r.verdict, r.output, r.summary())
+
+
+@pytest.mark.slow
+def test_check_in_the_mpmath_field_on_workers_prints_what_it_prints_in_process(capsys):
+    from exactspec.cli import main
+    argv = ["check", "--field", "mpmath", "--json", "--no-timings", "--quiet"]
+    code = main(argv + ["--workers", "2"])
+    on_workers = capsys.readouterr().out
+    assert main(argv + ["--workers", "1"]) == code == 3       # mpmath: lossless within a tolerance is undecided
+    assert capsys.readouterr().out == on_workers
