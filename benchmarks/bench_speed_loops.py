@@ -18,6 +18,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from fractions import Fraction
@@ -73,8 +74,9 @@ def _audit(fn: Callable, kw: dict, old: bool, cap: float | None) -> tuple[Any, f
     return r, time.perf_counter() - t0, time.process_time() - c0
 
 
-def _floor_ms(fn: Callable, kw: dict, calls: int = 100) -> float:
-    """CPU milliseconds of one plain run of the loop on the audit's stand-ins (no audit, torch's own generator)."""
+def _floor_ms(fn: Callable, kw: dict, calls: int = 100) -> tuple[float, float]:
+    """CPU milliseconds of one plain run of the loop on the audit's stand-ins (no audit, torch's own generator),
+    and the forward calls (target and draft) one plain run makes on average."""
     import torch
 
     from exactspec.samplers.loops.stand_in import stand_in
@@ -87,12 +89,33 @@ def _floor_ms(fn: Callable, kw: dict, calls: int = 100) -> float:
     try:
         for _ in range(5):
             t.reset(), d.reset(), fn(t, d, ids)
+        forwards = t.total_calls + d.total_calls
         c0 = time.process_time()
         for _ in range(calls):
             t.reset(), d.reset(), fn(t, d, ids)
-        return (time.process_time() - c0) / calls * 1e3
+        cpu = (time.process_time() - c0) / calls * 1e3
+        return cpu, (t.total_calls + d.total_calls - forwards) / calls
     finally:
         torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def _counting_forwards() -> Any:
+    """Within the block, every stand-in an audit builds is kept; yields the list (their ``total_calls`` add up to
+    the forward calls of every branch the audit ran)."""
+    from exactspec.samplers.loops import loop_audit
+    built: list = []
+    real = loop_audit.stand_in
+
+    def keep(*args: Any, **kwargs: Any) -> Any:
+        lm = real(*args, **kwargs)
+        built.append(lm)
+        return lm
+    loop_audit.stand_in = keep
+    try:
+        yield built
+    finally:
+        loop_audit.stand_in = real
 
 
 def _warm_up(fn: Callable, kw: dict) -> None:
@@ -104,10 +127,12 @@ def _warm_up(fn: Callable, kw: dict) -> None:
 
 
 def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> dict:
-    floor = _floor_ms(fn, kw)
+    floor, plain_forwards = _floor_ms(fn, kw)
     _warm_up(fn, kw)
     old, old_s, old_cpu = _audit(fn, kw, old=True, cap=OLD_CAP_S)
-    new, new_s, new_cpu = _audit(fn, kw, old=False, cap=None)
+    with _counting_forwards() as built:
+        new, new_s, new_cpu = _audit(fn, kw, old=False, cap=None)
+    forwards = sum(lm.total_calls for lm in built)
     same = old is not None and new.output == old.output and new.expected == old.expected and (
         new.verdict, new.tv, new.paths) == (old.verdict, old.tv, old.paths) and all(
         new.extra.get(k) == old.extra.get(k) for k in ("tv_float64", "float64_paths", "algorithmic_tv"))
@@ -115,7 +140,9 @@ def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> di
     runs = "two runs (own precision + float64)" if new.extra.get("float64_paths") else "one run"
     note = (f"{instance}; {branches} branches ({runs}), {new.verdict}, TV {float(new.tv):.3g}; CPU new {new_cpu:.1f} s "
             f"old {old_cpu:.1f} s; floor (the loop alone, {floor:.2f} ms CPU per call, x {branches} branches) "
-            f"{floor * branches / 1e3:.1f} s")
+            f"{floor * branches / 1e3:.1f} s; by forward calls (the branches run every path, the plain runs the "
+            f"likeliest: {forwards / branches:.2f} per branch vs {plain_forwards:.2f} per plain run) "
+            f"{floor / plain_forwards * forwards / 1e3:.1f} s")
     row = {"job": job, "new_s": new_s, "old_s": None if old is None else old_s, "same": bool(same),
            "target_s": target_s, "note": note}
     if old is None:

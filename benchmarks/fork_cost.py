@@ -51,7 +51,7 @@ def _litgpt_branch_ms() -> float | None:
     except ImportError:
         return None
     p3, q3 = es.models.random_table(vocab=3, order=1, seed=1), es.models.random_table(vocab=3, order=1, seed=4)
-    return _floor_ms(fn, dict(target=p3, draft=q3, kind="torch-lm", prompt=(0,)))
+    return _floor_ms(fn, dict(target=p3, draft=q3, kind="torch-lm", prompt=(0,)))[0]
 
 
 def main() -> None:
