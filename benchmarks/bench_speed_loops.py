@@ -2,12 +2,14 @@
 
 Rows (the issue's wording): transformers' own ``generate`` with an assistant (vocab 4, 3 tokens),
 a harder transformers instance standing in for the README's, and litgpt 0.5.13's ``generate`` at
-gamma 3. Each row audits the loop on the faster path and on the old one
+gamma 3. Each row audits the loop on the faster path (by default: the branches left after a second on every
+core), on the faster path in one process, and on the old one
 (``exactspec.samplers.loops.loop_audit._old_path()``: the bookkeeping of pending draws, the dispatch of pending
 tensors, the interception's frame walk and the stand-ins' per-call work as they were), old
 first (after one untimed small audit of the same loop), every module-level memo of exact rows
-emptied before each run, and checks the two reports
-identical (law, branch count, verdict, TV, the float64 run). ``note`` also gives the *floor*: the
+emptied before each run, and checks the three reports
+identical (law, branch count, verdict, TV, the float64 run); the forward calls are counted on the run in one
+process. ``note`` also gives the *floor*: the
 loop's own cost outside any audit (on the same stand-ins, torch's generator) times the branches,
 which no audit that runs the loop once per branch can beat. ``python -m benchmarks.bench_speed_loops``
 (``--quick``: smaller instances).
@@ -50,6 +52,11 @@ def _litgpt(gamma: int, n: int) -> Callable[..., Any]:
     return loop
 
 
+def _switch_after() -> float:
+    from exactspec.samplers.loops import _on_workers
+    return _on_workers.SWITCH_AFTER
+
+
 def _clear_memos() -> None:
     """Empty the module-level memos of exact rows, so neither path runs on the other's warm caches."""
     from exactspec.samplers import lazy_draws
@@ -57,8 +64,9 @@ def _clear_memos() -> None:
         memo.clear()
 
 
-def _audit(fn: Callable, kw: dict, old: bool, cap: float | None) -> tuple[Any, float, float]:
-    """One audit on the faster path (or the old one), its wall and CPU seconds; None for a capped run."""
+def _audit(fn: Callable, kw: dict, old: bool, cap: float | None, workers: Any = "auto") -> tuple[Any, float, float]:
+    """One audit on the faster path (or the old one, always in this process), its wall and CPU seconds (this
+    process's CPU: a worker's is not counted); None for a capped run."""
     from exactspec.samplers.loops.loop_audit import _old_path
     _clear_memos()
     budget = es.Budget(seconds=cap) if cap else None
@@ -66,9 +74,9 @@ def _audit(fn: Callable, kw: dict, old: bool, cap: float | None) -> tuple[Any, f
     try:
         if old:
             with _old_path():
-                r = es.audit_loop(fn, budget=budget, **kw)
+                r = es.audit_loop(fn, budget=budget, workers=None, **kw)
         else:
-            r = es.audit_loop(fn, budget=budget, **kw)
+            r = es.audit_loop(fn, budget=budget, workers=workers, **kw)
     except BudgetExceeded:
         r = None
     return r, time.perf_counter() - t0, time.process_time() - c0
@@ -130,16 +138,24 @@ def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> di
     floor, plain_forwards = _floor_ms(fn, kw)
     _warm_up(fn, kw)
     old, old_s, old_cpu = _audit(fn, kw, old=True, cap=OLD_CAP_S)
-    with _counting_forwards() as built:
-        new, new_s, new_cpu = _audit(fn, kw, old=False, cap=None)
+    with _counting_forwards() as built:      # in this process, so that every forward call is counted here
+        one, one_s, one_cpu = _audit(fn, kw, old=False, cap=None, workers=None)
     forwards = sum(lm.total_calls for lm in built)
-    same = old is not None and new.output == old.output and new.expected == old.expected and (
-        new.verdict, new.tv, new.paths) == (old.verdict, old.tv, old.paths) and all(
-        new.extra.get(k) == old.extra.get(k) for k in ("tv_float64", "float64_paths", "algorithmic_tv"))
+    new, new_s, _ = _audit(fn, kw, old=False, cap=None)
+
+    def agree(a: Any, b: Any) -> bool:
+        return a is not None and b.output == a.output and b.expected == a.expected and (
+            b.verdict, b.tv, b.paths) == (a.verdict, a.tv, a.paths) and all(
+            b.extra.get(k) == a.extra.get(k) for k in ("tv_float64", "float64_paths", "algorithmic_tv"))
+    same = agree(old, new) and agree(one, new)
     branches = new.paths + (new.extra.get("float64_paths") or 0)
     runs = "two runs (own precision + float64)" if new.extra.get("float64_paths") else "one run"
-    note = (f"{instance}; {branches} branches ({runs}), {new.verdict}, TV {float(new.tv):.3g}; CPU new {new_cpu:.1f} s "
-            f"old {old_cpu:.1f} s; floor (the loop alone, {floor:.2f} ms CPU per call, x {branches} branches) "
+    from exactspec import parallel
+    note = (f"{instance}; {branches} branches ({runs}), {new.verdict}, TV {float(new.tv):.3g}; new path on "
+            f"{parallel.resolve_workers(0)} processes (the default: the branches left after "
+            f"{_switch_after():g} s go to workers); in one process {one_s:.2f} s (CPU {one_cpu:.1f} s), old path "
+            f"CPU {old_cpu:.1f} s; floor on one core (the loop alone, {floor:.2f} ms CPU per call, x {branches} "
+            f"branches) "
             f"{floor * branches / 1e3:.1f} s; by forward calls (the branches run every path, the plain runs the "
             f"likeliest: {forwards / branches:.2f} per branch vs {plain_forwards:.2f} per plain run) "
             f"{floor / plain_forwards * forwards / 1e3:.1f} s")

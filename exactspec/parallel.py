@@ -64,7 +64,8 @@ from .errors import ExactSpecError
 __all__ = ["run_chunks", "ChunkRun", "executor_for", "resolve_workers", "portable", "load_portable",
            "derive_seed", "NotPicklable", "WorkersLost", "chunked", "terminal_progress", "DEFAULT_RETRIES",
            "DEFAULT_GRACE", "run_on", "parallel_requested", "wall_deadline", "portable_rule", "load_rule", "pool_maker",
-           "AUTO", "AUTO_MIN_SECONDS", "auto_workers"]
+           "AUTO", "AUTO_MIN_SECONDS", "auto_workers", "start_method", "fork_pool", "stop_pool", "wait_first",
+           "error_as_data", "raise_error_data"]
 
 #: times a chunk whose worker died is submitted again before it is reported lost
 DEFAULT_RETRIES = 2
@@ -302,6 +303,74 @@ def _pool(n: int) -> cf.ProcessPoolExecutor:
     finally:
         gc.unfreeze()
     return pool
+
+
+def start_method() -> str:
+    """The start method worker processes use here: ``"fork"`` where the platform has it, else ``"spawn"``.
+
+    >>> start_method() in ("fork", "spawn")
+    True
+    """
+    return _mp_context().get_start_method()
+
+
+def fork_pool(n: int) -> cf.ProcessPoolExecutor:
+    """A pool of ``n`` processes forked now: they inherit this process as it is (closures, patches, caches).
+
+    Only where :func:`start_method` is ``"fork"``; stop it with :func:`stop_pool`.
+    """
+    if start_method() != "fork":
+        raise ExactSpecError("fork_pool: this platform cannot fork worker processes")
+    return _pool(n)
+
+
+def stop_pool(pool: cf.Executor) -> None:
+    """Shut a pool down without waiting for the chunks still running (their workers are ended)."""
+    _stop_pool(pool)
+
+
+def wait_first(futures: Sequence[cf.Future]) -> list[cf.Future]:
+    """The futures among ``futures`` done now or within a short poll (maybe none: Ctrl-C gets through between polls).
+
+    A future whose worker process died raises :class:`WorkersLost` here.
+    """
+    done, _ = cf.wait(futures, timeout=_POLL, return_when=cf.FIRST_COMPLETED)
+    for f in done:
+        exc = f.exception()
+        if exc is not None and _is_worker_failure(exc):
+            raise WorkersLost(f"a worker process died ({type(exc).__name__}: {exc}); the job is incomplete",
+                              missing=(type(exc).__name__,))
+    return list(done)
+
+
+def error_as_data(exc: BaseException) -> Any:
+    """A worker's error as it travels back: itself, or its type, message and exit code when it cannot be pickled.
+
+    >>> error_as_data(ExactSpecError("no"))
+    ExactSpecError('no')
+    """
+    import pickle
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return (type(exc).__name__, str(exc), getattr(exc, "exit_code", 2))
+    return exc
+
+
+def raise_error_data(err: Any) -> None:
+    """Raise the error :func:`error_as_data` made travel (an ExactSpecError naming it, when it could not).
+
+    >>> raise_error_data(("Oops", "it broke", 3))
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.ExactSpecError: Oops: it broke
+    """
+    if isinstance(err, tuple):
+        name, text, code = err
+        exc = ExactSpecError(f"{name}: {text}")
+        exc.exit_code = code
+        raise exc
+    raise err
 
 
 def _slots(executor: cf.Executor) -> int:

@@ -360,7 +360,7 @@ def test_progress_counts_the_probability_of_the_branches_run_up_to_one_per_run()
     # probability of every branch (1), unknown branch count or not
     seen = []
     r = audit_loop(leviathan(2, 3), target=TARGET, draft=DRAFT, prompt=(1,), tokens=3, rng_model="continuous",
-                   progress=lambda done, total: seen.append((done, total)))
+                   progress=lambda done, total: seen.append((done, total)), workers=None)   # (workers: per share)
     assert "float64_paths" not in r.extra and len(seen) == r.paths     # one run; once per branch
     assert all(total == 100 for _, total in seen) and seen[-1] == (100, 100)
     assert [d for d, _ in seen] == sorted(d for d, _ in seen) and all(d < 100 for d, _ in seen[:-1])

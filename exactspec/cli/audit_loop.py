@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import parallel
 from ..enumerate import Budget
 from ..errors import ExactSpecError
 from ..instances import make_instance
@@ -40,14 +41,14 @@ def _cmd_audit_loop(args: Any) -> int:
         if args.vocab < 2:
             raise ExactSpecError(f"--vocab (the search's largest vocabulary) must be >= 2, got {args.vocab}")
         space = _loop_space(None, args.tokens).with_(vocabs=tuple(range(2, args.vocab + 1)))
-        from .. import parallel
         workers = parallel.AUTO if args.workers is None else args.workers   # default: every core for a long search
         found = audit_loop(fn, target=None, search=True, space=space, seed=args.seed, budget=args.time_limit,
                            progress=not args.quiet, workers=workers, **options)
         return _code_search_out(args, found)
     inst = make_instance(vocab=args.vocab, order=args.order, gamma=1, tokens=1, seed=args.seed)
     rep = audit_loop(fn, target=inst.target, draft=inst.draft, prompt=inst.prompt or (0,), tokens=args.tokens,
-                     budget=Budget(seconds=args.time_limit), progress=not args.quiet, **options)
+                     budget=Budget(seconds=args.time_limit), progress=not args.quiet,
+                     workers=parallel.AUTO if args.workers is None else args.workers, **options)
     return _report_out(args, rep)
 
 
@@ -109,8 +110,9 @@ def register(sub: Any, o: Options) -> None:
     lo.add_argument("--workers", type=int, default=None, metavar="N",
                     help="search in chunks of instances on N local worker processes (0: every core; 1: in this "
                          "process; default: every core when the search is long enough to pay for starting them and "
-                         "the loop can be imported by them, in this process otherwise); the output is the same for "
-                         "any N")
+                         "the loop can be imported by them, in this process otherwise); with --instance, the "
+                         "branches left after a second on N forked processes (default: every core); the output is "
+                         "the same for any N")
     o.code_search_output(lo)
 
 

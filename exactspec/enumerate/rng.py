@@ -529,6 +529,12 @@ class Lattice:
         m = step.denominator.bit_length() - 1
         self._shift = m if offset == 0 and step.numerator == 1 and step.denominator == 1 << m else None
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """A named lattice (:data:`LATTICES`) travels by name, so a worker's comes back as the very same object."""
+        if LATTICES.get(self.name) is self:
+            return (lattice_for, (self.name,))
+        return object.__reduce_ex__(self, protocol)
+
     def cut(self, t: Any, strict: bool) -> int:
         """The largest ``k`` whose value is below ``t`` (``<= t`` when not ``strict``); may fall outside ``kmin..kmax``.
 

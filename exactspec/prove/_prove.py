@@ -652,26 +652,17 @@ def _chunk(task: tuple) -> dict:
 
 
 def _error_as_data(exc: ExactSpecError) -> dict:
-    """A worker's error as it travels back: itself, or its type, message and exit code when it cannot be pickled."""
-    import pickle
-    try:
-        pickle.loads(pickle.dumps(exc))
-    except Exception:
-        return {"error": (type(exc).__name__, str(exc), exc.exit_code)}
-    return {"error": exc}
+    """A worker's error as it travels back (:func:`exactspec.parallel.error_as_data`)."""
+    from .. import parallel
+    return {"error": parallel.error_as_data(exc)}
 
 
 def _raise_from(res: dict, timeout: Any, covered: dict) -> None:
     if "budget" in res:
         raise BudgetExceeded("seconds", timeout, covered=covered)
     if "error" in res:
-        err = res["error"]
-        if isinstance(err, tuple):
-            name, text, code = err
-            exc = ExactSpecError(f"{name}: {text}")
-            exc.exit_code = code
-            raise exc
-        raise err
+        from .. import parallel
+        parallel.raise_error_data(res["error"])
 
 
 def _prove_in_workers(job: _Job, sent: _Job, n: int, rule_name: str, family_source: str, timeout: Any, t0: float,

@@ -276,6 +276,14 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     a log; :mod:`exactspec._progress`), False nothing, a function ``progress(done, total)`` receives
     it (``done`` percent of ``total`` 100, per run of the loop).
 
+    ``workers`` (one instance; a search option with ``search=True``): ``"auto"`` (default) runs the
+    branches left after :data:`~exactspec.samplers.loops._on_workers.SWITCH_AFTER` seconds on every core
+    (forked worker processes that inherit the loop and the stand-ins; a shorter audit never starts them),
+    a number of processes (0: every core), or None or 1: this process only. Where the platform cannot fork,
+    this process only. The report is the same either way: the branches merge in this process's order.
+    What a branch changes outside the loop's return value (a global it appends to) changes in the
+    worker that ran it, not here: pass ``workers=None`` to observe such side effects.
+
     ``search=True`` audits the loop on every instance of a small space instead (vocab 2..4,
     context-free, per-position and order-1 models; ``tokens`` 1..4) and returns a minimal
     :class:`~exactspec.counterexamples.Counterexample` (of ``kind`` ``"crash"`` when the loop raises
@@ -309,6 +317,11 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
         return _search(fn, name, tokens=tokens, kind=kind, dtype=dtype, output=output, on_error=on_error,
                        tolerance=tolerance, rng_model=rng_model, worst=worst, reference=reference,
                        options=search_options, budget=budget)
+    workers = search_options.pop("workers", parallel.AUTO)
+    if not (workers is None or (isinstance(workers, str) and workers == parallel.AUTO)
+            or (isinstance(workers, int) and not isinstance(workers, bool) and workers >= 0)):
+        raise ExactSpecError(f"audit_loop: workers must be 'auto', an int >= 0 (0: every core) or None, got "
+                             f"{workers!r}")
     if search_options:
         raise ExactSpecError(f"audit_loop: unexpected keyword argument(s) {sorted(search_options)} (they are search "
                              "options: pass search=True)")
@@ -373,7 +386,8 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
         ends.callback(lambda: [_progress.close(done) for done in shown])
         run = _enumerate(fn, name, lms, prompt_t, vocab=target.vocab, rng_model=rng_model,
                          output=output, on_error=on_error, tokens=tokens, meter=meter, fld=fld, session=session,
-                         observe=not twice or rng_model == "native", mass=mass(" (own precision)" if twice else ""))
+                         observe=not twice or rng_model == "native", mass=mass(" (own precision)" if twice else ""),
+                         workers=workers)
         used = set(session.lattices)      # the generators the loop drew from (native), before the float64 run
         if twice and rng_model == "native" and not coarser_than_float64(own_precision):
             # native draws of numpy or random are on float64's lattice already: a coarser generator needs the run
@@ -388,7 +402,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
                 "continuous" if rng_model == "continuous" else "float64")
             f64 = _enumerate(fn, name, lms64, prompt_t, vocab=target.vocab, rng_model=model64, output=output,
                              on_error=on_error, tokens=tokens, meter=meter, fld=fld, session=session, observe=True,
-                             mass=mass(" (float64 run)"))
+                             mass=mass(" (float64 run)"), workers=workers)
         horizon = _horizon(run if f64 is None else run.merged(f64), tokens, name)
         h = horizon["tokens"]
         ref_model = expected if expected is not None else target
@@ -448,7 +462,8 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
         if isinstance(reference, int):
             reference = reference_loop(reference, h)
         _reference_figure(report, reference, target=target, draft=draft, prompt=prompt_t, tokens=h, kind=kind,
-                          dtype=dtype, expected=expected, budget=budget, rng_model=rng_model, progress=progress)
+                          dtype=dtype, expected=expected, budget=budget, rng_model=rng_model, progress=progress,
+                          workers=workers)
     if session.approximations:
         report.extra["approximations"] = dict(session.approximations)
     report.seconds = time.perf_counter() - t0
@@ -477,7 +492,8 @@ def _reference_figure(report: "LoopReport", reference: Callable, **kw: Any) -> N
     name = getattr(reference, "__name__", None) or "reference"
     ref = audit_loop(reference, target=kw["target"], draft=kw["draft"], prompt=kw["prompt"], tokens=kw["tokens"],
                      kind=kw["kind"], dtype=kw["dtype"], output="full", expected=kw["expected"], budget=kw["budget"],
-                     tolerance=0, rng_model=kw["rng_model"], worst=0, progress=kw.get("progress"))
+                     tolerance=0, rng_model=kw["rng_model"], worst=0, progress=kw.get("progress"),
+                     workers=kw.get("workers"))
     if ref.tv > ROUNDING_CAP or ref.support_violations or ref.error_probability:
         raise ExactSpecError(
             f"audit_loop: the reference loop {name} lands TV {float(ref.tv):.6g} from the expected law on this "
@@ -514,6 +530,20 @@ class _Run:
         first, step = _steps(contexts, n0)
         self.largest_step = max(self.largest_step, step)
         self.need = max(self.need, n if first is None else min(n, first + 1))
+
+    def absorb(self, other: "_Run", zero: Any) -> None:
+        """Fold in the branches ``other`` ran, as if this run had run them next (a worker's share of them)."""
+        for table, more in ((self.law, other.law), (self.errors, other.errors)):
+            for k, w in more.items():
+                table[k] = table.get(k, zero) + w
+        for k, site in other.sites.items():
+            self.sites.setdefault(k, site)
+        self.calls += other.calls
+        self.seen |= other.seen
+        self.need = max(self.need, other.need)
+        self.largest_step = max(self.largest_step, other.largest_step)
+        if other.shortest is not None:
+            self.shortest = other.shortest if self.shortest is None else min(self.shortest, other.shortest)
 
     def merged(self, other: "_Run") -> "_Run":
         """The step statistics of two runs of the same loop together (for the horizon)."""
@@ -615,48 +645,89 @@ def _horizon(run: _Run, tokens: int | None, name: str) -> dict:
 
 def _enumerate(fn: Callable, name: str, lms: tuple, prompt_t: tuple, *, vocab: int, rng_model: str, output: str,
                on_error: str, tokens: int | None, meter: Meter, fld: Any, session: Any, observe: bool,
-               mass: MassProgress | None = None) -> _Run:
+               mass: MassProgress | None = None, workers: Any = None) -> _Run:
     """Run the loop once per branch of its randomness on the stand-ins ``lms`` (inside ``intercepting()``);
-    ``mass`` counts the probability of every branch run."""
-    import torch
-    lattice = lattice_for(rng_model)
-    t_lm, d_lm = lms
-    run = _Run()
-    run.calls = fld.zero
-    private = private_generators(fn)
-    start = meter.paths
-    seen = run.seen
+    ``mass`` counts the probability of every branch run.
 
-    by_dtype: dict = {}      # a torch tensor's precision is its dtype's: looked up once per dtype
-
-    def note(x: Any) -> None:
-        if _fast_path.LOOPS and isinstance(x, torch.Tensor):
-            dt = x.dtype
-            p = by_dtype.get(dt, by_dtype)
-            if p is by_dtype:
-                p = by_dtype[dt] = precision_of(x)
-        else:
-            p = precision_of(x)
-        if p is not None:
-            seen.add(p)
+    ``workers``: None runs every branch in this process; otherwise (``parallel.AUTO``, or a number of
+    processes) the branches left after :data:`~exactspec.samplers.loops._on_workers.SWITCH_AFTER` seconds go to
+    worker processes (:func:`~exactspec.samplers.loops._on_workers.finish_on_workers`), merged in this
+    process's order: the same run, the same first error.
+    """
+    from . import _on_workers
+    branches = _Branches(fn, name, lms, prompt_t, vocab=vocab, lattice=lattice_for(rng_model), output=output,
+                         on_error=on_error, tokens=tokens, fld=fld, session=session, observe=observe,
+                         depth=meter.budget.depth)
+    run = branches.run
     stack: list = [((), fld.one)]
-    supports: dict = {}
-    n0 = len(prompt_t)
+    start = meter.paths
+    plan = _on_workers.plan(workers, meter)
+    switch = None if plan is None else time.perf_counter() + plan.after
     while stack:
+        if switch is not None and time.perf_counter() >= switch and meter.paths > start:
+            _on_workers.finish_on_workers(branches, stack, meter, mass, plan.workers)
+            break
         prefix, w = stack.pop()
         meter.tick()
-        rng = PathRng(prefix, w, fld, stack, supports, meter.budget.depth, lattice, True)
-        if observe:
-            rng.observe = note
+        branches.branch(prefix, w, stack, mass)
+    run.paths = meter.paths - start
+    return run
+
+
+class _Branches:
+    """One enumeration of a loop, branch by branch: what :func:`_enumerate` runs in this process and a worker
+    (:mod:`~exactspec.samplers.loops._on_workers`) runs on its share of the branches; ``run`` collects them."""
+
+    def __init__(self, fn: Callable, name: str, lms: tuple, prompt_t: tuple, *, vocab: int, lattice: Any,
+                 output: str, on_error: str, tokens: int | None, fld: Any, session: Any, observe: bool,
+                 depth: int | None) -> None:
+        self.fn, self.name, self.lms, self.prompt_t = fn, name, lms, prompt_t
+        self.vocab, self.lattice, self.output, self.on_error, self.tokens = vocab, lattice, output, on_error, tokens
+        self.fld, self.session, self.observe, self.depth = fld, session, observe, depth
+        self.private = private_generators(fn)
+        self.supports: dict = {}
+        self.run = self.fresh_run()
+
+    def fresh_run(self) -> _Run:
+        """An empty :class:`_Run` (whose precisions seen the branches run from now on fill)."""
+        import torch
+        run = _Run()
+        run.calls = self.fld.zero
+        seen = run.seen
+        by_dtype: dict = {}      # a torch tensor's precision is its dtype's: looked up once per dtype
+
+        def note(x: Any) -> None:
+            if _fast_path.LOOPS and isinstance(x, torch.Tensor):
+                dt = x.dtype
+                p = by_dtype.get(dt, by_dtype)
+                if p is by_dtype:
+                    p = by_dtype[dt] = precision_of(x)
+            else:
+                p = precision_of(x)
+            if p is not None:
+                seen.add(p)
+        self._note = note
+        self.run = run
+        return run
+
+    def branch(self, prefix: tuple, w: Any, stack: list, mass: Any) -> Any:
+        """Run the loop on the branch ``prefix`` (weight ``w``), pushing the branches it forks onto ``stack``;
+        fold its output (or its error, under ``on_error="record"``) into ``run``; return its probability."""
+        import torch
+        fn, name, run, fld = self.fn, self.name, self.run, self.fld
+        t_lm, d_lm = self.lms
+        rng = PathRng(prefix, w, fld, stack, self.supports, self.depth, self.lattice, True)
+        if self.observe:
+            rng.observe = self._note
         for lm in (t_lm, d_lm):
             if lm is not None:
                 _reset(lm)
-        ids = torch.tensor([list(prompt_t)], dtype=torch.long)
+        ids = torch.tensor([list(self.prompt_t)], dtype=torch.long)
         try:
-            with watch(rng, name, private, session):
+            with watch(rng, name, self.private, self.session):
                 try:
                     res = fn(t_lm, d_lm, ids)
-                    out = _tokens_of(res, prompt_t, output, tokens, vocab, name)
+                    out = _tokens_of(res, self.prompt_t, self.output, self.tokens, self.vocab, name)
                 except SystemExit as exc:
                     raise RuleError(f"loop {name} called sys.exit({exc.code!r}) while audited (draws "
                                     f"{rng.trace})", rule=name, trace=rng.trace) from exc
@@ -671,7 +742,7 @@ def _enumerate(fn: Callable, name: str, lms: tuple, prompt_t: tuple, *, vocab: i
         except Exception as exc:
             what = f"{type(exc).__name__}: {exc}"
             site = crash_site(exc)
-            if on_error == "raise" or site is None:   # None: raised calling fn, not inside it (no crash of fn)
+            if self.on_error == "raise" or site is None:   # None: raised calling fn, not inside it (no crash of fn)
                 raise RuleError(
                     f"loop {name} raised {what} on a branch of probability {rng.weight} (draws {rng.trace})"
                     + (f" at {site}; pass on_error='record' to report the probability of every failing branch "
@@ -682,14 +753,13 @@ def _enumerate(fn: Callable, name: str, lms: tuple, prompt_t: tuple, *, vocab: i
             run.sites.setdefault(what, site)
             if mass is not None:
                 mass.add(rng.weight)
-            continue
+            return rng.weight
         if mass is not None:
             mass.add(rng.weight)
         run.law[out] = run.law.get(out, fld.zero) + rng.weight
         run.calls += rng.weight * _calls(t_lm)
-        run.note_branch(out, list(getattr(t_lm, "contexts", ()) or ()), n0)
-    run.paths = meter.paths - start
-    return run
+        run.note_branch(out, list(getattr(t_lm, "contexts", ()) or ()), len(self.prompt_t))
+        return rng.weight
 
 
 def _check_options(where: str, *, tokens: Any, kind: Any, output: Any, on_error: Any, worst: Any) -> None:
@@ -791,7 +861,7 @@ class _LoopAudit:
         return audit_loop(self.fn, target=inst["target"], draft=inst["draft"], prompt=inst["prompt"],
                           tokens=inst["tokens"], kind=self.kind, dtype=self.dtype, output=self.output,
                           on_error="record", tolerance=self.tol, rng_model=self.rng_model, worst=self.worst,
-                          budget=inst.get("budget"), reference=self.reference, progress=False)
+                          budget=inst.get("budget"), reference=self.reference, progress=False, workers=None)
 
     def _with(self, fn: Any, reference: Any) -> "_LoopAudit":
         return _LoopAudit(fn, self.kind, self.dtype, self.output, self.tol, self.rng_model, self.worst, reference)

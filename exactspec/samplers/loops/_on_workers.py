@@ -1,0 +1,195 @@
+"""The branches of one whole-loop audit on worker processes, once the audit has run long enough to pay for them.
+
+A whole-loop audit runs the loop once per branch of its randomness, depth first, each branch from
+the start (:func:`~exactspec.samplers.loops.loop_audit.audit_loop`). Branches are independent, so
+they split over processes: after :data:`SWITCH_AFTER` seconds in this process, the branches still
+to run (the enumeration's stack: whole subtrees of the draw tree) go to forked workers, which
+inherit the loop, the stand-ins and the interception as they are. A share runs depth first for at
+most :data:`TASK_SECONDS`, then hands back the branches it left (:func:`_share`), split again
+among the workers, so one large subtree does not hold one worker while the others wait.
+
+Results merge in the sequential run's order: each share is keyed by its place in the depth-first
+order (its part done first, then what it left, in the order the stack would have popped it), so
+the law (exact sums, inserted in the same order), the first error site, the step statistics and,
+under ``on_error="raise"``, the error raised (the first failing branch in depth-first order, once
+every share before it has run) are those of the run in this process. The path budget is handed
+out in allowances, so no more branches run than the budget allows; a time budget is a deadline
+every worker checks between branches (and this process's guard stops the pool).
+
+Only with the fork start method (workers must inherit the loop: a closure or a local function
+cannot be sent), outside a worker of this module, with a real clock, and with 2 cores or more.
+
+>>> plan(None, None) is None
+True
+"""
+
+from __future__ import annotations
+
+import heapq
+import multiprocessing
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ... import parallel
+from ...enumerate.rng import _link, _unwind
+from ...errors import BudgetExceeded, ExactSpecError
+
+__all__ = ["SWITCH_AFTER", "TASK_SECONDS", "Plan", "plan", "finish_on_workers"]
+
+#: seconds a whole-loop audit runs in this process before the branches left go to workers (a shorter audit never
+#: starts a pool: forking a process that holds torch and transformers costs 12-18 ms, benchmarks/fork_cost.py)
+SWITCH_AFTER = 1.0
+#: a worker hands back the branches left of its share after this many seconds, so they can be split again
+TASK_SECONDS = 0.1
+
+#: in a forked worker: the enumeration it continues (set in the parent just before the pool forks)
+_JOB: dict[str, Any] = {}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a whole-loop audit uses workers: ``workers`` processes once it has run ``after`` seconds here."""
+
+    workers: int
+    after: float
+
+
+def plan(workers: Any, meter: Any) -> Plan | None:
+    """The worker plan for ``workers`` (None: this process only), or None where workers cannot or need not run.
+
+    ``workers``: None (this process), :data:`exactspec.parallel.AUTO` (every core) or a number of
+    processes (0: every core; 1: this process).
+
+    >>> plan(1, None) is None
+    True
+    """
+    if workers is None or _JOB:
+        return None
+    n = parallel.resolve_workers(0 if isinstance(workers, str) and workers == parallel.AUTO else workers)
+    if n is None or n < 2:
+        return None
+    if parallel.start_method() != "fork" or multiprocessing.current_process().daemon:
+        return None
+    if meter is not None and meter.budget.custom_clock:   # a caller's clock is not one a worker can read
+        return None
+    return Plan(n, SWITCH_AFTER)
+
+
+def _share(entries: list, allowance: int | None, deadline: float | None) -> dict:
+    """Run the branches ``entries`` (in the order the stack pops them) in a worker; see the module docstring."""
+    branches = _JOB.get("branches")
+    if branches is None:
+        raise ExactSpecError("a whole-loop audit's worker was started without its audit (internal error)")
+    if not _JOB.get("threads_set"):
+        import torch
+        torch.set_num_threads(1)
+        _JOB["threads_set"] = True
+    session = branches.session
+    approximations = dict(session.approximations)
+    run = branches.fresh_run()
+    stack = [(_link(choices), w) for choices, w in reversed(entries)]
+    ran = 0
+    mass = branches.fld.zero
+    end = time.perf_counter() + TASK_SECONDS
+    try:
+        while stack:
+            if allowance is not None and ran >= allowance:
+                break
+            now = time.perf_counter()
+            if ran and now >= end:
+                break
+            if deadline is not None and now > deadline:
+                return {"budget": True, "paths": ran}
+            prefix, w = stack.pop()
+            ran += 1
+            mass += branches.branch(prefix, w, stack, None)
+    except (ExactSpecError, MemoryError, RecursionError) as exc:
+        return {"error": parallel.error_as_data(exc), "paths": ran}
+    more = {k: n - approximations.get(k, 0) for k, n in session.approximations.items()
+            if n != approximations.get(k, 0)}
+    return {"run": run, "paths": ran, "mass": mass, "left": [_flat(e) for e in reversed(stack)], "approximations": more,
+            "lattices": set(session.lattices), "generator_states": set(session.generator_states)}
+
+
+def _flat(entry: tuple) -> tuple:
+    """A stack entry (a branch's node chain, its weight) with its choices as one flat tuple: a chain is nested as
+    deep as the branch has draws, which pickle would follow by recursion."""
+    node, w = entry
+    return tuple(_unwind(node)), w
+
+
+def finish_on_workers(branches: Any, stack: list, meter: Any, mass: Any, workers: int) -> None:
+    """Run the branches left on ``stack`` on ``workers`` forked processes; fold them into ``branches.run``.
+
+    Empties ``stack``; counts the branches on ``meter`` (raising BudgetExceeded past its paths or
+    time budget) and their probability on ``mass``; raises the error the run in this process would
+    have raised first. See the module docstring.
+    """
+    budget = meter.budget
+    heap: list = []
+    for i, entry in enumerate(reversed(stack)):     # every subtree a share of its own, in the order the stack pops
+        heapq.heappush(heap, ((i,), [_flat(entry)]))
+    stack.clear()
+    done: dict = {}
+    failed: tuple | None = None          # (key, error data) of the first error in depth-first order so far
+    outstanding = 0                      # branches allowed to the shares running
+    running: dict = {}
+    session = branches.session
+    _JOB["branches"] = branches
+    try:
+        pool = parallel.fork_pool(workers)
+    except BaseException:
+        _JOB.clear()
+        raise
+    try:
+        while heap or running:
+            while heap and len(running) < workers:
+                if failed is not None and heap[0][0] > failed[0]:
+                    heap.clear()         # after the first error: nothing later in the order needs running
+                    break
+                allowance = None
+                if budget.paths is not None:
+                    free = budget.paths - meter.paths - outstanding     # shared out among the idle workers
+                    if free <= 0:
+                        if not running:
+                            raise BudgetExceeded("paths", budget.paths, covered=meter.covered())
+                        break
+                    allowance = max(1, free // (workers - len(running)))
+                key, part = heapq.heappop(heap)
+                running[pool.submit(_share, part, allowance, meter.deadline)] = (key, allowance or 0)
+                outstanding += allowance or 0
+            if not running:
+                continue
+            finished = parallel.wait_first(list(running))
+            for fut in finished:
+                key, allowance = running.pop(fut)
+                outstanding -= allowance
+                res = fut.result()
+                meter.paths += res["paths"]
+                if res.get("budget"):
+                    raise BudgetExceeded("seconds", budget.seconds, covered=meter.covered())
+                if "error" in res:
+                    if failed is None or key < failed[0]:
+                        failed = (key, res["error"])
+                    continue
+                done[key + (0,)] = res["run"]
+                if mass is not None:
+                    mass.add(res["mass"])
+                for k, n in res["approximations"].items():
+                    session.approximations[k] = session.approximations.get(k, 0) + n
+                session.lattices |= res["lattices"]
+                session.generator_states |= res["generator_states"]
+                left = res["left"]
+                if left:
+                    for j, entry in enumerate(left, 1):
+                        heapq.heappush(heap, (key + (j,), [entry]))
+            meter.check_time()
+    finally:
+        parallel.stop_pool(pool)
+        _JOB.clear()
+    if failed is not None:
+        parallel.raise_error_data(failed[1])
+    run, zero = branches.run, branches.fld.zero
+    for key in sorted(done):
+        run.absorb(done[key], zero)
