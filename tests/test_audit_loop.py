@@ -368,7 +368,7 @@ def test_progress_counts_the_probability_of_the_branches_run_up_to_one_per_run()
     p, q = es.models.random_table(vocab=3, order=1, seed=5), es.models.random_table(vocab=3, order=1, seed=6)
     seen.clear()
     twice = audit_loop(leviathan(2, 2), target=p, draft=q, prompt=(0,), tokens=2, dtype=torch.float32,
-                       progress=lambda done, total: seen.append(done))
+                       progress=lambda done, total: seen.append(done), workers=None)
     assert len(seen) == twice.paths + twice.extra["float64_paths"]
     assert seen[twice.paths - 1] == 100 == seen[-1] and seen[twice.paths] < 100
     assert audit_loop(leviathan(2, 3), target=TARGET, draft=DRAFT, prompt=(1,), tokens=3, rng_model="continuous",
