@@ -92,6 +92,9 @@ def test_the_error_raised_is_the_first_in_this_process_order(every_branch_on_wor
             es.audit_loop(_fragile, target=P3, tokens=2, progress=False, workers=2)
         assert str(there.value) == str(here.value)
         assert there.value.trace == here.value.trace
+    # the loop's own exception and its traceback come back as a note (a chained cause does not travel)
+    assert any("raise ValueError(\"one then zero\")" in note or "raise KeyError(\"two first\")" in note
+               for note in there.value.__notes__)
 
 
 def test_the_path_budget_holds_on_workers(every_branch_on_workers, monkeypatch):

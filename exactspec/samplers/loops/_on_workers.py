@@ -105,6 +105,11 @@ def _share(entries: list, allowance: int | None, deadline: float | None) -> dict
             ran += 1
             mass += branches.branch(prefix, w, stack, None)
     except (ExactSpecError, MemoryError, RecursionError) as exc:
+        cause = exc.__cause__
+        if cause is not None:      # a cause does not travel with its error: its traceback does, as a note
+            import traceback
+            exc.add_note("raised in a worker process of the audit, from:\n"
+                         + "".join(traceback.format_exception(cause)).rstrip())
         return {"error": parallel.error_as_data(exc), "paths": ran}
     more = {k: n - approximations.get(k, 0) for k, n in session.approximations.items()
             if n != approximations.get(k, 0)}
