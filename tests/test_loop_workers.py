@@ -227,3 +227,19 @@ def test_a_deep_branch_travels_to_the_workers():
         pickle.dumps(node)
     flat, w = pickle.loads(pickle.dumps(_on_workers._flat((node, F(1, 3)))))
     assert flat == choices and w == F(1, 3) and _unwind(_link(flat)) == list(choices)
+
+
+def test_the_float64_run_goes_to_workers_at_once_when_the_first_run_did(monkeypatch):
+    # a first run long enough for workers makes a float64 run just as long: it starts them after its first branch
+    monkeypatch.setattr(_on_workers, "SWITCH_AFTER", 0.0)
+    real, calls = _on_workers.finish_on_workers, []
+
+    def then_never(branches, stack, meter, mass, workers):
+        calls.append(len(stack))
+        monkeypatch.setattr(_on_workers, "SWITCH_AFTER", 1e9)   # from now on, only at_once can start workers
+        return real(branches, stack, meter, mass, workers)
+    monkeypatch.setattr(_on_workers, "finish_on_workers", then_never)
+    r = es.audit_loop(speculative_sampling, target=P3, draft=Q3, tokens=2, dtype=torch.float32, progress=False,
+                      workers=2)
+    assert r.extra["float64_paths"] and len(calls) == 2
+    assert _on_workers.SWITCH_AFTER == 1e9        # (the second call came from at_once, not from the timer)

@@ -402,7 +402,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
                 "continuous" if rng_model == "continuous" else "float64")
             f64 = _enumerate(fn, name, lms64, prompt_t, vocab=target.vocab, rng_model=model64, output=output,
                              on_error=on_error, tokens=tokens, meter=meter, fld=fld, session=session, observe=True,
-                             mass=mass(" (float64 run)"), workers=workers)
+                             mass=mass(" (float64 run)"), workers=workers, at_once=run.on_workers)
         horizon = _horizon(run if f64 is None else run.merged(f64), tokens, name)
         h = horizon["tokens"]
         ref_model = expected if expected is not None else target
@@ -522,6 +522,7 @@ class _Run:
         self.need = 0                # the most tokens a branch needs observed: a first step and a second's first
         self.shortest: int | None = None
         self.largest_step = 0
+        self.on_workers = False      # whether its branches went to worker processes (see _on_workers)
 
     def note_branch(self, ids: tuple, contexts: list, n0: int) -> None:
         """Fold one branch's output and its target forward contexts into the step statistics."""
@@ -645,14 +646,15 @@ def _horizon(run: _Run, tokens: int | None, name: str) -> dict:
 
 def _enumerate(fn: Callable, name: str, lms: tuple, prompt_t: tuple, *, vocab: int, rng_model: str, output: str,
                on_error: str, tokens: int | None, meter: Meter, fld: Any, session: Any, observe: bool,
-               mass: MassProgress | None = None, workers: Any = None) -> _Run:
+               mass: MassProgress | None = None, workers: Any = None, at_once: bool = False) -> _Run:
     """Run the loop once per branch of its randomness on the stand-ins ``lms`` (inside ``intercepting()``);
     ``mass`` counts the probability of every branch run.
 
     ``workers``: None runs every branch in this process; otherwise (``parallel.AUTO``, or a number of
     processes) the branches left after :data:`~exactspec.samplers.loops._on_workers.SWITCH_AFTER` seconds go to
     worker processes (:func:`~exactspec.samplers.loops._on_workers.finish_on_workers`), merged in this
-    process's order: the same run, the same first error.
+    process's order: the same run, the same first error. ``at_once``: after the first branch instead (the
+    float64 run of an audit whose first run went to workers: as long, it would pay for them as well).
     """
     from . import _on_workers
     branches = _Branches(fn, name, lms, prompt_t, vocab=vocab, lattice=lattice_for(rng_model), output=output,
@@ -662,10 +664,11 @@ def _enumerate(fn: Callable, name: str, lms: tuple, prompt_t: tuple, *, vocab: i
     stack: list = [((), fld.one)]
     start = meter.paths
     plan = _on_workers.plan(workers, meter)
-    switch = None if plan is None else time.perf_counter() + plan.after
+    switch = None if plan is None else time.perf_counter() + (0.0 if at_once else plan.after)
     while stack:
         if switch is not None and time.perf_counter() >= switch and meter.paths > start:
             _on_workers.finish_on_workers(branches, stack, meter, mass, plan.workers)
+            run.on_workers = True
             break
         prefix, w = stack.pop()
         meter.tick()
