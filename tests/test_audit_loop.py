@@ -156,6 +156,9 @@ def test_bad_input_is_a_clear_typed_error():
         audit_loop(good, target=TARGET, draft=DRAFT, tokens=3)
     with pytest.raises(es.RuleError, match="does not start with the prompt"):
         audit_loop(lambda t, d, prompt: [2, 2, 2], target=TARGET, prompt=(0,), tokens=1)
+    # without tokens= as well (this message once added None to an int: a TypeError blamed on calling fn)
+    with pytest.raises(es.RuleError, match=r"returned \[2\]\.\.\. which does not start with the prompt \[0\]"):
+        audit_loop(lambda t, d, prompt: [2, 2, 2], target=TARGET, prompt=(0,), workers=None)
     with pytest.raises(es.RuleError, match="returned None"):
         audit_loop(lambda t, d, prompt: None, target=TARGET, tokens=1)
     with pytest.raises(es.RuleError, match=r"return the tokens only"):
@@ -220,6 +223,43 @@ def test_reads_fork_in_read_order_and_unread_rows_never_fork():
     # every branch forks on row 1 first: its first choice is row 1's token (the replay order is the read order)
     assert sorted(trace[0][1] for trace in runs) == [0, 0, 1, 1]
     assert {(trace[1][1], trace[0][1]) for trace in runs} == set(law)
+
+
+def test_iterating_or_unbinding_pending_rows_reads_none_of_them():
+    w = torch.tensor([[0.5, 0.5], [0.25, 0.75], [0.75, 0.25]])
+
+    def program():
+        t = torch.multinomial(w, 1)                   # three pending rows
+        rows = list(t)                                # for row in t: ... (Tensor.__iter__)
+        cols = torch.unbind(t.reshape(3), 0)          # and unbind along dim 0
+        assert all(isinstance(r, LazyCategoricalTensor) for r in (*rows, *cols))
+        return int(rows[1]), int(cols[1])             # row 1 only, twice: one draw
+    runs = []
+    assert law_of(program, runs) == {(0, 0): F(1, 4), (1, 1): F(3, 4)}
+    assert [len(trace) for trace in runs] == [1, 1]   # rows 0 and 2 never fork
+
+
+def test_tokens_past_the_horizon_are_counted_not_read():
+    from exactspec.samplers.loops.loop_audit import _old_path
+
+    def sample_three(target, draft, prompt):        # plain sampling: each token read by the next forward but the last
+        ids = prompt
+        for _ in range(3):
+            ids = torch.cat([ids, torch.multinomial(target(ids)[0, -1].softmax(-1), 1)[None]], dim=1)
+        return ids
+    r = audit_loop(sample_three, target=TARGET, prompt=(1,), tokens=2, workers=None)
+    assert r.output == autoregressive_law(TARGET, (1,), 2) and r.tv == 0
+    assert r.paths == 9                              # 3 x 3: the third token, past the horizon, never forks
+    with _old_path():
+        old = audit_loop(sample_three, target=TARGET, prompt=(1,), tokens=2, workers=None)
+    assert old.paths == 27 and old.output == r.output
+    # the horizon's note still counts every token a branch returned: a first step of up to 3 tokens, a horizon of 1
+    new = audit_loop(leviathan(2, 3), target=TARGET, draft=DRAFT, prompt=(1,), tokens=1, workers=None)
+    with _old_path():
+        old = audit_loop(leviathan(2, 3), target=TARGET, draft=DRAFT, prompt=(1,), tokens=1, workers=None)
+    assert new.scope == old.scope and new.scope["complete"] is False
+    assert new.scope["unobserved"] == {"new_tokens": [2, 3]} and new.warnings == old.warnings
+    assert new.output == old.output == autoregressive_law(TARGET, (1,), 1) and new.paths < old.paths
 
 
 def test_without_replacement_and_in_place_use_after_reading():

@@ -159,9 +159,18 @@ def _check_fn(fn: Any) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: int, name: str) -> tuple:
-    """The new token ids in what ``fn`` returned (reading pending draws as it goes); at least ``tokens`` of them."""
+def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: int, name: str) -> tuple[tuple, int]:
+    """The new token ids in what ``fn`` returned, reading pending draws as it goes, and how many new tokens it
+    returned.
+
+    With ``tokens`` given (the horizon), only the first ``tokens`` new ids are read: a pending draw after them is
+    never read, so it never forks the enumeration (the law of the first ``tokens`` is the same, in fewer
+    branches); the rest are only counted (the horizon's note needs every branch's length). Without it every id
+    is read (the horizon comes from the loop, and its ids are checked up to it).
+    """
     import torch
+    n0 = len(prompt) if output == "full" else 0
+    keep = None if tokens is None or not _fast_path.LOOPS else n0 + tokens
     if isinstance(res, torch.Tensor):
         if res.dim() == 2:
             if res.shape[0] != 1:
@@ -171,7 +180,8 @@ def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: 
         if res.dim() != 1:
             raise RuleError(f"loop {name} returned a tensor of shape {tuple(res.shape)}: audit_loop reads one "
                             "sequence ([1, n], [n] or a list of token ids)", rule=name)
-        items: list = res.tolist()
+        total = int(res.shape[0])
+        items: list = (res if keep is None or total <= keep else res[:keep]).tolist()
     else:
         if res is None:
             raise RuleError(f"loop {name} returned None: return the tokens (prompt + continuation, as generate "
@@ -181,6 +191,7 @@ def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: 
         except TypeError:
             raise RuleError(f"loop {name} returned {type(res).__name__} {res!r}, not a sequence of token ids",
                             rule=name) from None
+        total = len(items)
     ids = []
     for i, t in enumerate(items):
         if isinstance(t, torch.Tensor):
@@ -188,22 +199,25 @@ def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: 
                 raise RuleError(f"loop {name} returned a sequence whose item {i} is a tensor of {t.numel()} values, "
                                 "not one token id (does fn return a tuple such as (tokens, stats)? return the "
                                 "tokens only)", rule=name)
+            if keep is not None and i >= keep:
+                continue          # past the horizon: counted, not read
             t = t.reshape(()).item()
         try:
             t = operator.index(t)
         except TypeError:
             raise RuleError(f"loop {name} returned {t!r} at index {i}, not a token id", rule=name) from None
-        ids.append(t)
+        if keep is None or i < keep:
+            ids.append(t)
     if output == "full":
-        n0 = len(prompt)
         if tuple(ids[:n0]) != prompt:
-            raise RuleError(f"loop {name} returned {ids[:n0 + tokens]}... which does not start with the prompt "
-                            f"{list(prompt)}; pass output='new' if fn returns only the continuation", rule=name)
+            raise RuleError(f"loop {name} returned {ids[:n0 + (tokens or 0)]}... which does not start with the "
+                            f"prompt {list(prompt)}; pass output='new' if fn returns only the continuation", rule=name)
         ids = ids[n0:]
-    if tokens is not None and len(ids) < tokens:
-        raise RuleError(f"loop {name} returned {len(ids)} new token(s) {ids} on a branch, fewer than tokens={tokens}: "
+    new = max(total - n0, 0)
+    if tokens is not None and new < tokens:
+        raise RuleError(f"loop {name} returned {new} new token(s) {ids} on a branch, fewer than tokens={tokens}: "
                         "make it generate at least that many (or lower tokens=)", rule=name)
-    return tuple(ids)      # every new token: the horizon comes from the loop (its ids are checked up to it)
+    return tuple(ids), new
 
 
 def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Model | None = None,
@@ -524,9 +538,8 @@ class _Run:
         self.largest_step = 0
         self.on_workers = False      # whether its branches went to worker processes (see _on_workers)
 
-    def note_branch(self, ids: tuple, contexts: list, n0: int) -> None:
-        """Fold one branch's output and its target forward contexts into the step statistics."""
-        n = len(ids)
+    def note_branch(self, n: int, contexts: list, n0: int) -> None:
+        """Fold one branch's number of new tokens and its target forward contexts into the step statistics."""
         self.shortest = n if self.shortest is None else min(self.shortest, n)
         first, step = _steps(contexts, n0)
         self.largest_step = max(self.largest_step, step)
@@ -730,7 +743,7 @@ class _Branches:
             with watch(rng, name, self.private, self.session):
                 try:
                     res = fn(t_lm, d_lm, ids)
-                    out = _tokens_of(res, self.prompt_t, self.output, self.tokens, self.vocab, name)
+                    out, n_new = _tokens_of(res, self.prompt_t, self.output, self.tokens, self.vocab, name)
                 except SystemExit as exc:
                     raise RuleError(f"loop {name} called sys.exit({exc.code!r}) while audited (draws "
                                     f"{rng.trace})", rule=name, trace=rng.trace) from exc
@@ -761,7 +774,7 @@ class _Branches:
             mass.add(rng.weight)
         run.law[out] = run.law.get(out, fld.zero) + rng.weight
         run.calls += rng.weight * _calls(t_lm)
-        run.note_branch(out, list(getattr(t_lm, "contexts", ()) or ()), len(self.prompt_t))
+        run.note_branch(n_new, list(getattr(t_lm, "contexts", ()) or ()), len(self.prompt_t))
         return rng.weight
 
 

@@ -368,10 +368,27 @@ if torch is not None:
         if structural and isinstance(first, LazyCategoricalTensor) and not first._read:
             rest = tuple([force(a) for a in args[1:]]) if len(args) > 1 else ()
             return _restructure(func, name, first, rest, kwargs)
+        if name in _ROWS_OF and isinstance(first, LazyCategoricalTensor) and not first._read and \
+                _along_first_dim(first, args, kwargs):
+            # iterating (``for t in tokens``) or unbinding along dim 0 reads nothing: each row is ``t[i]``, pending
+            rows = [first[i] for i in range(_disabled(torch.Tensor.size, (), (first, 0), {}))]
+            return iter(rows) if name == "__iter__" else tuple(rows)
         _force_all(args)
         if kwargs:
             _force_all(tuple(kwargs.values()))
         return _disabled(func, types, args, kwargs)
+
+    #: torch functions that hand back the rows of a tensor along its first dimension (``__iter__``, ``unbind``)
+    _ROWS_OF = frozenset({"__iter__", "unbind"})
+
+    def _along_first_dim(t: Any, args: tuple, kwargs: dict) -> bool:
+        """Whether ``__iter__`` / ``unbind`` of ``t`` (``args``, ``kwargs``) takes its rows along dimension 0 of a
+        tensor with at least one dimension (torch refuses to iterate a 0-d tensor: that call goes on as before)."""
+        if len(args) > 2 or any(k != "dim" for k in kwargs):
+            return False
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+        ndim = _disabled(torch.Tensor.dim, (), (t,), {})
+        return type(dim) is int and ndim >= 1 and dim in (0, -ndim)
 
     def _pending_in(items: Any) -> bool:
         """Whether a pending tensor not yet read with an entry not yet drawn is among ``items`` (or in a list, tuple
