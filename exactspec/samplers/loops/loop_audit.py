@@ -271,7 +271,9 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     ``scope["largest_step"]`` is the longest step seen). When a branch returns fewer tokens than
     that, the audit is incomplete (``scope["unobserved"]``, verdict ``undecided``, exit 3, unless a
     bias shows on the tokens observed). An explicit ``tokens=`` is audited as asked; tokens of a
-    first or second step it leaves out are stated (``scope["unobserved"]``, a WARNING).
+    first or second step it leaves out are stated (``scope["unobserved"]``, a WARNING). With ``tokens=``
+    given, the tokens a branch returns after the first ``tokens`` are counted, never read: a draw that only
+    they hold never forks, so the same law takes fewer branches (``report.paths``) than without it.
 
     ``rng_model`` (default ``"native"``): each draw on the lattice of its library (torch CPU float32
     ``rand``: ``k * 2**-24``, 0 included; numpy and ``random``: ``k * 2**-53``), as in
