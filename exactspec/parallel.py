@@ -36,8 +36,10 @@ Rules of the layer (each is handled once, here):
 
 ``workers=N`` is a shortcut for a local process pool of ``N`` processes (``0``: every core;
 ``1``: in this process, through the same chunked path); ``workers="auto"`` (:data:`AUTO`, the
-command line's default) is every core for a job long enough to pay for the pool, this process for
-a short one (:func:`auto_workers`); ``executor=`` takes any
+default of ``search``, ``sweep``, the sampler and loop searches, in Python and on the command line) is
+every core for a job long enough to pay for the pool, this process for a short one
+(:func:`auto_workers`), and this process too where the job cannot go to workers as it is given (a
+progress function, a lambda without cloudpickle: :func:`auto_stays_here`); ``executor=`` takes any
 ``concurrent.futures.Executor`` and wins over ``workers``. ``scheduler=ADDRESS`` (the CLI's
 ``--scheduler``) connects ``distributed.Client(ADDRESS)`` and uses its executor.
 
@@ -64,8 +66,8 @@ from .errors import ExactSpecError
 __all__ = ["run_chunks", "ChunkRun", "executor_for", "resolve_workers", "portable", "load_portable",
            "derive_seed", "NotPicklable", "WorkersLost", "chunked", "terminal_progress", "DEFAULT_RETRIES",
            "DEFAULT_GRACE", "run_on", "parallel_requested", "wall_deadline", "portable_rule", "load_rule", "pool_maker",
-           "AUTO", "AUTO_MIN_SECONDS", "auto_workers", "start_method", "fork_pool", "stop_pool", "wait_first",
-           "error_as_data", "raise_error_data"]
+           "AUTO", "AUTO_MIN_SECONDS", "auto_workers", "in_worker_process", "auto_stays_here", "start_method",
+           "fork_pool", "stop_pool", "wait_first", "error_as_data", "raise_error_data"]
 
 #: times a chunk whose worker died is submitted again before it is reported lost
 DEFAULT_RETRIES = 2
@@ -74,7 +76,7 @@ DEFAULT_GRACE = 2.0
 #: the runner never blocks longer than this at once, so Ctrl-C and the CLI's watchdog get through
 _POLL = 0.25
 
-#: ``workers=AUTO`` (the command line's default): every core for a long job, this process for a short one
+#: ``workers=AUTO`` (the default of the searches and the sweep): every core for a long job, this process for a short one
 AUTO = "auto"
 #: under ``workers=AUTO``, a job estimated to take fewer seconds than this in this process stays in it; a
 #: longer one runs on every core. A fork pool starts in 0.04-0.12 s on a loaded 2-core machine (measured:
@@ -686,9 +688,9 @@ def auto_workers(workers: Any, estimate: float, budget: float | None = None) -> 
 
     ``estimate``: the seconds the job is expected to take in this process, from its size known up
     front (instances, configurations, cells); ``budget``: its time limit, which caps the estimate.
-    A job under :data:`AUTO_MIN_SECONDS` (spawn platforms: :data:`AUTO_MIN_SECONDS_SPAWN`), or a
-    machine with one core, stays in this process. The choice never changes a result: the chunked
-    path merges in the sequential order.
+    A job under :data:`AUTO_MIN_SECONDS` (spawn platforms: :data:`AUTO_MIN_SECONDS_SPAWN`), a
+    machine with one core, or a process :mod:`multiprocessing` started (:func:`in_worker_process`) stays
+    in this process. The choice never changes a result: the chunked path merges in the sequential order.
 
     >>> auto_workers(None, 100.0), auto_workers(1, 100.0), auto_workers(AUTO, 0.5)
     (None, 1, None)
@@ -697,11 +699,45 @@ def auto_workers(workers: Any, estimate: float, budget: float | None = None) -> 
     """
     if not (isinstance(workers, str) and workers == AUTO):
         return workers
-    if resolve_workers(0) < 2:
+    if resolve_workers(0) < 2 or in_worker_process():
         return None
     seconds = estimate if budget is None else min(estimate, budget)
     bar = AUTO_MIN_SECONDS if _mp_context().get_start_method() == "fork" else AUTO_MIN_SECONDS_SPAWN
     return 0 if seconds >= bar else None
+
+
+def in_worker_process() -> bool:
+    """Whether this process was started by :mod:`multiprocessing` (a pool's worker, a Dask worker, a daemon).
+
+    ``workers="auto"`` stays in such a process: the job is already one of several spread over the cores (a
+    sweep's cell searching on a worker), and a pool of pools would only oversubscribe them.
+
+    >>> in_worker_process()
+    False
+    """
+    return multiprocessing.parent_process() is not None or bool(multiprocessing.current_process().daemon)
+
+
+def auto_stays_here(progress: Any, *needed: Callable[[], Any]) -> bool:
+    """Whether a job that ``workers="auto"`` would spread over the cores must run in this process after all.
+
+    It must when ``progress`` is a function (called per audit in this process, per finished chunk on workers:
+    the caller's function keeps the meaning the docs give it), or when making one of ``needed`` (what the
+    workers need, sent by value: a user's rule, a sampler) raises :class:`NotPicklable` (a lambda or a closure
+    without cloudpickle): ``"auto"`` was never asked for explicitly, so it is not an error, and the job runs as
+    it would without workers. An explicit ``workers=N`` still raises.
+
+    >>> auto_stays_here(None, lambda: portable(len)), auto_stays_here(print)
+    (False, True)
+    """
+    if callable(progress):
+        return True
+    for make in needed:
+        try:
+            make()
+        except NotPicklable:
+            return True
+    return False
 
 
 def wall_deadline(seconds: float | None) -> float | None:

@@ -16,6 +16,7 @@ order, so the table does not depend on the number of workers.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import itertools
 import json
@@ -201,7 +202,7 @@ def _names(xs: Any, what: str) -> list:
 def sweep(rules: Sequence[Any] | None = None, proposers: Sequence[str] | None = None, vocabs: Sequence[int] = (5,),
           gammas: Sequence[Any] = (4,), tokens: Sequence[int | None] = (None,), *, family: str = "chain",
           order: int = 2, seed: int = 0, search: bool = False, field: str = "fraction",
-          seconds: float | None = None, executor: Any = None, workers: int | str | None = None,
+          seconds: float | None = None, executor: Any = None, workers: int | str | None = parallel.AUTO,
           scheduler: str | None = None, progress: Any = None) -> SweepTable:
     """Audit every rule x proposer x vocab x gamma x tokens cell and return the table (text, JSON, CSV).
 
@@ -224,10 +225,12 @@ def sweep(rules: Sequence[Any] | None = None, proposers: Sequence[str] | None = 
     ``seconds``: a wall-clock budget for the whole sweep; cells it cuts are ``incomplete``
     (never a pass). ``workers`` / ``executor`` / ``scheduler``: run cells in parallel (see
     :mod:`exactspec.parallel`); cells lost with their workers are retried, then reported
-    ``incomplete``. ``workers="auto"`` (the command line's default): every core when the grid is
-    long enough to pay for a pool (:data:`CELL_SECONDS` a cell), this process otherwise; the table
-    is the same either way. ``progress``: ``None`` or ``True`` (default) shows the cells done on
-    stderr (:mod:`exactspec._progress`), ``False`` nothing, a callable is called ``progress(done, total)``.
+    ``incomplete``. ``workers="auto"`` (the default, here and on the command line): every core when the
+    grid is long enough to pay for a pool (:data:`CELL_SECONDS` a cell) and its rules can be sent to workers
+    (a user's rule defined as a lambda or closure cannot without cloudpickle), this process otherwise;
+    ``workers=None``: this process. The table is the same either way. ``progress``: ``None`` or ``True``
+    (default) shows the cells done on stderr (:mod:`exactspec._progress`), ``False`` nothing, a callable is
+    called ``progress(done, total)``.
 
     >>> table = sweep(["speculative_sampling"], vocabs=(2,), gammas=(1,), progress=False)
     >>> [(r["rule"], r["holds"]) for r in table.rows]
@@ -259,7 +262,11 @@ def sweep(rules: Sequence[Any] | None = None, proposers: Sequence[str] | None = 
     mode = "search" if search else "audit"
     deadline = parallel.wall_deadline(seconds)
     grid = list(itertools.product(rule_objs, specs, vocabs, gammas, tokens))
+    auto = isinstance(workers, str) and workers == parallel.AUTO
     workers = parallel.auto_workers(workers, len(grid) * CELL_SECONDS[mode], seconds)
+    if auto and workers is not None and parallel.auto_stays_here(
+            None, *(functools.partial(parallel.portable_rule, r) for r in rule_objs)):
+        workers = None
     chunked = parallel.parallel_requested(executor, workers, scheduler)
     refs = {id(r): (parallel.portable_rule(r) if chunked else r) for r in rule_objs}
     jobs = [(mode, refs[id(r)], family, spec, v, g, n, order, seed, field, deadline) for r, spec, v, g, n in grid]

@@ -1,9 +1,13 @@
-"""Every core by default (workers="auto", the command line's default): a long job runs on a pool, a short one stays
-in this process, and the result is the same as in-process (workers=1) either way."""
+"""Every core by default (workers="auto", the default of the searches and the sweep, in Python and on the command
+line): a long job runs on a pool, a short one stays in this process, and the result is the same as in-process
+(workers=1, workers=None) either way."""
 
 from __future__ import annotations
 
+import inspect
 import json
+import multiprocessing
+import sys
 
 import pytest
 
@@ -63,7 +67,7 @@ def test_a_long_search_takes_every_core_and_finds_what_one_worker_finds(pools, l
     auto = es.counterexamples.search(r, space=SMALL, workers="auto", progress=False, chunk_size=16)
     assert pools == [CORES]             # the parallel path, on every core
     _same_search(auto, one)
-    _same_search(auto, es.counterexamples.search(r, space=SMALL, progress=False))   # and the plain in-process search
+    _same_search(auto, es.counterexamples.search(r, space=SMALL, progress=False, workers=None))   # and in-process
 
 
 def test_a_short_search_stays_in_this_process(pools):
@@ -79,12 +83,92 @@ def test_a_long_sweep_takes_every_core_and_prints_the_same_table(pools, long_eno
     assert pools == []
     auto = es.sweep(workers="auto", **grid)
     assert pools == [CORES]
-    assert auto.to_csv(timings=False) == one.to_csv(timings=False) == es.sweep(**grid).to_csv(timings=False)
+    assert auto.to_csv(timings=False) == one.to_csv(timings=False) == es.sweep(workers=None, **grid).to_csv(
+        timings=False)
 
 
 def test_a_short_sweep_stays_in_this_process(pools):
     es.sweep(["speculative_sampling"], vocabs=(2,), gammas=(1,), workers="auto", progress=False)
     assert pools == []
+
+
+# -- the Python API: "auto" is the default of the searches and the sweep ---------------------------------------------
+
+def test_the_searches_and_the_sweep_default_to_auto():
+    from exactspec.samplers.sampler_search import search_sampler
+    for fn in (es.counterexamples.search, search_sampler, es.sweep):
+        assert inspect.signature(fn).parameters["workers"].default == parallel.AUTO, fn.__name__
+
+
+@needs_two_cores
+def test_a_long_search_takes_every_core_by_default(pools, long_enough):
+    r = es.rules.get("stale_draft_probs")
+    default = es.counterexamples.search(r, space=SMALL, progress=False)
+    assert pools == [CORES]
+    _same_search(default, es.counterexamples.search(r, space=SMALL, progress=False, workers=None))
+    assert pools == [CORES]             # workers=None: this process
+
+
+@needs_two_cores
+def test_a_long_sampler_search_takes_every_core_by_default(pools, long_enough):
+    from exactspec.bugzoo import numpy_samplers as zoo
+    from exactspec.samplers.sampler_search import sampler_space, search_sampler
+    space = sampler_space().with_(vocabs=(2,), tokens=(1,), random_points=1)
+    default = search_sampler(zoo.shared_uniform, space=space, progress=False)
+    assert pools == [CORES]
+    here = search_sampler(zoo.shared_uniform, space=space, progress=False, workers=None)
+    assert pools == [CORES] and type(default) is type(here)
+    assert default.to_dict() | {"seconds": 0} == here.to_dict() | {"seconds": 0}
+    es.audit_sampler(zoo.shared_uniform, search=True, progress=False)       # its search takes the same default
+    assert pools == [CORES, CORES]
+
+
+@needs_two_cores
+def test_a_long_loop_search_takes_every_core_by_default(pools, long_enough):
+    pytest.importorskip("torch")
+    from exactspec.bugzoo import loops
+    from exactspec.samplers.loops.loop_audit import _loop_space
+    space = _loop_space(None, None).with_(vocabs=(2,), tokens=(1,), random_points=1)
+    default = es.audit_loop(loops.bonus_from_draft, search=True, space=space, progress=False)
+    assert pools == [CORES]
+    here = es.audit_loop(loops.bonus_from_draft, search=True, space=space, progress=False, workers=None)
+    assert pools == [CORES] and default.to_dict() | {"seconds": 0} == here.to_dict() | {"seconds": 0}
+
+
+@needs_two_cores
+def test_auto_stays_here_for_what_cannot_travel_and_for_a_progress_function(pools, long_enough, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cloudpickle", None)      # no by-value pickling: a lambda cannot travel
+    lam = es.Rule(lambda step, rng: es.rules.greedy_match_sampled.fn(step, rng), name="lam")
+    found = es.counterexamples.search(lam, space=SMALL, progress=False)          # "auto": no error, this process
+    assert pools == [] and found.found
+    with pytest.raises(parallel.NotPicklable):                                   # asked for explicitly: an error
+        es.counterexamples.search(lam, space=SMALL, progress=False, workers=2)
+    grid = dict(vocabs=(2,), gammas=(1, 2), tokens=(2,), order=1, progress=False)
+    table = es.sweep([lam], **grid)
+    assert pools == []
+    same = es.sweep(["greedy_match_sampled"], workers=None, **grid)
+    assert [r["tv"] for r in table.rows] == [r["tv"] for r in same.rows] and all(r["tv"] != "0" for r in table.rows)
+    # a progress function counts audits in this process (chunks on workers): "auto" keeps it here
+    seen = []
+    es.counterexamples.search(es.rules.speculative_sampling, space=SMALL, progress=lambda n, s: seen.append(n))
+    assert pools == [] and seen and seen == sorted(seen) and seen[0] == 50
+
+
+def _auto_in_child(queue):
+    queue.put((parallel.in_worker_process(), parallel.auto_workers(parallel.AUTO, 1e6)))
+
+
+@pytest.mark.skipif(parallel.start_method() != "fork", reason="the child is forked")
+def test_auto_stays_here_in_a_process_multiprocessing_started():
+    assert parallel.in_worker_process() is False
+    ctx = multiprocessing.get_context("fork")
+    for daemon in (False, True):
+        queue = ctx.Queue()
+        child = ctx.Process(target=_auto_in_child, args=(queue,), daemon=daemon)
+        child.start()
+        got = queue.get(timeout=60)
+        child.join(60)
+        assert got == (True, None), daemon     # a sweep's cell searching on a worker starts no pool of its own
 
 
 # -- the command line: no --workers is "auto"; --workers 1 forces this process ------------------------------------

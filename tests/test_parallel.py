@@ -53,21 +53,22 @@ def always_dies(step, rng):
 
 @pytest.mark.parametrize("name", ["greedy_match_sampled", "stale_draft_probs", "resample_from_target"])
 def test_search_finds_the_same_minimal_counterexample_with_any_number_of_workers(name):
-    reference = es.counterexamples.search(name, progress=False)
+    reference = es.counterexamples.search(name, progress=False, workers=None)     # in this process
     for kw in ({"workers": 1, "chunk_size": 7}, {"workers": 2, "chunk_size": 16}, {"workers": 2}):
         got = es.counterexamples.search(name, progress=False, **kw)
         assert got == reference and _same(got, reference), kw
 
 
 def test_search_covers_the_same_space_on_a_pool():
-    a = es.counterexamples.search(es.rules.speculative_sampling, space=SMALL, progress=False)
+    a = es.counterexamples.search(es.rules.speculative_sampling, space=SMALL, progress=False, workers=None)
     b = es.counterexamples.search(es.rules.speculative_sampling, space=SMALL, progress=False, workers=2, chunk_size=9)
     assert not a.found and a.complete and _same(a, b)
 
 
 @pytest.mark.parametrize("limit", [3, 40, 41, 200])
 def test_max_instances_holds_across_workers(limit):
-    a = es.counterexamples.search(es.rules.speculative_sampling, space=SMALL, max_instances=limit, progress=False)
+    a = es.counterexamples.search(es.rules.speculative_sampling, space=SMALL, max_instances=limit, progress=False,
+                                  workers=None)
     b = es.counterexamples.search(es.rules.speculative_sampling, space=SMALL, max_instances=limit, progress=False,
                                   workers=2, chunk_size=16)
     assert _same(a, b)
@@ -93,7 +94,7 @@ def test_worst_samples_in_chunks_with_the_same_result():
 def test_a_lambda_rule_travels_with_cloudpickle():
     pytest.importorskip("cloudpickle")
     rule = es.Rule(lambda step, rng: es.rules.speculative_sampling.fn(step, rng), name="lam")
-    a = es.counterexamples.search(rule, space=SMALL, progress=False, max_instances=30)
+    a = es.counterexamples.search(rule, space=SMALL, progress=False, max_instances=30, workers=None)
     b = es.counterexamples.search(rule, space=SMALL, progress=False, max_instances=30, workers=2, chunk_size=8)
     assert _same(a, b)
 
@@ -124,7 +125,7 @@ def test_a_killed_worker_is_retried_without_losing_or_duplicating_results(tmp_pa
     finally:
         _KILL_ONCE["flag"] = None
     assert os.path.exists(tmp_path / "killed")  # a worker really died
-    a = es.counterexamples.search(es.Rule(dies_once, name="dies_once"), space=SMALL, progress=False)
+    a = es.counterexamples.search(es.Rule(dies_once, name="dies_once"), space=SMALL, progress=False, workers=None)
     assert _same(a, b) and b.audited == a.audited
 
 
@@ -191,16 +192,17 @@ def test_search_check_and_sweep_on_a_dask_local_cluster(capsys, tmp_path, monkey
         killed = es.counterexamples.search(es.Rule(dies_once, name="dies_once"), space=SMALL, progress=False,
                                            executor=ex, chunk_size=16, budget=120)  # a budget: never hangs
         assert flag.exists()  # a Dask worker process really died; Dask ran its chunk again elsewhere
-        assert _same(killed, es.counterexamples.search(es.Rule(_ss, name="dies_once"), space=SMALL, progress=False))
+        assert _same(killed, es.counterexamples.search(es.Rule(_ss, name="dies_once"), space=SMALL, progress=False,
+                                                       workers=None))
         for name in ("greedy_match_sampled", "stale_draft_probs"):
             assert _same(es.counterexamples.search(name, progress=False, executor=ex, budget=120),
-                         es.counterexamples.search(name, progress=False))
-        a = es.counterexamples.search(es.rules.speculative_sampling, space=SMALL, progress=False)
+                         es.counterexamples.search(name, progress=False, workers=None))
+        a = es.counterexamples.search(es.rules.speculative_sampling, space=SMALL, progress=False, workers=None)
         assert _same(a, es.counterexamples.search(es.rules.speculative_sampling, space=SMALL, progress=False,
                                                   executor=ex, chunk_size=16, budget=120))
         grid = dict(rules=["speculative_sampling", "stale_draft_probs"], vocabs=(2, 3), gammas=(1, 2), order=1)
         on_dask = es.sweep(**grid, executor=ex, seconds=120)
-        assert on_dask.to_csv(timings=False) == es.sweep(**grid).to_csv(timings=False)
+        assert on_dask.to_csv(timings=False) == es.sweep(**grid, workers=None).to_csv(timings=False)
         assert main(["check", "--json", "--no-timings", "--time-limit", "120", "--scheduler",
                      cluster.scheduler_address]) == 0
         on_cluster = capsys.readouterr().out

@@ -55,7 +55,7 @@ def whole(found):
 
 def same_everywhere(sampler, **kw):
     """The search in this process, through the chunked path in this process, and on 2 workers: one result."""
-    here = search_sampler(sampler, progress=False, **kw)
+    here = search_sampler(sampler, progress=False, workers=None, **kw)
     inline = search_sampler(sampler, progress=False, workers=1, **kw)
     two = search_sampler(sampler, progress=False, workers=2, chunk_size=5, **kw)
     assert whole(here) == whole(inline) == whole(two)
@@ -114,8 +114,8 @@ def test_a_lambda_sampler_on_workers_is_a_typed_error_and_runs_in_this_process_b
         draft_ids, draft_probs, target_probs, rng)
     with pytest.raises(parallel.NotPicklable, match="cannot be sent to worker processes"):
         search_sampler(biased, space=SMALL, progress=False, workers=2)
-    here = search_sampler(biased, space=SMALL, progress=False)
-    auto = search_sampler(biased, space=SMALL, progress=False, workers="auto")
+    here = search_sampler(biased, space=SMALL, progress=False, workers=None)
+    auto = search_sampler(biased, space=SMALL, progress=False)            # the default: "auto"
     assert isinstance(here, Counterexample) and whole(here) == whole(auto)
 
 
@@ -146,12 +146,12 @@ def test_a_loop_search_gives_the_same_result_on_workers():
     pytest.importorskip("torch")
     from exactspec.bugzoo import loops
     runs = [es.audit_loop(loops.bonus_from_draft, search=True, space=_loop_space(), progress=False, **kw)
-            for kw in ({}, {"workers": 1}, {"workers": 2, "chunk_size": 3})]
+            for kw in ({"workers": None}, {"workers": 1}, {"workers": 2, "chunk_size": 3})]
     assert isinstance(runs[0], Counterexample) and runs[0].kind == "loop"
     assert whole(runs[0]) == whole(runs[1]) == whole(runs[2])
     lossless = [es.audit_loop(loops.speculative_sampling, search=True, space=_loop_space().with_(tokens=(1,)),
                               progress=False, max_instances=7,
-                              **kw) for kw in ({}, {"workers": 2, "chunk_size": 2})]
+                              **kw) for kw in ({"workers": None}, {"workers": 2, "chunk_size": 2})]
     assert isinstance(lossless[0], IncompleteSearch) and whole(lossless[0]) == whole(lossless[1])
 
 

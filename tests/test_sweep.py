@@ -31,7 +31,7 @@ def test_sweep_rows_in_grid_order_and_claims():
 
 
 def test_sweep_is_the_same_on_a_process_pool():
-    a, b = es.sweep(**GRID), es.sweep(**GRID, workers=2)
+    a, b = es.sweep(**GRID, workers=None), es.sweep(**GRID, workers=2)
     assert a.to_csv(timings=False) == b.to_csv(timings=False)
     assert [r["tv"] for r in a.rows] == [r["tv"] for r in b.rows]
 

@@ -297,7 +297,7 @@ def _counterexample(rule: Rule, inst: SearchInstance, space: Space, clock: _Cloc
 def search(rule: Any, *, proposer: Any = None, space: Space | None = None, seed: int = 0,
            budget: float | None = None, max_instances: int | None = None,
            progress: Callable[[int, float], None] | bool | None = None, executor: Any = None,
-           workers: int | str | None = None, chunk_size: int | None = None
+           workers: int | str | None = parallel.AUTO, chunk_size: int | None = None
            ) -> Counterexample | EmptySearch | IncompleteSearch:
     """Look for the smallest instance on which ``rule``'s output law differs from the expected law.
 
@@ -329,9 +329,11 @@ def search(rule: Any, *, proposer: Any = None, space: Space | None = None, seed:
     is shrunk here (chunks after it are cancelled, chunks before it finish), the counts are
     those of the sequential search. Budgets hold across workers; chunks lost with their workers
     are retried, and a chunk still not covered makes the result an :class:`IncompleteSearch`.
-    There, ``progress(n, seconds)`` counts finished chunks. ``workers="auto"`` (the command line's
-    default) is every core when the space plans enough instances to pay for a pool
-    (:func:`exactspec.parallel.auto_workers`), this process otherwise.
+    There, ``progress(n, seconds)`` counts finished chunks. ``workers="auto"`` (the default, here and on
+    the command line) is every core when the space plans enough instances to pay for a pool
+    (:func:`exactspec.parallel.auto_workers`), this process otherwise, and this process too for a rule
+    that cannot be sent to workers (a lambda or closure without cloudpickle) or with a ``progress``
+    function (:func:`exactspec.parallel.auto_stays_here`); ``workers=None`` keeps every audit here.
 
     ``progress``: ``None`` or ``True`` (default) shows the search's progress on stderr, counting
     instances against the space's total (a bar with an ETA on a terminal, a line every few
@@ -358,6 +360,8 @@ def search(rule: Any, *, proposer: Any = None, space: Space | None = None, seed:
         planned = sum(_cell_sizes(space, space.cells()))
         planned = planned if max_instances is None else min(planned, max_instances)
         workers = parallel.auto_workers(workers, planned * SEARCH_INSTANCE_SECONDS, seconds)
+        if workers is not None and parallel.auto_stays_here(progress, lambda: parallel.portable_rule(rule)):
+            workers = None
     if parallel.parallel_requested(executor, workers):
         return _search_chunked(rule, space, rng, _Clock(seconds, max_instances, progress if callable(progress)
                                                         and progress is not True else None),

@@ -496,7 +496,7 @@ def sampler_reference(sampler: Any) -> str:
 def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None = None, proposer: Any = None,
                    rng_model: str = "native", seed: int = 0, budget: float | None = None,
                    max_instances: int | None = None, progress: Callable[[int, float], None] | bool | None = None,
-                   instance_budget: Budget | None = None, workers: int | str | None = None,
+                   instance_budget: Budget | None = None, workers: int | str | None = parallel.AUTO,
                    executor: Any = None, chunk_size: int | None = None, **audit_kwargs: Any
                    ) -> Counterexample | EmptySearch | IncompleteSearch:
     """The smallest small instance on which ``sampler`` is biased: what ``audit_sampler(..., search=True)`` does.
@@ -517,12 +517,13 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
     ``workers`` / ``executor`` / ``chunk_size``: the instances are audited in chunks on worker processes
     (``0``: every core; ``1``: this process, through the chunked path), the sampler sent as its
     ``module:function`` reference and the adapter by name (see :func:`search_instances`); the result
-    is the in-process one. ``None`` (the default): in this process. ``"auto"`` (the command line's
-    default): every core when the planned instances are estimated to take long enough
+    is the in-process one. ``"auto"`` (the default, here, in ``audit_sampler(search=True)`` and on the
+    command line): every core when the planned instances are estimated to take long enough
     (:data:`SAMPLER_INSTANCE_SECONDS` each, :data:`TORCH_SAMPLER_INSTANCE_SECONDS` through a torch
     adapter; :func:`exactspec.parallel.auto_workers`) and the sampler can be sent to workers, this
-    process otherwise. A sampler that cannot be sent (a lambda, a closure, without cloudpickle) with
-    ``workers`` or ``executor`` given raises :class:`~exactspec.parallel.NotPicklable`.
+    process otherwise (and with a ``progress`` function, which counts audits here and chunks there).
+    ``None``: in this process. A sampler that cannot be sent (a lambda, a closure, without cloudpickle)
+    with ``workers`` or ``executor`` given raises :class:`~exactspec.parallel.NotPicklable`.
 
     >>> from exactspec.bugzoo import numpy_samplers as zoo
     >>> ce = search_sampler(zoo.zero_uniform)
@@ -561,7 +562,7 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
     audit_one = _SamplerAudit(sampler, ref, adapter, rng_model, options)
     if isinstance(workers, str) and workers == parallel.AUTO:
         workers = _auto_workers(audit_one, space, TORCH_SAMPLER_INSTANCE_SECONDS if getattr(
-            adapter, "needs_torch", False) else SAMPLER_INSTANCE_SECONDS, budget, max_instances)
+            adapter, "needs_torch", False) else SAMPLER_INSTANCE_SECONDS, budget, max_instances, progress)
     kw = dict(space=space, name=name, seed=seed, budget=budget, max_instances=max_instances, progress=progress,
               instance_budget=instance_budget)
     if parallel.parallel_requested(executor, workers):   # each chunk patches on its worker; the shrink here
@@ -639,17 +640,15 @@ class _ShippedAudit:
 
 
 def _auto_workers(audit_one: Callable[[dict], AuditReport], space: Space, each: float, budget: float | None,
-                  max_instances: int | None) -> int | None:
+                  max_instances: int | None, progress: Any = None) -> int | None:
     """``workers="auto"``: every core for a search estimated long enough (``each`` seconds an instance in this
-    process), when its audit can go to workers; None (this process) otherwise."""
+    process), when its audit can go to workers (a lambda or closure without cloudpickle cannot) and ``progress``
+    is not a function (:func:`exactspec.parallel.auto_stays_here`); None (this process) otherwise."""
     planned = sum(_cell_sizes(space, space.cells()))
     planned = planned if max_instances is None else min(planned, max_instances)
     workers = parallel.auto_workers(parallel.AUTO, planned * each, budget)
-    if workers is not None:
-        try:
-            _for_workers(audit_one, _is_biased)
-        except parallel.NotPicklable:   # a lambda or closure without cloudpickle: this process, as without workers
-            return None
+    if workers is not None and parallel.auto_stays_here(progress, lambda: _for_workers(audit_one, _is_biased)):
+        return None
     return workers
 
 

@@ -307,7 +307,9 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     :class:`~exactspec.counterexamples.EmptySearch` or an
     :class:`~exactspec.counterexamples.IncompleteSearch` (``search_options`` go to
     :func:`exactspec.samplers.sampler_search.search_instances`: ``space``, ``budget`` seconds,
-    ``max_instances``, ``seed``); the search chooses the laws, prompt and horizon, so ``target``,
+    ``max_instances``, ``seed``, ``workers``: ``"auto"`` by default, every core for a search long enough to
+    pay for a pool, the instances of a chunk each audited in one process); the search chooses the laws,
+    prompt and horizon, so ``target``,
     ``draft``, ``prompt`` and ``expected`` are refused with it (a typed error, never ignored).
 
     >>> import torch, exactspec as es
@@ -968,8 +970,10 @@ def _search(fn: Callable, name: str, *, tokens: int | None, kind: str, dtype: An
                             "on_error": on_error, "tolerance": str(tol), "reference": ref_record})
 
     audit_one = _LoopAudit(fn, kind, dtype, output, tol, rng_model, worst, reference)
-    if isinstance(opts.get("workers"), str) and opts["workers"] == parallel.AUTO:   # every core for a long search
-        opts["workers"] = _auto_workers(audit_one, space, LOOP_INSTANCE_SECONDS, budget, opts.get("max_instances"))
+    opts.setdefault("workers", parallel.AUTO)
+    if isinstance(opts["workers"], str) and opts["workers"] == parallel.AUTO:   # every core for a long search
+        opts["workers"] = _auto_workers(audit_one, space, LOOP_INSTANCE_SECONDS, budget, opts.get("max_instances"),
+                                        opts.get("progress"))
     found = search_instances(audit_one, space=space, name=name, budget=budget, **opts)
     if isinstance(found, Counterexample):  # the output law misses the mass of the branches that raised
         record["error_probability"] = str(1 - sum(found.output.values(), Fraction(0)))
