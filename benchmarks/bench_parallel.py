@@ -121,7 +121,7 @@ def main(argv=None):
                       f"{chunk_overhead(ex, n=200) * 1e3:.3f} ms per chunk")
     per_audit = None
     t0 = time.perf_counter()
-    found = es.counterexamples.search(es.rules.speculative_sampling, progress=False)
+    found = es.counterexamples.search(es.rules.speculative_sampling, progress=False, workers=None)  # one process
     per_audit = (time.perf_counter() - t0) / found.audited
     print(f"one audit of the default search: {per_audit * 1e6:.0f} us on average -> a chunk of {SEARCH_CHUNK} is "
           f"{per_audit * SEARCH_CHUNK * 1e3:.0f} ms of work")
