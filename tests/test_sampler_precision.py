@@ -183,6 +183,17 @@ def test_precision_helpers():
     assert cast(torch.zeros(2), 3) == (torch.float64, 3)
 
 
+def test_precision_of_remembers_each_dtype_apart_from_names_that_compare_equal_to_it():
+    from types import SimpleNamespace
+    # numpy's dtype('float64') == "float" (numpy reads "float" as float64), while "float" names torch's float32:
+    # whichever is asked first, each keeps its own answer
+    for order in ((np.zeros(1), SimpleNamespace(dtype="float")), (SimpleNamespace(dtype="float"), np.zeros(1))):
+        assert np.dtype("float64") == "float"
+        assert [precision_of(x) for x in order * 2] == [precision_of(order[0]), precision_of(order[1])] * 2
+        assert {precision_of(np.zeros(1)), precision_of(SimpleNamespace(dtype="float"))} == {"float64", "float32"}
+    assert precision_of(np.zeros(1, dtype=">f8")) is None            # a byte-swapped float64 is not float64's
+
+
 def test_the_rng_observes_the_numbers_compared_with_its_uniforms():
     from exactspec.enumerate.rng import PathRng
     from exactspec.fields import get_field

@@ -48,9 +48,23 @@ def precision_of(x: Any) -> str | None:
         if torch is None or not isinstance(x, torch.Tensor):
             return None
         dtype = x.dtype
+    key = (type(dtype), dtype)          # by type too: a numpy dtype compares equal to its name ("float")
+    try:
+        return _BY_DTYPE[key]
+    except (KeyError, TypeError):       # a dtype not seen yet (or one that does not hash): spelled out
+        pass
     name = str(dtype).replace("torch.", "")
-    return {"half": "float16", "float": "float32", "double": "float64"}.get(name, name) if name in (
+    p = {"half": "float16", "float": "float32", "double": "float64"}.get(name, name) if name in (
         *PRECISIONS, "half", "float", "double") else None
+    try:
+        _BY_DTYPE[key] = p
+    except TypeError:
+        pass
+    return p
+
+
+#: (type of dtype, dtype) -> its precision name (or None), as :func:`precision_of` spells it out (audits ask per array)
+_BY_DTYPE: dict = {}
 
 
 def lowest(precisions: Any) -> str | None:
