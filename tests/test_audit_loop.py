@@ -159,6 +159,10 @@ def test_bad_input_is_a_clear_typed_error():
     # without tokens= as well (this message once added None to an int: a TypeError blamed on calling fn)
     with pytest.raises(es.RuleError, match=r"returned \[2\]\.\.\. which does not start with the prompt \[0\]"):
         audit_loop(lambda t, d, prompt: [2, 2, 2], target=TARGET, prompt=(0,), workers=None)
+    # past the horizon a returned item is not read, but it is still checked to be a token id
+    with pytest.raises(es.RuleError, match=r"returned a torch.float64 tensor at index 2, not a token id"):
+        audit_loop(lambda t, d, prompt: [0, 1, torch.tensor(0.5, dtype=torch.float64)], target=TARGET, prompt=(0,),
+                   tokens=1, workers=None)
     with pytest.raises(es.RuleError, match="returned None"):
         audit_loop(lambda t, d, prompt: None, target=TARGET, tokens=1)
     with pytest.raises(es.RuleError, match=r"return the tokens only"):

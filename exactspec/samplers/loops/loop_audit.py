@@ -199,8 +199,11 @@ def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: 
                 raise RuleError(f"loop {name} returned a sequence whose item {i} is a tensor of {t.numel()} values, "
                                 "not one token id (does fn return a tuple such as (tokens, stats)? return the "
                                 "tokens only)", rule=name)
-            if keep is not None and i >= keep:
-                continue          # past the horizon: counted, not read
+            if keep is not None and i >= keep:      # past the horizon: counted and checked, not read
+                if t.is_floating_point() or t.is_complex():
+                    raise RuleError(f"loop {name} returned a {t.dtype} tensor at index {i}, not a token id",
+                                    rule=name)
+                continue
             t = t.reshape(()).item()
         try:
             t = operator.index(t)
