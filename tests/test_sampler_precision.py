@@ -192,6 +192,10 @@ def test_precision_of_remembers_each_dtype_apart_from_names_that_compare_equal_t
         assert [precision_of(x) for x in order * 2] == [precision_of(order[0]), precision_of(order[1])] * 2
         assert {precision_of(np.zeros(1)), precision_of(SimpleNamespace(dtype="float"))} == {"float64", "float32"}
     assert precision_of(np.zeros(1, dtype=">f8")) is None            # a byte-swapped float64 is not float64's
+    # each answer is remembered under the dtype and its type, the two names apart
+    from exactspec.samplers.adapters import base
+    f64 = np.dtype("float64")
+    assert base._BY_DTYPE[(type(f64), f64)] == "float64" and base._BY_DTYPE[(str, "float")] == "float32"
 
 
 def test_the_rng_observes_the_numbers_compared_with_its_uniforms():
