@@ -266,6 +266,49 @@ def test_tokens_past_the_horizon_are_counted_not_read():
     assert new.output == old.output == autoregressive_law(TARGET, (1,), 1) and new.paths < old.paths
 
 
+def _sample_three(target, draft, prompt):
+    """Plain sampling of three tokens: each token is read by the next forward, the last only where it is returned."""
+    ids = prompt
+    for _ in range(3):
+        ids = torch.cat([ids, torch.multinomial(target(ids)[0, -1].softmax(-1), 1)[None]], dim=1)
+    return ids
+
+
+def test_a_token_read_only_where_the_loop_returns_it_is_spread_not_forked():
+    from exactspec.samplers.loops.loop_audit import _old_path
+    r = audit_loop(_sample_three, target=TARGET, prompt=(1,), tokens=3, workers=None)
+    assert r.output == autoregressive_law(TARGET, (1,), 3) and r.tv == 0
+    assert r.paths == 9          # 3 x 3 runs of the loop; each spreads the third token over its 3 values
+    with _old_path():
+        old = audit_loop(_sample_three, target=TARGET, prompt=(1,), tokens=3, workers=None)
+    assert old.paths == 27 and old.output == r.output and old.verdict == r.verdict
+
+    def twice(target, draft, prompt):               # one draw returned twice, as a list of 0-d tensors
+        tok = torch.multinomial(target(prompt)[0, -1].softmax(-1), 1)
+        return [tok[0], tok.reshape(())]
+    one = autoregressive_law(TARGET, (1,), 1)
+    r = audit_loop(twice, target=TARGET, prompt=(1,), tokens=2, output="new", workers=None)
+    assert r.output == {(a, a): p for (a,), p in one.items()}      # one value in both places
+    assert r.paths == 1
+    with _old_path():
+        old = audit_loop(twice, target=TARGET, prompt=(1,), tokens=2, output="new", workers=None)
+    assert old.output == r.output and old.paths == len(one)
+
+
+def test_a_spread_token_keeps_the_prompt_check_and_the_depth_budget():
+    def drawn_prompt(target, draft, prompt):        # a draw where the prompt belongs: 0 or 1, the prompt is (1,)
+        tok = torch.multinomial(torch.tensor([0.5, 0.5]), 1)
+        return torch.cat([tok, tok])
+    with pytest.raises(es.RuleError, match="does not start with the prompt"):
+        audit_loop(drawn_prompt, target=TARGET, prompt=(1,), tokens=1, workers=None)
+    # three draws a branch: a depth of 2 stops the audit at the third, as reading it did; 3 lets it finish
+    with pytest.raises(es.BudgetExceeded) as err:
+        audit_loop(_sample_three, target=TARGET, prompt=(1,), tokens=3, budget=es.Budget(depth=2), workers=None)
+    assert err.value.what == "depth"
+    r = audit_loop(_sample_three, target=TARGET, prompt=(1,), tokens=3, budget=es.Budget(depth=3), workers=None)
+    assert r.output == autoregressive_law(TARGET, (1,), 3)
+
+
 def test_without_replacement_and_in_place_use_after_reading():
     w = torch.tensor([0.5, 0.25, 0.25])
 

@@ -158,7 +158,8 @@ def test_approximations_counted_as_in_this_process(every_branch_on_workers):
 
 def _dies_in_a_worker(target, draft, prompt):
     ids = torch.cat([prompt, torch.multinomial(target(prompt)[0, -1].softmax(-1), 1)[None]], dim=1)
-    if _on_workers._JOB and int(ids[0, 1]) == 1:
+    token = int(ids[0, 1])      # read here (forking the enumeration), not only where the loop returns it
+    if _on_workers._JOB and token == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     return ids
 
@@ -204,6 +205,7 @@ def _slow_three_draws(target, draft, prompt):
     ids = prompt
     for _ in range(3):
         ids = torch.cat([ids, torch.multinomial(target(ids)[0, -1].softmax(-1), 1)[None]], dim=1)
+    int(ids[0, -1])     # read in the loop: a token read only where the loop returns it is spread, not forked
     time.sleep(0.5)
     return ids
 

@@ -31,6 +31,7 @@ that draw a token at every position and discard most stay small.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import operator
 import re
 import time
@@ -159,18 +160,27 @@ def _check_fn(fn: Any) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: int, name: str) -> tuple[tuple, int]:
-    """The new token ids in what ``fn`` returned, reading pending draws as it goes, and how many new tokens it
-    returned.
+def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: int, name: str,
+               rng: Any = None) -> tuple[list, int]:
+    """The new token ids in what ``fn`` returned, with their probabilities given the branch, and how many new
+    tokens it returned.
 
     With ``tokens`` given (the horizon), only the first ``tokens`` new ids are read: a pending draw after them is
     never read, so it never forks the enumeration (the law of the first ``tokens`` is the same, in fewer
     branches); the rest are only counted (the horizon's note needs every branch's length). Without it every id
     is read (the horizon comes from the loop, and its ids are checked up to it).
+
+    ``rng`` given (the branch's, on the fast path): a pending draw among the ids read that the loop never read
+    is spread here over its values (:func:`_spread`), since no code runs after the loop returned, instead of
+    forking the enumeration (which reruns the whole loop once per value). The result lists ``(ids, p)``: the
+    probability ``p`` of ``ids`` given the branch, None for 1.
     """
     import torch
+
+    from ..randomness.lazy_draws import PendingDraw, unread_entries
     n0 = len(prompt) if output == "full" else 0
-    keep = None if tokens is None or not _fast_path.LOOPS else n0 + tokens
+    fast = _fast_path.LOOPS
+    keep = None if tokens is None or not fast else n0 + tokens
     if isinstance(res, torch.Tensor):
         if res.dim() == 2:
             if res.shape[0] != 1:
@@ -181,7 +191,9 @@ def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: 
             raise RuleError(f"loop {name} returned a tensor of shape {tuple(res.shape)}: audit_loop reads one "
                             "sequence ([1, n], [n] or a list of token ids)", rule=name)
         total = int(res.shape[0])
-        items: list = (res if keep is None or total <= keep else res[:keep]).tolist()
+        kept = res if keep is None or total <= keep else res[:keep]
+        unread = unread_entries(kept, rng) if rng is not None and fast else None
+        items: list = unread if unread is not None else kept.tolist()
     else:
         if res is None:
             raise RuleError(f"loop {name} returned None: return the tokens (prompt + continuation, as generate "
@@ -192,8 +204,11 @@ def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: 
             raise RuleError(f"loop {name} returned {type(res).__name__} {res!r}, not a sequence of token ids",
                             rule=name) from None
         total = len(items)
-    ids = []
+    ids: list = []
     for i, t in enumerate(items):
+        if type(t) is PendingDraw:
+            ids.append(t)
+            continue
         if isinstance(t, torch.Tensor):
             if t.numel() != 1:
                 raise RuleError(f"loop {name} returned a sequence whose item {i} is a tensor of {t.numel()} values, "
@@ -204,6 +219,10 @@ def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: 
                     raise RuleError(f"loop {name} returned a {t.dtype} tensor at index {i}, not a token id",
                                     rule=name)
                 continue
+            one = unread_entries(t, rng) if rng is not None and fast else None
+            if one is not None:
+                ids.append(one[0])
+                continue
             t = t.reshape(()).item()
         try:
             t = operator.index(t)
@@ -211,16 +230,50 @@ def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: 
             raise RuleError(f"loop {name} returned {t!r} at index {i}, not a token id", rule=name) from None
         if keep is None or i < keep:
             ids.append(t)
+    outs = _spread(ids, n0, rng)
     if output == "full":
-        if tuple(ids[:n0]) != prompt:
-            raise RuleError(f"loop {name} returned {ids[:n0 + (tokens or 0)]}... which does not start with the "
-                            f"prompt {list(prompt)}; pass output='new' if fn returns only the continuation", rule=name)
-        ids = ids[n0:]
+        for seq, _ in outs:
+            if seq[:n0] != prompt:
+                raise RuleError(f"loop {name} returned {list(seq[:n0 + (tokens or 0)])}... which does not start "
+                                f"with the prompt {list(prompt)}; pass output='new' if fn returns only the "
+                                "continuation", rule=name)
+        outs = [(seq[n0:], p) for seq, p in outs]
     new = max(total - n0, 0)
     if tokens is not None and new < tokens:
-        raise RuleError(f"loop {name} returned {new} new token(s) {ids} on a branch, fewer than tokens={tokens}: "
-                        "make it generate at least that many (or lower tokens=)", rule=name)
-    return tuple(ids), new
+        raise RuleError(f"loop {name} returned {new} new token(s) {list(outs[0][0])} on a branch, fewer than "
+                        f"tokens={tokens}: make it generate at least that many (or lower tokens=)", rule=name)
+    return outs, new
+
+
+def _spread(ids: list, n0: int, rng: Any) -> list:
+    """Every value of the pending draws among ``ids`` (ints and :class:`PendingDraw`), as ``(ids, p)`` pairs: the
+    joint law of those draws, independent categorical draws no code reads any more. A draw that appears twice
+    (one token written twice) takes one value in both places.
+
+    They are drawn for real (each forking the enumeration, as reading them did, in the same order) where
+    spreading could change what the audit does: a draw among the first ``n0`` ids (the prompt, checked
+    against it) or a branch the depth budget would stop there.
+    """
+    from ..randomness.lazy_draws import PendingDraw
+    draws: list = []
+    for t in ids:
+        if type(t) is PendingDraw and not any(t is d for d in draws):
+            draws.append(t)
+    if not draws:
+        return [(tuple(ids), None)]
+    depth = getattr(rng, "max_depth", None)
+    if any(type(t) is PendingDraw for t in ids[:n0]) or (depth is not None and rng._pos + len(draws) > depth):
+        return [(tuple(t.values()[0] if type(t) is PendingDraw else t for t in ids), None)]
+    supports = [rng._support(d.law_of_one()) for d in draws]
+    one = rng._one
+    outs = []
+    for combo in itertools.product(*supports):
+        value = {id(d): v for d, (v, _) in zip(draws, combo)}
+        p = one
+        for _, q in combo:
+            p = p * q
+        outs.append((tuple(value[id(t)] if type(t) is PendingDraw else t for t in ids), p))
+    return outs
 
 
 def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Model | None = None,
@@ -276,7 +329,10 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     bias shows on the tokens observed). An explicit ``tokens=`` is audited as asked; tokens of a
     first or second step it leaves out are stated (``scope["unobserved"]``, a WARNING). With ``tokens=``
     given, the tokens a branch returns after the first ``tokens`` are counted, never read: a draw that only
-    they hold never forks, so the same law takes fewer branches (``report.paths``) than without it.
+    they hold never forks, so the same law takes fewer branches (``report.paths``) than without it. A
+    token the loop returns without having read it (the last step's correction or bonus token, drawn and
+    returned) is spread over its values where the branch ends, since no code runs after the loop
+    returned, instead of forking the enumeration: one run of the loop stands for all its values.
 
     ``rng_model`` (default ``"native"``): each draw on the lattice of its library (torch CPU float32
     ``rand``: ``k * 2**-24``, 0 included; numpy and ``random``: ``k * 2**-53``), as in
@@ -750,7 +806,8 @@ class _Branches:
             with watch(rng, name, self.private, self.session):
                 try:
                     res = fn(t_lm, d_lm, ids)
-                    out, n_new = _tokens_of(res, self.prompt_t, self.output, self.tokens, self.vocab, name)
+                    outs, n_new = _tokens_of(res, self.prompt_t, self.output, self.tokens, self.vocab, name,
+                                             rng if _fast_path.LOOPS else None)
                 except SystemExit as exc:
                     raise RuleError(f"loop {name} called sys.exit({exc.code!r}) while audited (draws "
                                     f"{rng.trace})", rule=name, trace=rng.trace) from exc
@@ -779,7 +836,9 @@ class _Branches:
             return rng.weight
         if mass is not None:
             mass.add(rng.weight)
-        run.law[out] = run.law.get(out, fld.zero) + rng.weight
+        law, w = run.law, rng.weight
+        for out, p in outs:
+            law[out] = law.get(out, fld.zero) + (w if p is None else w * p)
         run.calls += rng.weight * _calls(t_lm)
         run.note_branch(n_new, list(getattr(t_lm, "contexts", ()) or ()), len(self.prompt_t))
         return rng.weight

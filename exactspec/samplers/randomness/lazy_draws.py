@@ -73,7 +73,7 @@ except ImportError:  # pragma: no cover - exercised only without the torch extra
     torch = None
 
 __all__ = ["LazyCategoricalTensor", "PendingDraw", "lazy_multinomial", "exact_row", "exact_rows", "force",
-           "as_array", "tokens_deferring_last"]
+           "as_array", "tokens_deferring_last", "unread_entries"]
 
 
 class PendingDraw:
@@ -116,6 +116,23 @@ class PendingDraw:
     def drawn(self) -> bool:
         """Whether the draws were made (their values read)."""
         return self._values is not None
+
+    def law_of_one(self) -> Any:
+        """The law :meth:`values` draws a one-token draw from, in ``rng``'s field; None where it is not known without
+        running anything (several tokens, or a law computed on the first read).
+
+        >>> from fractions import Fraction as F
+        >>> PendingDraw(None, (1.0, 3.0), (F(1, 4), F(3, 4)), 1, True).law_of_one()
+        (Fraction(1, 4), Fraction(3, 4))
+        """
+        if self.count != 1:
+            return None
+        if self._ready:
+            return self.law if type(self.law) is tuple else None
+        field = getattr(self.rng, "_field", None)
+        if field is None or getattr(field, "Q", None) is Fraction:
+            return self.law
+        return tuple(field.convert(x) for x in self.law)
 
     def values(self) -> list[int]:
         """The drawn tokens (drawing them now, forking the enumeration, if not yet drawn)."""
@@ -850,6 +867,38 @@ def tokens_deferring_last(x: Any, rng: Any) -> list | None:
     draw._values = [tok if type(tok) is int else tok.values()[0][0]]
     force(x)
     return [t for t in before if t >= 0] + [tok]
+
+
+def unread_entries(x: Any, rng: Any) -> list | None:
+    """The entries of an unread pending tensor, element order: an ``int`` where the value is known (drawn, or never
+    pending) and a :class:`PendingDraw` where it is one undrawn draw of ``rng`` (a draw of one token whose law is
+    known without running anything); None where that does not apply (not a :class:`LazyCategoricalTensor`, read,
+    written through a view, or an entry pending otherwise). Nothing is drawn.
+
+    For a caller that enumerates those draws itself, with :meth:`PendingDraw.law_of_one`, once no code can read
+    them any more (what a loop returned, after it returned: :func:`exactspec.audit_loop`). Reading the tensor
+    instead would fork the enumeration at each of them, and every fork reruns the loop.
+
+    >>> from exactspec.enumerate.rng import PathRng
+    >>> from exactspec.fields import get_field
+    >>> rng = PathRng((), 1, get_field(backend="python"), [], {})
+    >>> t = lazy_multinomial(rng, [exact_row([1.0, 3.0])], 1, True, (1,)) if torch is not None else None
+    >>> [type(e).__name__ for e in unread_entries(t, rng)] if torch is not None else ["PendingDraw"]
+    ['PendingDraw']
+    >>> unread_entries(torch.tensor([2, 1]), rng) is None if torch is not None else True
+    True
+    """
+    if torch is None or type(x) is not LazyCategoricalTensor or x._read or x._fam.written:
+        return None
+    out: list = []
+    for draw, i in x._cells.reshape(-1):
+        if draw.drawn:
+            out.append(draw.values()[i])
+        elif draw.rng is rng and draw.count == 1 and draw.law_of_one() is not None:
+            out.append(draw)
+        else:
+            return None
+    return out
 
 
 def lazy_multinomial(rng: Any, rows: Sequence[tuple[tuple, tuple]], num_samples: int, replacement: bool,
