@@ -309,6 +309,20 @@ def test_a_spread_token_keeps_the_prompt_check_and_the_depth_budget():
     assert r.output == autoregressive_law(TARGET, (1,), 3)
 
 
+def test_a_listed_draw_drawn_before_the_spread_keeps_its_value():
+    # reading a later id may draw an earlier, listed one (a law computed on its read): that one is not spread again
+    from exactspec.enumerate.rng import PathRng
+    from exactspec.samplers.loops.loop_audit import _spread
+    from exactspec.samplers.randomness.lazy_draws import exact_row, lazy_multinomial, unread_entries
+    stack = []
+    rng = PathRng((), F(1), get_field(backend="python"), stack, {})
+    t = lazy_multinomial(rng, [exact_row([1.0, 3.0])], 1, True, (1,))
+    listed = [5] + unread_entries(t, rng)
+    assert _spread(listed, 1, rng) == [((5, 0), F(1, 4)), ((5, 1), F(3, 4))] and not stack
+    int(t[0])                                        # drawn now: the first value, weight 1/4, the other pushed
+    assert _spread(listed, 1, rng) == [((5, 0), None)] and rng.weight == F(1, 4) and len(stack) == 1
+
+
 def test_without_replacement_and_in_place_use_after_reading():
     w = torch.tensor([0.5, 0.25, 0.25])
 

@@ -252,9 +252,12 @@ def _spread(ids: list, n0: int, rng: Any) -> list:
 
     They are drawn for real (each forking the enumeration, as reading them did, in the same order) where
     spreading could change what the audit does: a draw among the first ``n0`` ids (the prompt, checked
-    against it) or a branch the depth budget would stop there.
+    against it) or a branch the depth budget would stop there. A draw that was drawn after it was listed
+    (reading a later id drew it) keeps the value drawn.
     """
     from ..randomness.lazy_draws import PendingDraw
+    # a draw that reading a later id drew (a law computed on its read may read others) holds its value
+    ids = [t.values()[0] if type(t) is PendingDraw and t.drawn else t for t in ids]
     draws: list = []
     for t in ids:
         if type(t) is PendingDraw and not any(t is d for d in draws):
