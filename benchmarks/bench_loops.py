@@ -50,19 +50,28 @@ def draw_and_discard(gamma: int):
 
 
 def _run(fn, eager: bool, seconds: float | None):
-    from exactspec.samplers.randomness import lazy_draws
-    orig = lazy_draws.lazy_multinomial
+    """One audit of ``fn``; ``eager``: every ``torch.multinomial`` drawn as it is made (patched where
+    ``torch_rng`` calls it; the run refuses to report a baseline that the patch did not reach)."""
+    from exactspec.samplers.randomness import lazy_draws, torch_rng
+    orig = torch_rng.lazy_multinomial
+    forced = [0]
+
+    def drawn_at_once(*a, **k):
+        forced[0] += 1
+        return lazy_draws.force(orig(*a, **k))
     if eager:
-        lazy_draws.lazy_multinomial = lambda *a, **k: lazy_draws.force(orig(*a, **k))
+        torch_rng.lazy_multinomial = drawn_at_once
     t0 = time.perf_counter()
     try:
-        r = es.audit_loop(fn, target=TARGET, draft=DRAFT, prompt=(0,), tokens=2,
+        r = es.audit_loop(fn, target=TARGET, draft=DRAFT, prompt=(0,), tokens=2, workers=None,
                           budget=None if seconds is None else es.Budget(seconds=seconds))
         return r, time.perf_counter() - t0
     except BudgetExceeded:
         return None, time.perf_counter() - t0
     finally:
-        lazy_draws.lazy_multinomial = orig
+        torch_rng.lazy_multinomial = orig
+        if eager and not forced[0]:
+            raise RuntimeError("bench_loops: the eager baseline drew nothing at once (the patch missed the call)")
 
 
 TARGET = es.models.random_table(vocab=3, order=1, seed=1)
@@ -71,7 +80,8 @@ DRAFT = es.models.random_table(vocab=3, order=1, seed=4)
 
 def main() -> None:
     import torch
-    print(f"vocab 3, order-1 tables, 2 tokens, float64 stand-ins; torch {torch.__version__}")
+    print(f"vocab 3, order-1 tables, 2 tokens, float64 stand-ins, the default rng model (native: torch's float32 "
+          f"rand grid, so TV ~1e-8 is its rounding), one process; torch {torch.__version__}")
     for gamma in (1, 2):
         fn = draw_and_discard(gamma)
         lazy, t_lazy = _run(fn, eager=False, seconds=None)
