@@ -37,6 +37,8 @@ import exactspec as es
 from exactspec import parallel
 from exactspec.counterexamples import default_space, search
 
+from ._in_process import no_pool
+
 
 def _cpu() -> float:
     """CPU seconds of this process and of its finished children (the pool's workers, once joined)."""
@@ -61,7 +63,8 @@ def _search_row(quick: bool, pool_s: float) -> dict[str, Any]:
     if quick:
         space = space.with_(vocabs=(2, 3))
     t0, c0 = time.perf_counter(), _cpu()
-    old = search(rule, space=space, progress=False)                      # today's default: this process
+    with no_pool():
+        old = search(rule, space=space, progress=False, workers=None)     # today's path: this process
     old_s, old_cpu = time.perf_counter() - t0, _cpu() - c0
     t0, c0 = time.perf_counter(), _cpu()
     new = search(rule, space=space, progress=False, workers=parallel.AUTO)   # the command line's default
@@ -95,7 +98,8 @@ def _check_row(quick: bool, pool_s: float) -> dict[str, Any]:
             check.check_cases = lambda inst: [c for c in real_cases(inst) if c.proposer.family == "tree"]
             check.CASE_SECONDS, case_seconds = 1.0, check.CASE_SECONDS
         parallel.AUTO_MIN_SECONDS = math.inf      # today's path: the in-process loop
-        old_s, old_cpu, old_code, old_out = _check(argv)
+        with no_pool():
+            old_s, old_cpu, old_code, old_out = _check(argv)
         parallel.AUTO_MIN_SECONDS = real_bar      # the new default: every core for a long check
         new_s, new_cpu, new_code, new_out = _check(argv)
     finally:

@@ -17,7 +17,8 @@ seconds: type, instance, laws, TV, counts, space):
 New: ``search_sampler(..., workers="auto")`` (every core when the search is estimated long enough:
 :data:`~exactspec.samplers.sampler_search.SAMPLER_INSTANCE_SECONDS` /
 :data:`~exactspec.samplers.sampler_search.TORCH_SAMPLER_INSTANCE_SECONDS` an instance); old:
-``workers=None``, in this process (today's path, the Python default). ``--quick`` covers vocabularies
+``workers=None``, in this process (today's path; the Python default until 2026-12-02, and the benchmark
+refuses a baseline that starts a pool: ``benchmarks._in_process.no_pool``). ``--quick`` covers vocabularies
 2 and 3 only. The note of each row gives the CPU seconds of each path (this process and its
 finished worker processes): on a machine shared with other jobs, and with the kernel's autogroup
 scheduling, a saturated machine gives one session the same share of CPU however many processes it
@@ -35,6 +36,8 @@ from typing import Any
 
 from exactspec import parallel
 from exactspec.samplers.sampler_search import sampler_space, search_sampler
+
+from ._in_process import no_pool
 
 
 def _cpu() -> float:
@@ -54,7 +57,8 @@ def _row(job: str, ref: str, adapter: str, target_s: float, quick: bool) -> dict
     if quick:
         space = space.with_(vocabs=(2, 3))
     t0, c0 = time.perf_counter(), _cpu()
-    old = search_sampler(ref, adapter=adapter, space=space, progress=False)                 # today: this process
+    with no_pool():
+        old = search_sampler(ref, adapter=adapter, space=space, progress=False, workers=None)   # this process
     old_s, old_cpu = time.perf_counter() - t0, _cpu() - c0
     t0, c0 = time.perf_counter(), _cpu()
     new = search_sampler(ref, adapter=adapter, space=space, progress=False, workers=parallel.AUTO)
@@ -73,7 +77,8 @@ def _loop_row(quick: bool) -> dict[str, Any]:
     if quick:
         space = space.with_(tokens=(1, 2))
     t0, c0 = time.perf_counter(), _cpu()
-    old = es.audit_loop(loops.speculative_sampling, search=True, space=space, progress=False)
+    with no_pool():
+        old = es.audit_loop(loops.speculative_sampling, search=True, space=space, progress=False, workers=None)
     old_s, old_cpu = time.perf_counter() - t0, _cpu() - c0
     t0, c0 = time.perf_counter(), _cpu()
     new = es.audit_loop(loops.speculative_sampling, search=True, space=space, progress=False, workers=parallel.AUTO)
