@@ -295,6 +295,25 @@ def test_a_token_read_only_where_the_loop_returns_it_is_spread_not_forked():
     assert old.output == r.output and old.paths == len(one)
 
 
+def test_a_race_winner_returned_unread_is_spread_too():
+    from exactspec.samplers.loops.loop_audit import _old_path
+
+    def gumbel_two(target, draft, prompt):          # Gumbel-max sampling: a race's winner, its law made on read
+        ids = prompt
+        for _ in range(2):
+            logits = target(ids)[0, -1]
+            ids = torch.cat([ids, torch.argmax(logits - torch.log(-torch.log(torch.rand(logits.shape))))[None, None]],
+                            dim=1)
+        return ids
+    for rng_model in ("native", "continuous"):
+        new = audit_loop(gumbel_two, target=TARGET, prompt=(1,), tokens=2, rng_model=rng_model, workers=None)
+        with _old_path():
+            old = audit_loop(gumbel_two, target=TARGET, prompt=(1,), tokens=2, rng_model=rng_model, workers=None)
+        assert new.output == old.output and new.tv == old.tv and new.verdict == old.verdict
+        assert new.paths == 3 and old.paths == 9     # the second winner: spread over its 3 values, not forked
+        assert new.extra.get("approximations")       # its law is still the approximated race law, and says so
+
+
 def test_a_spread_token_keeps_the_prompt_check_and_the_depth_budget():
     def drawn_prompt(target, draft, prompt):        # a draw where the prompt belongs: 0 or 1, the prompt is (1,)
         tok = torch.multinomial(torch.tensor([0.5, 0.5]), 1)

@@ -872,8 +872,9 @@ def tokens_deferring_last(x: Any, rng: Any) -> list | None:
 def unread_entries(x: Any, rng: Any) -> list | None:
     """The entries of an unread pending tensor, element order: an ``int`` where the value is known (drawn, or never
     pending) and a :class:`PendingDraw` where it is one undrawn draw of ``rng`` (a draw of one token whose law is
-    known without running anything); None where that does not apply (not a :class:`LazyCategoricalTensor`, read,
-    written through a view, or an entry pending otherwise). Nothing is drawn.
+    known); None where that does not apply (not a :class:`LazyCategoricalTensor`, read, written through a view, or
+    an entry pending otherwise). Nothing is drawn; a law that reading a draw would compute first (a race's) is
+    computed now, as reading it would, in element order.
 
     For a caller that enumerates those draws itself, with :meth:`PendingDraw.law_of_one`, once no code can read
     them any more (what a loop returned, after it returned: :func:`exactspec.audit_loop`). Reading the tensor
@@ -894,7 +895,14 @@ def unread_entries(x: Any, rng: Any) -> list | None:
     for draw, i in x._cells.reshape(-1):
         if draw.drawn:
             out.append(draw.values()[i])
-        elif draw.rng is rng and draw.count == 1 and draw.law_of_one() is not None:
+            continue
+        if draw._ready and callable(draw.law) and draw.rng is rng:
+            draw.law = draw.law()       # what reading it computes first (a race's law), made now
+            if isinstance(draw.law, int):
+                draw._values = [draw.law]
+                out.append(draw.law)
+                continue
+        if draw.rng is rng and draw.count == 1 and draw.law_of_one() is not None:
             out.append(draw)
         else:
             return None
