@@ -295,6 +295,23 @@ def test_a_token_read_only_where_the_loop_returns_it_is_spread_not_forked():
     assert old.output == r.output and old.paths == len(one)
 
 
+def test_a_loop_returning_many_unread_draws_spreads_at_most_the_limit(monkeypatch):
+    from exactspec.samplers.loops import loop_audit
+    monkeypatch.setattr(loop_audit, "SPREAD_LIMIT", 4)
+    w = (F(1, 4), F(3, 4))
+
+    def five_unread(target, draft, prompt):         # five independent draws, none read by the loop
+        return torch.multinomial(torch.tensor([0.25, 0.75]), 5, replacement=True)
+    r = audit_loop(five_unread, target=es.models.context_free(w), prompt=(0,), tokens=5, output="new",
+                   workers=None)
+    assert r.output == {seq: w[seq[0]] * w[seq[1]] * w[seq[2]] * w[seq[3]] * w[seq[4]]
+                        for seq in product(range(2), repeat=5)}
+    assert r.paths == 8          # the first three drawn (2 x 2 x 2 runs), the last two spread (4 combinations)
+    monkeypatch.setattr(loop_audit, "SPREAD_LIMIT", 1)
+    assert audit_loop(five_unread, target=es.models.context_free(w), prompt=(0,), tokens=5, output="new",
+                      workers=None).paths == 32          # nothing spread: every draw forks, as reading it did
+
+
 def test_a_race_winner_returned_unread_is_spread_too():
     from exactspec.samplers.loops.loop_audit import _old_path
 

@@ -245,6 +245,11 @@ def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: 
     return outs, new
 
 
+#: the most value combinations one branch spreads where it ends (:func:`_spread`); the draws beyond them (the
+#: earliest) are drawn for real, one fork each, so that a loop returning many unread draws keeps its budgets
+SPREAD_LIMIT = 1024
+
+
 def _spread(ids: list, n0: int, rng: Any) -> list:
     """Every value of the pending draws among ``ids`` (ints and :class:`PendingDraw`), as ``(ids, p)`` pairs: the
     joint law of those draws, independent categorical draws no code reads any more. A draw that appears twice
@@ -252,8 +257,10 @@ def _spread(ids: list, n0: int, rng: Any) -> list:
 
     They are drawn for real (each forking the enumeration, as reading them did, in the same order) where
     spreading could change what the audit does: a draw among the first ``n0`` ids (the prompt, checked
-    against it) or a branch the depth budget would stop there. A draw that was drawn after it was listed
-    (reading a later id drew it) keeps the value drawn.
+    against it) or a branch the depth budget would stop there; and the earliest draws are, until the rest
+    have at most :data:`SPREAD_LIMIT` combinations of values (the path, time and depth budgets then bound
+    the work as they bound the forks). A draw that was drawn after it was listed (reading a later id drew it)
+    keeps the value drawn.
     """
     from ..randomness.lazy_draws import PendingDraw
     # a draw that reading a later id drew (a law computed on its read may read others) holds its value
@@ -268,6 +275,15 @@ def _spread(ids: list, n0: int, rng: Any) -> list:
     if any(type(t) is PendingDraw for t in ids[:n0]) or (depth is not None and rng._pos + len(draws) > depth):
         return [(tuple(t.values()[0] if type(t) is PendingDraw else t for t in ids), None)]
     supports = [rng._support(d.law_of_one()) for d in draws]
+    first, combos = len(draws), 1
+    while first and combos * len(supports[first - 1]) <= SPREAD_LIMIT:
+        first -= 1
+        combos *= len(supports[first])
+    for d in draws[:first]:            # too many combinations: the earliest are drawn, in order, forking
+        d.values()
+    if first:
+        ids = [t.values()[0] if type(t) is PendingDraw and t.drawn else t for t in ids]
+        draws, supports = draws[first:], supports[first:]
     one = rng._one
     outs = []
     for combo in itertools.product(*supports):
