@@ -1,0 +1,177 @@
+"""How many branches litgpt's whole-loop audit would take if a token forked only where a decision reads it.
+
+A planning measurement for issue 17's litgpt row, not a speed figure. A whole-loop audit reruns
+the loop once per branch; a branch forks where the loop reads a pending token. On the stand-ins
+today every draft is read where the next forward consumes it (the draft model reads draft ``i`` to
+propose ``i + 1``; the target reads all of them), before verification knows whether it is kept.
+This script replays litgpt 0.5.13's ``generate`` / ``speculative_decoding`` control flow as a small
+abstract program over the same exact tables and counts its branches two ways:
+
+- **eager**: a token forks where the stand-ins read it today (the forwards), as well as where a
+  decision reads it;
+- **deferred**: a token forks only where a Python decision needs its value (the comparison
+  ``target_prob >= draft_prob`` of its verification, which also needs the token before it), a
+  token's own law read first when it depends on an earlier token (a draft's law on the draft
+  before it), and the tokens the loop returns unread are spread, as the audit spreads them now.
+
+The two-way fork of ``if not should_discard_token`` (a uniform against ``1 - p/q``) is the same in
+both. The eager count is checked against the real audit's branch count (``es.audit_loop`` on litgpt's
+own ``generate``, same tables, same run): a model that does not reproduce it exits 1, so the
+deferred figure is the count a deferring audit would take, not a guess. ``floor`` is that count
+times the loop's own cost per plain call (measured here, outside any audit).
+
+``python -m benchmarks.model_litgpt_branches`` (``--quick``: gamma 2 only).
+
+>>> count_branches(2, 2, seeds=(1, 4), eager=True) >= count_branches(2, 2, seeds=(1, 4), eager=False)
+True
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from fractions import Fraction
+from typing import Any, Callable
+
+import exactspec as es
+
+
+class _Fork(Exception):
+    """A branch reached a fork its prefix does not decide: rerun with each value appended."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.n = n
+
+
+class _Replay:
+    """The choices of one branch: a prefix replayed, the first choice beyond it raises :class:`_Fork`."""
+
+    def __init__(self, prefix: tuple) -> None:
+        self.prefix, self.i = prefix, 0
+
+    def choice(self, n: int) -> int:
+        if self.i >= len(self.prefix):
+            raise _Fork(n)
+        self.i += 1
+        return self.prefix[self.i - 1]
+
+
+class _Token:
+    """A pending token: its law is computed (reading what it depends on) and the branch forks on the first read."""
+
+    def __init__(self, rng: _Replay, law: Callable[[], list]) -> None:
+        self.rng, self.law, self.value = rng, law, None
+
+    def read(self) -> int:
+        if self.value is None:
+            support = [i for i, p in enumerate(self.law()) if p > 0]
+            self.value = support[self.rng.choice(len(support))] if len(support) > 1 else support[0]
+        return self.value
+
+
+def _generate(rng: _Replay, target: Any, draft: Any, gamma: int, n: int, prompt: tuple, eager: bool) -> None:
+    """litgpt's ``generate(draft, target, prompt, speculative_k=gamma, max_returned_tokens=len(prompt) + n + 1)``."""
+    p = lambda ctx: [Fraction(x) for x in target(ctx)]        # noqa: E731
+    q = lambda ctx: [Fraction(x) for x in draft(ctx)]         # noqa: E731
+
+    def ctx_of(tokens: list) -> tuple:
+        return prompt + tuple(t.read() for t in tokens)
+
+    max_returned = len(prompt) + n + 1
+    committed: list = []
+    token = _Token(rng, lambda: p(prompt))                    # the target's prefill sample
+    pos = len(prompt)
+    while pos < max_returned - 1:
+        k = min(gamma, max_returned - pos - 1)
+        drafts: list = []
+        for _ in range(k):
+            before = committed + [token] + drafts
+            if eager:
+                before[-1].read()                             # the draft forward reads the token it is fed
+            drafts.append(_Token(rng, lambda b=before: q(ctx_of(b))))
+        if eager:
+            drafts[-1].read()                                 # the target forward reads every candidate
+        new: list = []
+        for i, d in enumerate(drafts):
+            ctx = ctx_of(committed + [token] + drafts[:i])
+            x = d.read()
+            if p(ctx)[x] >= q(ctx)[x]:
+                new.append(d)
+                continue
+            if rng.choice(2) == 0:                            # ``not should_discard_token``
+                new.append(d)
+                continue
+            new.append(_Token(rng, lambda c=ctx: [max(a - b, Fraction(0)) for a, b in zip(p(c), q(c))]))
+            break
+        else:
+            last = committed + [token] + drafts
+            new.append(_Token(rng, lambda b=last: p(ctx_of(b))))   # the bonus token
+        committed += [token] + new[:-1]
+        token = new[-1]
+        pos += len(new)
+
+
+def count_branches(gamma: int, n: int, seeds: tuple = (1, 4), eager: bool = True, vocab: int = 3) -> int:
+    """The branches of an enumeration of the abstract loop (depth first, one rerun per branch), order-1 tables.
+
+    >>> count_branches(1, 1, eager=False) <= count_branches(1, 1, eager=True)
+    True
+    """
+    target = es.models.random_table(vocab=vocab, order=1, seed=seeds[0])
+    draft = es.models.random_table(vocab=vocab, order=1, seed=seeds[1])
+    todo, done = [()], 0
+    while todo:
+        prefix = todo.pop()
+        try:
+            _generate(_Replay(prefix), target, draft, gamma, n, (0,), eager)
+        except _Fork as f:
+            todo.extend(prefix + (j,) for j in range(f.n))
+            continue
+        done += 1
+    return done
+
+
+def _audited(gamma: int, n: int, seeds: tuple) -> tuple[int, float]:
+    """The real audit's branch count on litgpt's own ``generate``, and one plain call's seconds (CPU, outside audits)."""
+    import torch
+
+    import litgpt.generate.speculative_decoding as litgpt_sd
+    t = es.models.random_table(vocab=3, order=1, seed=seeds[0])
+    d = es.models.random_table(vocab=3, order=1, seed=seeds[1])
+
+    def loop(target: Any, draft: Any, prompt: Any) -> Any:
+        tokens, _ = litgpt_sd.generate(draft, target, prompt[0], speculative_k=gamma,
+                                       max_returned_tokens=prompt.shape[1] + n + 1)
+        return tokens
+    r = es.audit_loop(loop, target=t, draft=d, prompt=(0,), rng_model="continuous", tokens=n)
+    tl, dl = es.stand_in(t, kind="torch-lm", dtype=torch.float64), es.stand_in(d, kind="torch-lm",
+                                                                                 dtype=torch.float64)
+    prompt = torch.tensor([[0]])
+    calls, c0 = 200, time.process_time()
+    for _ in range(calls):
+        tl.reset(), dl.reset()
+        loop(tl, dl, prompt)
+    return r.paths, (time.process_time() - c0) / calls
+
+
+def main(argv: list[str] | None = None) -> int:
+    quick = "--quick" in (sys.argv[1:] if argv is None else argv)
+    print("litgpt 0.5.13 generate, vocab 3 order-1 tables, prompt (0,), 3 tokens, ideal uniforms: branches when tokens "
+          "fork where the stand-ins read them (eager, checked against the audit) and where only decisions read them")
+    ok = True
+    for gamma, seeds in ([(2, (1, 4))] if quick else [(2, (1, 4)), (3, (1, 4)), (3, (2, 5))]):
+        eager, deferred = count_branches(gamma, 3, seeds, True), count_branches(gamma, 3, seeds, False)
+        audited, plain = _audited(gamma, 3, seeds)
+        same = audited == eager
+        ok = ok and same
+        print(f"gamma {gamma}, seeds {seeds}: audit {audited} branches, model eager {eager} "
+              f"({'matches' if same else 'DOES NOT MATCH'}), deferred {deferred} ({eager / deferred:.1f}x fewer); "
+              f"plain call {plain * 1e3:.2f} ms CPU, floor {deferred * plain:.2f} s deferred vs {eager * plain:.2f} s "
+              "eager (one core)")
+        sys.stdout.flush()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
