@@ -28,7 +28,7 @@ import contextlib
 import contextvars
 from typing import Iterator
 
-__all__ = ["LOOPS", "DEFER_LAST", "fast_paths", "legacy_paths"]
+__all__ = ["LOOPS", "DEFER_LAST", "DEFER_READS", "fast_paths", "legacy_paths"]
 
 #: True: the faster path; False: the path whole-loop audits took before issue 17
 LOOPS = True
@@ -38,6 +38,13 @@ LOOPS = True
 #: False: the fast paths as they were before it (the draw made at the write). An internal switch for the
 #: benchmark that times both; ``legacy_paths()`` turns it off with the other fast paths
 DEFER_LAST = True
+
+#: True: on the whole-loop fast path (``LOOPS``), the torch stand-ins read no pending token they are fed: their logits
+#: are values computed from pending draws (:mod:`exactspec.samplers.randomness.lazy_worlds`), kept pending through
+#: torch operations until Python reads a value, so a token forks only where a decision reads it. False: the stand-ins
+#: read every token they are fed (the path before it). An internal switch for the benchmark and the tests that
+#: compare the two (identical laws)
+DEFER_READS = True
 
 #: whether the sampler audit takes its fast paths (issue 17: a lazy bonus draw, one interception per search, ...);
 #: False is the path of release 0.x before them, kept reachable for the benchmarks and the tests that compare the
