@@ -243,17 +243,25 @@ def test_iterating_or_unbinding_pending_rows_reads_none_of_them():
     assert [len(trace) for trace in runs] == [1, 1]   # rows 0 and 2 never fork
 
 
-def test_tokens_past_the_horizon_are_counted_not_read():
+def test_tokens_past_the_horizon_are_counted_not_read(monkeypatch):
     from exactspec.samplers.loops.loop_audit import _old_path
+    from exactspec.samplers.randomness import _fast_path
 
     def sample_three(target, draft, prompt):        # plain sampling: each token read by the next forward but the last
         ids = prompt
         for _ in range(3):
             ids = torch.cat([ids, torch.multinomial(target(ids)[0, -1].softmax(-1), 1)[None]], dim=1)
         return ids
+    # with the stand-ins reading every token they are fed (the path before deferred reads)
+    monkeypatch.setattr(_fast_path, "DEFER_READS", False)
     r = audit_loop(sample_three, target=TARGET, prompt=(1,), tokens=2, workers=None)
     assert r.output == autoregressive_law(TARGET, (1,), 2) and r.tv == 0
     assert r.paths == 9                              # 3 x 3: the third token, past the horizon, never forks
+    # with deferred reads no forward reads a token: the first is drawn only where the second's law (which depends
+    # on it) is computed, after the loop returned, and the second is spread: 3 runs
+    monkeypatch.setattr(_fast_path, "DEFER_READS", True)
+    deferred = audit_loop(sample_three, target=TARGET, prompt=(1,), tokens=2, workers=None)
+    assert deferred.paths == 3 and deferred.output == r.output
     with _old_path():
         old = audit_loop(sample_three, target=TARGET, prompt=(1,), tokens=2, workers=None)
     assert old.paths == 27 and old.output == r.output

@@ -17,6 +17,8 @@ import torch
 
 from ...errors import ExactSpecError
 from ..randomness import _fast_path
+from ..randomness.lazy_draws import LazyCategoricalTensor
+from ..randomness.lazy_worlds import WORLDS, deferring, domain, lazy_logits, value_of
 from ...models import Model
 
 __all__ = ["TorchLM"]
@@ -115,6 +117,11 @@ class TorchLM(torch.nn.Module):
         if input_pos is None and args and isinstance(args[0], torch.Tensor) and not args[0].is_floating_point():
             input_pos = args[0]          # litgpt's GPT.forward(idx, input_pos, ...)
         d = self.__dict__
+        if deferring() and (type(idx) is LazyCategoricalTensor or any(type(t) is tuple for t in self._cache)):
+            out = self._deferred(idx, input_pos)
+            if out is not None:
+                return out
+            self._read_cache()
         d["calls"] += 1
         d["total_calls"] += 1
         ids = torch.as_tensor(idx)
@@ -169,3 +176,99 @@ class TorchLM(torch.nn.Module):
         self._cache.extend(ids)
         self.__dict__["contexts"].append(prefix + ids)
         return self._logits(prefix, ids)
+
+    # -- a forward fed pending draws (the whole-loop fast path; see lazy_worlds) ------------------------------------
+    def _read_cache(self) -> None:
+        """Draw the pending tokens the cache holds (a forward that cannot keep them pending reads them)."""
+        self.__dict__["_cache"] = [value_of(t) if type(t) is tuple else t for t in self._cache]
+
+    def _reads(self, context: list) -> list:
+        """The entries of ``context`` the model reads (its key's part: the last ``order`` tokens, or all)."""
+        model = self.model
+        if type(model).key is not Model.key or model.order is None:
+            return context
+        return context[-model.order:] if model.order else []
+
+    def _deferred(self, idx: Any, input_pos: Any) -> Any:
+        """Logits for ids holding pending draws, as lazy worlds over the draws each position's law reads; None where
+        that does not apply (a draw with no known set of values, one outside the vocabulary, too many worlds): the
+        caller reads them. The same checks, cache writes and counts as :meth:`forward`."""
+        if type(idx) is LazyCategoricalTensor and not idx._read and not idx._fam.written:
+            cells = idx._cells
+            if cells.shape != tuple(idx.shape):
+                return None
+            entries = [value_of(c) if c[0].drawn else c for c in cells.reshape(-1)]
+            shape = cells.shape
+        else:
+            ids = torch.as_tensor(idx)
+            entries, shape = [int(t) for t in ids.reshape(-1).tolist()], tuple(ids.shape)
+        if len(shape) == 1:
+            shape = (1,) + shape
+        if len(shape) != 2:
+            return None            # the ordinary path raises the error
+        for t in entries:
+            if type(t) is tuple:
+                dom = domain(t)
+                if dom is None or any(not 0 <= v < self.vocab for v in dom):
+                    return None
+            elif not 0 <= t < self.vocab:
+                return None
+        b, n = shape
+        rows_ids = [entries[i * n:(i + 1) * n] for i in range(b)]
+        if input_pos is None:
+            prefix: list = []
+        else:
+            if b != 1:
+                return None
+            pos = [operator.index(int(p)) for p in torch.as_tensor(input_pos).reshape(-1).tolist()]
+            if len(pos) != n or (pos and pos != list(range(pos[0], pos[0] + n))):
+                return None
+            start = pos[0] if pos else len(self._cache)
+            if start > len(self._cache):
+                return None
+            prefix = [value_of(t) if type(t) is tuple and t[0].drawn else t for t in self._cache[:start]]
+        rows = []
+        for r in rows_ids:
+            ctx = list(prefix)
+            for t in r:
+                ctx.append(t)
+                rows.append(self._row_of(ctx))
+                if rows[-1] is None:
+                    return None
+        d = self.__dict__
+        d["calls"] += 1
+        d["total_calls"] += 1
+        if input_pos is None:
+            d["contexts"].append(tuple(rows_ids[0]) if rows_ids else ())
+        else:
+            del self._cache[len(prefix):]
+            self._cache[:len(prefix)] = prefix
+            self._cache.extend(rows_ids[0])
+            d["contexts"].append(tuple(prefix) + tuple(rows_ids[0]))
+        return lazy_logits(rows, (b, n, self.vocab), self.dtype)
+
+    def _row_of(self, context: list) -> Any:
+        """The logits row for a context holding pending draws: an ordinary row where the part the model reads holds
+        none undrawn, else (the draws, ``values -> row``); None beyond the worlds one operation may take."""
+        read = self._reads(context)
+        deps, seen = [], set()
+        for t in read:
+            if type(t) is tuple and not t[0].drawn and (id(t[0]), t[1]) not in seen:
+                seen.add((id(t[0]), t[1]))
+                deps.append(t)
+        if not deps:
+            return self.row(tuple(value_of(t) if type(t) is tuple else t for t in read))
+        domains = [domain(c) for c in deps]
+        count = 1
+        for dm in domains:
+            count *= len(dm)
+        if count > WORLDS:
+            return None
+        import itertools
+        worlds = {}
+        for values in itertools.product(*domains):
+            assign = {(id(c[0]), c[1]): v for c, v in zip(deps, values)}
+            ctx = tuple(assign.get((id(t[0]), t[1]), None) if type(t) is tuple and not t[0].drawn else
+                        (value_of(t) if type(t) is tuple else t) for t in read)
+            worlds[values] = self.row(ctx)
+        return (tuple(deps), worlds)

@@ -13,9 +13,11 @@ and compares the law of the first ``tokens`` tokens it returns with the target's
 
 Categorical draws (``torch.multinomial``) fork only when their value is read
 (:mod:`exactspec.samplers.randomness.lazy_draws`) and the stand-ins memoise their forward passes, so loops
-that draw a token at every position and discard most stay small. A token the loop returns without having
-read it (here the second: the first is read by the second forward) is spread over its values where the branch
-ends rather than forked: 3 runs of the loop stand for the 9 outcomes.
+that draw a token at every position and discard most stay small. A stand-in fed a pending token does not read
+it: its logits stay functions of the token until the loop reads a value computed from them
+(:mod:`exactspec.samplers.randomness.lazy_worlds`), and here the context-free model never needs it. A token the
+loop returns without having read it is spread over its values where the branch ends rather than forked: 1 run
+of the loop stands for the 9 outcomes.
 
 >>> import torch, exactspec as es
 >>> p = es.models.context_free(("1/2", "1/4", "1/4"))
@@ -27,7 +29,7 @@ ends rather than forked: 3 runs of the loop stand for the 9 outcomes.
 ...     return ids
 >>> r = audit_loop(sample_loop, target=p, tokens=2)
 >>> r.verdict, r.tv, r.paths
-('lossless', Fraction(0, 1), 3)
+('lossless', Fraction(0, 1), 1)
 >>> len(r.output)
 9
 """
@@ -59,6 +61,7 @@ from ..adapters.base import lowest, precision_of
 from ..float_boundary import ROUNDING_CAP, coarser_than_float64, decide, rounding_allowance
 from ..randomness import _fast_path
 from ..randomness.interception import FLOAT64_LATTICE, describe_rng_model, intercepting, private_generators, watch
+from ..randomness.lazy_worlds import value_of
 from ..._device import one_torch_thread as _one_torch_thread
 from ..sampler_audit import ROUNDING_TOLERANCE
 from .stand_in import KINDS, stand_in
@@ -667,6 +670,21 @@ class _Run:
         return law, self.errors, sum(self.errors.values(), fld.zero)
 
 
+def _contexts(lm: Any) -> list:
+    """A stand-in's forward contexts of this branch, a pending draw it was fed (the fast path keeps them pending) as
+    its value where it was drawn since, else as itself: equal only to itself, not to any value it might take.
+
+    >>> _contexts(None)
+    []
+    """
+    out = []
+    for c in getattr(lm, "contexts", ()) or ():
+        if any(type(t) is tuple for t in c):
+            c = tuple(value_of(t) if type(t) is tuple and t[0].drawn else t for t in c)
+        out.append(c)
+    return out
+
+
 def _steps(contexts: list, n0: int) -> tuple[int | None, int]:
     """From a branch's target forward contexts: the tokens its first step emitted (None: one step only) and the
     largest step output seen (drafts verified by one target call, plus the token that call adds).
@@ -863,7 +881,7 @@ class _Branches:
         for out, p in outs:
             law[out] = law.get(out, fld.zero) + (w if p is None else w * p)
         run.calls += rng.weight * _calls(t_lm)
-        run.note_branch(n_new, list(getattr(t_lm, "contexts", ()) or ()), len(self.prompt_t))
+        run.note_branch(n_new, _contexts(t_lm), len(self.prompt_t))
         return rng.weight
 
 

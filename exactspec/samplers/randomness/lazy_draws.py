@@ -90,12 +90,14 @@ class PendingDraw:
     (False, [1], True)
     """
 
-    __slots__ = ("rng", "weights", "law", "count", "replacement", "_values", "_ready")
+    __slots__ = ("rng", "weights", "law", "count", "replacement", "_values", "_ready", "domain")
 
     def __init__(self, rng: Any, weights: tuple, law: tuple, count: int, replacement: bool) -> None:
         self.rng, self.weights, self.law, self.count, self.replacement = rng, weights, law, count, replacement
         self._values: list[int] | None = None
         self._ready = False
+        #: the values a draw whose law is computed on the first read can take (None: not known before it is read)
+        self.domain: list[int] | None = None
 
     @classmethod
     def of_law(cls, rng: Any, law: Any) -> "PendingDraw":
@@ -872,9 +874,10 @@ def tokens_deferring_last(x: Any, rng: Any) -> list | None:
 def unread_entries(x: Any, rng: Any) -> list | None:
     """The entries of an unread pending tensor, element order: an ``int`` where the value is known (drawn, or never
     pending) and a :class:`PendingDraw` where it is one undrawn draw of ``rng`` (a draw of one token whose law is
-    known); None where that does not apply (not a :class:`LazyCategoricalTensor`, read, written through a view, or
-    an entry pending otherwise). Nothing is drawn; a law that reading a draw would compute first (a race's) is
-    computed now, as reading it would, in element order.
+    known); None where that does not apply (not a :class:`LazyCategoricalTensor`, read, or written through a view).
+    An entry pending otherwise (one of several samples drawn together, a draw of another rng) is drawn here, as a
+    read draws it, and listed as its value; nothing else is drawn, but a law that reading a draw would compute first
+    (a race's, or one computed from other draws) is computed now, as reading it would, in element order.
 
     For a caller that enumerates those draws itself, with :meth:`PendingDraw.law_of_one`, once no code can read
     them any more (what a loop returned, after it returned: :func:`exactspec.audit_loop`). Reading the tensor
@@ -905,7 +908,7 @@ def unread_entries(x: Any, rng: Any) -> list | None:
         if draw.rng is rng and draw.count == 1 and draw.law_of_one() is not None:
             out.append(draw)
         else:
-            return None
+            out.append(draw.values()[i])    # not spread (several samples, another rng): drawn, as a read draws it
     return out
 
 

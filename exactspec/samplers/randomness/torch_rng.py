@@ -68,6 +68,7 @@ from ...errors import ExactSpecError, UnsupportedRandomness
 from .interception import (below, bind, current_rng, current_session, fisher_yates, generator_state, intercepting,
                            native_uniform, note_dtype, unsupported, user_site)
 from .lazy_draws import LazyCategoricalTensor, PendingDraw, exact_rows, lazy_multinomial
+from .lazy_worlds import LazyWorldsTensor, multinomial_of_worlds
 from ._fast_path import fast_paths
 from .lazy_values import LazyBit, exponential, fresh_op, lazy, race_outcome, race_winner
 from .planned import current_plan
@@ -1078,6 +1079,11 @@ def _multinomial(probs: Any, num_samples: int, replacement: bool = False, **kwar
     _fresh(kwargs)
     num_samples = int(num_samples)
     note_dtype(probs)
+    if type(probs) is LazyWorldsTensor:
+        # weights computed from pending draws (a stand-in fed them): a draw whose law is its row's in the loop's world
+        deferred = multinomial_of_worlds(_rng(), probs, num_samples, bool(replacement))
+        if deferred is not None:
+            return deferred
     w = probs.detach().cpu().numpy().astype(np.float64, copy=False)
     if w.ndim not in (1, 2):
         raise RuntimeError(f"prob_dist must be 1 or 2 dim, got {w.ndim}")

@@ -1,0 +1,613 @@
+"""Values computed from pending draws: a whole-loop audit's stand-ins read no token they are fed.
+
+A generate loop feeds the tokens it drew back into its models before it knows whether it keeps
+them: litgpt's draft model reads draft ``i`` to propose ``i + 1``, the target scores every draft in
+one call, and only then does verification decide how many drafts stand. A stand-in that read each
+token it is fed would fork the enumeration there (every fork reruns the loop), although most of
+those values never change what the loop does: after the first draft is rejected, the later ones
+are discarded whatever they are. On the whole-loop fast path (``_fast_path.LOOPS`` and
+``_fast_path.DEFER_READS``) a torch stand-in fed pending draws (:mod:`.lazy_draws`) instead
+returns a :class:`LazyWorldsTensor`: logits whose entries are functions of those draws, one
+value per *world* (an assignment of values to the draws an entry depends on: for an order-1
+table, the token of its own position). Torch operations on it are applied world by world and stay
+lazy; the draws are drawn (the enumeration forks) only when a value reaches Python.
+
+Entries come from *groups*: a group holds the draws it depends on and, per world, an ordinary
+tensor (an immutable snapshot); an entry is a position in one group's tensors. A stand-in's
+logits hold one group per row (position), so slicing one position keeps only that position's
+draws. What each kind of operation does:
+
+- **Metadata** (shape, dtype, ``dim()``, ...) reads nothing.
+- **Views and reshapes** (``__getitem__`` with real indices, ``view``, ``split``, ``unbind``,
+  ``squeeze``, ``transpose``, ``detach``, ...) map entries through positions, without computing
+  anything; a result on the same storage joins its source's *family*, as in plain torch.
+- **Any other operation** whose operands are lazy worlds, unread pending draws (whose values are
+  known to lie in a small set), ordinary tensors and numbers is run once per world over the
+  union of the draws its operands depend on (at most :data:`WORLDS` worlds), on ordinary tensors,
+  with subclasses disabled; a new group holds the results, a draw dropped from it where every
+  world gives the same bits whatever its value. Results that are not tensors (``bool``, ``item``,
+  ``tolist``), tensors whose shapes differ between worlds, results on an operand's storage,
+  an operation raising in some world, or too many worlds: the operands are read first (the draws
+  drawn, in the order they were met) and the operation runs once on the values, as plain torch
+  runs it (its exception included).
+- **Writes** (in place, ``out=``, ``__setitem__``) into a lazy tensor read its family first: every
+  entry of the storage's root written into the storage, from then on an ordinary tensor on it
+  (a write through one view is seen through every other), as lazy masks settle.
+- **Another lazy type** (lazy uniforms, masks, races) taking part: ours are read first, and that
+  type's handler runs the operation on the values.
+- ``torch.multinomial`` of lazy weights (one sample per row) draws from the row's law in the world
+  the loop is in: a pending draw whose law is computed when it is read (reading the draws it
+  depends on first), whose values lie in the union of the rows' supports.
+
+Nothing here changes a law: each world's value is what the loop computes once those draws are
+known, and the draws are drawn before any value reaches Python, in a replay's same order. The
+whole-loop tests compare the two switches' laws (``tests/test_deferred_reads.py``).
+
+>>> WORLDS
+64
+"""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from . import _fast_path
+from .lazy_draws import PendingDraw, exact_rows
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - exercised only without the torch extra
+    torch = None
+
+__all__ = ["LazyWorldsTensor", "WORLDS", "deferring", "domain", "lazy_logits", "multinomial_of_worlds",
+           "value_of"]
+
+#: the most worlds one operation is run in; beyond, its operands are read and it runs once
+WORLDS = 64
+
+
+def deferring() -> bool:
+    """Whether the stand-ins defer the reads of the pending tokens they are fed (the whole-loop fast path).
+
+    >>> isinstance(deferring(), bool)
+    True
+    """
+    return torch is not None and _fast_path.LOOPS and _fast_path.DEFER_READS
+
+
+def domain(cell: tuple) -> list | None:
+    """The values a pending draw's entry ``cell = (draw, sample)`` can take (its value once drawn); None: unknown.
+
+    >>> from exactspec.samplers.randomness.lazy_draws import exact_row
+    >>> domain((PendingDraw(None, *exact_row([1.0, 0.0, 2.0]), 1, True), 0))
+    [0, 2]
+    """
+    d = cell[0]
+    if d.drawn:
+        return [d.values()[cell[1]]]
+    if d.domain is not None:
+        return d.domain
+    if d._ready:
+        if isinstance(d.law, int):
+            return [d.law]
+        if type(d.law) is tuple:
+            return [i for i, p in enumerate(d.law) if p > 0]
+        return None          # a law computed on the first read (a race's): its support is not known yet
+    src = d.law if d.count == 1 else d.weights
+    return [i for i, p in enumerate(src) if p > 0]
+
+
+def value_of(cell: tuple) -> int:
+    """The value of a pending draw's entry, drawing it (forking the enumeration) if not yet drawn.
+
+    >>> value_of((PendingDraw.of_law(None, 2), 0))
+    2
+    """
+    return cell[0].values()[cell[1]]
+
+
+def _key(cell: tuple) -> tuple:
+    return (id(cell[0]), cell[1])
+
+
+if torch is not None:
+    from .lazy_draws import LazyCategoricalTensor, force as _force_draws
+
+    _disabled = torch._C._disabled_torch_function_impl
+    _make_subclass = torch.Tensor._make_subclass
+
+    class _Group:
+        """The draws some entries depend on and, per world (their values, in ``deps`` order), an ordinary tensor."""
+
+        __slots__ = ("deps", "worlds")
+
+        def __init__(self, deps: tuple, worlds: dict) -> None:
+            self.deps, self.worlds = deps, worlds
+
+        def at(self, assign: dict) -> Any:
+            """This group's tensor in the world ``assign`` (``_key(cell) -> value``; a drawn dep its drawn value)."""
+            return self.worlds[tuple(assign[_key(c)] if _key(c) in assign else value_of(c) for c in self.deps)]
+
+    class _Family:
+        """Lazy tensors on one storage (views of one another); ``settled``: the storage holds the values."""
+
+        __slots__ = ("root", "settled")
+
+        def __init__(self, root: Any) -> None:
+            self.root, self.settled = root, False
+
+    class LazyWorldsTensor(torch.Tensor):
+        """A tensor whose entries are functions of pending draws, computed per world (see the module docstring)."""
+
+        _groups: tuple          # the groups its entries come from, in the order met
+        _gi: np.ndarray         # per entry, its group's index in ``_groups``
+        _gp: np.ndarray         # per entry, its flat position in that group's tensors
+        _fam: "_Family"
+
+        def __repr__(self, *args: Any, **kwargs: Any) -> str:  # noqa: D105
+            return _disabled(torch.Tensor.__repr__, (), (force(self),), {})
+
+        @classmethod
+        def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+            return _dispatch(func, types, args, kwargs or {})
+
+    def _wrap(groups: tuple, gi: np.ndarray, gp: np.ndarray, backing: Any, family: "_Family | None") -> Any:
+        t = _make_subclass(LazyWorldsTensor, backing.detach() if backing.requires_grad else backing)
+        t._groups, t._gi, t._gp = groups, gi, gp
+        t._fam = family if family is not None else _Family(t)
+        # one group whose tensors hold exactly these entries in this order: a world's value is a reshape of its tensor
+        n = gi.size
+        t._whole = len(groups) == 1 and next(iter(groups[0].worlds.values())).numel() == n and \
+            bool((gp.reshape(-1) == np.arange(n)).all())
+        t._plan = None
+        return t
+
+    def _plain(x: Any, assign: dict) -> Any:
+        """``x``'s ordinary tensor in the world ``assign``."""
+        groups = x._groups
+        shape = x._gi.shape
+        if x._whole:
+            t = groups[0].at(assign)
+            return t if tuple(t.shape) == shape else t.reshape(shape)
+        plan = x._plan
+        if plan is None:
+            gi, gp = x._gi.reshape(-1), x._gp.reshape(-1)
+            plan = x._plan = []
+            for i, g in enumerate(groups):
+                where = np.nonzero(gi == i)[0]
+                plan.append((g, torch.from_numpy(where), torch.from_numpy(gp[where])))
+        flat = torch.empty(x._gi.size, dtype=x.dtype)
+        for g, where, pos in plan:
+            flat[where] = g.at(assign).reshape(-1)[pos]
+        return flat.reshape(shape)
+
+    def _settle(x: Any) -> None:
+        """Write every entry of ``x``'s family root into the storage (drawing its draws, in the order met), once."""
+        fam = x._fam
+        if fam.settled:
+            return
+        root = fam.root
+        assign: dict = {}
+        for g in root._groups:
+            for c in g.deps:
+                k = _key(c)
+                if k not in assign:
+                    assign[k] = value_of(c)
+        vals = _plain(root, assign)
+        with torch._C.DisableTorchFunctionSubclass():
+            if root.is_inference() and not torch.is_inference_mode_enabled():
+                with torch.inference_mode():
+                    root.copy_(vals)
+            else:
+                root.copy_(vals)
+        fam.settled = True
+
+    def force(x: Any) -> Any:
+        """Read a lazy-worlds tensor: its family's draws drawn, the values in its storage; it is an ordinary tensor
+        from then on. Other values pass.
+
+        >>> force(3)
+        3
+        """
+        if type(x) is not LazyWorldsTensor:
+            return x
+        _settle(x)
+        x.__class__ = torch.Tensor
+        return x
+
+    def _force_all(items: Any) -> None:
+        for a in items:
+            if type(a) is LazyWorldsTensor:
+                force(a)
+            elif type(a) is LazyCategoricalTensor:
+                _force_draws(a)
+            elif isinstance(a, (list, tuple)):
+                _force_all(a)
+            elif isinstance(a, dict):
+                _force_all(tuple(a.values()))
+
+    _QUERIES = frozenset({"__len__", "size", "dim", "numel", "ndimension", "nelement", "is_floating_point",
+                          "is_complex", "element_size", "get_device", "is_contiguous", "stride", "storage_offset",
+                          "is_inference", "__hash__"})
+    _ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "is_cpu", "is_meta", "layout", "requires_grad",
+                        "is_sparse", "is_quantized", "is_mkldnn", "is_nested", "names", "is_leaf", "itemsize",
+                        "nbytes", "is_mps", "is_xpu"})
+    #: operations that only move or view entries: mapped through positions, nothing computed
+    _VIEWS = frozenset({"view", "reshape", "squeeze", "unsqueeze", "flatten", "unflatten", "__getitem__", "expand",
+                        "expand_as", "view_as", "reshape_as", "permute", "transpose", "t", "select", "narrow",
+                        "movedim", "split", "chunk", "unbind", "__iter__", "detach", "contiguous", "clone"})
+    _INPLACE_DUNDERS = frozenset({"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
+                                  "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__"})
+    #: operations whose result is a Python value: the operands are read, no world computed
+    _READS = frozenset({"__bool__", "item", "tolist", "__int__", "__float__", "__index__", "numpy", "__array__",
+                        "__format__", "__str__", "__repr__", "data_ptr", "untyped_storage", "storage", "_typed_storage",
+                        "__reduce_ex__", "__deepcopy__", "__setstate__", "equal", "allclose", "is_nonzero",
+                        "__complex__", "__array_wrap__", "__contains__", "backward", "register_hook"})
+
+    def _name(func: Any) -> str:
+        name = getattr(func, "__name__", "")
+        if name == "__get__":
+            owner = getattr(func, "__self__", None)
+            attr = getattr(owner, "__name__", "")
+            return "__get__" if attr in _ATTRS else f"__get__{attr}"
+        return name
+
+    def _in_place(name: str) -> bool:
+        return name == "__setitem__" or name in _INPLACE_DUNDERS or (name.endswith("_") and not name.endswith("__"))
+
+    def _live(x: Any) -> bool:
+        """A lazy-worlds tensor not read yet (its family not settled); one settled becomes an ordinary tensor now."""
+        if type(x) is not LazyWorldsTensor:
+            return False
+        if x._fam.settled:
+            x.__class__ = torch.Tensor
+            return False
+        return True
+
+    def _dispatch(func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+        name = _name(func)
+        if name in _QUERIES or name == "__get__":
+            return _disabled(func, (), args, kwargs)
+        for t in types:
+            if t is not LazyWorldsTensor and t is not LazyCategoricalTensor and t is not torch.Tensor:
+                # another lazy type takes part: ours are read, and its handler runs the operation on the values
+                _force_all(args)
+                _force_all(tuple(kwargs.values()))
+                return NotImplemented
+        if name in _READS or kwargs.get("out") is not None or kwargs.get("inplace") or _in_place(name):
+            # a Python value, or a write: every lazy operand read (a written one's whole family), then plain torch
+            _force_all(args)
+            _force_all(tuple(kwargs.values()))
+            return _disabled(func, (), args, kwargs)
+        # pending-draw tensors whose draws are all drawn (through another tensor sharing them) may not hold their
+        # values in their storage yet: written now (nothing drawn), as the ordinary operands they are
+        _write_drawn(args)
+        _write_drawn(tuple(kwargs.values()))
+        first = args[0] if args else None
+        if name in _VIEWS and _live(first) and not _any_live(args[1:]) and not _any_live(kwargs.values()):
+            viewed = _view(func, name, first, args, kwargs)
+            if viewed is not NotImplemented:
+                return viewed
+        return _compute(func, args, kwargs)
+
+    def _write_drawn(items: Any) -> None:
+        for a in items:
+            if type(a) is LazyCategoricalTensor:
+                if not a._read and not _pending(a):
+                    _force_draws(a)
+            elif isinstance(a, (list, tuple)):
+                _write_drawn(a)
+
+    def _any_live(items: Any) -> bool:
+        for a in items:
+            if type(a) is LazyWorldsTensor and _live(a):
+                return True
+            if type(a) is LazyCategoricalTensor and _pending(a):
+                return True
+            if isinstance(a, (list, tuple)) and _any_live(a):
+                return True
+        return False
+
+    def _pending(x: Any) -> bool:
+        return not x._read and not x._fam.written and any(not c[0].drawn for c in x._cells.reshape(-1))
+
+    def _positions(x: Any) -> Any:
+        n = int(x._gi.size)
+        return torch.arange(n, dtype=torch.int64).reshape(tuple(x._gi.shape))
+
+    def _view(func: Any, name: str, x: Any, args: tuple, kwargs: dict) -> Any:
+        """A view or reshape of ``x``: its entries mapped through positions, on a view of its storage (its family)
+        where torch makes one, on a storage of its own where torch copies."""
+        out = _disabled(func, (), args, kwargs)
+        if out is x:
+            return x
+        pos_args = (_positions(x),) + tuple(args[1:])
+        pos_kwargs = {k: v for k, v in kwargs.items() if k not in ("dtype", "memory_format")}
+        try:
+            where = _disabled(func, (), pos_args, pos_kwargs)
+        except Exception:       # noqa: BLE001 - an op the positions do not follow: computed per world instead
+            return NotImplemented
+        if name == "__iter__":
+            out, where = list(out), list(where)
+        many = isinstance(out, (tuple, list))
+        outs, wheres = (list(out), list(where)) if many else ([out], [where])
+        if len(outs) != len(wheres):
+            return NotImplemented
+        ptr = _disabled(torch.Tensor.untyped_storage, (), (x,), {}).data_ptr()
+        made = []
+        for o, w in zip(outs, wheres):
+            if not isinstance(o, torch.Tensor) or not isinstance(w, torch.Tensor) or tuple(o.shape) != tuple(w.shape):
+                return NotImplemented
+            idx = w.reshape(-1).numpy()
+            gi, gp = x._gi.reshape(-1)[idx].reshape(tuple(o.shape)), x._gp.reshape(-1)[idx].reshape(tuple(o.shape))
+            used = sorted(set(gi.reshape(-1).tolist()))
+            if len(used) != len(x._groups):
+                remap = np.full(len(x._groups), -1, dtype=np.int64)
+                remap[used] = np.arange(len(used))
+                groups = tuple(x._groups[i] for i in used)
+                gi = remap[gi]
+            else:
+                groups = x._groups
+            shared = o.untyped_storage().data_ptr() == ptr
+            m = _wrap(groups, gi, gp, o, x._fam if shared else None)
+            made.append(m)
+        if not many:
+            return made[0]
+        if name == "__iter__":
+            return iter(made)
+        return type(out)(made) if isinstance(out, tuple) and type(out) is not tuple else tuple(made) \
+            if isinstance(out, tuple) else made
+
+    def _operand_groups(a: Any, found: dict) -> Any:
+        """Collect the lazy operands' draws (``found``: key -> cell, in order met); a pending-draws tensor becomes a
+        function of them. Returns a function ``assign -> ordinary value`` or None for an ordinary operand; raises
+        _NotDeferred where an operand's draws have no known set of values."""
+        if type(a) is LazyWorldsTensor:
+            if not _live(a):
+                return None
+            for g in a._groups:
+                for c in g.deps:
+                    if not c[0].drawn:
+                        found.setdefault(_key(c), c)
+            return lambda assign, a=a: _plain(a, assign)
+        if type(a) is LazyCategoricalTensor:
+            if not _pending(a):
+                return None
+            cells = list(a._cells.reshape(-1))
+            for c in cells:
+                if not c[0].drawn:
+                    if domain(c) is None:
+                        raise _NotDeferred
+                    found.setdefault(_key(c), c)
+            shape = tuple(_disabled(torch.Tensor.size, (), (a,), {}))
+            dtype = a.dtype
+
+            def build(assign: dict, cells: list = cells) -> Any:
+                vals = [assign[_key(c)] if _key(c) in assign else value_of(c) for c in cells]
+                return torch.tensor(vals, dtype=dtype).reshape(shape)
+            return build
+        if isinstance(a, (list, tuple)):
+            parts = [_operand_groups(x, found) for x in a]
+            if all(p is None for p in parts):
+                return None
+            kind = type(a)
+
+            def seq(assign: dict, parts: list = parts, items: Any = a) -> Any:
+                made = [p(assign) if p is not None else x for p, x in zip(parts, items)]
+                return made if kind is list else tuple(made)
+            return seq
+        return None
+
+    class _NotDeferred(Exception):
+        """An operand whose draws cannot be enumerated here: the operation reads its operands."""
+
+    def _storages(items: Any, out: set) -> None:
+        for a in items:
+            if isinstance(a, torch.Tensor):
+                out.add(_disabled(torch.Tensor.untyped_storage, (), (a,), {}).data_ptr())
+            elif isinstance(a, (list, tuple)):
+                _storages(a, out)
+
+    def _read_then_run(func: Any, args: tuple, kwargs: dict) -> Any:
+        _force_all(args)
+        _force_all(tuple(kwargs.values()))
+        return _disabled(func, (), args, kwargs)
+
+    def _compute(func: Any, args: tuple, kwargs: dict) -> Any:
+        """Run ``func`` once per world of its operands' draws; see the module docstring for when it reads instead."""
+        found: dict = {}
+        try:
+            arg_fns = [_operand_groups(a, found) for a in args]
+            kw_fns = {k: _operand_groups(v, found) for k, v in kwargs.items()}
+        except _NotDeferred:
+            return _read_then_run(func, args, kwargs)
+        if not found:
+            # nothing pending any more (every draw drawn): the values are known, plain torch on them
+            return _read_then_run(func, args, kwargs)
+        cells = list(found.values())
+        domains = [domain(c) for c in cells]
+        count = 1
+        for d in domains:
+            count *= len(d)
+        if count > WORLDS:
+            return _read_then_run(func, args, kwargs)
+        keys = [_key(c) for c in cells]
+        results = {}
+        for values in itertools.product(*domains):
+            assign = dict(zip(keys, values))
+            a_w = tuple(f(assign) if f is not None else a for f, a in zip(arg_fns, args))
+            k_w = {k: (f(assign) if f is not None else kwargs[k]) for k, f in kw_fns.items()}
+            try:
+                res = _disabled(func, (), a_w, k_w)
+            except Exception:       # noqa: BLE001 - plain torch raises it (or not) in the loop's own world
+                return _read_then_run(func, args, kwargs)
+            # a result on an operand's storage (the operand itself, a view of it) aliases it in plain torch: read
+            # (checked while this world's operands are alive: a freed one's address may be reused, by chance)
+            mine: set = set()
+            _storages(a_w, mine)
+            _storages(tuple(k_w.values()), mine)
+            if _aliases(res, mine):
+                return _read_then_run(func, args, kwargs)
+            results[values] = res
+        made = _as_worlds(results, cells)
+        if made is NotImplemented:
+            return _read_then_run(func, args, kwargs)
+        return made
+
+    def _aliases(res: Any, storages: set) -> bool:
+        if isinstance(res, torch.Tensor):
+            return _disabled(torch.Tensor.untyped_storage, (), (res,), {}).data_ptr() in storages
+        if isinstance(res, (tuple, list)):
+            return any(_aliases(r, storages) for r in res)
+        return False
+
+    def _as_worlds(results: dict, cells: list) -> Any:
+        """Lazy tensors from per-world results (tensors, or tuples of them, alike in every world); NotImplemented
+        where they are not."""
+        first = next(iter(results.values()))
+        if isinstance(first, torch.Tensor):
+            return _one(results, cells, None)
+        if isinstance(first, (tuple, list)) and first and all(isinstance(r, (tuple, list)) and len(r) == len(first)
+                                                                for r in results.values()):
+            parts = []
+            for i in range(len(first)):
+                part = _one(results, cells, i)
+                if part is NotImplemented:
+                    return NotImplemented
+                parts.append(part)
+            if isinstance(first, list):
+                return parts
+            return type(first)(parts) if type(first) is not tuple else tuple(parts)
+        return NotImplemented
+
+    def _bits(t: Any) -> tuple:
+        return (t.dtype, tuple(t.shape), t.contiguous().numpy().tobytes())
+
+    def _one(results: dict, cells: list, i: int | None) -> Any:
+        worlds = {k: (r if i is None else r[i]) for k, r in results.items()}
+        ref = next(iter(worlds.values()))
+        for t in worlds.values():
+            if type(t) is not torch.Tensor or t.shape != ref.shape or t.dtype != ref.dtype or \
+                    t.device != ref.device or t.requires_grad or t.layout != torch.strided or t.is_cuda:
+                return NotImplemented
+        deps = list(cells)
+        # a draw the results do not depend on (the same bits whatever its value) is dropped from the group
+        for j in range(len(deps) - 1, -1, -1):
+            if len(deps) == 0:
+                break
+            by_rest: dict = {}
+            same = True
+            for k, t in worlds.items():
+                rest = k[:j] + k[j + 1:]
+                b = _bits(t)
+                prev = by_rest.setdefault(rest, b)
+                if prev != b:
+                    same = False
+                    break
+            if same:
+                worlds = {k[:j] + k[j + 1:]: t for k, t in worlds.items()}
+                deps.pop(j)
+        if not deps:
+            return next(iter(worlds.values()))     # the same in every world: an ordinary tensor
+        ref = next(iter(worlds.values()))
+        group = _Group(tuple(deps), worlds)
+        n = ref.numel()
+        gi = np.zeros(tuple(ref.shape), dtype=np.int64)
+        gp = np.arange(n, dtype=np.int64).reshape(tuple(ref.shape))
+        return _wrap((group,), gi, gp, ref.clone(), None)
+
+    def lazy_logits(rows: list, shape: tuple, dtype: Any) -> Any:
+        """A lazy-worlds tensor of ``shape`` (last dimension the vocabulary) from its rows in row-major order: each
+        an ordinary tensor, or a pair (cells its value depends on, ``values tuple -> tensor``).
+
+        >>> import torch
+        >>> lazy_logits([torch.tensor([0.0, 1.0])], (1, 2), torch.float64).tolist()
+        [[0.0, 1.0]]
+        """
+        groups, gi_rows, first = [], [], []
+        const = None
+        for r in rows:
+            if isinstance(r, torch.Tensor):
+                if const is None:
+                    const = len(groups)
+                    groups.append(_Group((), {(): None}))
+                    const_rows: list = []
+                gi_rows.append((const, len(const_rows)))
+                const_rows.append(r)
+                first.append(r)
+            else:
+                deps, worlds = r
+                gi_rows.append((len(groups), 0))
+                groups.append(_Group(tuple(deps), worlds))
+                first.append(next(iter(worlds.values())))
+        v = shape[-1]
+        if const is not None:
+            groups[const].worlds[()] = torch.stack(const_rows).to(dtype)
+        gi = np.empty((len(rows), v), dtype=np.int64)
+        gp = np.empty((len(rows), v), dtype=np.int64)
+        for i, (g, r) in enumerate(gi_rows):
+            gi[i] = g
+            gp[i] = np.arange(v) + r * v
+        backing = torch.stack(first).to(dtype).reshape(shape)
+        if all(len(g.deps) == 0 for g in groups):
+            return backing
+        return _wrap(tuple(groups), gi.reshape(shape), gp.reshape(shape), backing, None)
+
+    def multinomial_of_worlds(rng: Any, probs: Any, num_samples: int, replacement: bool) -> Any:
+        """``torch.multinomial`` of lazy weights: a pending draw per row whose law is the row's in the loop's world,
+        computed when the draw is read; None where that does not apply (the caller reads the weights and goes on).
+
+        Applies to one sample per row, weights valid in every world (torch's errors are raised, or not, by the
+        caller on the weights of the loop's own world).
+        """
+        from .lazy_draws import _lazy
+        if type(probs) is not LazyWorldsTensor or not _live(probs) or int(num_samples) != 1:
+            return None
+        found: dict = {}
+        try:
+            fn = _operand_groups(probs, found)
+        except _NotDeferred:
+            return None
+        cells = list(found.values())
+        domains = [domain(c) for c in cells]
+        count = 1
+        for d in domains:
+            count *= len(d)
+        if fn is None or not cells or count > WORLDS:
+            return None
+        keys = [_key(c) for c in cells]
+        table: dict = {}
+        shape = None
+        for values in itertools.product(*domains):
+            w = fn(dict(zip(keys, values)))
+            arr = w.detach().cpu().numpy().astype(np.float64, copy=False)
+            if arr.ndim not in (1, 2) or not np.isfinite(arr).all() or (arr < 0).any() or \
+                    (arr.reshape(-1, arr.shape[-1]).sum(axis=-1) <= 0).any():
+                return None
+            rows, _ = exact_rows(arr)
+            table[values] = rows
+            shape = arr.shape[:-1] + (1,) if arr.ndim > 1 else (1,)
+        field = rng._field
+        exact = getattr(field, "Q", None) is Fraction
+        n_rows = len(next(iter(table.values())))
+        out = np.empty((n_rows, 1), dtype=object)
+        for r in range(n_rows):
+            support = sorted({i for rows in table.values() for i, p in enumerate(rows[r][1]) if p > 0})
+
+            def law(r: int = r) -> Any:
+                values = tuple(value_of(c) for c in cells)      # the draws the weights depend on, in the order met
+                row = table[values][r][1]
+                return row if exact else tuple(field.convert(x) for x in row)
+            d = PendingDraw.of_law(rng, law)
+            d.domain = support
+            out[r, 0] = (d, 0)
+        return _lazy(out.reshape(shape), torch.zeros(shape, dtype=torch.int64), None)
+else:  # pragma: no cover
+    LazyWorldsTensor = None  # type: ignore[assignment,misc]
+
+    def force(x: Any) -> Any:
+        return x

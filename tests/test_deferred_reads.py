@@ -1,0 +1,557 @@
+"""Deferred reads (``_fast_path.DEFER_READS``) never change what a whole-loop audit reports; only its branch count.
+
+With ``exactspec.samplers.randomness._fast_path.DEFER_READS`` on, the torch-lm stand-ins read no pending token
+they are fed: their logits become lazy values of the pending draws, kept lazy through torch operations until
+Python reads a value. That must be invisible in the report. Each case below is a small, hostile generation loop
+(written here, vocab 3, 2-3 tokens) that feeds sampled tokens back into the stand-ins and then does something a
+lazy-logits layer could get wrong: views followed by in-place writes, ``out=`` arguments, top-k / top-p
+filtering, greedy decoding, branches on logit values, exceptions that depend on a token, sampling without
+replacement, batches, Gumbel-max and exponential races, logits kept across steps, in-place writes into the ids,
+order-2 and context-free models, and speculative decoding, correct and subtly wrong.
+
+:func:`_both` audits each loop with the switch on and then off (restoring it) and checks, exactly: the same law
+(``==`` on the Fraction dicts), the same verdict and TV, no more branches with the switch on than off, and,
+where the audit raises, the same exception type and message both ways.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import exactspec as es  # noqa: E402
+from exactspec.samplers.randomness import _fast_path  # noqa: E402
+
+P1 = es.models.random_table(vocab=3, order=1, seed=1)       # target, order 1
+Q1 = es.models.random_table(vocab=3, order=1, seed=2)       # draft, order 1
+P2 = es.models.random_table(vocab=3, order=2, seed=3)       # order 2 (a context of two tokens)
+CF = es.models.context_free(("1/4", "1/4", "1/2"))           # context-free
+NEG = float("-inf")
+
+
+@contextlib.contextmanager
+def _defer(on):
+    """``_fast_path.DEFER_READS`` set to ``on`` inside the block, restored after it."""
+    saved = _fast_path.DEFER_READS
+    _fast_path.DEFER_READS = on
+    try:
+        yield
+    finally:
+        _fast_path.DEFER_READS = saved
+
+
+def _audit(fn, on, kw):
+    with _defer(on):
+        try:
+            return es.audit_loop(fn, workers=None, rng_model="continuous", progress=False, **kw), None
+        except Exception as exc:  # noqa: BLE001  (compared below, both ways)
+            return None, exc
+
+
+def _both(fn, **kw):
+    """Audit ``fn`` with deferred reads on, then off; assert the reports agree. Returns (report on, report off)."""
+    saved = _fast_path.DEFER_READS
+    on, err_on = _audit(fn, True, kw)
+    off, err_off = _audit(fn, False, kw)
+    assert _fast_path.DEFER_READS is saved
+    if err_on is not None or err_off is not None:
+        assert err_on is not None and err_off is not None, (
+            f"only one run raised: on={err_on!r}, off={err_off!r}")
+        assert type(err_on) is type(err_off), (type(err_on), type(err_off))
+        assert str(err_on) == str(err_off)
+        return err_on, err_off
+    assert on.output == off.output
+    assert on.verdict == off.verdict
+    assert on.tv == off.tv
+    assert on.paths <= off.paths, (on.paths, off.paths)
+    return on, off
+
+
+# -- helpers the loops share (plain torch, no exactspec) --------------------------------------------------------
+
+def _last_probs(lm, ids):
+    return lm(ids)[0, -1].softmax(-1)
+
+
+def _append(ids, tok):
+    return torch.cat([ids, tok.reshape(1, 1)], dim=1)
+
+
+# -- the loops ---------------------------------------------------------------------------------------------------
+
+# plain autoregressive sampling through the KV cache (litgpt: one token per call with input_pos)
+def ar_kv_cache(target, draft, prompt):
+    out = [int(t) for t in prompt[0]]
+    logits = target(prompt, input_pos=torch.arange(prompt.shape[1]))
+    toks = []
+    for _ in range(3):
+        tok = torch.multinomial(logits[0, -1].softmax(-1), 1)
+        toks.append(tok)
+        logits = target(idx=tok.unsqueeze(0), input_pos=torch.tensor([len(out) + len(toks) - 1]))
+    return torch.cat([torch.tensor(out)] + toks)
+
+
+# plain autoregressive sampling, the full sequence scored at every step
+def ar_full_sequence(target, draft, prompt):
+    ids = prompt
+    for _ in range(3):
+        ids = _append(ids, torch.multinomial(_last_probs(target, ids), 1))
+    return ids
+
+
+def _speculative(variant):
+    """litgpt-like speculative decoding, gamma 2; ``variant`` plants one subtle bug (or none)."""
+    gamma = 2
+
+    def loop(target, draft, prompt):
+        ids, n0 = prompt, prompt.shape[1]
+        while ids.shape[1] - n0 < 2:
+            x, qs = ids, []
+            for _ in range(gamma):
+                q = draft(x)[0, -1].softmax(-1)
+                qs.append(q)
+                x = _append(x, torch.multinomial(q, 1))
+            ps = target(x)[0, -(gamma + 1):].softmax(-1)
+            k = ids.shape[1]
+            for i in range(gamma):
+                tok = x[0, k + i]
+                qi = qs[i - 1] if variant == "wrong_q" and i > 0 else qs[i]
+                ratio = ps[i, tok] / qi[tok]
+                u = torch.rand(1)
+                accept = (u <= ratio) if variant == "le" else (u < ratio)
+                if bool(accept):
+                    continue
+                residual = torch.clamp(ps[i] - qs[i], min=0)
+                if variant != "unnormalised":
+                    residual = residual / residual.sum()
+                ids = _append(x[:, :k + i], torch.multinomial(residual, 1))
+                break
+            else:
+                ids = _append(x, torch.multinomial(ps[gamma], 1))
+        return ids
+    loop.__name__ = f"speculative_{variant}"
+    return loop
+
+
+# a view of the last row taken, then an element of the logits overwritten in place: the view must see it
+def view_then_setitem(target, draft, prompt):
+    ids = prompt
+    for _ in range(2):
+        logits = target(ids)
+        row = logits[0, -1]
+        logits[0, -1, 0] = NEG
+        ids = _append(ids, torch.multinomial(row.softmax(-1), 1))
+    return ids
+
+
+# a view taken, then masked_fill_ on the whole logits (mask from the last token)
+def view_then_masked_fill(target, draft, prompt):
+    ids = prompt
+    for _ in range(2):
+        logits = target(ids)
+        row = logits[:, -1]
+        mask = torch.arange(3) == ids[0, -1]
+        logits.masked_fill_(mask, NEG)
+        ids = _append(ids, torch.multinomial(row[0].softmax(-1), 1))
+    return ids
+
+
+# a view taken, then `logits[..., 1] += 1.0`
+def view_then_iadd(target, draft, prompt):
+    ids = prompt
+    for _ in range(2):
+        logits = target(ids)
+        row = logits[0, -1]
+        logits[..., 1] += 1.0
+        ids = _append(ids, torch.multinomial(torch.softmax(row, -1), 1))
+    return ids
+
+
+# in-place ops on the logits and the probs: div_ (temperature 1/2), then softmax and probs.mul_(2)
+def inplace_div_mul(target, draft, prompt):
+    ids = prompt
+    for _ in range(2):
+        logits = target(ids)[0, -1]
+        logits.div_(0.5)
+        probs = logits.softmax(-1)
+        probs.mul_(2)
+        ids = _append(ids, torch.multinomial(probs, 1))
+    return ids
+
+
+# out= arguments: torch.add into a preallocated buffer, torch.exp into another
+def out_arguments(target, draft, prompt):
+    ids = prompt
+    buf, w = torch.empty(3, dtype=torch.float64), torch.empty(3, dtype=torch.float64)
+    for _ in range(2):
+        logits = target(ids)[0, -1]
+        torch.add(logits, torch.zeros(3, dtype=torch.float64), out=buf)
+        torch.exp(buf, out=w)
+        ids = _append(ids, torch.multinomial(w, 1))
+    return ids
+
+
+# torch.softmax(x, -1, out=buf) into one buffer reused across steps, a view of it taken before the write
+def softmax_out_buffer(target, draft, prompt):
+    ids = prompt
+    buf = torch.empty(1, 3, dtype=torch.float64)
+    view = buf[0]
+    for _ in range(2):
+        torch.softmax(target(ids)[:, -1], -1, out=buf)
+        ids = _append(ids, torch.multinomial(view, 1))
+    return ids
+
+
+# top-k (k=2) filtering with torch.topk and scatter
+def top_k(target, draft, prompt):
+    ids = prompt
+    for _ in range(2):
+        logits = target(ids)[0, -1]
+        vals, idx = torch.topk(logits, 2)
+        filtered = torch.full_like(logits, NEG).scatter(-1, idx, vals)
+        ids = _append(ids, torch.multinomial(filtered.softmax(-1), 1))
+    return ids
+
+
+# top-p (p=0.6) filtering with sort, cumsum and scatter
+def top_p(target, draft, prompt):
+    ids = prompt
+    for _ in range(2):
+        logits = target(ids)[0, -1]
+        s, order = torch.sort(logits, descending=True)
+        cum = s.softmax(-1).cumsum(-1)
+        drop = cum - s.softmax(-1) > 0.6
+        s = s.masked_fill(drop, NEG)
+        filtered = torch.empty_like(logits).scatter_(-1, order, s)
+        ids = _append(ids, torch.multinomial(filtered.softmax(-1), 1))
+    return ids
+
+
+# greedy argmax after a sampled token, then a sampled token again (biased: argmax is not sampling)
+def greedy_between_samples(target, draft, prompt):
+    ids = _append(prompt, torch.multinomial(_last_probs(target, prompt), 1))
+    ids = torch.cat([ids, target(ids)[:, -1:].argmax(-1)], dim=1)
+    return _append(ids, torch.multinomial(_last_probs(target, ids), 1))
+
+
+# torch.where on logits: a token whose logit is below log(0.2) is dropped
+def where_on_logits(target, draft, prompt):
+    ids = prompt
+    for _ in range(2):
+        logits = target(ids)[0, -1]
+        kept = torch.where(logits < math.log(0.2), torch.full_like(logits, NEG), logits)
+        ids = _append(ids, torch.multinomial(kept.softmax(-1), 1))
+    return ids
+
+
+# clone / detach / float32: the logits leave float64 and the memo
+def clone_detach_float(target, draft, prompt):
+    ids = prompt
+    for _ in range(2):
+        logits = target(ids).clone().detach()[0, -1].float()
+        logits[0] -= 0.0                                # an in-place write on the copy
+        ids = _append(ids, torch.multinomial(logits.softmax(-1).double(), 1))
+    return ids
+
+
+# Python reads of logit values: .tolist(), .item(), float(), and an `if` on a probability
+def python_reads(target, draft, prompt):
+    ids = prompt
+    for _ in range(2):
+        probs = _last_probs(target, ids)
+        as_list = probs.tolist()
+        hi = probs.max().item()
+        if probs[0] > 0.3:                              # a branch on a value computed from pending tokens
+            w = torch.tensor([x / hi for x in as_list], dtype=torch.float64)
+        else:
+            w = torch.tensor([float(probs[1]), float(probs[1]) + as_list[2], as_list[0]], dtype=torch.float64)
+        ids = _append(ids, torch.multinomial(w, 1))
+    return ids
+
+
+# an exception raised only when the first sampled token is 2
+def raise_on_token(target, draft, prompt):
+    ids = prompt
+    for step in range(2):
+        tok = torch.multinomial(_last_probs(target, ids), 1)
+        ids = _append(ids, tok)
+        if step == 0 and int(tok) == 2:
+            raise ValueError("boom")
+    return ids
+
+
+# a logits processor dividing by (token - 1): ZeroDivisionError only when a token is 1
+def divide_by_token(target, draft, prompt):
+    ids = prompt
+    for _ in range(2):
+        logits = target(ids)[0, -1]
+        scale = 1 / (int(ids[0, -1]) - 1)                 # Python ZeroDivisionError on token 1
+        ids = _append(ids, torch.multinomial((logits * abs(scale)).softmax(-1), 1))
+    return ids
+
+
+# an exception raised only when a logit read through a pending token is small (a read of the lazy logits)
+def raise_on_logit_value(target, draft, prompt):
+    ids = _append(prompt, torch.multinomial(_last_probs(target, prompt), 1))
+    probs = _last_probs(target, ids)
+    if probs[0].item() < 0.2:
+        raise RuntimeError("unlikely first token")
+    return _append(ids, torch.multinomial(probs, 1))
+
+
+# a pending token indexing a Python list, and `if tok == 2:` choosing the processing of the next logits
+def python_list_index_and_if(target, draft, prompt):
+    temps = [1.0, 0.5, 2.0]
+    tok = torch.multinomial(_last_probs(target, prompt), 1)
+    ids = _append(prompt, tok)
+    logits = target(ids)[0, -1] / temps[tok]
+    if tok == 2:
+        logits = logits.flip(-1)
+    return _append(ids, torch.multinomial(logits.softmax(-1), 1))
+
+
+# logits read through numpy (.numpy(), np ops, torch.from_numpy) and checked with torch.isinf(...).any()
+def numpy_round_trip(target, draft, prompt):
+    import numpy as np
+    ids = prompt
+    for _ in range(2):
+        logits = target(ids)[0, -1]
+        if bool(torch.isinf(logits).any()):
+            raise ValueError("infinite logit")
+        arr = np.exp(logits.numpy())
+        ids = _append(ids, torch.multinomial(torch.from_numpy(arr / arr.sum()), 1))
+    return ids
+
+
+# the returned logits zeroed in place, the same ids scored again: the second call must not see the write
+def mutate_then_rescore(target, draft, prompt):
+    ids = _append(prompt, torch.multinomial(_last_probs(target, prompt), 1))
+    first = target(ids)
+    first.zero_()
+    second = target(ids)
+    if torch.equal(first, second):
+        raise AssertionError("a stand-in handed out a tensor the loop wrote into")
+    return _append(ids, torch.multinomial(second[0, -1].softmax(-1), 1))
+
+
+# Python's random.choices over weights read from logits that depend on a fed-back token
+def python_random_choices(target, draft, prompt):
+    import random
+    ids = _append(prompt, torch.multinomial(_last_probs(target, prompt), 1))
+    nxt = random.choices(range(3), weights=_last_probs(target, ids).tolist())[0]
+    return ids[0].tolist() + [nxt]
+
+
+# Gaussian noise on logits after a fed-back token: refused (UnsupportedRandomness) both ways, identically
+def randn_noise_refused(target, draft, prompt):
+    ids = _append(prompt, torch.multinomial(_last_probs(target, prompt), 1))
+    noisy = target(ids)[0, -1] + torch.randn(3, dtype=torch.float64)
+    return _append(ids, noisy.argmax())
+
+
+# two tokens without replacement from one row, both fed back
+def multinomial_no_replacement(target, draft, prompt):
+    two = torch.multinomial(_last_probs(target, prompt), 2, replacement=False)
+    ids = torch.cat([prompt, two[None]], dim=1)
+    return _append(ids, torch.multinomial(_last_probs(target, ids), 1))
+
+
+# a batch of two rows in one forward (no input_pos); only the first row is returned
+def batch_of_two(target, draft, prompt):
+    ids = prompt.repeat(2, 1)
+    for _ in range(2):
+        probs = target(ids)[:, -1].softmax(-1)
+        ids = torch.cat([ids, torch.multinomial(probs, 1)], dim=1)
+    return ids[0]
+
+
+# a pending token indexing probs (probs[tok]) and gather(-1, tok), used as a weight
+def index_with_pending(target, draft, prompt):
+    tok = torch.multinomial(_last_probs(target, prompt), 1)
+    ids = _append(prompt, tok)
+    probs = _last_probs(target, ids)
+    a, b = probs[tok], probs.gather(-1, tok)
+    w = probs * (a + b) / (a + b)                        # the same law, through the pending index
+    return _append(ids, torch.multinomial(w, 1))
+
+
+# a pending token compared with a Python int and joined with torch.cat
+def compare_and_cat(target, draft, prompt):
+    t1 = torch.multinomial(_last_probs(target, prompt), 1)
+    t2 = torch.multinomial(_last_probs(target, _append(prompt, t1)), 1)
+    both = torch.cat([t1, t2])
+    same = (both == 1)                                   # a pending comparison, never read as a bool here
+    ids = torch.cat([prompt, both[None]], dim=1)
+    w = _last_probs(target, ids) + same.sum() * 0.0
+    return _append(ids, torch.multinomial(w, 1))
+
+
+# Gumbel-max sampling: argmax(logits - log(-log(U)))
+def gumbel_max(target, draft, prompt):
+    ids = prompt
+    for _ in range(2):
+        logits = target(ids)[0, -1]
+        g = -torch.log(-torch.log(torch.rand(3, dtype=torch.float64)))
+        ids = _append(ids, (logits + g).argmax())
+    return ids
+
+
+# exponential race: argmax(probs / Exp(1))
+def exponential_race(target, draft, prompt):
+    ids = prompt
+    for _ in range(2):
+        probs = _last_probs(target, ids)
+        ids = _append(ids, (probs / torch.empty_like(probs).exponential_(1)).argmax())
+    return ids
+
+
+# logits of every step kept and read only at the end (probs stacked); the last token drawn from their mean
+def logits_kept_across_steps(target, draft, prompt):
+    ids, kept = prompt, []
+    for _ in range(2):
+        probs = _last_probs(target, ids)
+        kept.append(probs)
+        ids = _append(ids, torch.multinomial(probs, 1))
+    stacked = torch.stack(kept)
+    if stacked[0, 0] > 2.0:                             # never true; reads a value at the end
+        raise AssertionError("unreachable")
+    return torch.cat([ids[0], torch.multinomial(stacked.mean(0), 1)])
+
+
+# the ids tensor written in place after the forward that read it (a stale read must not leak)
+def write_into_ids(target, draft, prompt):
+    ids = torch.zeros(1, 3, dtype=torch.long)
+    ids[0, 0] = prompt[0, 0]
+    for pos in range(1, 3):
+        logits = target(ids[:, :pos])
+        ids[0, pos] = torch.multinomial(logits[0, -1].softmax(-1), 1)[0]
+    return ids
+
+
+# the prompt tensor itself overwritten after a forward (the audit hands it fresh on every branch)
+def write_into_prompt(target, draft, prompt):
+    logits = target(prompt)
+    tok = torch.multinomial(logits[0, -1].softmax(-1), 1)
+    out = torch.cat([prompt[0].clone(), tok])
+    prompt[0, 0] = tok[0]                               # clobbers the prompt after its forward
+    return torch.cat([out, torch.multinomial(_last_probs(target, out[None]), 1)])
+
+
+# the KV cache rewound: position 1 rewritten with a second sample (stale cache entries overwritten)
+def kv_cache_rewind(target, draft, prompt):
+    logits = target(prompt, input_pos=torch.tensor([0]))
+    first = torch.multinomial(logits[0, -1].softmax(-1), 1)
+    target(first[None], input_pos=torch.tensor([1]))              # a discarded continuation
+    again = torch.multinomial(logits[0, -1].softmax(-1), 1)       # redrawn from the same row
+    nxt = target(again[None], input_pos=torch.tensor([1]))
+    return torch.cat([prompt[0], again, torch.multinomial(nxt[0, -1].softmax(-1), 1)])
+
+
+# rows of an order-2 model, sampled with the cache
+def order2_kv(target, draft, prompt):
+    toks, pos = [], 0
+    logits = target(prompt, input_pos=torch.tensor([pos]))
+    for _ in range(3):
+        tok = torch.multinomial(logits[0, -1].softmax(-1), 1)
+        toks.append(tok)
+        pos += 1
+        logits = target(tok[None], input_pos=torch.tensor([pos]))
+    return torch.cat([prompt[0]] + toks)
+
+
+# the draft model's logits mixed with the target's (a biased mixture), both fed the same sampled ids
+def mix_target_and_draft(target, draft, prompt):
+    ids = prompt
+    for _ in range(2):
+        w = 0.5 * _last_probs(target, ids) + 0.5 * _last_probs(draft, ids)
+        ids = _append(ids, torch.multinomial(w, 1))
+    return ids
+
+
+# a returned list of Python ints built from .tolist() of a tensor holding pending tokens
+def list_output(target, draft, prompt):
+    ids = prompt
+    for _ in range(2):
+        ids = _append(ids, torch.multinomial(_last_probs(target, ids), 1))
+    return ids[0].tolist()
+
+
+CASES = [
+    pytest.param(ar_kv_cache, dict(target=P1, tokens=3), id="ar_kv_cache"),
+    pytest.param(ar_full_sequence, dict(target=P1, tokens=3), id="ar_full_sequence"),
+    pytest.param(_speculative("correct"), dict(target=P1, draft=Q1, tokens=2), id="speculative"),
+    pytest.param(_speculative("unnormalised"), dict(target=P1, draft=Q1, tokens=2), id="spec_unnormalised_residual"),
+    pytest.param(_speculative("le"), dict(target=P1, draft=Q1, tokens=2), id="spec_accept_le"),
+    pytest.param(_speculative("wrong_q"), dict(target=P1, draft=Q1, tokens=2), id="spec_wrong_position_q"),
+    pytest.param(view_then_setitem, dict(target=P1, tokens=2), id="view_then_setitem"),
+    pytest.param(view_then_masked_fill, dict(target=P1, tokens=2), id="view_then_masked_fill"),
+    pytest.param(view_then_iadd, dict(target=P1, tokens=2), id="view_then_iadd"),
+    pytest.param(inplace_div_mul, dict(target=P1, tokens=2), id="inplace_div_mul"),
+    pytest.param(out_arguments, dict(target=P1, tokens=2), id="out_arguments"),
+    pytest.param(softmax_out_buffer, dict(target=P1, tokens=2), id="softmax_out_buffer"),
+    pytest.param(top_k, dict(target=P1, tokens=2), id="top_k"),
+    pytest.param(top_p, dict(target=P1, tokens=2), id="top_p"),
+    pytest.param(greedy_between_samples, dict(target=P1, tokens=3), id="greedy_between_samples"),
+    pytest.param(where_on_logits, dict(target=P1, tokens=2), id="where_on_logits"),
+    pytest.param(clone_detach_float, dict(target=P1, tokens=2), id="clone_detach_float"),
+    pytest.param(python_reads, dict(target=P1, tokens=2), id="python_reads"),
+    pytest.param(raise_on_token, dict(target=P1, tokens=2), id="raise_on_token"),
+    pytest.param(raise_on_token, dict(target=P1, tokens=2, on_error="record"), id="raise_on_token_record"),
+    pytest.param(divide_by_token, dict(target=P1, tokens=2, on_error="record"), id="divide_by_token_record"),
+    pytest.param(raise_on_logit_value, dict(target=P1, tokens=2, on_error="record"), id="raise_on_logit_value_record"),
+    pytest.param(python_list_index_and_if, dict(target=P1, tokens=2), id="python_list_index_and_if"),
+    pytest.param(numpy_round_trip, dict(target=P1, tokens=2), id="numpy_round_trip"),
+    pytest.param(mutate_then_rescore, dict(target=P1, tokens=2), id="mutate_then_rescore"),
+    pytest.param(raise_on_logit_value, dict(target=P1, tokens=2), id="raise_on_logit_value_raise"),
+    pytest.param(python_random_choices, dict(target=P1, tokens=2), id="python_random_choices"),
+    pytest.param(randn_noise_refused, dict(target=P1, tokens=2), id="randn_noise_refused"),
+    pytest.param(multinomial_no_replacement, dict(target=P1, tokens=3), id="multinomial_no_replacement"),
+    pytest.param(batch_of_two, dict(target=P1, tokens=2), id="batch_of_two"),
+    pytest.param(index_with_pending, dict(target=P1, tokens=2), id="index_with_pending"),
+    pytest.param(compare_and_cat, dict(target=P1, tokens=3), id="compare_and_cat"),
+    pytest.param(gumbel_max, dict(target=P1, tokens=2), id="gumbel_max"),
+    pytest.param(exponential_race, dict(target=P1, tokens=2), id="exponential_race"),
+    pytest.param(logits_kept_across_steps, dict(target=P1, tokens=3), id="logits_kept_across_steps"),
+    pytest.param(write_into_ids, dict(target=P1, tokens=2), id="write_into_ids"),
+    pytest.param(write_into_prompt, dict(target=P1, tokens=2), id="write_into_prompt"),
+    pytest.param(kv_cache_rewind, dict(target=P1, tokens=2), id="kv_cache_rewind"),
+    pytest.param(order2_kv, dict(target=P2, tokens=3), id="order2_kv"),
+    pytest.param(ar_full_sequence, dict(target=P2, tokens=3), id="order2_full_sequence"),
+    pytest.param(ar_full_sequence, dict(target=CF, tokens=3), id="context_free"),
+    pytest.param(_speculative("correct"), dict(target=CF, draft=Q1, tokens=2), id="speculative_context_free"),
+    pytest.param(mix_target_and_draft, dict(target=P1, draft=Q1, tokens=2), id="mix_target_and_draft"),
+    pytest.param(list_output, dict(target=P1, tokens=2), id="list_output"),
+]
+
+
+@pytest.mark.parametrize("fn, kw", CASES)
+def test_deferred_reads_change_nothing_but_paths(fn, kw):
+    _both(fn, **kw)
+
+
+def test_the_switch_is_restored_after_a_raising_audit():
+    saved = _fast_path.DEFER_READS
+    _both(raise_on_token, target=P1, tokens=2)
+    assert _fast_path.DEFER_READS is saved
+
+
+# the helper is not vacuous: a loop that reads the switch itself is caught (law differs; only one run raises)
+def _switch_reader(raise_when_on):
+    def loop(target, draft, prompt):
+        probs = _last_probs(target, prompt)
+        if _fast_path.DEFER_READS:
+            if raise_when_on:
+                raise ValueError("only with the switch on")
+            probs = probs.flip(-1)
+        return _append(prompt, torch.multinomial(probs, 1))
+    return loop
+
+
+@pytest.mark.parametrize("raise_when_on", [False, True])
+def test_the_helper_catches_a_difference(raise_when_on):
+    with pytest.raises(AssertionError):
+        _both(_switch_reader(raise_when_on), target=CF, tokens=1)
