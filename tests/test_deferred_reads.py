@@ -480,7 +480,59 @@ def list_output(target, draft, prompt):
     return ids[0].tolist()
 
 
+# litgpt 0.5.13's own code (published): its step in a loop, and its whole ``generate`` (tests/test_recipes_loops.py)
+try:
+    import litgpt.generate.speculative_decoding as litgpt_sd
+except ImportError:  # pragma: no cover - litgpt is in tests/published.txt
+    litgpt_sd = None
+needs_litgpt = pytest.mark.skipif(litgpt_sd is None, reason="litgpt not installed")
+
+
+def _litgpt_steps(gamma, n, **sample_kwargs):
+    def loop(target, draft, prompt):
+        m = prompt.shape[1]
+        with torch.inference_mode():
+            draft(prompt, torch.arange(m))
+            target(prompt, torch.arange(m))
+            token, pos, out = prompt[0, -1:], torch.tensor([m - 1]), []
+            while len(out) < n:
+                new = litgpt_sd.speculative_decoding(draft, target, token, pos, int(pos) + 1,
+                                                     speculative_k=min(gamma, n - len(out)), **sample_kwargs)
+                out += new.tolist()
+                pos, token = pos + len(new), new[-1:]      # a slice of a tensor read above
+        return out
+    return loop
+
+
+def _litgpt_generate(gamma, n):
+    def loop(target, draft, prompt):
+        tokens, _ = litgpt_sd.generate(draft, target, prompt[0], speculative_k=gamma,
+                                       max_returned_tokens=prompt.shape[1] + n + 1)
+        return tokens
+    return loop
+
+
+# a draft drawn, scored by the target, then read through a tensor that shares it (a cat), and the logits indexed
+# with the original, never-read tensor: its storage holds a placeholder, its draw a value
+def index_with_a_draw_read_elsewhere(target, draft, prompt):
+    d = torch.multinomial(_last_probs(draft, prompt), 1)
+    probs = target(torch.cat([prompt[0], d])[None])[0, -1].softmax(-1)
+    both = torch.cat([d, d])
+    first = int(both[0])
+    w = torch.ones(3, dtype=probs.dtype)
+    w[first] = 10 * probs[d][0]                       # the drafted token's weight: its target probability, x 10
+    return prompt[0].tolist() + [first, int(torch.multinomial(w, 1))]
+
+
 CASES = [
+    pytest.param(_litgpt_steps(2, 2), dict(target=P1, draft=Q1, tokens=2, output="new"), id="litgpt_steps",
+                 marks=needs_litgpt),
+    pytest.param(_litgpt_steps(3, 3, temperature=0.5, top_k=2), dict(target=P1, draft=Q1, tokens=3, output="new"),
+                 id="litgpt_steps_t05_topk2", marks=needs_litgpt),
+    pytest.param(_litgpt_generate(2, 2), dict(target=P1, draft=Q1, tokens=2), id="litgpt_generate",
+                 marks=needs_litgpt),
+    pytest.param(index_with_a_draw_read_elsewhere, dict(target=P1, draft=Q1, tokens=2),
+                 id="index_with_a_draw_read_elsewhere"),
     pytest.param(ar_kv_cache, dict(target=P1, tokens=3), id="ar_kv_cache"),
     pytest.param(ar_full_sequence, dict(target=P1, tokens=3), id="ar_full_sequence"),
     pytest.param(_speculative("correct"), dict(target=P1, draft=Q1, tokens=2), id="speculative"),

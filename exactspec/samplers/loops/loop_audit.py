@@ -61,7 +61,6 @@ from ..adapters.base import lowest, precision_of
 from ..float_boundary import ROUNDING_CAP, coarser_than_float64, decide, rounding_allowance
 from ..randomness import _fast_path
 from ..randomness.interception import FLOAT64_LATTICE, describe_rng_model, intercepting, private_generators, watch
-from ..randomness.lazy_worlds import value_of
 from ..._device import one_torch_thread as _one_torch_thread
 from ..sampler_audit import ROUNDING_TOLERANCE
 from .stand_in import KINDS, stand_in
@@ -680,7 +679,7 @@ def _contexts(lm: Any) -> list:
     out = []
     for c in getattr(lm, "contexts", ()) or ():
         if any(type(t) is tuple for t in c):
-            c = tuple(value_of(t) if type(t) is tuple and t[0].drawn else t for t in c)
+            c = tuple(t[0].values()[t[1]] if type(t) is tuple and t[0].drawn else t for t in c)
         out.append(c)
     return out
 

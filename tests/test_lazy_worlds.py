@@ -1,0 +1,163 @@
+"""Lazy worlds (``exactspec.samplers.randomness.lazy_worlds``): a torch stand-in fed pending draws reads none of them.
+
+Each test runs a small program on a :class:`TorchLM` stand-in under the interception, enumerates it exactly, and
+compares the law with one derived independently (a product of the tables' rows) and, where the point is a
+saved fork, counts the runs. ``tests/test_deferred_reads.py`` compares whole loops with the switch on and off.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction as F
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import exactspec as es  # noqa: E402
+from exactspec.enumerate.rng import enumerate_program  # noqa: E402
+from exactspec.fields import get_field  # noqa: E402
+from exactspec.samplers.loops._torch_lm import TorchLM  # noqa: E402
+from exactspec.samplers.randomness import _fast_path, lazy_worlds  # noqa: E402
+from exactspec.samplers.randomness.interception import bind, intercepting  # noqa: E402
+from exactspec.samplers.randomness.lazy_worlds import LazyWorldsTensor  # noqa: E402
+
+Q = (F(1, 4), F(1, 4), F(1, 2))                                       # the first token's law
+ROWS = {0: (F(1, 2), F(1, 4), F(1, 4)), 1: (F(1, 4), F(1, 4), F(1, 2)), 2: (F(1, 3), F(1, 3), F(1, 3))}
+MODEL = es.models.from_function(vocab=3, order=1, fn=lambda c: ROWS[c[-1]], name="rows")
+
+
+def law_and_runs(body, model=MODEL):
+    """The exact law of ``body(lm, first)`` over its draws, and how many runs the enumeration took; ``first`` is a
+    pending draw from ``Q`` (as ``torch.multinomial`` returns it), ``lm`` a float64 stand-in of ``model``."""
+    lm = TorchLM(model, torch.float64)
+    runs = []
+
+    def program(rng):
+        runs.append(1)
+        lm.reset()
+        with bind(rng):
+            first = torch.multinomial(torch.tensor([float(q) for q in Q], dtype=torch.float64), 1)
+            return body(lm, first)
+    with intercepting():
+        law = enumerate_program(program, get_field(backend="python"), exact_floats=True)
+    return law, len(runs)
+
+
+def test_a_forward_on_a_pending_token_reads_it_only_where_a_value_is_read():
+    seen = []
+
+    def body(lm, first):
+        logits = lm(first[None])                  # [1, 1, 3]: one world per value of ``first``
+        seen.append(type(logits) is LazyWorldsTensor)
+        second = torch.multinomial(logits[0, -1].softmax(-1), 1)
+        return int(second)                        # reading the second draws the first (its law depends on it) first
+    law, runs = law_and_runs(body)
+    assert seen[0]
+    expected = {}
+    for a in range(3):
+        for b in range(3):
+            expected[b] = expected.get(b, 0) + Q[a] * ROWS[a][b]
+    # float64 logits: the law is the tables' up to float64 rounding of log and softmax, no more
+    assert sum(abs(law[b] - expected[b]) for b in range(3)) < F(1, 2 ** 40)
+    assert runs == 9
+
+
+def test_a_draft_nobody_reads_never_forks():
+    def body(lm, first):
+        second = torch.multinomial(lm(first[None])[0, -1].softmax(-1), 1)     # drafted from the first
+        lm(second[None], input_pos=None)                                        # scored, never read
+        return int(first)
+    law, runs = law_and_runs(body)
+    assert law == dict(enumerate(Q))
+    assert runs == 3                  # reading the first only: the second (and its forward) never forks
+
+
+def test_reading_everything_gives_the_same_law_as_the_stand_ins_reading_every_token(monkeypatch):
+    def body(lm, first):
+        second = torch.multinomial(lm(first[None])[0, -1].softmax(-1), 1)
+        third = torch.multinomial(lm(second[None])[0, -1].softmax(-1), 1)
+        return int(first), int(second), int(third)
+    deferred, runs_on = law_and_runs(body)
+    monkeypatch.setattr(_fast_path, "DEFER_READS", False)
+    eager, runs_off = law_and_runs(body)
+    assert deferred == eager and runs_on == runs_off == 27
+
+
+def test_a_write_into_the_logits_is_seen_through_a_view_taken_before():
+    def body(lm, first):
+        logits = lm(first[None])
+        row = logits[0, -1]                       # a view, still lazy
+        logits[0, -1, 0] = float("-inf")          # a write into the root: its family is read (``first`` drawn)
+        assert type(logits) is not LazyWorldsTensor
+        return int(torch.multinomial(row.softmax(-1), 1))   # the view sees the write: token 0 is never drawn
+    law, _ = law_and_runs(body)
+    expected = {}
+    for a in range(3):
+        rest = ROWS[a][1] + ROWS[a][2]
+        for b in (1, 2):
+            expected[b] = expected.get(b, 0) + Q[a] * ROWS[a][b] / rest
+    assert set(law) == {1, 2}
+    assert sum(abs(law[b] - expected[b]) for b in (1, 2)) < F(1, 2 ** 40)
+
+
+def test_a_write_through_a_view_is_seen_by_the_root():
+    def body(lm, first):
+        logits = lm(first[None])
+        logits[0, -1].add_(torch.tensor([0.0, float("-inf"), 0.0], dtype=torch.float64))   # in place, via a view
+        return int(torch.multinomial(logits[0, -1].softmax(-1), 1))
+    law, _ = law_and_runs(body)
+    assert set(law) == {0, 2}
+
+
+def test_an_error_in_one_world_is_raised_only_where_that_world_is_the_loop_s():
+    def body(lm, first):
+        w = (lm(first[None])[0, -1].softmax(-1) - 0.4).clamp(min=0)   # all zero only after first == 2
+        try:
+            return int(torch.multinomial(w, 1))
+        except RuntimeError:
+            return "error"
+    law, _ = law_and_runs(body)
+    assert law["error"] == Q[2]
+    assert law[0] == Q[0] and law[2] == Q[1]       # the only weight left after 0 and after 1
+
+
+def test_a_value_that_is_the_same_in_every_world_is_an_ordinary_tensor_and_draws_nothing():
+    kinds = []
+
+    def body(lm, first):
+        logits = lm(first[None])[0, -1]
+        zero = logits * 0.0                       # -0.0 in every world (the logits are negative): the same bits
+        kinds.append(type(zero))
+        return float(zero.sum())
+    law, runs = law_and_runs(body)
+    assert kinds[0] is torch.Tensor and runs == 1 and law == {0.0: 1}
+
+
+def test_more_worlds_than_allowed_read_the_draws_and_give_the_same_law(monkeypatch):
+    def body(lm, first):
+        second = torch.multinomial(lm(first[None])[0, -1].softmax(-1), 1)
+        both = lm(torch.cat([first, second])[None])          # two positions, each with its own draw
+        return int(torch.multinomial(both[0, -1].softmax(-1), 1))
+    law, runs = law_and_runs(body)
+    monkeypatch.setattr(lazy_worlds, "WORLDS", 1)
+    monkeypatch.setattr("exactspec.samplers.loops._torch_lm.WORLDS", 1)
+    capped, capped_runs = law_and_runs(body)
+    assert capped == law and capped_runs >= runs
+
+
+def test_indexing_with_a_draw_drawn_through_another_tensor_reads_its_value_not_its_placeholder():
+    # The draw is read through ``both`` (which shares it); ``first`` itself was never read, so its storage still
+    # holds the placeholder 0. Indexing the lazy probabilities with it must use the drawn value. (Before the fix
+    # the per-world indexing ran on the placeholder: the law below came out as if every token were 0.)
+    rows = {0: (F(1, 2), F(1, 4), F(1, 4)), 1: (F(1, 8), F(5, 8), F(1, 4)), 2: (F(1, 8), F(1, 8), F(3, 4))}
+    model = es.models.from_function(vocab=3, order=1, fn=lambda c: rows[c[-1]], name="diagonal")
+
+    def body(lm, first):
+        probs = lm(first[None])[0, -1].softmax(-1)
+        both = torch.cat([first, first])
+        a = int(both[0])                          # draws ``first``
+        p = probs[first]                          # index with the pending-draw tensor itself
+        return a, round(float(p), 12)
+    law, _ = law_and_runs(body, model)
+    # the diagonal differs from column 0 after tokens 1 and 2: the placeholder would read column 0
+    assert law == {(a, round(float(rows[a][a]), 12)): Q[a] for a in range(3)}
