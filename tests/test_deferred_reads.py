@@ -524,7 +524,17 @@ def index_with_a_draw_read_elsewhere(target, draft, prompt):
     return prompt[0].tolist() + [first, int(torch.multinomial(w, 1))]
 
 
+# the logits through bfloat16 (a dtype numpy has no type for) and back, then a sample fed back
+def bfloat16_round_trip(target, draft, prompt):
+    ids = prompt
+    for _ in range(2):
+        probs = target(ids)[0, -1].bfloat16().double().softmax(-1)
+        ids = torch.cat([ids, torch.multinomial(probs, 1)[None]], dim=1)
+    return ids
+
+
 CASES = [
+    pytest.param(bfloat16_round_trip, dict(target=P1, tokens=2), id="bfloat16_round_trip"),
     pytest.param(_litgpt_steps(2, 2), dict(target=P1, draft=Q1, tokens=2, output="new"), id="litgpt_steps",
                  marks=needs_litgpt),
     pytest.param(_litgpt_steps(3, 3, temperature=0.5, top_k=2), dict(target=P1, draft=Q1, tokens=3, output="new"),

@@ -242,6 +242,9 @@ if torch is not None:
                         "movedim", "split", "chunk", "unbind", "__iter__", "detach", "contiguous", "clone"})
     _INPLACE_DUNDERS = frozenset({"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
                                   "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__"})
+    #: operations that make a tensor from their first operand's metadata only (shape, dtype, device)
+    _LIKE = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "new_empty", "new_zeros", "new_ones",
+                       "new_full", "new_empty_strided"})
     #: operations whose result is a Python value: the operands are read, no world computed
     _READS = frozenset({"__bool__", "item", "tolist", "__int__", "__float__", "__index__", "numpy", "__array__",
                         "__format__", "__str__", "__repr__", "data_ptr", "untyped_storage", "storage", "_typed_storage",
@@ -272,6 +275,8 @@ if torch is not None:
         name = _name(func)
         if name in _QUERIES or name == "__get__":
             return _disabled(func, (), args, kwargs)
+        if name in _LIKE and args and not _any_live(args[1:]) and not _any_live(kwargs.values()):
+            return _disabled(func, (), args, kwargs)     # a new tensor shaped like a lazy one: its values unread
         for t in types:
             if t is not LazyWorldsTensor and t is not LazyCategoricalTensor and t is not torch.Tensor:
                 # another lazy type takes part: ours are read, and its handler runs the operation on the values
@@ -485,7 +490,8 @@ if torch is not None:
         return NotImplemented
 
     def _bits(t: Any) -> tuple:
-        return (t.dtype, tuple(t.shape), t.contiguous().numpy().tobytes())
+        """A tensor's dtype, shape and bytes (-0.0 and 0.0 differ, a NaN equals itself)."""
+        return (t.dtype, tuple(t.shape), t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
 
     def _one(results: dict, cells: list, i: int | None) -> Any:
         worlds = {k: (r if i is None else r[i]) for k, r in results.items()}
@@ -582,25 +588,27 @@ if torch is not None:
         keys = [_key(c) for c in cells]
         table: dict = {}
         shape = None
+        positive = None
         for values in itertools.product(*domains):
             w = fn(dict(zip(keys, values)))
             arr = w.detach().cpu().numpy().astype(np.float64, copy=False)
             if arr.ndim not in (1, 2) or not np.isfinite(arr).all() or (arr < 0).any() or \
                     (arr.reshape(-1, arr.shape[-1]).sum(axis=-1) <= 0).any():
                 return None
-            rows, _ = exact_rows(arr)
-            table[values] = rows
+            table[values] = arr           # its exact rows are made when a draw is read (most never are)
+            rows = arr.reshape(-1, arr.shape[-1]) > 0
+            positive = rows if positive is None else positive | rows
             shape = arr.shape[:-1] + (1,) if arr.ndim > 1 else (1,)
         field = rng._field
         exact = getattr(field, "Q", None) is Fraction
-        n_rows = len(next(iter(table.values())))
+        n_rows = positive.shape[0]
         out = np.empty((n_rows, 1), dtype=object)
         for r in range(n_rows):
-            support = sorted({i for rows in table.values() for i, p in enumerate(rows[r][1]) if p > 0})
+            support = [int(i) for i in np.nonzero(positive[r])[0]]
 
             def law(r: int = r) -> Any:
                 values = tuple(value_of(c) for c in cells)      # the draws the weights depend on, in the order met
-                row = table[values][r][1]
+                row = exact_rows(table[values])[0][r][1]
                 return row if exact else tuple(field.convert(x) for x in row)
             d = PendingDraw.of_law(rng, law)
             d.domain = support
