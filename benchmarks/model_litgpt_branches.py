@@ -15,9 +15,11 @@ abstract program over the same exact tables and counts its branches two ways:
   before it), and the tokens the loop returns unread are spread, as the audit spreads them now.
 
 The two-way fork of ``if not should_discard_token`` (a uniform against ``1 - p/q``) is the same in
-both. The eager count is checked against the real audit's branch count (``es.audit_loop`` on litgpt's
-own ``generate``, same tables, same run): a model that does not reproduce it exits 1, so the
-deferred figure is the count a deferring audit would take, not a guess. ``floor`` is that count
+both. Both counts are checked against the real audit's (``es.audit_loop`` on litgpt's own
+``generate``, same tables, same run): the eager one with the stand-ins reading every token
+(``_fast_path.DEFER_READS`` off, the path before deferred reads), the deferred one with the default
+(:mod:`exactspec.samplers.randomness.lazy_worlds`); a count that differs exits 1. The model was written
+first, to size the lever before it was built. ``floor`` is that count
 times the loop's own cost per plain call (measured here, outside any audit).
 
 ``python -m benchmarks.model_litgpt_branches`` (``--quick``: gamma 2 only).
@@ -132,11 +134,13 @@ def count_branches(gamma: int, n: int, seeds: tuple = (1, 4), eager: bool = True
     return done
 
 
-def _audited(gamma: int, n: int, seeds: tuple) -> tuple[int, float]:
-    """The real audit's branch count on litgpt's own ``generate``, and one plain call's seconds (CPU, outside audits)."""
+def _audited(gamma: int, n: int, seeds: tuple, deferred: bool) -> tuple[int, float]:
+    """The real audit's branch count on litgpt's own ``generate`` (the stand-ins deferring their reads or not), and
+    one plain call's seconds (CPU, outside audits)."""
     import torch
 
     import litgpt.generate.speculative_decoding as litgpt_sd
+    from exactspec.samplers.randomness import _fast_path
     t = es.models.random_table(vocab=3, order=1, seed=seeds[0])
     d = es.models.random_table(vocab=3, order=1, seed=seeds[1])
 
@@ -144,7 +148,12 @@ def _audited(gamma: int, n: int, seeds: tuple) -> tuple[int, float]:
         tokens, _ = litgpt_sd.generate(draft, target, prompt[0], speculative_k=gamma,
                                        max_returned_tokens=prompt.shape[1] + n + 1)
         return tokens
-    r = es.audit_loop(loop, target=t, draft=d, prompt=(0,), rng_model="continuous", tokens=n)
+    saved = _fast_path.DEFER_READS
+    _fast_path.DEFER_READS = deferred
+    try:
+        r = es.audit_loop(loop, target=t, draft=d, prompt=(0,), rng_model="continuous", tokens=n, progress=False)
+    finally:
+        _fast_path.DEFER_READS = saved
     tl, dl = es.stand_in(t, kind="torch-lm", dtype=torch.float64), es.stand_in(d, kind="torch-lm",
                                                                                  dtype=torch.float64)
     prompt = torch.tensor([[0]])
@@ -162,11 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     for gamma, seeds in ([(2, (1, 4))] if quick else [(2, (1, 4)), (3, (1, 4)), (3, (2, 5))]):
         eager, deferred = count_branches(gamma, 3, seeds, True), count_branches(gamma, 3, seeds, False)
-        audited, plain = _audited(gamma, 3, seeds)
-        same = audited == eager
+        audited_eager, plain = _audited(gamma, 3, seeds, False)
+        audited_deferred, _ = _audited(gamma, 3, seeds, True)
+        same = audited_eager == eager and audited_deferred == deferred
         ok = ok and same
-        print(f"gamma {gamma}, seeds {seeds}: audit {audited} branches, model eager {eager} "
-              f"({'matches' if same else 'DOES NOT MATCH'}), deferred {deferred} ({eager / deferred:.1f}x fewer); "
+        print(f"gamma {gamma}, seeds {seeds}: eager model {eager}, audit with DEFER_READS off {audited_eager}; "
+              f"deferred model {deferred}, audit (default) {audited_deferred} "
+              f"({'both match' if same else 'DO NOT MATCH'}; {eager / deferred:.1f}x fewer); "
               f"plain call {plain * 1e3:.2f} ms CPU, floor {deferred * plain:.2f} s deferred vs {eager * plain:.2f} s "
               "eager (one core)")
         sys.stdout.flush()
