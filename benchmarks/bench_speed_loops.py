@@ -3,7 +3,8 @@
 Rows (the issue's wording): transformers' own ``generate`` with an assistant (vocab 4, 3 tokens),
 a harder transformers instance standing in for the README's, and litgpt 0.5.13's ``generate`` at
 gamma 3. Each row audits the loop on the faster path (by default: the branches left after a second on every
-core), on the faster path in one process, and on the old one
+core), on the faster path in one process, on it with the stand-ins reading every token they are fed (deferred
+reads off, one process: the faster path before :mod:`exactspec.samplers.randomness.lazy_worlds`), and on the old one
 (``exactspec.samplers.loops.loop_audit._old_path()``: the bookkeeping of pending draws, the dispatch of pending
 tensors, the interception's frame walk and the stand-ins' per-call work as they were), old
 first (after one untimed small audit of the same loop), every module-level memo of exact rows
@@ -128,6 +129,19 @@ def _counting_forwards() -> Any:
         loop_audit.stand_in = real
 
 
+@contextlib.contextmanager
+def _reads_deferred(on: bool) -> Any:
+    """Within the block, the torch stand-ins defer the reads of the pending tokens they are fed or not
+    (``_fast_path.DEFER_READS``; the transformers stand-in reads them either way)."""
+    from exactspec.samplers.randomness import _fast_path
+    saved = _fast_path.DEFER_READS
+    _fast_path.DEFER_READS = on
+    try:
+        yield
+    finally:
+        _fast_path.DEFER_READS = saved
+
+
 def _warm_up(fn: Callable, kw: dict) -> None:
     """One small audit of the loop (vocab 2, one token), untimed: first-call costs (imports inside the audited
     library, the interception's set-up) fall on neither path."""
@@ -143,6 +157,8 @@ def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> di
     with _counting_forwards() as built:      # in this process, so that every forward call is counted here
         one, one_s, one_cpu = _audit(fn, kw, old=False, cap=None, workers=None)
     forwards = sum(lm.total_calls for lm in built)
+    with _reads_deferred(False):             # the faster path before deferred reads, in one process
+        eager, eager_s, _ = _audit(fn, kw, old=False, cap=None, workers=None)
     new, new_s, _ = _audit(fn, kw, old=False, cap=None)
 
     def agree(a: Any, b: Any, branches_too: bool) -> bool:
@@ -152,15 +168,18 @@ def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> di
             not branches_too or (b.paths, b.extra.get("float64_paths")) == (a.paths, a.extra.get("float64_paths")))
     # the old path reads every token a branch returns and forks where it iterates over pending draws: the same law
     # in more branches; the two runs of the new path run the same branches
-    same = agree(old, new, False) and agree(one, new, True)
+    same = agree(old, new, False) and agree(one, new, True) and agree(eager, new, False)
     branches = new.paths + (new.extra.get("float64_paths") or 0)
     old_branches = None if old is None else old.paths + (old.extra.get("float64_paths") or 0)
+    eager_branches = eager.paths + (eager.extra.get("float64_paths") or 0)
     runs = "two runs (own precision + float64)" if new.extra.get("float64_paths") else "one run"
     from exactspec import parallel
     note = (f"{instance}; {branches} branches ({runs}; old path {old_branches}), {new.verdict}, "
             f"TV {float(new.tv):.3g}; new path on "
             f"{parallel.resolve_workers(0)} processes (the default: the branches left after "
-            f"{_switch_after():g} s go to workers); in one process {one_s:.2f} s (CPU {one_cpu:.1f} s), old path "
+            f"{_switch_after():g} s go to workers); in one process {one_s:.2f} s (CPU {one_cpu:.1f} s); the stand-ins "
+            f"reading every token they are fed (deferred reads off, one process) {eager_branches} branches, "
+            f"{eager_s:.2f} s; old path "
             f"CPU {old_cpu:.1f} s; floor on one core (the loop alone, {floor:.2f} ms CPU per call, x {branches} "
             f"branches) "
             f"{floor * branches / 1e3:.1f} s; by forward calls (the branches run every path, the plain runs the "

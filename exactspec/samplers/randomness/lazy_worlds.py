@@ -123,14 +123,19 @@ if torch is not None:
     class _Group:
         """The draws some entries depend on and, per world (their values, in ``deps`` order), an ordinary tensor."""
 
-        __slots__ = ("deps", "worlds")
+        __slots__ = ("deps", "worlds", "keys")
 
         def __init__(self, deps: tuple, worlds: dict) -> None:
             self.deps, self.worlds = deps, worlds
+            self.keys = tuple(_key(c) for c in deps)
 
         def at(self, assign: dict) -> Any:
             """This group's tensor in the world ``assign`` (``_key(cell) -> value``; a drawn dep its drawn value)."""
-            return self.worlds[tuple(assign[_key(c)] if _key(c) in assign else value_of(c) for c in self.deps)]
+            try:
+                return self.worlds[tuple([assign[k] for k in self.keys])]
+            except KeyError:            # a dep drawn since (not among the draws ``assign`` ranges over)
+                return self.worlds[tuple([assign[k] if k in assign else value_of(c)
+                                          for k, c in zip(self.keys, self.deps)])]
 
     class _Family:
         """Lazy tensors on one storage (views of one another); ``settled``: the storage holds the values."""
@@ -155,14 +160,17 @@ if torch is not None:
         def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             return _dispatch(func, types, args, kwargs or {})
 
-    def _wrap(groups: tuple, gi: np.ndarray, gp: np.ndarray, backing: Any, family: "_Family | None") -> Any:
+    def _wrap(groups: tuple, gi: np.ndarray, gp: np.ndarray, backing: Any, family: "_Family | None",
+              whole: bool | None = None) -> Any:
         t = _make_subclass(LazyWorldsTensor, backing.detach() if backing.requires_grad else backing)
         t._groups, t._gi, t._gp = groups, gi, gp
         t._fam = family if family is not None else _Family(t)
         # one group whose tensors hold exactly these entries in this order: a world's value is a reshape of its tensor
-        n = gi.size
-        t._whole = len(groups) == 1 and next(iter(groups[0].worlds.values())).numel() == n and \
-            bool((gp.reshape(-1) == np.arange(n)).all())
+        if whole is None:
+            n = gi.size
+            whole = len(groups) == 1 and next(iter(groups[0].worlds.values())).numel() == n and \
+                bool((gp.reshape(-1) == np.arange(n)).all())
+        t._whole = whole
         t._plan = None
         return t
 
@@ -251,7 +259,33 @@ if torch is not None:
                         "__reduce_ex__", "__deepcopy__", "__setstate__", "equal", "allclose", "is_nonzero",
                         "__complex__", "__array_wrap__", "__contains__", "backward", "register_hook"})
 
+    #: torch functions whose result is a new tensor whatever their operands (arithmetic, comparisons, reductions,
+    #: softmax): no aliasing to check
+    _FRESH = frozenset(f for f in (
+        getattr(owner, n, None) for owner in (torch.Tensor, torch, torch.nn.functional) for n in (
+            "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+            "__neg__", "__ge__", "__gt__", "__le__", "__lt__", "__eq__", "__ne__", "__and__", "__or__", "__invert__",
+            "add", "sub", "mul", "div", "true_divide", "rsub", "neg", "softmax", "log_softmax", "exp", "log", "clamp",
+            "clip", "sum", "cumsum", "max", "min", "argmax", "argmin", "maximum", "minimum", "where", "gather",
+            "topk", "sort", "pow", "__pow__", "__rpow__", "sqrt", "abs", "ge", "gt", "le", "lt", "eq", "ne",
+            "logical_and", "logical_or", "logical_not", "isinf", "isnan", "isfinite", "any", "all", "cat", "stack",
+            "index_select", "masked_fill", "scatter", "full_like", "mean", "prod", "logsumexp", "sigmoid",
+            "relu", "tanh")) if f is not None)
+
+    _NAMES: dict = {}
+
     def _name(func: Any) -> str:
+        try:
+            hit = _NAMES.get(func)
+        except TypeError:
+            return _name_of(func)
+        if hit is None:
+            hit = _NAMES[func] = _name_of(func)
+            if len(_NAMES) > 4096:
+                _NAMES.clear()
+        return hit
+
+    def _name_of(func: Any) -> str:
         name = getattr(func, "__name__", "")
         if name == "__get__":
             owner = getattr(func, "__self__", None)
@@ -442,26 +476,46 @@ if torch is not None:
             return _read_then_run(func, args, kwargs)
         keys = [_key(c) for c in cells]
         results = {}
-        for values in itertools.product(*domains):
-            assign = dict(zip(keys, values))
-            a_w = tuple(f(assign) if f is not None else a for f, a in zip(arg_fns, args))
-            k_w = {k: (f(assign) if f is not None else kwargs[k]) for k, f in kw_fns.items()}
+        single = _single(args, kwargs, arg_fns, kw_fns, keys)
+        worlds = single[1].worlds.items() if single is not None else \
+            ((values, None) for values in itertools.product(*domains))
+        for values, tensor in worlds:
+            if tensor is not None:      # one lazy operand, one group over exactly these draws: its tensors as they are
+                i, x = single[0], single[2]
+                w = tensor if tuple(tensor.shape) == x._gi.shape else tensor.reshape(x._gi.shape)
+                a_w, k_w = args[:i] + (w,) + args[i + 1:], kwargs
+            else:
+                assign = dict(zip(keys, values))
+                a_w = tuple(f(assign) if f is not None else a for f, a in zip(arg_fns, args))
+                k_w = {k: (f(assign) if f is not None else kwargs[k]) for k, f in kw_fns.items()}
             try:
                 res = _disabled(func, (), a_w, k_w)
             except Exception:       # noqa: BLE001 - plain torch raises it (or not) in the loop's own world
                 return _read_then_run(func, args, kwargs)
             # a result on an operand's storage (the operand itself, a view of it) aliases it in plain torch: read
             # (checked while this world's operands are alive: a freed one's address may be reused, by chance)
-            mine: set = set()
-            _storages(a_w, mine)
-            _storages(tuple(k_w.values()), mine)
-            if _aliases(res, mine):
-                return _read_then_run(func, args, kwargs)
+            if func not in _FRESH:
+                mine: set = set()
+                _storages(a_w, mine)
+                _storages(tuple(k_w.values()), mine)
+                if _aliases(res, mine):
+                    return _read_then_run(func, args, kwargs)
             results[values] = res
         made = _as_worlds(results, cells)
         if made is NotImplemented:
             return _read_then_run(func, args, kwargs)
         return made
+
+    def _single(args: tuple, kwargs: dict, arg_fns: list, kw_fns: dict, keys: list) -> Any:
+        """``(position, group, tensor)`` where the only lazy operand is a positional lazy-worlds tensor made of one
+        group whose draws are exactly ``keys`` (none drawn since), in order; else None."""
+        lazy = [i for i, f in enumerate(arg_fns) if f is not None]
+        if len(lazy) != 1 or any(f is not None for f in kw_fns.values()):
+            return None
+        x = args[lazy[0]]
+        if type(x) is not LazyWorldsTensor or not x._whole or list(x._groups[0].keys) != keys:
+            return None
+        return lazy[0], x._groups[0], x
 
     def _aliases(res: Any, storages: set) -> bool:
         if isinstance(res, torch.Tensor):
@@ -524,7 +578,7 @@ if torch is not None:
         n = ref.numel()
         gi = np.zeros(tuple(ref.shape), dtype=np.int64)
         gp = np.arange(n, dtype=np.int64).reshape(tuple(ref.shape))
-        return _wrap((group,), gi, gp, ref.clone(), None)
+        return _wrap((group,), gi, gp, ref.clone(), None, True)
 
     def lazy_logits(rows: list, shape: tuple, dtype: Any) -> Any:
         """A lazy-worlds tensor of ``shape`` (last dimension the vocabulary) from its rows in row-major order: each
