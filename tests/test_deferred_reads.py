@@ -67,6 +67,7 @@ def _both(fn, **kw):
     assert on.output == off.output
     assert on.verdict == off.verdict
     assert on.tv == off.tv
+    assert on.scope == off.scope and on.warnings == off.warnings      # the horizon and what it left out
     assert on.paths <= off.paths, (on.paths, off.paths)
     return on, off
 
@@ -541,6 +542,10 @@ CASES = [
                  id="litgpt_steps_t05_topk2", marks=needs_litgpt),
     pytest.param(_litgpt_generate(2, 2), dict(target=P1, draft=Q1, tokens=2), id="litgpt_generate",
                  marks=needs_litgpt),
+    # no tokens=: the horizon comes from the steps the loop's target calls show (their contexts hold pending draws)
+    pytest.param(_litgpt_steps(2, 3), dict(target=P1, draft=Q1, output="new"), id="litgpt_steps_default_horizon",
+                 marks=needs_litgpt),
+    pytest.param(_speculative("correct"), dict(target=P1, draft=Q1), id="speculative_default_horizon"),
     pytest.param(index_with_a_draw_read_elsewhere, dict(target=P1, draft=Q1, tokens=2),
                  id="index_with_a_draw_read_elsewhere"),
     pytest.param(ar_kv_cache, dict(target=P1, tokens=3), id="ar_kv_cache"),
