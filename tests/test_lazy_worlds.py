@@ -161,3 +161,14 @@ def test_indexing_with_a_draw_drawn_through_another_tensor_reads_its_value_not_i
     law, _ = law_and_runs(body, model)
     # the diagonal differs from column 0 after tokens 1 and 2: the placeholder would read column 0
     assert law == {(a, round(float(rows[a][a]), 12)): Q[a] for a in range(3)}
+
+
+def test_a_position_that_depends_on_no_pending_draw_is_read_without_drawing_the_others():
+    # the logits of two positions: the first scores a known context, the second one holding ``first``; reading the
+    # first position's values must not draw ``first`` (it did, once: reading a view settled its whole family)
+    def body(lm, first):
+        logits = lm(torch.cat([torch.tensor([0]), first])[None])
+        p0 = logits[0, 0].softmax(-1)
+        return float(p0[0]), bool(logits[0, 0, 1] < 0)
+    law, runs = law_and_runs(body)
+    assert runs == 1 and law == {(0.5, True): 1}

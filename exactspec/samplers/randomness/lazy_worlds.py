@@ -250,6 +250,9 @@ if torch is not None:
                         "movedim", "split", "chunk", "unbind", "__iter__", "detach", "contiguous", "clone"})
     _INPLACE_DUNDERS = frozenset({"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
                                   "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__"})
+    #: operations that hand back a Python value computed from their operands' values (no storage shared)
+    _VALUE_READS = frozenset({"__bool__", "item", "tolist", "__int__", "__float__", "__index__", "__format__",
+                              "__str__", "equal", "allclose", "is_nonzero", "__complex__", "__contains__"})
     #: operations that make a tensor from their first operand's metadata only (shape, dtype, device)
     _LIKE = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "new_empty", "new_zeros", "new_ones",
                        "new_full", "new_empty_strided"})
@@ -317,6 +320,10 @@ if torch is not None:
                 _force_all(args)
                 _force_all(tuple(kwargs.values()))
                 return NotImplemented
+        if name in _VALUE_READS and not kwargs:
+            known = _known_values(args)
+            if known is not None:       # every draw they depend on drawn: the values, read without reading the family
+                return _disabled(func, (), known, {})
         if name in _READS or kwargs.get("out") is not None or kwargs.get("inplace") or _in_place(name):
             # a Python value, or a write: every lazy operand read (a written one's whole family), then plain torch
             _force_all(args)
@@ -332,6 +339,21 @@ if torch is not None:
             if viewed is not NotImplemented:
                 return viewed
         return _compute(func, args, kwargs)
+
+    def _known_values(args: tuple) -> tuple | None:
+        """``args`` with each live lazy-worlds tensor replaced by its value, where none depends on an undrawn draw
+        (and no other lazy operand takes part); None otherwise."""
+        out = []
+        for a in args:
+            if type(a) is LazyWorldsTensor and _live(a):
+                if any(not c[0].drawn for g in a._groups for c in g.deps):
+                    return None
+                out.append(_plain(a, {}))
+            elif type(a) is LazyCategoricalTensor or isinstance(a, (list, tuple, dict)):
+                return None
+            else:
+                out.append(a)
+        return tuple(out)
 
     def _write_drawn(items: Any) -> None:
         for a in items:
@@ -465,8 +487,18 @@ if torch is not None:
         except _NotDeferred:
             return _read_then_run(func, args, kwargs)
         if not found:
-            # nothing pending any more (every draw drawn): the values are known, plain torch on them
-            return _read_then_run(func, args, kwargs)
+            # nothing pending any more (every draw drawn): plain torch on the values, the operands left as they are
+            # (reading one would draw its whole family, other positions' draws included)
+            a_w = tuple(f({}) if f is not None else a for f, a in zip(arg_fns, args))
+            k_w = {k: (f({}) if f is not None else kwargs[k]) for k, f in kw_fns.items()}
+            res = _disabled(func, (), a_w, k_w)
+            if func not in _FRESH:
+                mine: set = set()
+                _storages(a_w, mine)
+                _storages(tuple(k_w.values()), mine)
+                if _aliases(res, mine):
+                    return _read_then_run(func, args, kwargs)
+            return res
         cells = list(found.values())
         domains = [domain(c) for c in cells]
         count = 1
