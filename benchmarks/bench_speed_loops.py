@@ -63,7 +63,8 @@ def _switch_after() -> float:
 def _clear_memos() -> None:
     """Empty the module-level memos of exact rows, so neither path runs on the other's warm caches."""
     from exactspec.samplers import lazy_draws
-    for memo in (lazy_draws._ROWS, lazy_draws._MATRICES, lazy_draws._KNOWN):
+    from exactspec.samplers.randomness import lazy_worlds
+    for memo in (lazy_draws._ROWS, lazy_draws._MATRICES, lazy_draws._KNOWN, lazy_worlds._MEMO):
         memo.clear()
 
 

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from fractions import Fraction
@@ -68,6 +69,7 @@ class TorchLM(torch.nn.Module):
         self._rows: dict[tuple, Any] = {}        # model.key(context) -> logits row [V]
         self._calls: dict[tuple, Any] = {}       # (cached prefix key, ids of the row) -> logits [T, V]
         self._cache: list[int] = []              # the token ids written through input_pos
+        self._worlds: dict[tuple, dict] = {}     # (context shape, domains) -> per-world logits rows (lazy_worlds)
         self.calls = 0
         self.total_calls = 0
         self.contexts: list[tuple] = []
@@ -264,11 +266,19 @@ class TorchLM(torch.nn.Module):
             count *= len(dm)
         if count > WORLDS:
             return None
-        import itertools
-        worlds = {}
-        for values in itertools.product(*domains):
-            assign = {(id(c[0]), c[1]): v for c, v in zip(deps, values)}
-            ctx = tuple(assign.get((id(t[0]), t[1]), None) if type(t) is tuple and not t[0].drawn else
-                        (value_of(t) if type(t) is tuple else t) for t in read)
-            worlds[values] = self.row(ctx)
+        # the context's shape: each entry a known token or the index of its draw among ``deps``
+        index = {(id(c[0]), c[1]): j for j, c in enumerate(deps)}
+        pattern = tuple(("d", index[(id(t[0]), t[1])]) if type(t) is tuple and not t[0].drawn else
+                        ("v", value_of(t) if type(t) is tuple else t) for t in read)
+        key = (pattern, tuple(tuple(dm) for dm in domains))
+        worlds = self._worlds.get(key)
+        if worlds is None:
+            # one row per world; the same table on every branch that meets this shape (later operations on it are
+            # memoised on the table: lazy_worlds)
+            worlds = {}
+            for values in itertools.product(*domains):
+                worlds[values] = self.row(tuple(values[x] if kind == "d" else x for kind, x in pattern))
+            if len(self._worlds) > 1 << 14:
+                self._worlds.clear()
+            self._worlds[key] = worlds
         return (tuple(deps), worlds)

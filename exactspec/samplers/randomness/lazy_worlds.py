@@ -509,6 +509,12 @@ if torch is not None:
         keys = [_key(c) for c in cells]
         results = {}
         single = _single(args, kwargs, arg_fns, kw_fns, keys)
+        memo = _memo_key(func, single, args, kwargs) if single is not None else None
+        if memo is not None:
+            hit = _MEMO.get(memo)
+            if hit is not None and hit[0] is single[1].worlds:
+                # the same operation on the same table of worlds, met on an earlier branch: its outcome as it was
+                return _realise(hit[1], cells, func, args, kwargs)
         worlds = single[1].worlds.items() if single is not None else \
             ((values, None) for values in itertools.product(*domains))
         for values, tensor in worlds:
@@ -523,7 +529,7 @@ if torch is not None:
             try:
                 res = _disabled(func, (), a_w, k_w)
             except Exception:       # noqa: BLE001 - plain torch raises it (or not) in the loop's own world
-                return _read_then_run(func, args, kwargs)
+                return _remember(memo, single, _READ, cells, func, args, kwargs)
             # a result on an operand's storage (the operand itself, a view of it) aliases it in plain torch: read
             # (checked while this world's operands are alive: a freed one's address may be reused, by chance)
             if func not in _FRESH:
@@ -531,12 +537,118 @@ if torch is not None:
                 _storages(a_w, mine)
                 _storages(tuple(k_w.values()), mine)
                 if _aliases(res, mine):
-                    return _read_then_run(func, args, kwargs)
+                    return _remember(memo, single, _READ, cells, func, args, kwargs)
             results[values] = res
-        made = _as_worlds(results, cells)
-        if made is NotImplemented:
+        return _remember(memo, single, _plan(results), cells, func, args, kwargs)
+
+    #: an operation's outcome that reads its operands (a result not alike in every world, an error in one, ...)
+    _READ = ("read",)
+
+    #: (operation, operand position, the operand's table of worlds, its shape, the other operands) -> (that table,
+    #: the outcome's plan): the operations on the stand-ins' tables repeat from branch to branch
+    _MEMO: dict = {}
+
+    def _remember(memo: Any, single: Any, plan: Any, cells: list, func: Any, args: tuple, kwargs: dict) -> Any:
+        if memo is not None:
+            if len(_MEMO) > 1 << 14:
+                _MEMO.clear()
+            _MEMO[memo] = (single[1].worlds, plan)
+        return _realise(plan, cells, func, args, kwargs)
+
+    def _scalar_key(a: Any) -> Any:
+        """A hashable key for an operand that is an immutable Python value (its type included: 1, 1.0 and True
+        are equal keys otherwise); None for anything else (a tensor, a list)."""
+        if a is None or type(a) in (int, float, bool, str, torch.dtype, torch.device, torch.Size):
+            return (type(a), a)
+        if type(a) is slice:
+            return (slice, _scalar_key(a.start), _scalar_key(a.stop), _scalar_key(a.step))
+        if type(a) is tuple:
+            keys = tuple(_scalar_key(x) for x in a)
+            return None if any(k is None for k in keys) else (tuple, keys)
+        if a is Ellipsis:
+            return (type(a),)
+        return None
+
+    def _memo_key(func: Any, single: Any, args: tuple, kwargs: dict) -> Any:
+        i, group, x = single
+        rest = []
+        for j, a in enumerate(args):
+            if j != i:
+                k = _scalar_key(a)
+                if k is None:
+                    return None
+                rest.append(k)
+        for name in sorted(kwargs):
+            k = _scalar_key(kwargs[name])
+            if k is None:
+                return None
+            rest.append((name, k))
+        key = (func, i, id(group.worlds), x._gi.shape, tuple(rest))
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def _plan(results: dict) -> Any:
+        """What per-world results become, independent of which draws they were computed over: ``("one", kept
+        positions of the draws, table)`` for tensors alike in every world (the draws that change no bit dropped),
+        ``("plain", tensor)`` where none is kept, ``("many", container type, plans)`` for tuples of them; _READ
+        where they are not alike."""
+        first = next(iter(results.values()))
+        if isinstance(first, torch.Tensor):
+            return _plan_one({k: r for k, r in results.items()})
+        if isinstance(first, (tuple, list)) and first and all(isinstance(r, (tuple, list)) and len(r) == len(first)
+                                                                for r in results.values()):
+            parts = []
+            for i in range(len(first)):
+                part = _plan_one({k: r[i] for k, r in results.items()})
+                if part is _READ:
+                    return _READ
+                parts.append(part)
+            return ("many", list if isinstance(first, list) else type(first), parts)
+        return _READ
+
+    def _plan_one(worlds: dict) -> Any:
+        ref = next(iter(worlds.values()))
+        for t in worlds.values():
+            if type(t) is not torch.Tensor or t.shape != ref.shape or t.dtype != ref.dtype or \
+                    t.device != ref.device or t.requires_grad or t.layout != torch.strided or t.is_cuda:
+                return _READ
+        n = len(next(iter(worlds)))
+        kept = list(range(n))
+        # a draw the results do not depend on (the same bits whatever its value) is dropped
+        for j in range(n - 1, -1, -1):
+            by_rest: dict = {}
+            same = True
+            for k, t in worlds.items():
+                b = _bits(t)
+                if by_rest.setdefault(k[:j] + k[j + 1:], b) != b:
+                    same = False
+                    break
+            if same:
+                worlds = {k[:j] + k[j + 1:]: t for k, t in worlds.items()}
+                kept.pop(j)
+        if not kept:
+            return ("plain", next(iter(worlds.values())))
+        ref = next(iter(worlds.values()))
+        shape = tuple(ref.shape)
+        return ("one", tuple(kept), worlds, np.zeros(shape, dtype=np.int64),
+                np.arange(ref.numel(), dtype=np.int64).reshape(shape))
+
+    def _realise(plan: Any, cells: list, func: Any, args: tuple, kwargs: dict) -> Any:
+        """The lazy tensors (or the read) a plan stands for, over this call's draws ``cells``."""
+        if plan is _READ:
             return _read_then_run(func, args, kwargs)
-        return made
+        if plan[0] == "plain":
+            return plan[1].clone()           # the same in every world: an ordinary tensor of the loop's own
+        if plan[0] == "one":
+            _, kept, worlds, gi, gp = plan
+            group = _Group(tuple(cells[j] for j in kept), worlds)
+            return _wrap((group,), gi, gp, next(iter(worlds.values())).clone(), None, True)
+        _, kind, parts = plan
+        made = [_realise(p, cells, func, args, kwargs) for p in parts]
+        return made if kind is list else (tuple(made) if kind is tuple else kind(made))
 
     def _single(args: tuple, kwargs: dict, arg_fns: list, kw_fns: dict, keys: list) -> Any:
         """``(position, group, tensor)`` where the only lazy operand is a positional lazy-worlds tensor made of one
@@ -556,61 +668,9 @@ if torch is not None:
             return any(_aliases(r, storages) for r in res)
         return False
 
-    def _as_worlds(results: dict, cells: list) -> Any:
-        """Lazy tensors from per-world results (tensors, or tuples of them, alike in every world); NotImplemented
-        where they are not."""
-        first = next(iter(results.values()))
-        if isinstance(first, torch.Tensor):
-            return _one(results, cells, None)
-        if isinstance(first, (tuple, list)) and first and all(isinstance(r, (tuple, list)) and len(r) == len(first)
-                                                                for r in results.values()):
-            parts = []
-            for i in range(len(first)):
-                part = _one(results, cells, i)
-                if part is NotImplemented:
-                    return NotImplemented
-                parts.append(part)
-            if isinstance(first, list):
-                return parts
-            return type(first)(parts) if type(first) is not tuple else tuple(parts)
-        return NotImplemented
-
     def _bits(t: Any) -> tuple:
         """A tensor's dtype, shape and bytes (-0.0 and 0.0 differ, a NaN equals itself)."""
         return (t.dtype, tuple(t.shape), t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-
-    def _one(results: dict, cells: list, i: int | None) -> Any:
-        worlds = {k: (r if i is None else r[i]) for k, r in results.items()}
-        ref = next(iter(worlds.values()))
-        for t in worlds.values():
-            if type(t) is not torch.Tensor or t.shape != ref.shape or t.dtype != ref.dtype or \
-                    t.device != ref.device or t.requires_grad or t.layout != torch.strided or t.is_cuda:
-                return NotImplemented
-        deps = list(cells)
-        # a draw the results do not depend on (the same bits whatever its value) is dropped from the group
-        for j in range(len(deps) - 1, -1, -1):
-            if len(deps) == 0:
-                break
-            by_rest: dict = {}
-            same = True
-            for k, t in worlds.items():
-                rest = k[:j] + k[j + 1:]
-                b = _bits(t)
-                prev = by_rest.setdefault(rest, b)
-                if prev != b:
-                    same = False
-                    break
-            if same:
-                worlds = {k[:j] + k[j + 1:]: t for k, t in worlds.items()}
-                deps.pop(j)
-        if not deps:
-            return next(iter(worlds.values()))     # the same in every world: an ordinary tensor
-        ref = next(iter(worlds.values()))
-        group = _Group(tuple(deps), worlds)
-        n = ref.numel()
-        gi = np.zeros(tuple(ref.shape), dtype=np.int64)
-        gp = np.arange(n, dtype=np.int64).reshape(tuple(ref.shape))
-        return _wrap((group,), gi, gp, ref.clone(), None, True)
 
     def lazy_logits(rows: list, shape: tuple, dtype: Any) -> Any:
         """A lazy-worlds tensor of ``shape`` (last dimension the vocabulary) from its rows in row-major order: each
