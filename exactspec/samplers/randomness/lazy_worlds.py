@@ -732,19 +732,32 @@ if torch is not None:
         if fn is None or not cells or count > WORLDS:
             return None
         keys = [_key(c) for c in cells]
-        table: dict = {}
-        shape = None
-        positive = None
-        for values in itertools.product(*domains):
-            w = fn(dict(zip(keys, values)))
-            arr = w.detach().cpu().numpy().astype(np.float64, copy=False)
-            if arr.ndim not in (1, 2) or not np.isfinite(arr).all() or (arr < 0).any() or \
-                    (arr.reshape(-1, arr.shape[-1]).sum(axis=-1) <= 0).any():
+        single = _single((probs,), {}, [fn], {}, keys)
+        memo = (multinomial_of_worlds, id(single[1].worlds), probs._gi.shape) if single is not None else None
+        hit = _MEMO.get(memo) if memo is not None else None
+        if hit is not None and hit[0] is single[1].worlds:
+            if hit[1] is None:
                 return None
-            table[values] = arr           # its exact rows are made when a draw is read (most never are)
-            rows = arr.reshape(-1, arr.shape[-1]) > 0
-            positive = rows if positive is None else positive | rows
-            shape = arr.shape[:-1] + (1,) if arr.ndim > 1 else (1,)
+            table, positive, shape = hit[1]
+        else:
+            table, positive, shape = {}, None, None
+            for values in itertools.product(*domains):
+                w = fn(dict(zip(keys, values)))
+                arr = w.detach().cpu().numpy().astype(np.float64, copy=False)
+                if arr.ndim not in (1, 2) or not np.isfinite(arr).all() or (arr < 0).any() or \
+                        (arr.reshape(-1, arr.shape[-1]).sum(axis=-1) <= 0).any():
+                    table = None
+                    break
+                table[values] = arr           # its exact rows are made when a draw is read (most never are)
+                rows = arr.reshape(-1, arr.shape[-1]) > 0
+                positive = rows if positive is None else positive | rows
+                shape = arr.shape[:-1] + (1,) if arr.ndim > 1 else (1,)
+            if memo is not None:
+                if len(_MEMO) > 1 << 14:
+                    _MEMO.clear()
+                _MEMO[memo] = (single[1].worlds, None if table is None else (table, positive, shape))
+            if table is None:
+                return None
         field = rng._field
         exact = getattr(field, "Q", None) is Fraction
         n_rows = positive.shape[0]
