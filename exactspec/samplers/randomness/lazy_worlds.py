@@ -509,11 +509,11 @@ if torch is not None:
         keys = [_key(c) for c in cells]
         results = {}
         single = _single(args, kwargs, arg_fns, kw_fns, keys)
-        memo = _memo_key(func, single, args, kwargs) if single is not None else None
+        memo, tables = _memo_key(func, args, kwargs, keys, domains)
         if memo is not None:
             hit = _MEMO.get(memo)
-            if hit is not None and hit[0] is single[1].worlds:
-                # the same operation on the same table of worlds, met on an earlier branch: its outcome as it was
+            if hit is not None and len(hit[0]) == len(tables) and all(a is b for a, b in zip(hit[0], tables)):
+                # the same operation on the same tables of worlds, met on an earlier branch: its outcome as it was
                 return _realise(hit[1], cells, func, args, kwargs)
         worlds = single[1].worlds.items() if single is not None else \
             ((values, None) for values in itertools.product(*domains))
@@ -529,7 +529,7 @@ if torch is not None:
             try:
                 res = _disabled(func, (), a_w, k_w)
             except Exception:       # noqa: BLE001 - plain torch raises it (or not) in the loop's own world
-                return _remember(memo, single, _READ, cells, func, args, kwargs)
+                return _remember(memo, tables, _READ, cells, func, args, kwargs)
             # a result on an operand's storage (the operand itself, a view of it) aliases it in plain torch: read
             # (checked while this world's operands are alive: a freed one's address may be reused, by chance)
             if func not in _FRESH:
@@ -537,9 +537,9 @@ if torch is not None:
                 _storages(a_w, mine)
                 _storages(tuple(k_w.values()), mine)
                 if _aliases(res, mine):
-                    return _remember(memo, single, _READ, cells, func, args, kwargs)
+                    return _remember(memo, tables, _READ, cells, func, args, kwargs)
             results[values] = res
-        return _remember(memo, single, _plan(results), cells, func, args, kwargs)
+        return _remember(memo, tables, _plan(results), cells, func, args, kwargs)
 
     #: an operation's outcome that reads its operands (a result not alike in every world, an error in one, ...)
     _READ = ("read",)
@@ -548,11 +548,11 @@ if torch is not None:
     #: the outcome's plan): the operations on the stand-ins' tables repeat from branch to branch
     _MEMO: dict = {}
 
-    def _remember(memo: Any, single: Any, plan: Any, cells: list, func: Any, args: tuple, kwargs: dict) -> Any:
+    def _remember(memo: Any, tables: list, plan: Any, cells: list, func: Any, args: tuple, kwargs: dict) -> Any:
         if memo is not None:
             if len(_MEMO) > 1 << 14:
                 _MEMO.clear()
-            _MEMO[memo] = (single[1].worlds, plan)
+            _MEMO[memo] = (tuple(tables), plan)
         return _realise(plan, cells, func, args, kwargs)
 
     def _scalar_key(a: Any) -> Any:
@@ -569,26 +569,54 @@ if torch is not None:
             return (type(a),)
         return None
 
-    def _memo_key(func: Any, single: Any, args: tuple, kwargs: dict) -> Any:
-        i, group, x = single
-        rest = []
-        for j, a in enumerate(args):
-            if j != i:
-                k = _scalar_key(a)
-                if k is None:
-                    return None
-                rest.append(k)
-        for name in sorted(kwargs):
-            k = _scalar_key(kwargs[name])
-            if k is None:
+    def _operand_key(a: Any, index: dict, tables: list) -> Any:
+        """A key for an operand of a memoised operation: a lazy-worlds tensor of one table (its table's identity,
+        shape, and where its draws sit among the operation's), a pending-draws tensor (its shape, dtype and each
+        entry's draw position or known value), an immutable Python value; None for anything else (an ordinary
+        tensor can be written between branches)."""
+        if type(a) is LazyWorldsTensor:
+            if not _live(a) or not a._whole:
                 return None
-            rest.append((name, k))
-        key = (func, i, id(group.worlds), x._gi.shape, tuple(rest))
+            g = a._groups[0]
+            tables.append(g.worlds)
+            return ("w", id(g.worlds), a._gi.shape,
+                    tuple(index[k] if k in index else ("v", value_of(c)) for k, c in zip(g.keys, g.deps)))
+        if type(a) is LazyCategoricalTensor:
+            if not _pending(a):
+                return None
+            return ("c", a._cells.shape, a.dtype, tuple(index[_key(c)] if _key(c) in index else ("v", value_of(c))
+                                                        for c in a._cells.reshape(-1)))
+        if isinstance(a, torch.Tensor):
+            return None
+        if type(a) in (list, tuple) and any(isinstance(x, torch.Tensor) for x in a):
+            keys = tuple(_operand_key(x, index, tables) for x in a)
+            return None if any(k is None for k in keys) else (type(a), keys)
+        return _scalar_key(a)
+
+    def _memo_key(func: Any, args: tuple, kwargs: dict, keys: list, domains: list) -> tuple:
+        """The key of an operation over tables of worlds (and the tables, kept with the entry so that their identity
+        stays theirs), or (None, [])."""
+        index = {k: j for j, k in enumerate(keys)}
+        tables: list = []
+        parts = []
+        for a in args:
+            k = _operand_key(a, index, tables)
+            if k is None:
+                return None, []
+            parts.append(k)
+        for name in sorted(kwargs):
+            k = _operand_key(kwargs[name], index, tables)
+            if k is None:
+                return None, []
+            parts.append((name, k))
+        if not tables:
+            return None, []
+        key = (func, tuple(parts), tuple(tuple(d) for d in domains))
         try:
             hash(key)
         except TypeError:
-            return None
-        return key
+            return None, []
+        return key, tables
 
     def _plan(results: dict) -> Any:
         """What per-world results become, independent of which draws they were computed over: ``("one", kept
