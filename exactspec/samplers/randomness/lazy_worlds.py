@@ -386,6 +386,11 @@ if torch is not None:
         out = _disabled(func, (), args, kwargs)
         if out is x:
             return x
+        mapped = _mapped(name, x, out, args, kwargs)
+        if mapped is not None:
+            gi, gp = mapped
+            ptr = _disabled(torch.Tensor.untyped_storage, (), (x,), {}).data_ptr()
+            return _keep_used(x, gi, gp, out, out.untyped_storage().data_ptr() == ptr)
         pos_args = (_positions(x),) + tuple(args[1:])
         pos_kwargs = {k: v for k, v in kwargs.items() if k not in ("dtype", "memory_format")}
         try:
@@ -405,6 +410,20 @@ if torch is not None:
                 return NotImplemented
             idx = w.reshape(-1).numpy()
             gi, gp = x._gi.reshape(-1)[idx].reshape(tuple(o.shape)), x._gp.reshape(-1)[idx].reshape(tuple(o.shape))
+            made.append(_keep_used(x, gi, gp, o, o.untyped_storage().data_ptr() == ptr))
+        if not many:
+            return made[0]
+        if name == "__iter__":
+            return iter(made)
+        return type(out)(made) if isinstance(out, tuple) and type(out) is not tuple else tuple(made) \
+            if isinstance(out, tuple) else made
+
+    def _keep_used(x: Any, gi: np.ndarray, gp: np.ndarray, out: Any, shared: bool) -> Any:
+        """A lazy-worlds tensor on ``out`` of the entries ``(gi, gp)`` of ``x``'s groups, keeping only the groups
+        used; in ``x``'s family where ``out`` shares its storage."""
+        if len(x._groups) == 1:
+            groups = x._groups
+        else:
             used = sorted(set(gi.reshape(-1).tolist()))
             if len(used) != len(x._groups):
                 remap = np.full(len(x._groups), -1, dtype=np.int64)
@@ -413,15 +432,40 @@ if torch is not None:
                 gi = remap[gi]
             else:
                 groups = x._groups
-            shared = o.untyped_storage().data_ptr() == ptr
-            m = _wrap(groups, gi, gp, o, x._fam if shared else None)
-            made.append(m)
-        if not many:
-            return made[0]
-        if name == "__iter__":
-            return iter(made)
-        return type(out)(made) if isinstance(out, tuple) and type(out) is not tuple else tuple(made) \
-            if isinstance(out, tuple) else made
+        return _wrap(groups, gi, gp, out, x._fam if shared else None)
+
+    #: views and copies that list the entries in the same (row-major) order, only in a new shape
+    _IN_ORDER = frozenset({"view", "reshape", "squeeze", "unsqueeze", "flatten", "unflatten", "view_as", "reshape_as",
+                           "contiguous", "detach", "clone"})
+
+    def _basic(idx: Any) -> bool:
+        """An index made of ints, slices with steps of 1 or more, None and ``...`` only (not bools, not tensors)."""
+        for i in (idx if isinstance(idx, tuple) else (idx,)):
+            if not (i is None or i is Ellipsis or type(i) is int or
+                    (type(i) is slice and (i.step is None or (type(i.step) is int and i.step > 0)) and
+                     all(v is None or type(v) is int for v in (i.start, i.stop)))):
+                return False
+        return True
+
+    def _mapped(name: str, x: Any, out: Any, args: tuple, kwargs: dict) -> tuple | None:
+        """``(gi, gp)`` of a view whose entries numpy picks the same way without positions (a reshape keeping the
+        order, basic indexing); None: the general path decides."""
+        if not isinstance(out, torch.Tensor):
+            return None
+        shape = tuple(out.shape)
+        if name in _IN_ORDER and out.numel() == x._gi.size and not any(
+                isinstance(a, torch.dtype) for a in (*args[1:], *kwargs.values())):
+            return x._gi.reshape(shape), x._gp.reshape(shape)
+        if name == "__getitem__" and len(args) == 2 and not kwargs and _basic(args[1]):
+            idx = args[1] if isinstance(args[1], tuple) else (args[1],)
+            idx = idx if Ellipsis in idx else idx + (Ellipsis,)
+            try:
+                gi, gp = x._gi[idx], x._gp[idx]
+            except (IndexError, TypeError, ValueError):
+                return None
+            if gi.shape == shape:
+                return np.asarray(gi), np.asarray(gp)
+        return None
 
     def _operand_groups(a: Any, found: dict) -> Any:
         """Collect the lazy operands' draws (``found``: key -> cell, in order met); a pending-draws tensor becomes a
