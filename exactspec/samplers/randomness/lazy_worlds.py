@@ -543,6 +543,9 @@ if torch is not None:
                 if _aliases(res, mine):
                     return _read_then_run(func, args, kwargs)
             return res
+        grouped = _groupwise(func, args, kwargs, arg_fns, kw_fns)
+        if grouped is not None:
+            return grouped
         cells = list(found.values())
         domains = [domain(c) for c in cells]
         count = 1
@@ -722,6 +725,85 @@ if torch is not None:
         made = [_realise(p, cells, func, args, kwargs) for p in parts]
         return made if kind is list else (tuple(made) if kind is tuple else kind(made))
 
+    #: element-wise functions (each entry of the result from the same entry of the tensor operand, the other
+    #: operands numbers): applied to each group's tables, the entries keep their places
+    _ELEMENTWISE = frozenset(f for f in (
+        getattr(owner, n, None) for owner in (torch.Tensor, torch) for n in (
+            "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+            "__neg__", "__ge__", "__gt__", "__le__", "__lt__", "__eq__", "__ne__", "__pow__", "__rpow__", "add", "sub",
+            "mul", "div", "true_divide", "rsub", "neg", "exp", "log", "clamp", "clip", "abs", "sqrt", "pow", "ge",
+            "gt", "le", "lt", "eq", "ne", "isinf", "isnan", "isfinite", "sigmoid", "relu", "tanh")) if f is not None)
+    #: functions along the last dimension (``dim=-1``): applied to each group's tables where every row of the tensor
+    #: is a whole row of one group's tables
+    _ROWWISE = frozenset(f for f in (
+        getattr(owner, n, None) for owner in (torch.Tensor, torch, torch.nn.functional)
+        for n in ("softmax", "log_softmax")) if f is not None)
+
+    def _groupwise(func: Any, args: tuple, kwargs: dict, arg_fns: list, kw_fns: dict) -> Any:
+        """An element-wise or row-wise function of one lazy-worlds tensor of several groups (a stand-in's logits of
+        several positions), applied group by group: each group's worlds only, not every combination of all their
+        draws; None where that does not apply."""
+        lazy = [i for i, f in enumerate(arg_fns) if f is not None]
+        if len(lazy) != 1 or any(f is not None for f in kw_fns.values()):
+            return None
+        i = lazy[0]
+        x = args[i]
+        if type(x) is not LazyWorldsTensor or len(x._groups) < 2:
+            return None
+        if any(isinstance(a, torch.Tensor) for j, a in enumerate(args) if j != i) or \
+                any(isinstance(v, torch.Tensor) for v in kwargs.values()):
+            return None
+        try:
+            elementwise = func in _ELEMENTWISE
+            rowwise = func in _ROWWISE
+        except TypeError:
+            return None
+        if not elementwise and not rowwise:
+            return None
+        if rowwise:
+            dim = args[i + 1] if len(args) > i + 1 else kwargs.get("dim")
+            ndim = x._gi.ndim
+            if i != 0 or type(dim) is not int or dim not in (-1, ndim - 1) or ndim == 0:
+                return None
+            v = x._gi.shape[-1]
+            gi2, gp2 = x._gi.reshape(-1, v), x._gp.reshape(-1, v)
+            if not ((gi2 == gi2[:, :1]).all() and (gp2 - gp2[:, :1] == np.arange(v)).all() and
+                    (gp2[:, 0] % v == 0).all()):
+                return None
+            for g in x._groups:
+                if next(iter(g.worlds.values())).shape[-1] != v:
+                    return None
+        groups = []
+        for g in x._groups:
+            memo = (_groupwise, func, i, tuple(_scalar_key(a) for j, a in enumerate(args) if j != i),
+                    tuple((k, _scalar_key(kwargs[k])) for k in sorted(kwargs)), id(g.worlds))
+            hit = _MEMO.get(memo)
+            if hit is not None and hit[0] is g.worlds:
+                worlds = hit[1]
+            else:
+                worlds = {}
+                for key, t in g.worlds.items():
+                    a_w = args[:i] + (t,) + args[i + 1:]
+                    if rowwise:
+                        a_w = (t, -1) + args[2:] if len(args) > 1 else (t,)
+                    try:
+                        res = _disabled(func, (), a_w, dict(kwargs, dim=-1) if rowwise and "dim" in kwargs
+                                        else kwargs)
+                    except Exception:       # noqa: BLE001 - computed over the loop's own world instead
+                        return None
+                    if type(res) is not torch.Tensor or res.shape != t.shape:
+                        return None
+                    worlds[key] = res
+                if len(_MEMO) > 1 << 14:
+                    _MEMO.clear()
+                _MEMO[memo] = (g.worlds, worlds)
+            groups.append(_Group(g.deps, worlds))
+        dtype = next(iter(groups[0].worlds.values())).dtype
+        if any(next(iter(g.worlds.values())).dtype != dtype for g in groups):
+            return None
+        backing = torch.empty(x._gi.shape, dtype=dtype)
+        return _wrap(tuple(groups), x._gi, x._gp, backing, None, x._whole)
+
     def _single(args: tuple, kwargs: dict, arg_fns: list, kw_fns: dict, keys: list) -> Any:
         """``(position, group, tensor)`` where the only lazy operand is a positional lazy-worlds tensor made of one
         group whose draws are exactly ``keys`` (none drawn since), in order; else None."""
@@ -791,6 +873,9 @@ if torch is not None:
         from .lazy_draws import _lazy
         if type(probs) is not LazyWorldsTensor or not _live(probs) or int(num_samples) != 1:
             return None
+        by_rows = _multinomial_by_rows(rng, probs)
+        if by_rows is not NotImplemented:
+            return by_rows
         found: dict = {}
         try:
             fn = _operand_groups(probs, found)
@@ -844,6 +929,68 @@ if torch is not None:
             d = PendingDraw.of_law(rng, law)
             d.domain = support
             out[r, 0] = (d, 0)
+        return _lazy(out.reshape(shape), torch.zeros(shape, dtype=torch.int64), None)
+    def _rows_of(g: Any) -> Any:
+        """A group's tables as float64 weight rows ``[n, V]`` per world and, per row, whether each entry is
+        positive in some world; None where some world's rows are not valid weights (memoised on the table)."""
+        memo = (_rows_of, id(g.worlds))
+        hit = _MEMO.get(memo)
+        if hit is not None and hit[0] is g.worlds:
+            return hit[1]
+        table, positive = {}, None
+        for key, t in g.worlds.items():
+            arr = t.detach().cpu().numpy().astype(np.float64, copy=False)
+            arr = arr.reshape(-1, arr.shape[-1]) if arr.ndim else arr.reshape(1, 1)
+            if not np.isfinite(arr).all() or (arr < 0).any() or (arr.sum(axis=-1) <= 0).any():
+                table = None
+                break
+            table[key] = arr
+            positive = arr > 0 if positive is None else positive | (arr > 0)
+        out = None if table is None else (table, positive)
+        if len(_MEMO) > 1 << 14:
+            _MEMO.clear()
+        _MEMO[memo] = (g.worlds, out)
+        return out
+
+    def _multinomial_by_rows(rng: Any, probs: Any) -> Any:
+        """``multinomial(probs, 1)`` where every row of ``probs`` is a whole row of one group's tables (a stand-in's
+        positions): each row's draw depends on its own group's draws only; NotImplemented where the rows are not so
+        aligned, None where some world's weights are not valid."""
+        from .lazy_draws import _lazy
+        gi, gp = probs._gi, probs._gp
+        if gi.ndim not in (1, 2):
+            return NotImplemented
+        v = gi.shape[-1]
+        gi2, gp2 = gi.reshape(-1, v), gp.reshape(-1, v)
+        if not ((gi2 == gi2[:, :1]).all() and (gp2 - gp2[:, :1] == np.arange(v)).all() and
+                (gp2[:, 0] % v == 0).all()):
+            return NotImplemented
+        for g in probs._groups:
+            if next(iter(g.worlds.values())).shape[-1:] != (v,):
+                return NotImplemented
+        field = rng._field
+        exact = getattr(field, "Q", None) is Fraction
+        n_rows = gi2.shape[0]
+        out = np.empty((n_rows, 1), dtype=object)
+        for r in range(n_rows):
+            g = probs._groups[int(gi2[r, 0])]
+            k = int(gp2[r, 0]) // v
+            rows = _rows_of(g)
+            if rows is None:
+                return None
+            table, positive = rows
+            if not g.deps:
+                arr = next(iter(table.values()))
+                d = PendingDraw(rng, *exact_rows(arr)[0][k], 1, True)     # no pending draw behind it: its law
+            else:
+                def law(g: Any = g, k: int = k, table: dict = table) -> Any:
+                    values = tuple(value_of(c) for c in g.deps)    # the draws the weights depend on, in order
+                    row = exact_rows(table[values])[0][k][1]
+                    return row if exact else tuple(field.convert(x) for x in row)
+                d = PendingDraw.of_law(rng, law)
+                d.domain = [int(i) for i in np.nonzero(positive[k])[0]]
+            out[r, 0] = (d, 0)
+        shape = (1,) if gi.ndim == 1 else (n_rows, 1)
         return _lazy(out.reshape(shape), torch.zeros(shape, dtype=torch.int64), None)
 else:  # pragma: no cover
     LazyWorldsTensor = None  # type: ignore[assignment,misc]
