@@ -172,3 +172,17 @@ def test_a_position_that_depends_on_no_pending_draw_is_read_without_drawing_the_
         return float(p0[0]), bool(logits[0, 0, 1] < 0)
     law, runs = law_and_runs(body)
     assert runs == 1 and law == {(0.5, True): 1}
+
+
+def test_a_draw_per_position_depends_on_its_own_position_s_draw_only():
+    # two positions scored in one call, each after its own pending token: a softmax of both rows and one draw per
+    # row; reading the draw of the first row draws the first token and that draw only (3 x 3 runs, not 3**4)
+    def body(lm, first):
+        second = torch.multinomial(torch.tensor([0.5, 0.25, 0.25], dtype=torch.float64), 1)
+        logits = lm(torch.cat([first, second])[None])[0]          # [2, 3]: row 0 after ``first``, row 1 after ``second``
+        draws = torch.multinomial(logits.softmax(-1), 1)           # one pending draw per row
+        return int(draws[0, 0])
+    law, runs = law_and_runs(body)
+    expected = {b: sum(Q[a] * ROWS[a][b] for a in range(3)) for b in range(3)}
+    assert sum(abs(law[b] - expected[b]) for b in range(3)) < F(1, 2 ** 40)
+    assert runs == 9
