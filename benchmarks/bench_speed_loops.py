@@ -130,19 +130,6 @@ def _counting_forwards() -> Any:
         loop_audit.stand_in = real
 
 
-@contextlib.contextmanager
-def _reads_deferred(on: bool) -> Any:
-    """Within the block, the torch stand-ins defer the reads of the pending tokens they are fed or not
-    (``_fast_path.DEFER_READS``; the transformers stand-in reads them either way)."""
-    from exactspec.samplers.randomness import _fast_path
-    saved = _fast_path.DEFER_READS
-    _fast_path.DEFER_READS = on
-    try:
-        yield
-    finally:
-        _fast_path.DEFER_READS = saved
-
-
 def _warm_up(fn: Callable, kw: dict) -> None:
     """One small audit of the loop (vocab 2, one token), untimed: first-call costs (imports inside the audited
     library, the interception's set-up) fall on neither path."""
@@ -158,7 +145,8 @@ def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> di
     with _counting_forwards() as built:      # in this process, so that every forward call is counted here
         one, one_s, one_cpu = _audit(fn, kw, old=False, cap=None, workers=None)
     forwards = sum(lm.total_calls for lm in built)
-    with _reads_deferred(False):             # the faster path before deferred reads, in one process
+    from exactspec.samplers.randomness._fast_path import reads_deferred
+    with reads_deferred(False):              # the faster path before deferred reads, in one process
         eager, eager_s, _ = _audit(fn, kw, old=False, cap=None, workers=None)
     new, new_s, _ = _audit(fn, kw, old=False, cap=None)
 

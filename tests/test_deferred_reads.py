@@ -16,7 +16,6 @@ where the audit raises, the same exception type and message both ways.
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import pytest
@@ -33,19 +32,8 @@ CF = es.models.context_free(("1/4", "1/4", "1/2"))           # context-free
 NEG = float("-inf")
 
 
-@contextlib.contextmanager
-def _defer(on):
-    """``_fast_path.DEFER_READS`` set to ``on`` inside the block, restored after it."""
-    saved = _fast_path.DEFER_READS
-    _fast_path.DEFER_READS = on
-    try:
-        yield
-    finally:
-        _fast_path.DEFER_READS = saved
-
-
 def _audit(fn, on, kw):
-    with _defer(on):
+    with _fast_path.reads_deferred(on):
         try:
             return es.audit_loop(fn, workers=None, rng_model="continuous", progress=False, **kw), None
         except Exception as exc:  # noqa: BLE001  (compared below, both ways)

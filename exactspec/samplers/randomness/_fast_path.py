@@ -28,7 +28,7 @@ import contextlib
 import contextvars
 from typing import Iterator
 
-__all__ = ["LOOPS", "DEFER_LAST", "DEFER_READS", "fast_paths", "legacy_paths"]
+__all__ = ["LOOPS", "DEFER_LAST", "DEFER_READS", "fast_paths", "legacy_paths", "reads_deferred"]
 
 #: True: the faster path; False: the path whole-loop audits took before issue 17
 LOOPS = True
@@ -59,6 +59,26 @@ def fast_paths() -> bool:
     True
     """
     return _FAST_PATHS.get()
+
+
+@contextlib.contextmanager
+def reads_deferred(on: bool) -> Iterator[None]:
+    """Inside the block, :data:`DEFER_READS` is ``on`` (restored after): for the benchmark and the tests that compare
+    a whole-loop audit with the stand-ins deferring their reads and reading every token.
+
+    >>> from exactspec.samplers.randomness import _fast_path
+    >>> with reads_deferred(False):
+    ...     _fast_path.DEFER_READS
+    False
+    >>> _fast_path.DEFER_READS
+    True
+    """
+    global DEFER_READS
+    saved, DEFER_READS = DEFER_READS, on
+    try:
+        yield
+    finally:
+        DEFER_READS = saved
 
 
 @contextlib.contextmanager

@@ -115,7 +115,7 @@ def _key(cell: tuple) -> tuple:
 
 
 if torch is not None:
-    from .lazy_draws import LazyCategoricalTensor, force as _force_draws
+    from .lazy_draws import LazyCategoricalTensor, _basic, force as _force_draws
 
     _disabled = torch._C._disabled_torch_function_impl
     _make_subclass = torch.Tensor._make_subclass
@@ -438,15 +438,6 @@ if torch is not None:
     _IN_ORDER = frozenset({"view", "reshape", "squeeze", "unsqueeze", "flatten", "unflatten", "view_as", "reshape_as",
                            "contiguous", "detach", "clone"})
 
-    def _basic(idx: Any) -> bool:
-        """An index made of ints, slices with steps of 1 or more, None and ``...`` only (not bools, not tensors)."""
-        for i in (idx if isinstance(idx, tuple) else (idx,)):
-            if not (i is None or i is Ellipsis or type(i) is int or
-                    (type(i) is slice and (i.step is None or (type(i.step) is int and i.step > 0)) and
-                     all(v is None or type(v) is int for v in (i.start, i.stop)))):
-                return False
-        return True
-
     def _mapped(name: str, x: Any, out: Any, args: tuple, kwargs: dict) -> tuple | None:
         """``(gi, gp)`` of a view whose entries numpy picks the same way without positions (a reshape keeping the
         order, basic indexing); None: the general path decides."""
@@ -517,6 +508,14 @@ if torch is not None:
             elif isinstance(a, (list, tuple)):
                 _storages(a, out)
 
+    def _domains(cells: list) -> list | None:
+        """The values each draw can take, or None where their combinations (the worlds) are more than WORLDS."""
+        domains = [domain(c) for c in cells]
+        count = 1
+        for d in domains:
+            count *= len(d)
+        return None if count > WORLDS else domains
+
     def _read_then_run(func: Any, args: tuple, kwargs: dict) -> Any:
         _force_all(args)
         _force_all(tuple(kwargs.values()))
@@ -547,11 +546,8 @@ if torch is not None:
         if grouped is not None:
             return grouped
         cells = list(found.values())
-        domains = [domain(c) for c in cells]
-        count = 1
-        for d in domains:
-            count *= len(d)
-        if count > WORLDS:
+        domains = _domains(cells)
+        if domains is None:
             return _read_then_run(func, args, kwargs)
         keys = [_key(c) for c in cells]
         results = {}
@@ -595,11 +591,14 @@ if torch is not None:
     #: the outcome's plan): the operations on the stand-ins' tables repeat from branch to branch
     _MEMO: dict = {}
 
+    def _memo_put(key: Any, value: Any) -> None:
+        if len(_MEMO) > 1 << 14:
+            _MEMO.clear()
+        _MEMO[key] = value
+
     def _remember(memo: Any, tables: list, plan: Any, cells: list, func: Any, args: tuple, kwargs: dict) -> Any:
         if memo is not None:
-            if len(_MEMO) > 1 << 14:
-                _MEMO.clear()
-            _MEMO[memo] = (tuple(tables), plan)
+            _memo_put(memo, (tuple(tables), plan))
         return _realise(plan, cells, func, args, kwargs)
 
     def _scalar_key(a: Any) -> Any:
@@ -794,9 +793,7 @@ if torch is not None:
                     if type(res) is not torch.Tensor or res.shape != t.shape:
                         return None
                     worlds[key] = res
-                if len(_MEMO) > 1 << 14:
-                    _MEMO.clear()
-                _MEMO[memo] = (g.worlds, worlds)
+                _memo_put(memo, (g.worlds, worlds))
             groups.append(_Group(g.deps, worlds))
         dtype = next(iter(groups[0].worlds.values())).dtype
         if any(next(iter(g.worlds.values())).dtype != dtype for g in groups):
@@ -882,11 +879,8 @@ if torch is not None:
         except _NotDeferred:
             return None
         cells = list(found.values())
-        domains = [domain(c) for c in cells]
-        count = 1
-        for d in domains:
-            count *= len(d)
-        if fn is None or not cells or count > WORLDS:
+        domains = _domains(cells)
+        if fn is None or not cells or domains is None:
             return None
         keys = [_key(c) for c in cells]
         single = _single((probs,), {}, [fn], {}, keys)
@@ -910,9 +904,7 @@ if torch is not None:
                 positive = rows if positive is None else positive | rows
                 shape = arr.shape[:-1] + (1,) if arr.ndim > 1 else (1,)
             if memo is not None:
-                if len(_MEMO) > 1 << 14:
-                    _MEMO.clear()
-                _MEMO[memo] = (single[1].worlds, None if table is None else (table, positive, shape))
+                _memo_put(memo, (single[1].worlds, None if table is None else (table, positive, shape)))
             if table is None:
                 return None
         field = rng._field
@@ -947,9 +939,7 @@ if torch is not None:
             table[key] = arr
             positive = arr > 0 if positive is None else positive | (arr > 0)
         out = None if table is None else (table, positive)
-        if len(_MEMO) > 1 << 14:
-            _MEMO.clear()
-        _MEMO[memo] = (g.worlds, out)
+        _memo_put(memo, (g.worlds, out))
         return out
 
     def _multinomial_by_rows(rng: Any, probs: Any) -> Any:
