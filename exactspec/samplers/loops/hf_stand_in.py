@@ -50,6 +50,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ...errors import ExactSpecError
 from ..randomness import _fast_path
+from ..randomness.precision_watch import unwatched
 from ...models import Model
 
 __all__ = ["transformers_stand_in", "ExactLMConfig", "ExactLMForCausalLM"]
@@ -246,6 +247,7 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
         emb = emb_module(input_ids)
         return emb[..., 0].round().to(torch.long)
 
+    @unwatched      # the stand-in's own arithmetic, not the audited loop's
     def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.LongTensor | None = None, cache: Any = None, inputs_embeds: Any = None,
                 use_cache: bool | None = None, logits_to_keep: int | torch.Tensor = 0,

@@ -61,6 +61,7 @@ from ..adapters.base import lowest, precision_of
 from ..float_boundary import ROUNDING_CAP, coarser_than_float64, decide, rounding_allowance
 from ..randomness import _fast_path
 from ..randomness.interception import FLOAT64_LATTICE, describe_rng_model, intercepting, private_generators, watch
+from ..randomness.precision_watch import watching
 from ..._device import one_torch_thread as _one_torch_thread
 from ..sampler_audit import ROUNDING_TOLERANCE
 from .stand_in import KINDS, stand_in
@@ -557,6 +558,31 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     if tv == 0:     # exactly the expected law as it runs: nothing for the float64 run to separate
         f64_tv, f64_violations, forced = None, False, False
     positions = h * (horizon["largest_step"] + 1)
+    algorithmic = tv if f64_tv is None else f64_tv
+    if not forced and not report.support_violations and not f64_violations and tol < algorithmic <= ROUNDING_CAP:
+        # not lossless, by no more than rounding can cost, and nothing coarser than float64 seen at the draws: the
+        # run the verdict rests on again, every torch operation of the loop watched for a coarser dtype meeting
+        # float64 data (a .float() and back, a float32 constant) -- rounding that is not bias
+        again = f64 if f64 is not None else run
+        with intercepting() as session, _one_torch_thread(), meter.guard():
+            watched = _enumerate(fn, name, lms64 if f64 is not None else lms, prompt_t, vocab=target.vocab,
+                                 rng_model=model64 if f64 is not None else rng_model, output=output,
+                                 on_error=on_error, tokens=tokens, meter=meter, fld=fld, session=session,
+                                 observe=True, mass=mass(" (precision watch)"), workers=workers, watch=True)
+        for done in shown:
+            _progress.close(done)
+        if watched.at(h, target.vocab, name, fld)[0] != again.at(h, target.vocab, name, fld)[0]:
+            raise ExactSpecError(f"audit_loop: loop {name} gave another law when run again on the same stand-ins "
+                                 "(it depends on something besides its inputs and its draws: a global it changes, "
+                                 "the clock); audit a loop that is a function of them")
+        coarse = lowest(p for p in watched.seen if coarser_than_float64(p))
+        if coarse is not None:
+            forced, f64_tv, f64_violations = True, algorithmic, False
+            precision = lowest({precision, coarse}) or coarse
+            report.extra["forced_precision"] = coarse
+            report.extra["forced_precision_from"] = (
+                "a torch operation of the loop where a " + coarse + " tensor met float64 data (a cast down and "
+                "back, a coarser constant), seen by running the loop again with every operation watched")
     boundary = decide(precision=precision if f64_tv is not None else "float64", own_tv=tv,
                       own_violations=bool(report.support_violations), f64_tv=f64_tv,
                       f64_violations=bool(f64_violations), forced=forced, tolerance=tol,
@@ -766,7 +792,8 @@ def _horizon(run: _Run, tokens: int | None, name: str) -> dict:
 
 def _enumerate(fn: Callable, name: str, lms: tuple, prompt_t: tuple, *, vocab: int, rng_model: str, output: str,
                on_error: str, tokens: int | None, meter: Meter, fld: Any, session: Any, observe: bool,
-               mass: MassProgress | None = None, workers: Any = None, at_once: bool = False) -> _Run:
+               mass: MassProgress | None = None, workers: Any = None, at_once: bool = False,
+               watch: bool = False) -> _Run:
     """Run the loop once per branch of its randomness on the stand-ins ``lms`` (inside ``intercepting()``);
     ``mass`` counts the probability of every branch run.
 
@@ -775,11 +802,14 @@ def _enumerate(fn: Callable, name: str, lms: tuple, prompt_t: tuple, *, vocab: i
     worker processes (:func:`~exactspec.samplers.loops._on_workers.finish_on_workers`), merged in this
     process's order: the same run, the same first error. ``at_once``: after the first branch instead (the
     float64 run of an audit whose first run went to workers: as long, it would pay for them as well).
+    ``watch``: every torch operation of the loop watched for a dtype coarser than float64 meeting float64 data
+    (:mod:`~exactspec.samplers.randomness.precision_watch`), noted in the run's ``seen``.
     """
     from . import _on_workers
     branches = _Branches(fn, name, lms, prompt_t, vocab=vocab, lattice=lattice_for(rng_model), output=output,
                          on_error=on_error, tokens=tokens, fld=fld, session=session, observe=observe,
                          depth=meter.budget.depth)
+    branches.watch = watch
     run = branches.run
     stack: list = [((), fld.one)]
     start = meter.paths
@@ -809,6 +839,7 @@ class _Branches:
         self.fld, self.session, self.observe, self.depth = fld, session, observe, depth
         self.private = private_generators(fn)
         self.supports: dict = {}
+        self.watch = False      # every torch operation watched for a coarser dtype meeting float64 data
         self.run = self.fresh_run()
 
     def fresh_run(self) -> _Run:
@@ -847,7 +878,8 @@ class _Branches:
                 _reset(lm)
         ids = torch.tensor([list(self.prompt_t)], dtype=torch.long)
         try:
-            with watch(rng, name, self.private, self.session):
+            with watch(rng, name, self.private, self.session), \
+                    (watching(run.seen.add) if self.watch else contextlib.nullcontext()):
                 try:
                     res = fn(t_lm, d_lm, ids)
                     outs, n_new = _tokens_of(res, self.prompt_t, self.output, self.tokens, self.vocab, name,

@@ -1,0 +1,61 @@
+"""The watch over torch operations that sees a coarser dtype meeting float64 data (precision_watch)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from exactspec.samplers.randomness.precision_watch import (  # noqa: E402
+    coarse_meeting_float64, suspended, unwatched, watching)
+
+X64 = torch.tensor([0.25, 0.75], dtype=torch.float64)
+
+
+def _seen(fn):
+    seen = []
+    with watching(seen.append):
+        fn()
+    return sorted(set(seen))
+
+
+def test_casts_down_and_back_up_are_seen():
+    assert _seen(lambda: X64.float()) == ["float32"]
+    assert _seen(lambda: X64.to(torch.bfloat16)) == ["bfloat16"]
+    assert _seen(lambda: torch.tensor([0.5]).double()) == ["float32"]         # a float32 constant cast up
+    assert _seen(lambda: torch.softmax(X64, -1, dtype=torch.float16)) == ["float16"]
+
+
+def test_float64_values_written_into_a_coarser_buffer_or_mixed_with_one_are_seen():
+    def write():
+        buf = torch.empty(2)
+        buf.copy_(X64)
+    assert _seen(write) == ["float32"]
+    assert _seen(lambda: X64 * torch.tensor(0.5)) == ["float32"]
+
+    def setitem():
+        buf = torch.zeros(2, dtype=torch.float16)
+        buf[:] = X64
+    assert _seen(setitem) == ["float16"]
+
+
+def test_float64_only_or_coarse_only_arithmetic_is_not_seen():
+    assert _seen(lambda: (X64 * 0.5).softmax(-1)) == []
+    assert _seen(lambda: torch.zeros(3) + 1) == []                 # a float32 counter that never meets float64
+    assert _seen(lambda: torch.arange(3) + X64.sum()) == []        # integers are not a coarser float
+    assert coarse_meeting_float64((X64,), {"out": torch.empty(2)}, None) == ["float32"]
+
+
+def test_a_suspended_block_and_an_unwatched_function_are_left_out():
+    def inside():
+        with suspended():
+            X64.float()
+    assert _seen(inside) == []
+    assert _seen(lambda: unwatched(lambda: X64.float())()) == []
+    assert _seen(lambda: (unwatched(lambda: None)(), X64.float())) == ["float32"]    # the watch resumes after
+
+
+def test_no_watch_outside_the_block():
+    seen = []
+    with watching(seen.append):
+        pass
+    X64.float()
+    assert seen == []
