@@ -19,6 +19,7 @@ from exactspec.instances import make_instance
 from exactspec.laws import total_variation
 from exactspec.samplers import EnumGenerator, NumpyChainAdapter
 from exactspec.samplers.adapters.base import at_precision, float_precision, lowest, precision_of
+from exactspec.samplers.float_boundary import F64_ALLOWANCE, ROUNDING_CAP
 
 FLOOR = F(1, 2 ** 40)
 
@@ -207,3 +208,49 @@ def test_the_rng_observes_the_numbers_compared_with_its_uniforms():
     u = rng.uniform()
     assert (u < np.float32(0.5)) is True and (u * 2.0 < 3) is True
     assert [type(x) for x in seen] == [np.float32, float, int]
+
+
+# -- a torch sampler that rounds through float32 and back: rounding, never bias ------------------------------------------
+# Its float64 run hands float64 to multinomial and to the comparison with uniforms, so the dtypes meeting the
+# randomness were all float64, and its float32 rounding (TV ~2e-8) read "biased" before the watched rerun.
+
+def _round_trip_chain(target_probs, draft_probs, draft_token_ids, bonus_token_ids, tilt=0.0):
+    import torch
+
+    from exactspec.bugzoo.torch_samplers import chain
+
+    def recover(p, q):
+        r = torch.clamp(p.float().double() - q, min=0)
+        r = r * torch.cat([r.new_ones(1) + tilt, r.new_ones(r.shape[0] - 1)])
+        return torch.multinomial(r / r.sum(), 1)[0]
+    return chain(target_probs.float().double(), draft_probs, draft_token_ids, bonus_token_ids, recover)
+
+
+def round_trip_f32(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
+    return _round_trip_chain(target_probs, draft_probs, draft_token_ids, bonus_token_ids)
+
+
+def round_trip_f32_tilted(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
+    return _round_trip_chain(target_probs, draft_probs, draft_token_ids, bonus_token_ids, tilt=1e-3)
+
+
+_P3 = es.models.random_table(vocab=3, order=1, seed=1)
+_Q3 = es.models.random_table(vocab=3, order=1, seed=2)
+
+
+def test_a_torch_sampler_rounding_through_float32_and_back_is_not_called_biased():
+    pytest.importorskip("torch")
+    r = es.audit_sampler(round_trip_f32, adapter="vllm", target=_P3, draft=_Q3, proposer=es.drafts.chain(2),
+                         tokens=2)
+    b = r.extra["float_boundary"]
+    assert F64_ALLOWANCE < F(b["f64_tv"]) < ROUNDING_CAP          # float32 rounding in the float64 run
+    assert r.verdict == "lossless" and b["forced"] is True and r.extra["forced_precision"] == "float32"
+    assert "watched" in r.extra["forced_precision_from"]
+
+
+def test_a_torch_sampler_biased_beyond_float32_rounding_stays_biased_when_it_rounds_through_float32():
+    pytest.importorskip("torch")
+    r = es.audit_sampler(round_trip_f32_tilted, adapter="vllm", target=_P3, draft=_Q3, proposer=es.drafts.chain(2),
+                         tokens=2)
+    b = r.extra["float_boundary"]
+    assert r.verdict == "biased" and F(b["f64_tv"]) > F(b["allowance"])

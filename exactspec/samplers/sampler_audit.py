@@ -35,6 +35,7 @@ from .adapters.registry import get_adapter
 from ..enumerate.rng import DeferredToken, lattice_for
 from .adapters.base import PRECISIONS, at_precision, float_precision, lowest, precision_of
 from .randomness._fast_path import fast_paths
+from .randomness.precision_watch import watching
 from .float_boundary import (F64_ALLOWANCE, ROUNDING_CAP, Boundary, coarser_than_float64, decide,
                              rounding_allowance)
 from .randomness.interception import (FLOAT64_LATTICE, current_session, describe_rng_model, intercepting, private_generators,
@@ -75,7 +76,7 @@ class _Calls:
     """
 
     def __init__(self, sampler: Callable, adapter: Any, name: str, *, cache: bool = False,
-                 seen: set | None = None, arguments: bool = True) -> None:
+                 seen: set | None = None, arguments: bool = True, watch: bool = False) -> None:
         self.sampler, self.adapter, self.name, self.cache, self.seen = sampler, adapter, name, cache, seen
         self.private = private_generators(getattr(sampler, "__wrapped__", sampler))
         self.session = current_session()
@@ -89,6 +90,8 @@ class _Calls:
         # the dtypes handed over are noted too unless the caller chose them (the float64 run: a float32 mask
         # among the adapter's tensors is not the sampler casting down)
         self.fn = self._observed(sampler) if seen is not None and arguments else sampler
+        if watch and seen is not None:        # every torch operation of the sampler watched (precision_watch)
+            self.fn = _watched(self.fn, seen)
 
     def rule(self) -> Rule:
         return Rule(self.run if self.cache else self.direct, name=self.name, family=self.adapter.family,
@@ -366,6 +369,15 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
     return report
 
 
+def _watched(sampler: Callable, seen: set) -> Callable:
+    """``sampler`` noting in ``seen`` each dtype coarser than float64 that meets float64 data in its torch operations."""
+    @functools.wraps(sampler)
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        with watching(seen.add):
+            return sampler(*args, **kwargs)
+    return watched
+
+
 def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInputs, report: AuditReport,
                     prec: str, calls: "_Calls", shared: "_Shared", tolerance: Fraction, cache: bool,
                     used: set, on_error: str = "raise", progress: Any = False) -> Boundary:
@@ -410,15 +422,48 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
                                 f"{prec} laws cast to float64 (the {adapter.name} adapter cannot hand float64)",
                                 "coarsest_dtype_seen": lowest(calls64.seen) or "none"}
     allowance_at = prec if coarser_than_float64(prec) else "float32" if forced else "float64"
-    allowance = rounding_allowance(allowance_at, vocab=inputs.target.vocab,
-                                   positions=inputs.tokens * inputs.proposer.max_tokens())
+    positions = inputs.tokens * inputs.proposer.max_tokens()
+    allowance = rounding_allowance(allowance_at, vocab=inputs.target.vocab, positions=positions)
     if f64 is None:
-        return decide(precision="float64", own_tv=report.tv, own_violations=bool(report.support_violations),
-                      f64_tv=None, f64_violations=False, forced=False, tolerance=tolerance,
-                      allowance=max(tolerance, allowance))
-    return decide(precision=allowance_at, own_tv=report.tv, own_violations=bool(report.support_violations),
-                  f64_tv=f64.tv, f64_violations=bool(f64.support_violations), forced=forced, tolerance=tolerance,
-                  allowance=max(tolerance, allowance))
+        boundary = decide(precision="float64", own_tv=report.tv, own_violations=bool(report.support_violations),
+                          f64_tv=None, f64_violations=False, forced=False, tolerance=tolerance,
+                          allowance=max(tolerance, allowance))
+    else:
+        boundary = decide(precision=allowance_at, own_tv=report.tv, own_violations=bool(report.support_violations),
+                          f64_tv=f64.tv, f64_violations=bool(f64.support_violations), forced=forced,
+                          tolerance=tolerance, allowance=max(tolerance, allowance))
+    if boundary.verdict == "lossless" or forced or report.support_violations or \
+            (f64 is not None and f64.support_violations) or not tolerance < boundary.algorithmic_tv <= ROUNDING_CAP:
+        return boundary
+    # not lossless, by no more than rounding can cost, and nothing coarser than float64 met the randomness: the run
+    # the verdict rests on again, every torch operation of the sampler watched for a coarser dtype meeting float64
+    # data (a .float() and back, a float32 constant) -- rounding that is not bias
+    again = f64 if f64 is not None else report
+    if again is report:
+        fn, adapter_w, model = sampler, adapter, inputs.rng_model
+    else:
+        fn, adapter_w = (sampler if adapter64 is not None else at_precision(sampler, "float64")), adapter64 or adapter
+        model = ("native-float64" if inputs.rng_model == "native" else
+                 "float64" if inputs.lattice is not None else "continuous")
+    watched = _Calls(fn, adapter_w, name, cache=cache, seen=set(), arguments=False, watch=True)
+    rerun = run_audit(replace(inputs, rule=watched.rule(), rng_model=model, lattice=lattice_for(model)),
+                      budget=shared.next(), exact_floats=True, on_error=on_error, progress=progress,
+                      what=f"audit_sampler {name} (precision watch)")
+    if rerun.output != again.output:
+        raise ExactSpecError(f"audit_sampler: sampler {name} gave another law when run again on the same inputs (it "
+                             "depends on something besides its inputs and its draws: a global it changes, the "
+                             "clock); audit a sampler that is a function of them")
+    coarse = lowest(p for p in watched.seen if coarser_than_float64(p))
+    if coarse is None:
+        return boundary
+    extra["forced_precision"] = coarse
+    extra["forced_precision_from"] = (
+        "a torch operation of the sampler where a " + coarse + " tensor met float64 data (a cast down and back, a "
+        "coarser constant), seen by running the sampler again with every operation watched")
+    at = lowest({coarse} | ({prec} if coarser_than_float64(prec) else set())) or coarse
+    return decide(precision=at, own_tv=report.tv, own_violations=False, f64_tv=again.tv, f64_violations=False,
+                  forced=True, tolerance=tolerance,
+                  allowance=max(tolerance, rounding_allowance(at, vocab=inputs.target.vocab, positions=positions)))
 
 
 def _rounding_figures(adapter: Any, prec: str, inputs: AuditInputs, expected: Model | None, shared: "_Shared",
