@@ -59,3 +59,21 @@ def test_no_watch_outside_the_block():
         pass
     X64.float()
     assert seen == []
+
+
+def test_the_draws_own_tensors_are_the_generator_models_not_the_codes():
+    # a float32 torch.rand compared with float64 ratios: the uniforms' precision is the rng model's (a float64 run
+    # draws them on float64's lattice), so the comparison is no sign of the code computing in float32
+    import exactspec as es
+
+    def chain64(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
+        from exactspec.bugzoo.torch_samplers import chain
+
+        def recover(p, q):
+            r = torch.clamp(p - q, min=0) + 1e-9          # a tiny bias: the verdict stays biased, after the rerun
+            return torch.multinomial(r / r.sum(), 1)[0]
+        return chain(target_probs, draft_probs, draft_token_ids, bonus_token_ids, recover)
+    p = es.models.context_free(("1/3", "1/3", "1/3"))
+    q = es.models.context_free(("1/6", "1/2", "1/3"))
+    r = es.audit_sampler(chain64, adapter="vllm", target=p, draft=q, proposer=es.drafts.chain(1), tokens=1)
+    assert r.verdict == "biased" and r.extra.get("forced_precision") is None

@@ -13,7 +13,8 @@ runs are float64 at the draws and yet carry float32 rounding, about 1e-8 in TV: 
 operations left out, :func:`suspended`), each floating dtype coarser than float64 that meets
 float64 data in it: an operand or result in float64 and another in the coarser dtype (a cast down
 or back up, a write of float64 values into a float32 buffer, a float32 tensor combined with float64
-ones). A coarser tensor that never meets float64 data (a float32 counter) is not noted. It costs a
+ones). A coarser tensor that never meets float64 data (a float32 counter) is not noted, nor are the draws'
+own tensors (a float32 ``torch.rand``: the generator's precision is the ``rng_model``'s). It costs a
 Python call per operation (about 30% of a whole-loop audit), so the audits run it only where it can
 change a verdict: a run that is not lossless and saw nothing coarser at the draws is run again under
 the watch.
@@ -40,11 +41,25 @@ _LOCAL = threading.local()
 _NAMES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
 
 
+def _drawn(t: type) -> bool:
+    """Whether tensors of type ``t`` are the draws' own (exactspec's lazy uniforms, races, masks): their precision is
+    the generator model's (``rng_model``: a float32 ``torch.rand`` is on float64's lattice in a float64 run), not the
+    code's. A stand-in's lazy logits (``LazyWorldsTensor``) are data."""
+    got = _DRAWN.get(t)
+    if got is None:
+        got = _DRAWN[t] = t.__module__.startswith("exactspec.") and t.__name__ != "LazyWorldsTensor"
+    return got
+
+
+_DRAWN: dict = {}
+
+
 def _dtypes(x: Any, out: set, depth: int = 2) -> None:
-    """The floating dtypes of the tensors in ``x`` (a tensor, or lists and tuples of them, ``depth`` deep)."""
+    """The floating dtypes of the tensors in ``x`` (a tensor, or lists and tuples of them, ``depth`` deep), the
+    draws' own tensors left out."""
     import torch
     if isinstance(x, torch.Tensor):
-        if x.is_floating_point():
+        if not (type(x) is not torch.Tensor and _drawn(type(x))) and x.is_floating_point():
             out.add(x.dtype)
     elif depth and isinstance(x, (list, tuple)):
         for y in x:
