@@ -126,6 +126,25 @@ def _flat(entry: tuple) -> tuple:
     return tuple(_unwind(node)), w
 
 
+def _parts(entries: list, n: int) -> list[list]:
+    """``entries`` (subtrees, in the order the stack pops them) cut into at most ``n`` runs of consecutive ones: a share
+    each. One share per subtree sent most shares off with a branch or two (a few milliseconds of work for a round
+    trip to the pool); a share runs at most :data:`TASK_SECONDS` and hands back what it leaves, so fewer, larger
+    shares still balance.
+
+    >>> _parts([1, 2, 3, 4, 5], 2), _parts([1], 4)
+    ([[1, 2, 3], [4, 5]], [[1]])
+    """
+    n = max(1, min(n, len(entries)))
+    size, extra = divmod(len(entries), n)
+    out, at = [], 0
+    for i in range(n):
+        take = size + (1 if i < extra else 0)
+        out.append(entries[at:at + take])
+        at += take
+    return out
+
+
 def finish_on_workers(branches: Any, stack: list, meter: Any, mass: Any, workers: int) -> None:
     """Run the branches left on ``stack`` on ``workers`` forked processes; fold them into ``branches.run``.
 
@@ -135,8 +154,8 @@ def finish_on_workers(branches: Any, stack: list, meter: Any, mass: Any, workers
     """
     budget = meter.budget
     heap: list = []
-    for i, entry in enumerate(reversed(stack)):     # every subtree a share of its own, in the order the stack pops
-        heapq.heappush(heap, ((i,), [_flat(entry)]))
+    for i, part in enumerate(_parts([_flat(e) for e in reversed(stack)], workers)):   # in the order the stack pops
+        heapq.heappush(heap, ((i,), part))
     stack.clear()
     done: dict = {}
     failed: tuple | None = None          # (key, error data) of the first error in depth-first order so far
@@ -189,8 +208,8 @@ def finish_on_workers(branches: Any, stack: list, meter: Any, mass: Any, workers
                 session.generator_states |= res["generator_states"]
                 left = res["left"]
                 if left:
-                    for j, entry in enumerate(left, 1):
-                        heapq.heappush(heap, (key + (j,), [entry]))
+                    for j, part in enumerate(_parts(left, workers), 1):
+                        heapq.heappush(heap, (key + (j,), part))
             meter.check_time()
     finally:
         parallel.stop_pool(pool)
