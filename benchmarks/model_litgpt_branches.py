@@ -60,28 +60,49 @@ class _Replay:
 
 
 class _Token:
-    """A pending token: its law is computed (reading what it depends on) and the branch forks on the first read."""
+    """A pending token: its law is computed (reading what it depends on) and the branch forks on the first read;
+    a decision on it alone narrows the values it can take (two ways, where both are possible)."""
 
     def __init__(self, rng: _Replay, law: Callable[[], list]) -> None:
-        self.rng, self.law, self.value = rng, law, None
+        self.rng, self.law, self.value, self.cell = rng, law, None, None
+
+    def support(self) -> list:
+        return [i for i, p in enumerate(self.law()) if p > 0 and (self.cell is None or i in self.cell)]
 
     def read(self) -> int:
         if self.value is None:
-            support = [i for i, p in enumerate(self.law()) if p > 0]
+            support = self.support()
             self.value = support[self.rng.choice(len(support))] if len(support) > 1 else support[0]
         return self.value
 
+    def decide(self, holds: Callable[[int], bool]) -> bool:
+        """``holds(token)``, forking on the answer, not on the token."""
+        if self.value is not None:
+            return holds(self.value)
+        support = self.support()
+        yes = [v for v in support if holds(v)]
+        if len(yes) in (0, len(support)):
+            return bool(yes)
+        answer = self.rng.choice(2) == 0
+        self.cell = yes if answer else [v for v in support if not holds(v)]
+        return answer
 
-def _generate(rng: _Replay, target: Any, draft: Any, gamma: int, n: int, prompt: tuple, eager: bool) -> None:
-    """litgpt's ``generate(draft, target, prompt, speculative_k=gamma, max_returned_tokens=len(prompt) + n + 1)``."""
+
+def _generate(rng: _Replay, target: Any, draft: Any, gamma: int, n: int, prompt: tuple, mode: str) -> None:
+    """litgpt's ``generate(draft, target, prompt, speculative_k=gamma, max_returned_tokens=len(prompt) + n + 1)``;
+    ``mode`` one of :data:`MODES`."""
+    eager = mode == "eager"
     p = lambda ctx: [Fraction(x) for x in target(ctx)]        # noqa: E731
     q = lambda ctx: [Fraction(x) for x in draft(ctx)]         # noqa: E731
 
     def ctx_of(tokens: list) -> tuple:
+        if mode == "refined":       # order-1 tables read the last token only (the stand-ins' worlds: its values)
+            return prompt + tuple(t.read() for t in tokens[-1:])
         return prompt + tuple(t.read() for t in tokens)
 
     max_returned = len(prompt) + n + 1
     committed: list = []
+    returned: list = []
     token = _Token(rng, lambda: p(prompt))                    # the target's prefill sample
     pos = len(prompt)
     while pos < max_returned - 1:
@@ -97,8 +118,15 @@ def _generate(rng: _Replay, target: Any, draft: Any, gamma: int, n: int, prompt:
         new: list = []
         for i, d in enumerate(drafts):
             ctx = ctx_of(committed + [token] + drafts[:i])
-            x = d.read()
-            if p(ctx)[x] >= q(ctx)[x]:
+            if mode == "refined":
+                pc, qc = p(ctx), q(ctx)
+                confident = d.decide(lambda x: pc[x] >= qc[x])
+                if not confident:
+                    d.read()          # ``1 - p/q`` compared with a uniform: read (the uniform's law needs it)
+            else:
+                x = d.read()
+                confident = p(ctx)[x] >= q(ctx)[x]
+            if confident:
                 new.append(d)
                 continue
             if rng.choice(2) == 0:                            # ``not should_discard_token``
@@ -110,23 +138,34 @@ def _generate(rng: _Replay, target: Any, draft: Any, gamma: int, n: int, prompt:
             last = committed + [token] + drafts
             new.append(_Token(rng, lambda b=last: p(ctx_of(b))))   # the bonus token
         committed += [token] + new[:-1]
+        returned += new               # (the prefill's token is fed, never returned: litgpt 0.5.13 leaves it out)
         token = new[-1]
         pos += len(new)
+    for t in returned[:n]:
+        if t.value is None:           # returned unread: spread over its values, its law read (what it depends on drawn)
+            t.support()
 
 
-def count_branches(gamma: int, n: int, seeds: tuple = (1, 4), eager: bool = True, vocab: int = 3) -> int:
+#: how the model forks: where the stand-ins read a token (``eager``), where a decision reads it (``deferred``), and
+#: on a decision rather than on the last token it depends on (``refined``)
+MODES = ("eager", "deferred", "refined")
+
+
+def count_branches(gamma: int, n: int, seeds: tuple = (1, 4), mode: str = "eager", vocab: int = 3) -> int:
     """The branches of an enumeration of the abstract loop (depth first, one rerun per branch), order-1 tables.
 
-    >>> count_branches(1, 1, eager=False) <= count_branches(1, 1, eager=True)
+    >>> count_branches(1, 1, mode="refined") <= count_branches(1, 1, mode="deferred") <= count_branches(1, 1)
     True
     """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     target = es.models.random_table(vocab=vocab, order=1, seed=seeds[0])
     draft = es.models.random_table(vocab=vocab, order=1, seed=seeds[1])
     todo, done = [()], 0
     while todo:
         prefix = todo.pop()
         try:
-            _generate(_Replay(prefix), target, draft, gamma, n, (0,), eager)
+            _generate(_Replay(prefix), target, draft, gamma, n, (0,), mode)
         except _Fork as f:
             todo.extend(prefix + (j,) for j in range(f.n))
             continue
@@ -134,13 +173,13 @@ def count_branches(gamma: int, n: int, seeds: tuple = (1, 4), eager: bool = True
     return done
 
 
-def _audited(gamma: int, n: int, seeds: tuple, deferred: bool) -> tuple[int, float]:
-    """The real audit's branch count on litgpt's own ``generate`` (the stand-ins deferring their reads or not), and
-    one plain call's seconds (CPU, outside audits)."""
+def _audited(gamma: int, n: int, seeds: tuple, mode: str) -> tuple[int, float]:
+    """The real audit's branch count on litgpt's own ``generate`` (the stand-ins deferring their reads or not, decisions
+    refined or not: ``mode``), and one plain call's seconds (CPU, outside audits)."""
     import torch
 
     import litgpt.generate.speculative_decoding as litgpt_sd
-    from exactspec.samplers.randomness import _fast_path
+    from exactspec.samplers.randomness import _fast_path, lazy_worlds
     t = es.models.random_table(vocab=3, order=1, seed=seeds[0])
     d = es.models.random_table(vocab=3, order=1, seed=seeds[1])
 
@@ -148,12 +187,13 @@ def _audited(gamma: int, n: int, seeds: tuple, deferred: bool) -> tuple[int, flo
         tokens, _ = litgpt_sd.generate(draft, target, prompt[0], speculative_k=gamma,
                                        max_returned_tokens=prompt.shape[1] + n + 1)
         return tokens
-    saved = _fast_path.DEFER_READS
-    _fast_path.DEFER_READS = deferred
+    saved = lazy_worlds.REFINE
+    lazy_worlds.REFINE = mode == "refined"
     try:
-        r = es.audit_loop(loop, target=t, draft=d, prompt=(0,), rng_model="continuous", tokens=n, progress=False)
+        with _fast_path.reads_deferred(mode != "eager"):
+            r = es.audit_loop(loop, target=t, draft=d, prompt=(0,), rng_model="continuous", tokens=n, progress=False)
     finally:
-        _fast_path.DEFER_READS = saved
+        lazy_worlds.REFINE = saved
     tl, dl = es.stand_in(t, kind="torch-lm", dtype=torch.float64), es.stand_in(d, kind="torch-lm",
                                                                                  dtype=torch.float64)
     prompt = torch.tensor([[0]])
@@ -167,19 +207,22 @@ def _audited(gamma: int, n: int, seeds: tuple, deferred: bool) -> tuple[int, flo
 def main(argv: list[str] | None = None) -> int:
     quick = "--quick" in (sys.argv[1:] if argv is None else argv)
     print("litgpt 0.5.13 generate, vocab 3 order-1 tables, prompt (0,), 3 tokens, ideal uniforms: branches when tokens "
-          "fork where the stand-ins read them (eager, checked against the audit) and where only decisions read them")
+          "fork where the stand-ins read them (eager), where only decisions read them (deferred), and when a decision "
+          "forks on its answer rather than on the last token it depends on (refined: the default); each model count "
+          "checked against the audit's")
     ok = True
     for gamma, seeds in ([(2, (1, 4))] if quick else [(2, (1, 4)), (3, (1, 4)), (3, (2, 5))]):
-        eager, deferred = count_branches(gamma, 3, seeds, True), count_branches(gamma, 3, seeds, False)
-        audited_eager, plain = _audited(gamma, 3, seeds, False)
-        audited_deferred, _ = _audited(gamma, 3, seeds, True)
-        same = audited_eager == eager and audited_deferred == deferred
-        ok = ok and same
-        print(f"gamma {gamma}, seeds {seeds}: eager model {eager}, audit with DEFER_READS off {audited_eager}; "
-              f"deferred model {deferred}, audit (default) {audited_deferred} "
-              f"({'both match' if same else 'DO NOT MATCH'}; {eager / deferred:.1f}x fewer); "
-              f"plain call {plain * 1e3:.2f} ms CPU, floor {deferred * plain:.2f} s deferred vs {eager * plain:.2f} s "
-              "eager (one core)")
+        parts, plain, counts = [], 0.0, {}
+        for mode in MODES:
+            model = count_branches(gamma, 3, seeds, mode)
+            audited, plain = _audited(gamma, 3, seeds, mode)
+            counts[mode] = model
+            same = audited == model
+            ok = ok and same
+            parts.append(f"{mode} model {model}, audit {audited}{'' if same else ' (DO NOT MATCH)'}")
+        print(f"gamma {gamma}, seeds {seeds}: " + "; ".join(parts) + f" ({counts['eager'] / counts['refined']:.1f}x "
+              f"fewer than eager); plain call {plain * 1e3:.2f} ms CPU, floor {counts['refined'] * plain:.2f} s "
+              f"refined vs {counts['eager'] * plain:.2f} s eager (one core)")
         sys.stdout.flush()
     return 0 if ok else 1
 

@@ -186,3 +186,69 @@ def test_a_draw_per_position_depends_on_its_own_position_s_draw_only():
     expected = {b: sum(Q[a] * ROWS[a][b] for a in range(3)) for b in range(3)}
     assert sum(abs(law[b] - expected[b]) for b in range(3)) < F(1, 2 ** 40)
     assert runs == 9
+
+
+# -- bool() of a lazy value: the branch forks on the decision, not on the last draw it depends on ---------------------
+# ROWS[a][0] > ROWS[a][1] holds for a = 0 only; ROWS[a][2] >= ROWS[a][1] for every a.
+
+def test_a_decision_on_a_pending_token_forks_two_ways_and_narrows_the_token():
+    decided = []
+
+    def body(lm, first):
+        row = lm(first[None])[0, -1]
+        bigger = bool(row[0] > row[1])            # a decision on ``first``: forks on it, ``first`` undrawn
+        decided.append(first._cells.reshape(-1)[0][0].drawn)
+        return bigger, int(first)                 # ``first`` read now, among the values that decided so
+    law, runs = law_and_runs(body)
+    assert decided and not any(decided)           # no run had drawn ``first`` at the decision
+    assert law == {(True, 0): Q[0], (False, 1): Q[1], (False, 2): Q[2]}     # by hand: only a = 0 decides True
+    assert runs == 3
+    with_reads, _ = _without_refinement(body)
+    assert with_reads == law
+
+
+def test_a_decision_the_same_for_every_value_left_draws_nothing():
+    def body(lm, first):
+        row = lm(first[None])[0, -1]
+        if bool(row[0] > row[1]):                 # ``first`` is 0
+            return True, None
+        return False, bool(row[2] >= row[0])      # ``first`` is 1 or 2: true for both (false for 0): no fork
+    law, runs = law_and_runs(body)
+    assert law == {(True, None): Q[0], (False, True): Q[1] + Q[2]}
+    assert runs == 2
+    with_reads, runs_read = _without_refinement(body)
+    assert with_reads == law and runs_read == 3
+
+
+def test_a_token_narrowed_by_a_decision_and_never_read_again_forks_once():
+    def body(lm, first):
+        row = lm(first[None])[0, -1]
+        return 1 if bool(row[0] > row[1]) else 0  # ``first`` itself never read
+    law, runs = law_and_runs(body)
+    assert law == {1: Q[0], 0: Q[1] + Q[2]} and runs == 2
+
+
+def test_a_decision_on_two_pending_tokens_draws_the_first_and_narrows_the_second():
+    def body(lm, first):
+        second = torch.multinomial(lm(first[None])[0, -1].softmax(-1), 1)
+        row = lm(second[None])[0, -1]
+        return bool(row[0] > row[1]), int(first), int(second)
+    law, runs = law_and_runs(body)
+    # the law, computed directly from the tables (float64 rounding of log and softmax aside)
+    expected = {}
+    for a in range(3):
+        for b in range(3):
+            k = (b == 0, a, b)
+            expected[k] = expected.get(k, 0) + Q[a] * ROWS[a][b]
+    assert set(law) == set(expected) and sum(abs(law[k] - expected[k]) for k in law) < F(1, 2 ** 40)
+    with_reads, runs_read = _without_refinement(body)
+    assert with_reads == law and runs <= runs_read
+
+
+def _without_refinement(body):
+    saved = lazy_worlds.REFINE
+    lazy_worlds.REFINE = False
+    try:
+        return law_and_runs(body)
+    finally:
+        lazy_worlds.REFINE = saved

@@ -392,10 +392,18 @@ if torch is not None:
             # iterating (``for t in tokens``) or unbinding along dim 0 reads nothing: each row is ``t[i]``, pending
             rows = [first[i] for i in range(_disabled(torch.Tensor.size, (), (first, 0), {}))]
             return iter(rows) if name == "__iter__" else tuple(rows)
+        if WORLDS_DISPATCH is not None and what != _IN_PLACE and _fast_path.DEFER_READS:
+            # computed once per world of the pending draws (probs[token]: a function of the token), read only where
+            # a value reaches Python: lazy_worlds decides, and reads where it does not apply
+            return WORLDS_DISPATCH(func, types, args, kwargs)
         _force_all(args)
         if kwargs:
             _force_all(tuple(kwargs.values()))
         return _disabled(func, types, args, kwargs)
+
+    #: :mod:`.lazy_worlds`' dispatch once that module is imported (it imports this one): an operation on pending
+    #: draws that picks nothing runs there, per world, where the whole-loop fast path defers reads
+    WORLDS_DISPATCH: Any = None
 
     #: torch functions that hand back the rows of a tensor along its first dimension (``__iter__``, ``unbind``)
     _ROWS_OF = frozenset({"__iter__", "unbind"})

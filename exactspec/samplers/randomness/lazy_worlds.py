@@ -69,6 +69,9 @@ __all__ = ["LazyWorldsTensor", "WORLDS", "deferring", "domain", "lazy_logits", "
 #: the most worlds one operation is run in; beyond, its operands are read and it runs once
 WORLDS = 64
 
+#: ``bool()`` of a lazy value forks on the decision, not on the last draw it depends on (:func:`_decide`)
+REFINE = True
+
 
 def deferring() -> bool:
     """Whether the stand-ins defer the reads of the pending tokens they are fed (the whole-loop fast path).
@@ -115,6 +118,7 @@ def _key(cell: tuple) -> tuple:
 
 
 if torch is not None:
+    from . import lazy_draws as _lazy_draws_module
     from .lazy_draws import LazyCategoricalTensor, _basic, force as _force_draws
 
     _disabled = torch._C._disabled_torch_function_impl
@@ -320,6 +324,11 @@ if torch is not None:
                 _force_all(args)
                 _force_all(tuple(kwargs.values()))
                 return NotImplemented
+        if name == "__bool__" and len(args) == 1 and not kwargs and type(first := args[0]) is LazyWorldsTensor and \
+                _live(first) and REFINE:
+            decided = _decide(first)
+            if decided is not None:
+                return decided
         if name in _VALUE_READS and not kwargs:
             known = _known_values(args)
             if known is not None:       # every draw they depend on drawn: the values, read without reading the family
@@ -339,6 +348,66 @@ if torch is not None:
             if viewed is not NotImplemented:
                 return viewed
         return _compute(func, args, kwargs)
+
+    def _decide(x: Any) -> bool | None:
+        """``bool(x)`` of a one-entry lazy-worlds tensor, drawing only what the decision needs: the draws it depends on
+        but the last are drawn (read); the last is not, where the decision is the same for every value it can take,
+        and otherwise the branch forks on the decision (two ways, with the exact probability of each) and that
+        draw's law is narrowed to the values that give it, still undrawn. None where that does not apply (the caller
+        reads ``x`` as before): several entries, a draw of several tokens, a law not in exact rationals, a world
+        missing from the table."""
+        if x._gi.size != 1:
+            return None
+        g = x._groups[int(x._gi.reshape(-1)[0])]
+        pos = int(x._gp.reshape(-1)[0])
+        undrawn = [c for c in g.deps if not c[0].drawn]
+        if not undrawn:
+            return None
+        keep = undrawn[-1]
+        d = keep[0]
+        if d.count != 1 or keep[1] != 0 or getattr(getattr(d.rng, "_field", None), "Q", None) is not Fraction:
+            return None
+        values = domain(keep)
+        if values is None:
+            return None
+        for c in undrawn[:-1]:          # read: drawn in the order met
+            value_of(c)
+        if d.drawn:                     # drawn while reading the others (its law's own dependencies)
+            return None
+        outcome: dict = {}
+        for v in values:
+            t = g.worlds.get(tuple(v if c is keep else value_of(c) for c in g.deps))
+            if t is None:
+                return None
+            outcome[v] = bool(_disabled(torch.Tensor.__bool__, (), (t.reshape(-1)[pos],), {}))
+        if len(set(outcome.values())) == 1:
+            return next(iter(outcome.values()))      # the same whatever the draw: nothing drawn
+        if d._ready and callable(d.law):
+            d.law = d.law()             # its law, computed now (reading what it depends on)
+        law = d.law
+        if type(law) is not tuple or len(law) <= max(values) or any(law[v] != 0 for v in range(len(law))
+                                                                    if v not in outcome):
+            return None
+        yes = sum((law[v] for v in values if outcome[v]), Fraction(0))
+        no = sum((law[v] for v in values if not outcome[v]), Fraction(0))
+        if yes == 0 or no == 0:
+            return yes != 0
+        answer = d.rng.draw_now((yes / (yes + no), no / (yes + no))) == 0
+        mass = yes if answer else no
+        d.law = tuple(p / mass if p and outcome.get(i) is answer else Fraction(0) for i, p in enumerate(law))
+        d.domain = [v for v in values if outcome[v] is answer]
+        return answer
+
+    def _from_draws(func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+        """An operation on pending-draw tensors that :mod:`.lazy_draws` would read its operands for: run per world
+        where the whole-loop fast path defers reads (:func:`deferring`), read as before elsewhere."""
+        if not deferring():
+            _force_all(args)
+            _force_all(tuple(kwargs.values()))
+            return _disabled(func, (), args, kwargs)
+        return _dispatch(func, types, args, kwargs)
+
+    _lazy_draws_module.WORLDS_DISPATCH = _from_draws
 
     def _known_values(args: tuple) -> tuple | None:
         """``args`` with each live lazy-worlds tensor replaced by its value, where none depends on an undrawn draw
