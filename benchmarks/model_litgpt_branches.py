@@ -1,30 +1,31 @@
-"""How many branches litgpt's whole-loop audit would take if a token forked only where a decision reads it.
+"""How many branches litgpt's whole-loop audit takes, counted by a model of its control flow, three ways.
 
-A planning measurement for issue 17's litgpt row, not a speed figure. A whole-loop audit reruns
-the loop once per branch; a branch forks where the loop reads a pending token. On the stand-ins
-today every draft is read where the next forward consumes it (the draft model reads draft ``i`` to
-propose ``i + 1``; the target reads all of them), before verification knows whether it is kept.
-This script replays litgpt 0.5.13's ``generate`` / ``speculative_decoding`` control flow as a small
-abstract program over the same exact tables and counts its branches two ways:
+A planning measurement for issue 17's litgpt row, and a check of the audit's fork points, not a
+speed figure. A whole-loop audit reruns the loop once per branch; a branch forks where the loop
+reads a pending token. This script replays litgpt 0.5.13's ``generate`` / ``speculative_decoding``
+control flow as a small abstract program over the same exact tables and counts its branches:
 
-- **eager**: a token forks where the stand-ins read it today (the forwards), as well as where a
-  decision reads it;
+- **eager**: a token forks where the stand-ins are fed it (the forwards), as well as where a
+  decision reads it (the stand-ins reading every token: ``_fast_path.DEFER_READS`` off);
 - **deferred**: a token forks only where a Python decision needs its value (the comparison
   ``target_prob >= draft_prob`` of its verification, which also needs the token before it), a
-  token's own law read first when it depends on an earlier token (a draft's law on the draft
-  before it), and the tokens the loop returns unread are spread, as the audit spreads them now.
+  token's own law read first when it depends on an earlier token, and the tokens the loop returns
+  unread are spread, as the audit spreads them (``lazy_worlds.REFINE`` off);
+- **refined** (the default): a decision forks on its answer, not on the last token it depends on:
+  ``target_prob >= draft_prob`` narrows the draft to the values that give the answer, and
+  ``torch.rand(1) <= 1 - p/q`` is decided jointly with the draft, which stays unread (its law
+  conditioned on the answer); a token is read where its value itself is needed (the next
+  position's context, a law to spread).
 
-The two-way fork of ``if not should_discard_token`` (a uniform against ``1 - p/q``) is the same in
-both. Both counts are checked against the real audit's (``es.audit_loop`` on litgpt's own
-``generate``, same tables, same run): the eager one with the stand-ins reading every token
-(``_fast_path.DEFER_READS`` off, the path before deferred reads), the deferred one with the default
-(:mod:`exactspec.samplers.randomness.lazy_worlds`); a count that differs exits 1. The model was written
-first, to size the lever before it was built. ``floor`` is that count
-times the loop's own cost per plain call (measured here, outside any audit).
+The two-way fork of ``if not should_discard_token`` is in every mode. Each count is checked
+against the real audit's (``es.audit_loop`` on litgpt's own ``generate``, same tables, same run,
+with the switches set as the mode says); a count that differs exits 1. The model was written
+first, to size the lever before it was built. ``floor`` is the count times the loop's own cost
+per plain call (measured here, outside any audit).
 
 ``python -m benchmarks.model_litgpt_branches`` (``--quick``: gamma 2 only).
 
->>> count_branches(2, 2, seeds=(1, 4), eager=True) >= count_branches(2, 2, seeds=(1, 4), eager=False)
+>>> count_branches(2, 2, seeds=(1, 4), mode="eager") >= count_branches(2, 2, seeds=(1, 4), mode="refined")
 True
 """
 
@@ -121,15 +122,13 @@ def _generate(rng: _Replay, target: Any, draft: Any, gamma: int, n: int, prompt:
             if mode == "refined":
                 pc, qc = p(ctx), q(ctx)
                 confident = d.decide(lambda x: pc[x] >= qc[x])
-                if not confident:
-                    d.read()          # ``1 - p/q`` compared with a uniform: read (the uniform's law needs it)
             else:
                 x = d.read()
                 confident = p(ctx)[x] >= q(ctx)[x]
             if confident:
                 new.append(d)
                 continue
-            if rng.choice(2) == 0:                            # ``not should_discard_token``
+            if rng.choice(2) == 0:      # ``not should_discard_token`` (refined: decided jointly, the draft unread)
                 new.append(d)
                 continue
             new.append(_Token(rng, lambda c=ctx: [max(a - b, Fraction(0)) for a, b in zip(p(c), q(c))]))

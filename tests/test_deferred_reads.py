@@ -522,7 +522,41 @@ def bfloat16_round_trip(target, draft, prompt):
     return ids
 
 
+# a count of matching candidates (transformers' assisted decoding: n_matches) used to slice the pending tokens: a
+# lazy value inside a slice, which torch's dispatch does not see (it read a placeholder before the fix: "biased")
+def slice_by_a_lazy_count(target, draft, prompt):
+    ids = prompt
+    cand = torch.multinomial(_last_probs(draft, ids), 1)
+    sel = torch.multinomial(_last_probs(target, ids), 2, replacement=True)
+    n = ((~(cand == sel[:-1])).cumsum(-1) < 1).sum()
+    # (a slice within a tuple of them, as transformers slices; the candidate after it: at least two new tokens)
+    return torch.cat([ids, sel[None][:, : n + 1], cand[None]], dim=1)
+
+
+# a plain probability row indexed by a pending token, compared with a uniform, the token read after the decision
+def plain_row_by_pending_token(target, draft, prompt):
+    q = _last_probs(draft, prompt)
+    x = torch.multinomial(q, 1)
+    p = _last_probs(target, prompt)
+    if bool(torch.rand(1) < p[x] / q[x]):
+        return _append(prompt, x)
+    return _append(prompt, torch.multinomial(torch.clamp(p - q, min=0), 1))
+
+
+# the threshold on the right: ``t > u`` (the lazy-worlds operand's handler runs first and leaves it to the uniform's)
+def threshold_left_of_the_uniform(target, draft, prompt):
+    x = torch.multinomial(_last_probs(draft, prompt), 1)
+    ids = _append(prompt, x)
+    p = _last_probs(target, ids)
+    keep = bool(p[0] * 2 > torch.rand(1))
+    return _append(ids, torch.tensor(0 if keep else 1))
+
+
 CASES = [
+    pytest.param(slice_by_a_lazy_count, dict(target=P1, draft=Q1, tokens=2), id="slice_by_a_lazy_count"),
+    pytest.param(plain_row_by_pending_token, dict(target=P1, draft=Q1, tokens=1), id="plain_row_by_pending_token"),
+    pytest.param(threshold_left_of_the_uniform, dict(target=P1, draft=Q1, tokens=2, on_error="record"),
+                 id="threshold_left_of_the_uniform"),
     pytest.param(bfloat16_round_trip, dict(target=P1, tokens=2), id="bfloat16_round_trip"),
     pytest.param(_litgpt_steps(2, 2), dict(target=P1, draft=Q1, tokens=2, output="new"), id="litgpt_steps",
                  marks=needs_litgpt),

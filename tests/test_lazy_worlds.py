@@ -26,7 +26,7 @@ ROWS = {0: (F(1, 2), F(1, 4), F(1, 4)), 1: (F(1, 4), F(1, 4), F(1, 2)), 2: (F(1,
 MODEL = es.models.from_function(vocab=3, order=1, fn=lambda c: ROWS[c[-1]], name="rows")
 
 
-def law_and_runs(body, model=MODEL):
+def law_and_runs(body, model=MODEL, rng_model="continuous"):
     """The exact law of ``body(lm, first)`` over its draws, and how many runs the enumeration took; ``first`` is a
     pending draw from ``Q`` (as ``torch.multinomial`` returns it), ``lm`` a float64 stand-in of ``model``."""
     lm = TorchLM(model, torch.float64)
@@ -39,7 +39,7 @@ def law_and_runs(body, model=MODEL):
             first = torch.multinomial(torch.tensor([float(q) for q in Q], dtype=torch.float64), 1)
             return body(lm, first)
     with intercepting():
-        law = enumerate_program(program, get_field(backend="python"), exact_floats=True)
+        law = enumerate_program(program, get_field(backend="python"), exact_floats=True, rng_model=rng_model)
     return law, len(runs)
 
 
@@ -245,10 +245,46 @@ def test_a_decision_on_two_pending_tokens_draws_the_first_and_narrows_the_second
     assert with_reads == law and runs <= runs_read
 
 
-def _without_refinement(body):
+def _without_refinement(body, **kw):
     saved = lazy_worlds.REFINE
     lazy_worlds.REFINE = False
     try:
-        return law_and_runs(body)
+        return law_and_runs(body, **kw)
     finally:
         lazy_worlds.REFINE = saved
+
+
+# -- a uniform compared with a threshold that depends on a pending token: decided jointly, the token unread --------
+# u < softmax(lm(first))[0]: probability sum_a Q[a] p_a(0) (p_a the float64 softmax of row a's logs), two branches,
+# ``first`` undrawn and conditioned on the answer; a later use of ``u`` reads ``first`` and narrows ``u`` first.
+
+def _threshold(lm, first):
+    return lm(first[None])[0, -1].softmax(-1)[0]
+
+
+def test_a_uniform_against_a_threshold_of_a_pending_token_forks_two_ways_not_six():
+    def body(lm, first):
+        return bool(torch.rand(1) < _threshold(lm, first))
+    law, runs = law_and_runs(body)
+    assert runs == 2                              # reading ``first`` first took 3 x 2
+    assert abs(law[True] - sum(Q[a] * ROWS[a][0] for a in range(3))) < F(1, 2 ** 40)
+    with_reads, runs_read = _without_refinement(body)
+    assert with_reads == law and runs_read == 6
+
+
+@pytest.mark.parametrize("rng_model", ["continuous", "torch-float32"])
+@pytest.mark.parametrize("form", ["u < t", "t > u", "u >= t", "2u - 1 < t"])
+def test_the_token_and_the_uniform_read_after_a_joint_decision_keep_their_joint_law(form, rng_model):
+    def body(lm, first):
+        u = torch.rand(1)
+        t = _threshold(lm, first)
+        answer = {"u < t": lambda: u < t, "t > u": lambda: t > u, "u >= t": lambda: u >= t,
+                  "2u - 1 < t": lambda: u * 2 - 1 < t}[form]()
+        decided = bool(answer)
+        token = int(first)                        # read after the decision: its law conditioned on it
+        again = bool(u < 0.4)                     # the uniform used again: narrowed by the decision first
+        return decided, token, again
+    law, runs = law_and_runs(body, rng_model=rng_model)
+    with_reads, runs_read = _without_refinement(body, rng_model=rng_model)
+    assert law == with_reads                      # the same exact law as reading ``first`` at the comparison
+    assert runs <= runs_read

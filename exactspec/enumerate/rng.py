@@ -364,6 +364,8 @@ class PathRng:
         values of the lattice's points, ties have positive probability, and branch probabilities
         are counts of lattice points.
         """
+        if cell.cond is not None:       # a decision made on this uniform and a pending draw: that draw read first
+            cell.cond()
         lat = cell.lat
         if lat is None:
             lo, hi = cell.lo, cell.hi
@@ -405,6 +407,47 @@ class PathRng:
         else:
             cell.lo = kcut + 1
         return below
+
+
+    def _below_chance(self, cell: "_Cell", t: Any, strict: bool = True) -> Any:
+        """The probability, on this branch, that the uniform of ``cell`` is below ``t`` (``<= t`` when not
+        ``strict``), in the field; nothing drawn, nothing forked (what :meth:`_compare` would fork with).
+
+        >>> from fractions import Fraction as F
+        >>> from exactspec.fields import get_field
+        >>> u = PathRng((), 1, get_field(backend="python"), [], {}).uniform()
+        >>> u._cell.rng._below_chance(u._cell, F(1, 3))
+        Fraction(1, 3)
+        """
+        if cell.cond is not None:
+            cell.cond()
+        lat = cell.lat
+        if lat is None:
+            lo, hi = cell.lo, cell.hi
+            if t <= lo:
+                return self._zero
+            if t >= hi:
+                return self._one
+            return (t - lo) / (hi - lo)
+        klo, khi = cell.lo, cell.hi
+        kcut = min(max(lat.cut(t, strict), klo - 1), khi)
+        return self._field.convert(Fraction(kcut - klo + 1, khi - klo + 1))
+
+    def _narrow(self, cell: "_Cell", t: Any, strict: bool, below: bool) -> None:
+        """Restrict the uniform of ``cell`` to where ``u < t`` (``<=`` when not ``strict``) is ``below``, with no fork
+        and no weight: for a comparison whose probability a branch has already taken (:meth:`Uniform._narrow`)."""
+        lat = cell.lat
+        if lat is None:
+            if below:
+                cell.hi = min(cell.hi, t)
+            else:
+                cell.lo = max(cell.lo, t)
+            return
+        kcut = min(max(lat.cut(t, strict), cell.lo - 1), cell.hi)
+        if below:
+            cell.hi = kcut
+        else:
+            cell.lo = kcut + 1
 
 
 class _Unseen:
@@ -711,11 +754,14 @@ def _unwind(node: tuple) -> list:
 class _Cell:
     """The interval a uniform is known to lie in on the current branch."""
 
-    __slots__ = ("rng", "lo", "hi", "lat")
+    __slots__ = ("rng", "lo", "hi", "lat", "cond")
 
     def __init__(self, rng: PathRng, lo: Any, hi: Any, lat: "Lattice | None" = None) -> None:
         # ``lat``: the lattice the draw lies on (None: continuous, lo/hi are numbers; else lo/hi are point indices)
         self.rng, self.lo, self.hi, self.lat = rng, lo, hi, lat
+        # a comparison decided with a threshold that depends on a draw still pending: called before the interval is
+        # used, it reads that draw and narrows the interval (Uniform._narrow)
+        self.cond: Callable[[], None] | None = None
 
 
 def _where() -> str:
@@ -756,6 +802,44 @@ class Uniform:
         if a > 0:
             return rng._compare(self._cell, bound, strict)
         return not rng._compare(self._cell, bound, not strict)
+
+    def _cut(self, t: Any, strict: bool) -> Any:
+        """``a*u + b < t`` (``<=`` when not ``strict``) as a comparison of ``u`` itself: ``(bound, strict, negated)``,
+        or a bool where ``a == 0`` (no uniform left in it); ``t`` already a number of the field."""
+        a, b = self._a, self._b
+        if a == 0:
+            return b < t if strict else b <= t
+        bound = t if b == 0 and a == 1 else (t - b) / a
+        return (bound, strict, False) if a > 0 else (bound, not strict, True)
+
+    def _chance(self, t: Any, strict: bool) -> Any:
+        """The probability, on this branch, that ``a*u + b < t`` (``<= t`` when not ``strict``); nothing forked.
+
+        >>> from fractions import Fraction as F
+        >>> from exactspec.fields import get_field
+        >>> u = PathRng((), 1, get_field(backend="python"), [], {}).uniform()
+        >>> (u * 2)._chance(F(1, 2), True), (-u)._chance(F(-1, 4), True)
+        (Fraction(1, 4), Fraction(3, 4))
+        """
+        t = self._num(t, "<" if strict else "<=")
+        cut = self._cut(t, strict)
+        rng = self._cell.rng
+        if type(cut) is bool:
+            return rng._one if cut else rng._zero
+        bound, st, negated = cut
+        p = rng._below_chance(self._cell, bound, st)
+        return rng._one - p if negated else p
+
+    def _narrow(self, t: Any, strict: bool, below: bool) -> None:
+        """Restrict this uniform to where ``a*u + b < t`` (``<=`` when not ``strict``) is ``below``, with no fork and
+        no weight: the branch has already taken that comparison's probability (a decision made jointly with a draw
+        that was pending, narrowed once that draw is read)."""
+        t = self._num(t, "<" if strict else "<=")
+        cut = self._cut(t, strict)
+        if type(cut) is bool:
+            return
+        bound, st, negated = cut
+        self._cell.rng._narrow(self._cell, bound, st, below != negated)
 
     def _direct(self, t: Any) -> Any:
         """The rng to decide a comparison with ``t`` on directly (the uniform itself, continuous, against a number

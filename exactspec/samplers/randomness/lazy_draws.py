@@ -362,6 +362,8 @@ if torch is not None:
         name, what, picks, structural = spec
         if what == _META:
             return _disabled(func, types, args, kwargs or {})
+        if WORLDS_DISPATCH is not None and (name == "__getitem__" or name == "__setitem__"):
+            FORCE_IN_SLICES(args)       # lazy values in an index's slices: read (torch does not see them)
         if kwargs is None:
             kwargs = {}
         if name == "__setitem__" and _fast_path.DEFER_LAST and _fast_path.fast_paths() and \
@@ -404,6 +406,8 @@ if torch is not None:
     #: :mod:`.lazy_worlds`' dispatch once that module is imported (it imports this one): an operation on pending
     #: draws that picks nothing runs there, per world, where the whole-loop fast path defers reads
     WORLDS_DISPATCH: Any = None
+    #: :func:`.lazy_worlds.force_in_slices`, set with :data:`WORLDS_DISPATCH`
+    FORCE_IN_SLICES: Any = None
 
     #: torch functions that hand back the rows of a tensor along its first dimension (``__iter__``, ``unbind``)
     _ROWS_OF = frozenset({"__iter__", "unbind"})

@@ -279,6 +279,8 @@ def _untouched(cell: Any) -> bool:
     """A uniform never compared yet, whose race law is the ideal one: a continuous draw, or under the ``native``
     rng model a draw on its generator's lattice (its race is taken as that of an ideal continuous draw; the
     lattice's own ties and its point 0 are not followed into an argmax, see docs/samplers.md)."""
+    if getattr(cell, "cond", None) is not None:     # decided jointly with a pending draw: narrowed now
+        cell.cond()
     lat = getattr(cell, "lat", None)
     if lat is None:
         return cell.lo == 0 and cell.hi == 1

@@ -63,8 +63,8 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the torch extra
     torch = None
 
-__all__ = ["LazyWorldsTensor", "WORLDS", "deferring", "domain", "lazy_logits", "multinomial_of_worlds",
-           "value_of"]
+__all__ = ["LazyWorldsTensor", "WORLDS", "deferring", "domain", "entry_decision", "lazy_logits",
+           "multinomial_of_worlds", "value_of"]
 
 #: the most worlds one operation is run in; beyond, its operands are read and it runs once
 WORLDS = 64
@@ -279,6 +279,10 @@ if torch is not None:
             "index_select", "masked_fill", "scatter", "full_like", "mean", "prod", "logsumexp", "sigmoid",
             "relu", "tanh")) if f is not None)
 
+    #: comparisons a lazy uniform's handler decides jointly with a lazy-worlds threshold (torch_rng._joint_compare)
+    _UNIFORM_COMPARISONS = frozenset({"__lt__", "lt", "less", "__le__", "le", "less_equal", "__gt__", "gt", "greater",
+                                      "__ge__", "ge", "greater_equal"})
+
     _NAMES: dict = {}
 
     def _name(func: Any) -> str:
@@ -312,14 +316,33 @@ if torch is not None:
             return False
         return True
 
+    def force_in_slices(items: Any) -> None:
+        """Read the lazy-worlds tensors inside the slices of an index (``ids[:, :n + 1]`` with ``n`` lazy): torch does
+        not see them as operands, and an indexing run with subclass handlers disabled would take their storage (a
+        placeholder) for their value.
+
+        >>> force_in_slices((slice(None, 2),))
+        """
+        for a in items:
+            if type(a) is slice:
+                for b in (a.start, a.stop, a.step):
+                    if type(b) is LazyWorldsTensor:
+                        force(b)
+            elif type(a) is tuple or type(a) is list:
+                force_in_slices(a)
+
     def _dispatch(func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
         name = _name(func)
+        if name == "__getitem__" or name == "__setitem__":
+            force_in_slices(args)
         if name in _QUERIES or name == "__get__":
             return _disabled(func, (), args, kwargs)
         if name in _LIKE and args and not _any_live(args[1:]) and not _any_live(kwargs.values()):
             return _disabled(func, (), args, kwargs)     # a new tensor shaped like a lazy one: its values unread
         for t in types:
             if t is not LazyWorldsTensor and t is not LazyCategoricalTensor and t is not torch.Tensor:
+                if name in _UNIFORM_COMPARISONS and t.__name__ == "LazyUniformTensor" and REFINE:
+                    return NotImplemented   # its handler decides each entry jointly with our pending draws
                 # another lazy type takes part: ours are read, and its handler runs the operation on the values
                 _force_all(args)
                 _force_all(tuple(kwargs.values()))
@@ -358,8 +381,21 @@ if torch is not None:
         missing from the table."""
         if x._gi.size != 1:
             return None
-        g = x._groups[int(x._gi.reshape(-1)[0])]
-        pos = int(x._gp.reshape(-1)[0])
+        split = _last_undrawn(x._groups[int(x._gi.reshape(-1)[0])], int(x._gp.reshape(-1)[0]))
+        if split is None:
+            return None
+        keep, entries = split
+        outcome = {v: bool(_disabled(torch.Tensor.__bool__, (), (e,), {})) for v, e in entries.items()}
+        if len(set(outcome.values())) == 1:
+            return next(iter(outcome.values()))      # the same whatever the draw: nothing drawn
+        one, zero = Fraction(1), Fraction(0)
+        return _choose(keep[0], {v: one if b else zero for v, b in outcome.items()})
+
+    def _last_undrawn(g: Any, pos: int) -> tuple | None:
+        """For a decision on entry ``pos`` of group ``g``'s tensors: the draws it depends on but the last are drawn
+        (read, in the order met); returns the last one's cell and, per value it can take, the entry (a 0-d tensor).
+        None where nothing is pending or that does not apply (a draw of several tokens, a law not in exact
+        rationals, values not known, a world missing from the table): the caller reads."""
         undrawn = [c for c in g.deps if not c[0].drawn]
         if not undrawn:
             return None
@@ -374,29 +410,63 @@ if torch is not None:
             value_of(c)
         if d.drawn:                     # drawn while reading the others (its law's own dependencies)
             return None
-        outcome: dict = {}
+        entries: dict = {}
         for v in values:
             t = g.worlds.get(tuple(v if c is keep else value_of(c) for c in g.deps))
             if t is None:
                 return None
-            outcome[v] = bool(_disabled(torch.Tensor.__bool__, (), (t.reshape(-1)[pos],), {}))
-        if len(set(outcome.values())) == 1:
-            return next(iter(outcome.values()))      # the same whatever the draw: nothing drawn
+            entries[v] = t.reshape(-1)[pos]
+        return keep, entries
+
+    def _choose(d: Any, chance: dict) -> bool | None:
+        """Fork on an event whose probability given the pending draw ``d`` is ``chance[v]`` (exact, per value ``v``
+        it can take): True with probability ``sum law(v) chance[v]``; ``d`` stays undrawn, its law conditioned on
+        the answer (``law(v) chance[v]``, or ``law(v) (1 - chance[v])``, renormalised). None where ``d``'s law is not
+        an exact row over those values (the caller reads)."""
         if d._ready and callable(d.law):
-            d.law = d.law()             # its law, computed now (reading what it depends on)
+            d.law = d.law()             # its law, computed now (reading what it depends on), as a read would
         law = d.law
-        if type(law) is not tuple or len(law) <= max(values) or any(law[v] != 0 for v in range(len(law))
-                                                                    if v not in outcome):
+        if type(law) is not tuple or len(law) <= max(chance) or \
+                any(law[v] != 0 for v in range(len(law)) if v not in chance):
             return None
-        yes = sum((law[v] for v in values if outcome[v]), Fraction(0))
-        no = sum((law[v] for v in values if not outcome[v]), Fraction(0))
-        if yes == 0 or no == 0:
-            return yes != 0
+        yes = sum((law[v] * chance[v] for v in chance), Fraction(0))
+        no = sum((law[v] * (1 - chance[v]) for v in chance), Fraction(0))
+        if no == 0 or yes == 0:
+            return no == 0              # certain: nothing forked, nothing narrowed
         answer = d.rng.draw_now((yes / (yes + no), no / (yes + no))) == 0
         mass = yes if answer else no
-        d.law = tuple(p / mass if p and outcome.get(i) is answer else Fraction(0) for i, p in enumerate(law))
-        d.domain = [v for v in values if outcome[v] is answer]
+        weight = {v: (c if answer else 1 - c) for v, c in chance.items()}
+        d.law = tuple(law[i] * weight[i] / mass if i in weight and law[i] else Fraction(0) for i in range(len(law)))
+        d.domain = [v for v in chance if d.law[v] > 0]
         return answer
+
+    def live(x: Any) -> bool:
+        """Whether ``x`` is a lazy-worlds tensor not read yet.
+
+        >>> live(torch.zeros(1))
+        False
+        """
+        return type(x) is LazyWorldsTensor and _live(x)
+
+    def entry_decision(x: Any, index: int, chance: Any, read: bool = False) -> tuple:
+        """A decision on entry ``index`` (row-major) of the lazy-worlds tensor ``x`` whose probability, given the
+        entry's value ``f`` (a float), is ``chance(f)`` (exact): a comparison with a lazy uniform
+        (:mod:`.torch_rng`). ``("value", f)`` where the entry is read (nothing pending, or the decision cannot be
+        made jointly): the caller decides on ``f``; else ``("decided", answer, cell, values)``: the branch forked
+        on the answer, the draw ``cell`` pending with its law conditioned on it, ``values[v]`` the entry's value
+        where that draw is ``v`` (for the caller to narrow its own randomness once the draw is read). ``read``: the
+        entry read, whatever applies."""
+        g = x._groups[int(x._gi.reshape(-1)[index])]
+        pos = int(x._gp.reshape(-1)[index])
+        split = _last_undrawn(g, pos) if REFINE and not read else None
+        if split is not None:
+            keep, entries = split
+            values = {v: float(_disabled(torch.Tensor.item, (), (e,), {})) for v, e in entries.items()}
+            answer = _choose(keep[0], {v: chance(f) for v, f in values.items()})
+            if answer is not None:
+                return "decided", answer, keep, values
+        t = g.worlds[tuple(value_of(c) for c in g.deps)]
+        return "value", float(_disabled(torch.Tensor.item, (), (t.reshape(-1)[pos],), {}))
 
     def _from_draws(func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
         """An operation on pending-draw tensors that :mod:`.lazy_draws` would read its operands for: run per world
@@ -408,6 +478,7 @@ if torch is not None:
         return _dispatch(func, types, args, kwargs)
 
     _lazy_draws_module.WORLDS_DISPATCH = _from_draws
+    _lazy_draws_module.FORCE_IN_SLICES = force_in_slices
 
     def _known_values(args: tuple) -> tuple | None:
         """``args`` with each live lazy-worlds tensor replaced by its value, where none depends on an undrawn draw
@@ -1056,3 +1127,9 @@ else:  # pragma: no cover
 
     def force(x: Any) -> Any:
         return x
+
+    def live(x: Any) -> bool:
+        return False
+
+    def force_in_slices(items: Any) -> None:
+        return None

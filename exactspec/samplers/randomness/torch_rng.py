@@ -63,12 +63,14 @@ from typing import Any
 
 import numpy as np
 
-from ...enumerate.rng import LATTICES, Lattice
+from ...enumerate.rng import LATTICES, Lattice, PathRng
 from ...errors import ExactSpecError, UnsupportedRandomness
 from .interception import (below, bind, current_rng, current_session, fisher_yates, generator_state, intercepting,
                            native_uniform, note_dtype, unsupported, user_site)
 from .lazy_draws import LazyCategoricalTensor, PendingDraw, exact_rows, lazy_multinomial
-from .lazy_worlds import LazyWorldsTensor, multinomial_of_worlds
+from .lazy_worlds import LazyWorldsTensor, deferring, entry_decision, multinomial_of_worlds, value_of
+from .lazy_worlds import live as _worlds_live
+from . import lazy_worlds as _lazy_worlds
 from ._fast_path import fast_paths
 from .lazy_values import LazyBit, exponential, fresh_op, lazy, race_outcome, race_winner
 from .planned import current_plan
@@ -366,6 +368,10 @@ if torch is not None:
             a, b = b, a                      # t < u  <=>  u > t
             strict, flip = {(True, False): (False, True), (False, False): (True, True),
                             (False, True): (True, False), (True, True): (False, False)}[(strict, flip)]
+        if type(b) is LazyWorldsTensor and _lazy_worlds.REFINE and deferring() and _worlds_live(b):
+            # a threshold that depends on pending draws (1 - p(x)/q(x) for a draft x nobody read): each entry decided
+            # jointly with the last of them, which stays undrawn (entry_decision)
+            return _joint_compare(a, b, strict, flip, name)
         if type(b) in _REAL:                 # each uniform against the exact value of its real entry
             shape = _shape_with(a._u, b)
             ts = [_exact(f) for f in _flat_floats(b, shape)] if type(b) is torch.Tensor else \
@@ -393,6 +399,47 @@ if torch is not None:
         for idx in np.ndindex(*shape):
             out[idx] = _leaf(us[idx], ts[idx], strict, flip, name)
         return LazyMask(out, torch.bool)
+
+    def _joint_compare(a: Any, b: Any, strict: bool, flip: bool, name: str) -> Any:
+        """Uniforms ``a`` compared with a lazy-worlds tensor ``b``: a lazy mask whose entries, when read, fork on the
+        comparison without reading the draw its threshold depends on last (see :func:`_joint_leaf`)."""
+        note_dtype(b)
+        bshape = tuple(b.shape)
+        shape = np.broadcast_shapes(a._u.shape, bshape)
+        us = _lazy_cells(a, shape)
+        where = np.broadcast_to(np.arange(int(np.prod(bshape, dtype=np.int64))).reshape(bshape), shape)
+        out = np.empty(shape, dtype=object)
+        for idx in np.ndindex(*shape):
+            out[idx] = _joint_leaf(us[idx], b, int(where[idx]), strict, flip, name)
+        return LazyMask(out, torch.bool)
+
+    def _joint_leaf(u: Any, b: Any, index: int, strict: bool, flip: bool, name: str) -> LazyBit:
+        """``u < t`` (``<=``, flipped: ``>=``, ``>``) for entry ``index`` of the lazy-worlds tensor ``b``, decided when
+        read: the branch forks on the answer with its exact probability over the last pending draw ``t`` depends on
+        (each value's threshold against ``u``'s interval), that draw stays pending with its law conditioned on the
+        answer, and ``u``'s interval is narrowed to the answer once that draw is read (``_Cell.cond``)."""
+        def decide() -> bool:
+            cell = u._cell
+            if cell.cond is not None:
+                cell.cond()
+            if type(cell.rng) is not PathRng:
+                res = ("value", entry_decision(b, index, None, read=True)[1])
+            else:
+                def chance(f: float) -> Any:
+                    p = u._chance(_exact(f), strict)
+                    return 1 - p if flip else p
+                res = entry_decision(b, index, chance)
+            if res[0] == "value":
+                below = u._cmp(_exact(res[1]), strict, name)
+                return (not below) if flip else bool(below)
+            _, answer, keep, values = res
+
+            def narrow() -> None:
+                cell.cond = None
+                u._narrow(_exact(values[value_of(keep)]), strict, answer != flip)
+            cell.cond = narrow
+            return answer
+        return LazyBit(decide)
 
     def _leaf(u: Any, t: Any, strict: bool, flip: bool, name: str) -> LazyBit:
         def decide() -> bool:
