@@ -2,13 +2,15 @@
 
 Rows (the issue's wording): transformers' own ``generate`` with an assistant (vocab 4, 3 tokens),
 a harder transformers instance standing in for the README's, and litgpt 0.5.13's ``generate`` at
-gamma 3. Each row audits the loop on the faster path (by default: the branches left after a second on every
+gamma 3. Each row audits the loop on the faster path (by default: the branches left after 0.2 s on every
 core), on the faster path in one process, on it with the stand-ins reading every token they are fed (deferred
-reads off, one process: the faster path before :mod:`exactspec.samplers.randomness.lazy_worlds`), and on the old one
+reads off, one process: the faster path before :mod:`exactspec.samplers.randomness.lazy_worlds`), on it with
+decisions forking on the draws they read rather than on their answers (``lazy_worlds.REFINE`` off, one process),
+and on the old one
 (``exactspec.samplers.loops.loop_audit._old_path()``: the bookkeeping of pending draws, the dispatch of pending
 tensors, the interception's frame walk and the stand-ins' per-call work as they were), old
 first (after one untimed small audit of the same loop), every module-level memo of exact rows
-emptied before each run, and checks the three reports
+emptied before each run, and checks the reports
 identical (law, verdict, TV, the float64 run's figures; the two runs of the faster path also the same branches:
 the old path reads every token a branch returns, and forks where the loop iterates over pending draws, so it
 runs more branches for the same law, both counts printed); the forward calls are counted on the run in one
@@ -145,9 +147,15 @@ def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> di
     with _counting_forwards() as built:      # in this process, so that every forward call is counted here
         one, one_s, one_cpu = _audit(fn, kw, old=False, cap=None, workers=None)
     forwards = sum(lm.total_calls for lm in built)
+    from exactspec.samplers.randomness import lazy_worlds
     from exactspec.samplers.randomness._fast_path import reads_deferred
     with reads_deferred(False):              # the faster path before deferred reads, in one process
         eager, eager_s, _ = _audit(fn, kw, old=False, cap=None, workers=None)
+    lazy_worlds.REFINE = False               # deferred reads, decisions forking on the draws they read, one process
+    try:
+        plain, plain_s, _ = _audit(fn, kw, old=False, cap=None, workers=None)
+    finally:
+        lazy_worlds.REFINE = True
     new, new_s, _ = _audit(fn, kw, old=False, cap=None)
 
     def agree(a: Any, b: Any, branches_too: bool) -> bool:
@@ -157,10 +165,11 @@ def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> di
             not branches_too or (b.paths, b.extra.get("float64_paths")) == (a.paths, a.extra.get("float64_paths")))
     # the old path reads every token a branch returns and forks where it iterates over pending draws: the same law
     # in more branches; the two runs of the new path run the same branches
-    same = agree(old, new, False) and agree(one, new, True) and agree(eager, new, False)
+    same = agree(old, new, False) and agree(one, new, True) and agree(eager, new, False) and agree(plain, new, False)
     branches = new.paths + (new.extra.get("float64_paths") or 0)
     old_branches = None if old is None else old.paths + (old.extra.get("float64_paths") or 0)
     eager_branches = eager.paths + (eager.extra.get("float64_paths") or 0)
+    plain_branches = plain.paths + (plain.extra.get("float64_paths") or 0)
     runs = "two runs (own precision + float64)" if new.extra.get("float64_paths") else "one run"
     from exactspec import parallel
     note = (f"{instance}; {branches} branches ({runs}; old path {old_branches}), {new.verdict}, "
@@ -168,7 +177,8 @@ def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> di
             f"{parallel.resolve_workers(0)} processes (the default: the branches left after "
             f"{_switch_after():g} s go to workers); in one process {one_s:.2f} s (CPU {one_cpu:.1f} s); the stand-ins "
             f"reading every token they are fed (deferred reads off, one process) {eager_branches} branches, "
-            f"{eager_s:.2f} s; old path "
+            f"{eager_s:.2f} s; decisions forking on the draws they read (lazy_worlds.REFINE off, one process) "
+            f"{plain_branches} branches, {plain_s:.2f} s; old path "
             f"CPU {old_cpu:.1f} s; floor on one core (the loop alone, {floor:.2f} ms CPU per call, x {branches} "
             f"branches) "
             f"{floor * branches / 1e3:.1f} s; by forward calls (the branches run every path, the plain runs the "
