@@ -35,7 +35,7 @@ NEG = float("-inf")
 def _audit(fn, on, kw):
     with _fast_path.reads_deferred(on):
         try:
-            return es.audit_loop(fn, workers=None, rng_model="continuous", progress=False, **kw), None
+            return es.audit_loop(fn, workers=None, progress=False, **{"rng_model": "continuous", **kw}), None
         except Exception as exc:  # noqa: BLE001  (compared below, both ways)
             return None, exc
 
@@ -552,7 +552,48 @@ def threshold_left_of_the_uniform(target, draft, prompt):
     return _append(ids, torch.tensor(0 if keep else 1))
 
 
+# one uniform compared with two thresholds of the same pending draft (the second decision after the first narrowed
+# both), then the draft returned
+def one_uniform_two_thresholds(target, draft, prompt):
+    q = _last_probs(draft, prompt)
+    x = torch.multinomial(q, 1)
+    ids = _append(prompt, x)
+    p = _last_probs(target, ids)
+    u = torch.rand(1)
+    first = bool(u < p[0])
+    second = bool(1 - u <= p[1] * 2)            # affine in the uniform, a threshold of the same draft
+    return _append(ids, torch.tensor(int(first) + int(second)))
+
+
+# vLLM-style vectorised acceptance: uniforms against the ratios of two pending drafts, the first rejection found by
+# argmax over the mask; the drafts up to it returned, then a token from the residual there
+def vectorised_acceptance(target, draft, prompt):
+    q0 = _last_probs(draft, prompt)
+    x0 = torch.multinomial(q0, 1)
+    q1 = _last_probs(draft, _append(prompt, x0))
+    x1 = torch.multinomial(q1, 1)
+    ids = torch.cat([prompt, x0[None], x1[None]], dim=1)
+    p = target(ids)[0, -3:-1].softmax(-1)
+    qs = torch.stack([q0, q1])
+    xs = torch.cat([x0, x1])
+    ratio = p.gather(-1, xs[:, None])[:, 0] / qs.gather(-1, xs[:, None])[:, 0]
+    rejected = ~(torch.rand(2) < ratio)
+    if bool(rejected.any()):
+        n = int(rejected.int().argmax())
+        resid = torch.clamp(p[n] - qs[n], min=0)
+        return torch.cat([prompt, xs[:n][None], torch.multinomial(resid, 1)[None]], dim=1)
+    return ids
+
+
 CASES = [
+    pytest.param(one_uniform_two_thresholds, dict(target=P1, draft=Q1, tokens=2), id="one_uniform_two_thresholds"),
+    pytest.param(one_uniform_two_thresholds, dict(target=P1, draft=Q1, tokens=2, rng_model="torch-float32"),
+                 id="one_uniform_two_thresholds_float32_lattice"),
+    pytest.param(vectorised_acceptance, dict(target=P1, draft=Q1, tokens=1), id="vectorised_acceptance"),
+    pytest.param(vectorised_acceptance, dict(target=P1, draft=Q1, tokens=1, rng_model="torch-float32"),
+                 id="vectorised_acceptance_float32_lattice"),
+    pytest.param(plain_row_by_pending_token, dict(target=P1, draft=Q1, tokens=1, rng_model="torch-float32"),
+                 id="plain_row_by_pending_token_float32_lattice"),
     pytest.param(slice_by_a_lazy_count, dict(target=P1, draft=Q1, tokens=2), id="slice_by_a_lazy_count"),
     pytest.param(plain_row_by_pending_token, dict(target=P1, draft=Q1, tokens=1), id="plain_row_by_pending_token"),
     pytest.param(threshold_left_of_the_uniform, dict(target=P1, draft=Q1, tokens=2, on_error="record"),

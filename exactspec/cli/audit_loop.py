@@ -111,7 +111,7 @@ def register(sub: Any, o: Options) -> None:
                     help="search in chunks of instances on N local worker processes (0: every core; 1: in this "
                          "process; default: every core when the search is long enough to pay for starting them and "
                          "the loop can be imported by them, in this process otherwise); with --instance, the "
-                         "branches left after 0.2 s on N forked processes (default: every core); the output is "
+                         "branches left after 0.05 s on N forked processes (default: every core); the output is "
                          "the same for any N")
     o.code_search_output(lo)
 

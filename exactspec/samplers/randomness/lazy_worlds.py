@@ -1063,8 +1063,8 @@ if torch is not None:
             out[r, 0] = (d, 0)
         return _lazy(out.reshape(shape), torch.zeros(shape, dtype=torch.int64), None)
     def _rows_of(g: Any) -> Any:
-        """A group's tables as float64 weight rows ``[n, V]`` per world and, per row, whether each entry is
-        positive in some world; None where some world's rows are not valid weights (memoised on the table)."""
+        """A group's tables as float64 weight rows ``[n, V]`` per world and, per row, the values positive in some
+        world (a draw's domain); None where some world's rows are not valid weights (memoised on the table)."""
         memo = (_rows_of, id(g.worlds))
         hit = _MEMO.get(memo)
         if hit is not None and hit[0] is g.worlds:
@@ -1078,8 +1078,27 @@ if torch is not None:
                 break
             table[key] = arr
             positive = arr > 0 if positive is None else positive | (arr > 0)
-        out = None if table is None else (table, positive)
+        out = None if table is None else (table, [[int(i) for i in np.nonzero(row)[0]] for row in positive])
         _memo_put(memo, (g.worlds, out))
+        return out
+
+    #: (shape, entries' groups, entries' positions) -> per row of the weights ``(group index, row of its tables)``,
+    #: or None where the rows are not whole rows of one group's tables (_multinomial_by_rows)
+    _ROW_LAYOUTS: dict = {}
+
+    def _row_layout(gi: Any, gp: Any) -> list | None:
+        key = (gi.shape, gi.tobytes(), gp.tobytes())
+        hit = _ROW_LAYOUTS.get(key, _ROW_LAYOUTS)
+        if hit is not _ROW_LAYOUTS:
+            return hit
+        v = gi.shape[-1]
+        gi2, gp2 = gi.reshape(-1, v), gp.reshape(-1, v)
+        out = None
+        if (gi2 == gi2[:, :1]).all() and (gp2 - gp2[:, :1] == np.arange(v)).all() and (gp2[:, 0] % v == 0).all():
+            out = [(int(gi2[r, 0]), int(gp2[r, 0]) // v) for r in range(gi2.shape[0])]
+        if len(_ROW_LAYOUTS) > 4096:
+            _ROW_LAYOUTS.clear()
+        _ROW_LAYOUTS[key] = out
         return out
 
     def _multinomial_by_rows(rng: Any, probs: Any) -> Any:
@@ -1090,25 +1109,24 @@ if torch is not None:
         gi, gp = probs._gi, probs._gp
         if gi.ndim not in (1, 2):
             return NotImplemented
-        v = gi.shape[-1]
-        gi2, gp2 = gi.reshape(-1, v), gp.reshape(-1, v)
-        if not ((gi2 == gi2[:, :1]).all() and (gp2 - gp2[:, :1] == np.arange(v)).all() and
-                (gp2[:, 0] % v == 0).all()):
+        layout = _row_layout(gi, gp)
+        if layout is None:
             return NotImplemented
-        for g in probs._groups:
+        v = gi.shape[-1]
+        groups = probs._groups
+        for g in groups:
             if next(iter(g.worlds.values())).shape[-1:] != (v,):
                 return NotImplemented
         field = rng._field
         exact = getattr(field, "Q", None) is Fraction
-        n_rows = gi2.shape[0]
+        n_rows = len(layout)
         out = np.empty((n_rows, 1), dtype=object)
-        for r in range(n_rows):
-            g = probs._groups[int(gi2[r, 0])]
-            k = int(gp2[r, 0]) // v
+        for r, (i, k) in enumerate(layout):
+            g = groups[i]
             rows = _rows_of(g)
             if rows is None:
                 return None
-            table, positive = rows
+            table, domains = rows
             if not g.deps:
                 arr = next(iter(table.values()))
                 d = PendingDraw(rng, *exact_rows(arr)[0][k], 1, True)     # no pending draw behind it: its law
@@ -1118,7 +1136,7 @@ if torch is not None:
                     row = exact_rows(table[values])[0][k][1]
                     return row if exact else tuple(field.convert(x) for x in row)
                 d = PendingDraw.of_law(rng, law)
-                d.domain = [int(i) for i in np.nonzero(positive[k])[0]]
+                d.domain = list(domains[k])
             out[r, 0] = (d, 0)
         shape = (1,) if gi.ndim == 1 else (n_rows, 1)
         return _lazy(out.reshape(shape), torch.zeros(shape, dtype=torch.int64), None)
