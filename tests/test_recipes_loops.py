@@ -9,6 +9,8 @@ on the stand-ins ``audit_loop`` hands over. Verdicts found here (package version
   prefill and never returns it, while the tokens it does return are conditioned on it. The law
   it returns is exactly "skip one token" (asserted to float64 rounding); on a context-free
   instance, where skipping a token changes nothing, it is lossless. Algorithmic, not rounding.
+  Reported upstream as Lightning-AI/litgpt#2307 ("Speculative decoding drops the first generated
+  token"; fix proposed in Lightning-AI/litgpt#2308, open when this was written).
 - litgpt 0.5.13 ``speculative_decoding`` (one step), driven by a loop that keeps every token:
   **lossless** up to float64 rounding at temperature 1, at temperature 1/2 and with ``top_k``
   (against the target tempered / cut to its top k, as both sides sample), at gamma 2 and 3, and
