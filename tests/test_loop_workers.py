@@ -246,3 +246,40 @@ def test_the_float64_run_goes_to_workers_at_once_when_the_first_run_did(monkeypa
                       workers=2)
     assert r.extra["float64_paths"] and len(calls) == 2
     assert _on_workers.SWITCH_AFTER == 1e9        # (the second call came from at_once, not from the timer)
+
+
+def _verify_unread(target, draft, prompt):
+    """litgpt-style verification of two drafts fed to the stand-ins unread: decisions fork on their answers (the
+    drafts narrowed or conditioned, still pending), so the workers replay choices made by those decisions."""
+    ids = prompt
+    xs, qs = [], []
+    for _ in range(2):
+        q = draft(ids)[0, -1].softmax(-1)
+        x = torch.multinomial(q, 1)
+        xs.append(x), qs.append(q)
+        ids = torch.cat([ids, x[None]], dim=1)
+    ps = target(ids)[0, -3:-1].softmax(-1)
+    out = prompt
+    for i, (x, q) in enumerate(zip(xs, qs)):
+        p = ps[i]
+        if p[x] >= q[x] or not bool(torch.rand(1) <= 1 - p[x] / q[x]):
+            out = torch.cat([out, x[None]], dim=1)
+            continue
+        resid = torch.clamp(p - q, min=0)
+        return torch.cat([out, torch.multinomial(resid / resid.sum(), 1)[None]], dim=1)
+    return out
+
+
+def test_workers_replay_decisions_made_on_pending_drafts(every_branch_on_workers):
+    from exactspec.samplers.randomness import lazy_worlds
+    here = es.audit_loop(_verify_unread, target=P3, draft=Q3, tokens=1, progress=False, workers=None)
+    there = es.audit_loop(_verify_unread, target=P3, draft=Q3, tokens=1, progress=False, workers=2)
+    assert every_branch_on_workers and every_branch_on_workers[0] > 0
+    _same(here, there)
+    saved = lazy_worlds.REFINE
+    lazy_worlds.REFINE = False
+    try:
+        unrefined = es.audit_loop(_verify_unread, target=P3, draft=Q3, tokens=1, progress=False, workers=None)
+    finally:
+        lazy_worlds.REFINE = saved
+    assert unrefined.output == here.output and here.paths < unrefined.paths     # the decisions did fork on answers
