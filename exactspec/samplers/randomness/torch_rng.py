@@ -420,9 +420,9 @@ if torch is not None:
         answer, and ``u``'s interval is narrowed to the answer once that draw is read (``_Cell.cond``)."""
         def decide() -> bool:
             cell = u._cell
-            if cell.cond is not None:
+            if getattr(cell, "cond", None) is not None:
                 cell.cond()
-            if type(cell.rng) is not PathRng:
+            if type(cell.rng) is not PathRng or not hasattr(cell, "cond"):
                 res = ("value", entry_decision(b, index, None, read=True)[1])
             else:
                 def chance(f: float) -> Any:
