@@ -40,8 +40,8 @@ __all__ = ["SWITCH_AFTER", "TASK_SECONDS", "Plan", "plan", "finish_on_workers"]
 #: seconds a whole-loop audit runs in this process before the branches left go to workers (a shorter audit never
 #: starts a pool: forking a process that holds torch and transformers costs 12-18 ms, benchmarks/fork_cost.py, so a
 #: pool of two costs an audit that would have ended just after the switch about 40 ms). litgpt's generate at gamma 3
-#: (198 branches, about 1 s in one process) took 0.71-0.97 s on two cores switching at 0.2 s and 0.64-0.77 s at
-#: 0.05 s (2026-12-02, several runs each; 1 s before that day)
+#: (198 branches, about 1 s in one process) took 0.71-1.0 s on two cores switching at 0.2 s and 0.64-0.95 s at
+#: 0.05 s (2026-12-02, four interleaved rounds of three runs; medians about 0.87 s and 0.77 s; 1 s before that day)
 SWITCH_AFTER = 0.05
 #: a worker hands back the branches left of its share after this many seconds, so they can be split again (a worker
 #: whose share ran out waits for the others' to come back: the shorter, the less it waits, the more round trips)

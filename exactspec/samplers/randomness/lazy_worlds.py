@@ -468,16 +468,9 @@ if torch is not None:
         t = g.worlds[tuple(value_of(c) for c in g.deps)]
         return "value", float(_disabled(torch.Tensor.item, (), (t.reshape(-1)[pos],), {}))
 
-    def _from_draws(func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
-        """An operation on pending-draw tensors that :mod:`.lazy_draws` would read its operands for: run per world
-        where the whole-loop fast path defers reads (:func:`deferring`), read as before elsewhere."""
-        if not deferring():
-            _force_all(args)
-            _force_all(tuple(kwargs.values()))
-            return _disabled(func, (), args, kwargs)
-        return _dispatch(func, types, args, kwargs)
-
-    _lazy_draws_module.WORLDS_DISPATCH = _from_draws
+    # an operation on pending draws that lazy_draws would read its operands for (it calls this only where the
+    # whole-loop fast path defers reads): run per world here, read where that does not apply
+    _lazy_draws_module.WORLDS_DISPATCH = _dispatch
     _lazy_draws_module.FORCE_IN_SLICES = force_in_slices
 
     def _known_values(args: tuple) -> tuple | None:
