@@ -331,12 +331,13 @@ def stop_pool(pool: cf.Executor) -> None:
     _stop_pool(pool)
 
 
-def wait_first(futures: Sequence[cf.Future]) -> list[cf.Future]:
+def wait_first(futures: Sequence[cf.Future], timeout: float | None = None) -> list[cf.Future]:
     """The futures among ``futures`` done now or within a short poll (maybe none: Ctrl-C gets through between polls).
 
+    ``timeout``: seconds to wait at most (0: those done now); the short poll by default.
     A future whose worker process died raises :class:`WorkersLost` here.
     """
-    done, _ = cf.wait(futures, timeout=_POLL, return_when=cf.FIRST_COMPLETED)
+    done, _ = cf.wait(futures, timeout=_POLL if timeout is None else timeout, return_when=cf.FIRST_COMPLETED)
     for f in done:
         exc = f.exception()
         if exc is not None and _is_worker_failure(exc):

@@ -92,9 +92,31 @@ def test_the_error_raised_is_the_first_in_this_process_order(every_branch_on_wor
             es.audit_loop(_fragile, target=P3, tokens=2, progress=False, workers=2)
         assert str(there.value) == str(here.value)
         assert there.value.trace == here.value.trace
-    # the loop's own exception and its traceback come back as a note (a chained cause does not travel)
-    assert any("raise ValueError(\"one then zero\")" in note or "raise KeyError(\"two first\")" in note
-               for note in there.value.__notes__)
+    # the loop's own exception and its traceback reach the caller: its cause where this process ran the branch (it
+    # runs shares too), a note where a worker did (a chained cause does not travel)
+    import traceback
+    told = "".join(getattr(there.value, "__notes__", [])) + "".join(
+        traceback.format_exception(there.value.__cause__) if there.value.__cause__ else [])
+    assert "raise ValueError(\"one then zero\")" in told or "raise KeyError(\"two first\")" in told
+
+
+def _fails_in_a_worker(target, draft, prompt):
+    """Two tokens; raises in a forked worker of the audit (``_JOB`` is set there only), never in this process."""
+    ids = prompt
+    for _ in range(2):
+        ids = torch.cat([ids, torch.multinomial(target(ids)[0, -1].softmax(-1), 1)[None]], dim=1)
+    int(ids[0, 1])
+    if _on_workers._JOB:
+        raise ValueError("in a worker")
+    return ids
+
+
+def test_an_error_raised_in_a_worker_comes_back_with_its_traceback_as_a_note(every_branch_on_workers):
+    with pytest.raises(es.RuleError, match="in a worker") as there:
+        es.audit_loop(_fails_in_a_worker, target=P3, tokens=2, progress=False, workers=2)
+    assert every_branch_on_workers
+    notes = "".join(there.value.__notes__)
+    assert "raised in a worker process of the audit" in notes and 'raise ValueError("in a worker")' in notes
 
 
 def test_the_path_budget_holds_on_workers(every_branch_on_workers, monkeypatch):
@@ -158,8 +180,8 @@ def test_approximations_counted_as_in_this_process(every_branch_on_workers):
 
 def _dies_in_a_worker(target, draft, prompt):
     ids = torch.cat([prompt, torch.multinomial(target(prompt)[0, -1].softmax(-1), 1)[None]], dim=1)
-    token = int(ids[0, 1])      # read here (forking the enumeration), not only where the loop returns it
-    if _on_workers._JOB and token == 1:
+    int(ids[0, 1])      # read here (forking the enumeration), not only where the loop returns it
+    if _on_workers._JOB:        # set in a forked worker only (this process runs shares too)
         os.kill(os.getpid(), signal.SIGKILL)
     return ids
 

@@ -3,10 +3,13 @@
 A whole-loop audit runs the loop once per branch of its randomness, depth first, each branch from
 the start (:func:`~exactspec.samplers.loops.loop_audit.audit_loop`). Branches are independent, so
 they split over processes: after :data:`SWITCH_AFTER` seconds in this process, the branches still
-to run (the enumeration's stack: whole subtrees of the draw tree) go to forked workers, which
-inherit the loop, the stand-ins and the interception as they are. A share runs depth first for at
-most :data:`TASK_SECONDS`, then hands back the branches it left (:func:`_share`), split again
-among the workers, so one large subtree does not hold one worker while the others wait.
+to run (the enumeration's stack: whole subtrees of the draw tree) are shared out between this
+process and ``workers - 1`` forked ones, which inherit the loop, the stand-ins and the
+interception as they are. A share runs depth first for at most :data:`TASK_SECONDS`, then hands
+back the branches it left (:func:`_share`), split again among the processes, so one large subtree
+does not hold one process while the others wait. This process runs its shares between its looks at
+the pool, handing back as soon as a worker is done with its own (one fork fewer, and its memos of
+exact rows are warm).
 
 Results merge in the sequential run's order: each share is keyed by its place in the depth-first
 order (its part done first, then what it left, in the order the stack would have popped it), so
@@ -37,11 +40,12 @@ from ...errors import BudgetExceeded, ExactSpecError
 
 __all__ = ["SWITCH_AFTER", "TASK_SECONDS", "Plan", "plan", "finish_on_workers"]
 
-#: seconds a whole-loop audit runs in this process before the branches left go to workers (a shorter audit never
-#: starts a pool: forking a process that holds torch and transformers costs 12-18 ms, benchmarks/fork_cost.py, so a
-#: pool of two costs an audit that would have ended just after the switch about 40 ms). litgpt's generate at gamma 3
-#: (198 branches, about 1 s in one process) took 0.71-1.0 s on two cores switching at 0.2 s and 0.64-0.95 s at
-#: 0.05 s (2026-12-02, four interleaved rounds of three runs; medians about 0.87 s and 0.77 s; 1 s before that day)
+#: seconds a whole-loop audit runs in this process before the branches left are shared out (a shorter audit never
+#: starts a pool: forking a process that holds torch and transformers costs 12-18 ms, benchmarks/fork_cost.py, so on
+#: two cores, where one worker is forked, the pool costs an audit that would have ended just after the switch about
+#: 15 ms). litgpt's generate at gamma 3 (198 branches, about 0.8 s in one process) took 0.71-1.0 s on two cores
+#: switching at 0.2 s and 0.64-0.95 s at 0.05 s with two workers and this process idle (2026-12-02, four interleaved
+#: rounds of three runs); 0.45-0.56 s at 0.05 s and at 0.02 s alike once this process ran shares too (2026-12-03)
 SWITCH_AFTER = 0.05
 #: a worker hands back the branches left of its share after this many seconds, so they can be split again (a worker
 #: whose share ran out waits for the others' to come back: the shorter, the less it waits, the more round trips)
@@ -89,8 +93,17 @@ def _share(entries: list, allowance: int | None, deadline: float | None) -> dict
         import torch
         torch.set_num_threads(1)
         _JOB["threads_set"] = True
+    return _run_share(branches, entries, allowance, deadline, None)
+
+
+def _run_share(branches: Any, entries: list, allowance: int | None, deadline: float | None,
+               stop: Any) -> dict:
+    """Run the branches ``entries`` of the enumeration ``branches`` depth first into a run of their own, for at most
+    :data:`TASK_SECONDS` (and, in this process, until ``stop()`` says a worker waits for work); what it left is
+    handed back. In a worker (``stop`` None) the session's new approximations, lattices and generator states travel
+    back with it; in this process they are in the session already."""
     session = branches.session
-    approximations = dict(session.approximations)
+    approximations = dict(session.approximations) if stop is None else None
     run = branches.fresh_run()
     stack = [(_link(choices), w) for choices, w in reversed(entries)]
     ran = 0
@@ -101,7 +114,7 @@ def _share(entries: list, allowance: int | None, deadline: float | None) -> dict
             if allowance is not None and ran >= allowance:
                 break
             now = time.perf_counter()
-            if ran and now >= end:
+            if ran and (now >= end or (stop is not None and stop())):
                 break
             if deadline is not None and now > deadline:
                 return {"budget": True, "paths": ran}
@@ -109,16 +122,29 @@ def _share(entries: list, allowance: int | None, deadline: float | None) -> dict
             ran += 1
             mass += branches.branch(prefix, w, stack, None)
     except (ExactSpecError, MemoryError, RecursionError) as exc:
+        if stop is not None:
+            return {"error": exc, "paths": ran}
         cause = exc.__cause__
         if cause is not None:      # a cause does not travel with its error: its traceback does, as a note
             import traceback
             exc.add_note("raised in a worker process of the audit, from:\n"
                          + "".join(traceback.format_exception(cause)).rstrip())
         return {"error": parallel.error_as_data(exc), "paths": ran}
-    more = {k: n - approximations.get(k, 0) for k, n in session.approximations.items()
-            if n != approximations.get(k, 0)}
-    return {"run": run, "paths": ran, "mass": mass, "left": [_flat(e) for e in reversed(stack)], "approximations": more,
-            "lattices": set(session.lattices), "generator_states": set(session.generator_states)}
+    out = {"run": run, "paths": ran, "mass": mass, "left": [_flat(e) for e in reversed(stack)]}
+    if approximations is not None:
+        out.update(approximations={k: n - approximations.get(k, 0) for k, n in session.approximations.items()
+                                   if n != approximations.get(k, 0)},
+                   lattices=set(session.lattices), generator_states=set(session.generator_states))
+    return out
+
+
+def _here(branches: Any, entries: list, allowance: int | None, deadline: float | None, stop: Any) -> dict:
+    """A share run in this process, between its looks at the pool: the enumeration's own run and note put back."""
+    run, note = branches.run, branches._note
+    try:
+        return _run_share(branches, entries, allowance, deadline, stop)
+    finally:
+        branches.run, branches._note = run, note
 
 
 def _flat(entry: tuple) -> tuple:
@@ -148,7 +174,8 @@ def _parts(entries: list, n: int) -> list[list]:
 
 
 def finish_on_workers(branches: Any, stack: list, meter: Any, mass: Any, workers: int) -> None:
-    """Run the branches left on ``stack`` on ``workers`` forked processes; fold them into ``branches.run``.
+    """Run the branches left on ``stack`` on ``workers`` processes: this one and ``workers - 1`` forked ones; fold
+    them into ``branches.run``.
 
     Empties ``stack``; counts the branches on ``meter`` (raising BudgetExceeded past its paths or
     time budget) and their probability on ``mass``; raises the error the run in this process would
@@ -160,64 +187,86 @@ def finish_on_workers(branches: Any, stack: list, meter: Any, mass: Any, workers
         heapq.heappush(heap, ((i,), part))
     stack.clear()
     done: dict = {}
-    failed: tuple | None = None          # (key, error data) of the first error in depth-first order so far
+    failed: list = []                    # [(key, error data)] of the first error in depth-first order so far
     outstanding = 0                      # branches allowed to the shares running
     running: dict = {}
     session = branches.session
+    forked = workers - 1                 # this process runs shares too, between its looks at the pool
     _JOB["branches"] = branches
     try:
-        pool = parallel.fork_pool(workers)
-    except BaseException:
-        _JOB.clear()
-        raise
+        pool = parallel.fork_pool(forked)
+    finally:
+        _JOB.clear()                     # set for the forked workers only: this process is not one of them
+
+    def allowance_now() -> int | None:
+        if budget.paths is None:
+            return None
+        free = budget.paths - meter.paths - outstanding     # shared out among the idle processes
+        if free <= 0:
+            if not running:
+                raise BudgetExceeded("paths", budget.paths, covered=meter.covered())
+            return 0
+        return max(1, free // (workers - len(running)))
+
+    def take(key: tuple, res: dict, local: bool) -> None:
+        meter.paths += res["paths"]
+        if res.get("budget"):
+            raise BudgetExceeded("seconds", budget.seconds, covered=meter.covered())
+        if "error" in res:
+            if not failed or key < failed[0][0]:
+                failed[:] = [(key, res["error"])]
+            return
+        done[key + (0,)] = res["run"]
+        if mass is not None:
+            mass.add(res["mass"])
+        if not local:
+            for k, n in res["approximations"].items():
+                session.approximations[k] = session.approximations.get(k, 0) + n
+            session.lattices |= res["lattices"]
+            session.generator_states |= res["generator_states"]
+        left = res["left"]
+        if left:
+            for j, part in enumerate(_parts(left, workers), 1):
+                heapq.heappush(heap, (key + (j,), part))
+
+    def collect(finished: list) -> None:
+        nonlocal outstanding
+        for fut in finished:
+            key, allowance = running.pop(fut)
+            outstanding -= allowance
+            take(key, fut.result(), False)
+
+    def next_part() -> tuple | None:
+        if heap and failed and heap[0][0] > failed[0][0]:
+            heap.clear()                 # after the first error: nothing later in the order needs running
+        return heapq.heappop(heap) if heap else None
+
     try:
         while heap or running:
-            while heap and len(running) < workers:
-                if failed is not None and heap[0][0] > failed[0]:
-                    heap.clear()         # after the first error: nothing later in the order needs running
+            while heap and len(running) < forked:
+                allowance = allowance_now()
+                if allowance == 0:
                     break
-                allowance = None
-                if budget.paths is not None:
-                    free = budget.paths - meter.paths - outstanding     # shared out among the idle workers
-                    if free <= 0:
-                        if not running:
-                            raise BudgetExceeded("paths", budget.paths, covered=meter.covered())
-                        break
-                    allowance = max(1, free // (workers - len(running)))
-                key, part = heapq.heappop(heap)
+                got = next_part()
+                if got is None:
+                    break
+                key, part = got
                 running[pool.submit(_share, part, allowance, meter.deadline)] = (key, allowance or 0)
                 outstanding += allowance or 0
-            if not running:
-                continue
-            finished = parallel.wait_first(list(running))
-            for fut in finished:
-                key, allowance = running.pop(fut)
-                outstanding -= allowance
-                res = fut.result()
-                meter.paths += res["paths"]
-                if res.get("budget"):
-                    raise BudgetExceeded("seconds", budget.seconds, covered=meter.covered())
-                if "error" in res:
-                    if failed is None or key < failed[0]:
-                        failed = (key, res["error"])
-                    continue
-                done[key + (0,)] = res["run"]
-                if mass is not None:
-                    mass.add(res["mass"])
-                for k, n in res["approximations"].items():
-                    session.approximations[k] = session.approximations.get(k, 0) + n
-                session.lattices |= res["lattices"]
-                session.generator_states |= res["generator_states"]
-                left = res["left"]
-                if left:
-                    for j, part in enumerate(_parts(left, workers), 1):
-                        heapq.heappush(heap, (key + (j,), part))
+            got = next_part() if heap and allowance_now() != 0 else None
+            if got is not None:          # a share here, until a worker is done with its own
+                key, part = got
+                futures = list(running)
+                take(key, _here(branches, part, allowance_now(), meter.deadline,
+                                lambda: any(f.done() for f in futures)), True)
+                collect(parallel.wait_first(list(running), 0.0) if running else [])
+            elif running:
+                collect(parallel.wait_first(list(running)))
             meter.check_time()
     finally:
         parallel.stop_pool(pool)
-        _JOB.clear()
-    if failed is not None:
-        parallel.raise_error_data(failed[1])
+    if failed:
+        parallel.raise_error_data(failed[0][1])
     run, zero = branches.run, branches.fld.zero
     for key in sorted(done):
         run.absorb(done[key], zero)

@@ -97,11 +97,14 @@ def domain(cell: tuple) -> list | None:
     if d._ready:
         if isinstance(d.law, int):
             return [d.law]
-        if type(d.law) is tuple:
-            return [i for i, p in enumerate(d.law) if p > 0]
-        return None          # a law computed on the first read (a race's): its support is not known yet
-    src = d.law if d.count == 1 else d.weights
-    return [i for i, p in enumerate(src) if p > 0]
+        if type(d.law) is not tuple:
+            return None      # a law computed on the first read (a race's): its support is not known yet
+        src = d.law
+    else:
+        src = d.law if d.count == 1 else d.weights
+    # kept: a pending draw's law changes only where its domain is set with it (a decision's narrowing)
+    d.domain = [i for i, p in enumerate(src) if p > 0]
+    return d.domain
 
 
 def value_of(cell: tuple) -> int:
@@ -388,8 +391,7 @@ if torch is not None:
         outcome = {v: bool(_disabled(torch.Tensor.__bool__, (), (e,), {})) for v, e in entries.items()}
         if len(set(outcome.values())) == 1:
             return next(iter(outcome.values()))      # the same whatever the draw: nothing drawn
-        one, zero = Fraction(1), Fraction(0)
-        return _choose(keep[0], {v: one if b else zero for v, b in outcome.items()})
+        return _choose(keep[0], outcome)
 
     def _last_undrawn(g: Any, pos: int) -> tuple | None:
         """For a decision on entry ``pos`` of group ``g``'s tensors: the draws it depends on but the last are drawn
@@ -429,14 +431,22 @@ if torch is not None:
         if type(law) is not tuple or len(law) <= max(chance) or \
                 any(law[v] != 0 for v in range(len(law)) if v not in chance):
             return None
-        yes = sum((law[v] * chance[v] for v in chance), Fraction(0))
-        no = sum((law[v] * (1 - chance[v]) for v in chance), Fraction(0))
+        zero = Fraction(0)
+        if all(type(c) is bool for c in chance.values()):     # an answer fixed by the value: sums of the law
+            yes = sum((law[v] for v, c in chance.items() if c), zero)
+            no = sum((law[v] for v, c in chance.items() if not c), zero)
+        else:
+            yes = sum((law[v] * chance[v] for v in chance), zero)
+            no = sum((law[v] * (1 - chance[v]) for v in chance), zero)
         if no == 0 or yes == 0:
             return no == 0              # certain: nothing forked, nothing narrowed
-        answer = d.rng.draw_now((yes / (yes + no), no / (yes + no))) == 0
+        total = yes + no
+        answer = d.rng.draw_now((yes / total, no / total)) == 0
         mass = yes if answer else no
         weight = {v: (c if answer else 1 - c) for v, c in chance.items()}
-        d.law = tuple(law[i] * weight[i] / mass if i in weight and law[i] else Fraction(0) for i in range(len(law)))
+        d.law = tuple(zero if not law[i] or i not in weight or not weight[i] else
+                      law[i] / mass if weight[i] is True or weight[i] == 1 else law[i] * weight[i] / mass
+                      for i in range(len(law)))
         d.domain = [v for v in chance if d.law[v] > 0]
         return answer
 
@@ -675,22 +685,27 @@ if torch is not None:
                 if _aliases(res, mine):
                     return _read_then_run(func, args, kwargs)
             return res
-        grouped = _groupwise(func, args, kwargs, arg_fns, kw_fns)
-        if grouped is not None:
-            return grouped
         cells = list(found.values())
         domains = _domains(cells)
-        if domains is None:
-            return _read_then_run(func, args, kwargs)
         keys = [_key(c) for c in cells]
-        results = {}
-        single = _single(args, kwargs, arg_fns, kw_fns, keys)
-        memo, tables = _memo_key(func, args, kwargs, keys, domains)
+        # a memoised operation has every lazy-worlds operand of one group: never one _groupwise takes
+        memo, tables = _memo_key(func, args, kwargs, keys, domains) if domains is not None else (None, [])
         if memo is not None:
-            hit = _MEMO.get(memo)
+            try:
+                hit = _MEMO.get(memo)
+            except TypeError:           # an unhashable operand key
+                memo, tables, hit = None, [], None
             if hit is not None and len(hit[0]) == len(tables) and all(a is b for a, b in zip(hit[0], tables)):
                 # the same operation on the same tables of worlds, met on an earlier branch: its outcome as it was
                 return _realise(hit[1], cells, func, args, kwargs)
+        else:
+            grouped = _groupwise(func, args, kwargs, arg_fns, kw_fns)
+            if grouped is not None:
+                return grouped
+        if domains is None:
+            return _read_then_run(func, args, kwargs)
+        results = {}
+        single = _single(args, kwargs, arg_fns, kw_fns, keys)
         worlds = single[1].worlds.items() if single is not None else \
             ((values, None) for values in itertools.product(*domains))
         for values, tensor in worlds:
@@ -790,12 +805,7 @@ if torch is not None:
             parts.append((name, k))
         if not tables:
             return None, []
-        key = (func, tuple(parts), tuple(tuple(d) for d in domains))
-        try:
-            hash(key)
-        except TypeError:
-            return None, []
-        return key, tables
+        return (func, tuple(parts), tuple(tuple(d) for d in domains)), tables   # hashed by the caller's lookup
 
     def _plan(results: dict) -> Any:
         """What per-world results become, independent of which draws they were computed over: ``("one", kept
