@@ -297,13 +297,10 @@ def _pool(n: int) -> cf.ProcessPoolExecutor:
     Forked workers share the parent's heap copy-on-write; a collection in a worker would touch (and
     copy) every inherited object, so the heap is frozen while they start.
     """
-    import gc
+    from ._heap import frozen
     pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=_mp_context())
-    gc.freeze()
-    try:
+    with frozen():
         pool.submit(int).result()  # a fork pool starts all its processes at the first submit
-    finally:
-        gc.unfreeze()
     return pool
 
 

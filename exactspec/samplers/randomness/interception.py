@@ -61,6 +61,7 @@ from fractions import Fraction
 from itertools import accumulate
 from typing import Any, Callable, Iterator, Sequence
 
+from ..._heap import frozen
 from ...enumerate.rng import LATTICES, NATIVE, Lattice, PathRng
 from ...errors import ExactSpecError, UnsupportedRandomness
 from . import _fast_path
@@ -414,7 +415,8 @@ def intercepting() -> Iterator[Session]:
     token = _SESSION.set(session)
     atoken = APPROXIMATIONS.set(session.approximations)
     try:
-        yield session
+        with frozen():              # the heap alive now out of the collector's walks while the audit runs
+            yield session
     finally:
         APPROXIMATIONS.reset(atoken)
         _SESSION.reset(token)

@@ -641,6 +641,26 @@ if torch is not None:
             return seq
         return None
 
+    def _collect(a: Any, found: dict) -> None:
+        """What :func:`_operand_groups` collects of ``a`` into ``found`` (the same draws, in the same order, the same
+        _NotDeferred), without making its functions: a memoised operation needs none."""
+        if type(a) is LazyWorldsTensor:
+            if _live(a):
+                for g in a._groups:
+                    for c in g.deps:
+                        if not c[0].drawn:
+                            found.setdefault(_key(c), c)
+        elif type(a) is LazyCategoricalTensor:
+            if _pending(a):
+                for c in a._cells.reshape(-1):
+                    if not c[0].drawn:
+                        if domain(c) is None:
+                            raise _NotDeferred
+                        found.setdefault(_key(c), c)
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                _collect(x, found)
+
     class _NotDeferred(Exception):
         """An operand whose draws cannot be enumerated here: the operation reads its operands."""
 
@@ -668,10 +688,29 @@ if torch is not None:
         """Run ``func`` once per world of its operands' draws; see the module docstring for when it reads instead."""
         found: dict = {}
         try:
-            arg_fns = [_operand_groups(a, found) for a in args]
-            kw_fns = {k: _operand_groups(v, found) for k, v in kwargs.items()}
+            for a in args:
+                _collect(a, found)
+            for v in kwargs.values():
+                _collect(v, found)
         except _NotDeferred:
             return _read_then_run(func, args, kwargs)
+        if found:
+            cells = list(found.values())
+            domains = _domains(cells)
+            keys = [_key(c) for c in cells]
+            # a memoised operation has every lazy-worlds operand of one group: never one _groupwise takes
+            memo, tables = _memo_key(func, args, kwargs, keys, domains) if domains is not None else (None, [])
+            if memo is not None:
+                try:
+                    hit = _MEMO.get(memo)
+                except TypeError:           # an unhashable operand key
+                    memo, tables, hit = None, [], None
+                if hit is not None and len(hit[0]) == len(tables) and all(a is b for a, b in zip(hit[0], tables)):
+                    # the same operation on the same tables of worlds, met on an earlier branch: its outcome as it was
+                    return _realise(hit[1], cells, func, args, kwargs)
+        # the operands as functions of the draws (what _collect met, in the same order)
+        arg_fns = [_operand_groups(a, found) for a in args]
+        kw_fns = {k: _operand_groups(v, found) for k, v in kwargs.items()}
         if not found:
             # nothing pending any more (every draw drawn): plain torch on the values, the operands left as they are
             # (reading one would draw its whole family, other positions' draws included)
@@ -685,20 +724,7 @@ if torch is not None:
                 if _aliases(res, mine):
                     return _read_then_run(func, args, kwargs)
             return res
-        cells = list(found.values())
-        domains = _domains(cells)
-        keys = [_key(c) for c in cells]
-        # a memoised operation has every lazy-worlds operand of one group: never one _groupwise takes
-        memo, tables = _memo_key(func, args, kwargs, keys, domains) if domains is not None else (None, [])
-        if memo is not None:
-            try:
-                hit = _MEMO.get(memo)
-            except TypeError:           # an unhashable operand key
-                memo, tables, hit = None, [], None
-            if hit is not None and len(hit[0]) == len(tables) and all(a is b for a, b in zip(hit[0], tables)):
-                # the same operation on the same tables of worlds, met on an earlier branch: its outcome as it was
-                return _realise(hit[1], cells, func, args, kwargs)
-        else:
+        if memo is None:
             grouped = _groupwise(func, args, kwargs, arg_fns, kw_fns)
             if grouped is not None:
                 return grouped
