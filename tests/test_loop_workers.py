@@ -305,3 +305,34 @@ def test_workers_replay_decisions_made_on_pending_drafts(every_branch_on_workers
     finally:
         lazy_worlds.REFINE = saved
     assert unrefined.output == here.output and here.paths < unrefined.paths     # the decisions did fork on answers
+
+
+def _slower_in_a_worker(target, draft, prompt):
+    """Three tokens, each read (27 branches); a branch in a forked worker takes 20 ms more than here."""
+    import time
+    ids = prompt
+    for _ in range(3):
+        ids = torch.cat([ids, torch.multinomial(target(ids)[0, -1].softmax(-1), 1)[None]], dim=1)
+        int(ids[0, -1])
+    if _on_workers._JOB:
+        time.sleep(0.02)
+    return ids
+
+
+def test_a_worker_hands_back_what_it_left_when_this_process_has_nothing_to_run(monkeypatch):
+    # shares never end on time (TASK_SECONDS): a worker's share comes back with branches left only because this
+    # process, out of work, said so
+    monkeypatch.setattr(_on_workers, "SWITCH_AFTER", 0.0)
+    monkeypatch.setattr(_on_workers, "TASK_SECONDS", 100.0)
+    handed_back = []
+    real = parallel.wait_first
+
+    def watched(futures, timeout=None):
+        finished = real(futures, timeout)
+        handed_back.extend(bool(f.result().get("left")) for f in finished)
+        return finished
+    monkeypatch.setattr(parallel, "wait_first", watched)
+    here = es.audit_loop(_slower_in_a_worker, target=P3, tokens=3, progress=False, workers=None)
+    there = es.audit_loop(_slower_in_a_worker, target=P3, tokens=3, progress=False, workers=2)
+    _same(here, there)
+    assert any(handed_back)

@@ -9,7 +9,8 @@ interception as they are. A share runs depth first for at most :data:`TASK_SECON
 back the branches it left (:func:`_share`), split again among the processes, so one large subtree
 does not hold one process while the others wait. This process runs its shares between its looks at
 the pool, handing back as soon as a worker is done with its own (one fork fewer, and its memos of
-exact rows are warm).
+exact rows are warm); while it waits with nothing to run, a flag in shared memory tells the
+workers to hand back what their shares left at once.
 
 Results merge in the sequential run's order: each share is keyed by its place in the depth-first
 order (its part done first, then what it left, in the order the stack would have popped it), so
@@ -93,17 +94,19 @@ def _share(entries: list, allowance: int | None, deadline: float | None) -> dict
         import torch
         torch.set_num_threads(1)
         _JOB["threads_set"] = True
-    return _run_share(branches, entries, allowance, deadline, None)
+    idle = _JOB.get("idle")
+    return _run_share(branches, entries, allowance, deadline, (lambda: idle.value) if idle is not None else None,
+                      False)
 
 
 def _run_share(branches: Any, entries: list, allowance: int | None, deadline: float | None,
-               stop: Any) -> dict:
+               stop: Any, here: bool) -> dict:
     """Run the branches ``entries`` of the enumeration ``branches`` depth first into a run of their own, for at most
-    :data:`TASK_SECONDS` (and, in this process, until ``stop()`` says a worker waits for work); what it left is
-    handed back. In a worker (``stop`` None) the session's new approximations, lattices and generator states travel
-    back with it; in this process they are in the session already."""
+    :data:`TASK_SECONDS` and until ``stop()`` says another process waits for work; what it left is handed back. In
+    a worker (``here`` False) the session's new approximations, lattices and generator states travel back with it;
+    in this process they are in the session already."""
     session = branches.session
-    approximations = dict(session.approximations) if stop is None else None
+    approximations = None if here else dict(session.approximations)
     run = branches.fresh_run()
     stack = [(_link(choices), w) for choices, w in reversed(entries)]
     ran = 0
@@ -122,7 +125,7 @@ def _run_share(branches: Any, entries: list, allowance: int | None, deadline: fl
             ran += 1
             mass += branches.branch(prefix, w, stack, None)
     except (ExactSpecError, MemoryError, RecursionError) as exc:
-        if stop is not None:
+        if here:
             return {"error": exc, "paths": ran}
         cause = exc.__cause__
         if cause is not None:      # a cause does not travel with its error: its traceback does, as a note
@@ -142,7 +145,7 @@ def _here(branches: Any, entries: list, allowance: int | None, deadline: float |
     """A share run in this process, between its looks at the pool: the enumeration's own run and note put back."""
     run, note = branches.run, branches._note
     try:
-        return _run_share(branches, entries, allowance, deadline, stop)
+        return _run_share(branches, entries, allowance, deadline, stop, True)
     finally:
         branches.run, branches._note = run, note
 
@@ -192,7 +195,9 @@ def finish_on_workers(branches: Any, stack: list, meter: Any, mass: Any, workers
     running: dict = {}
     session = branches.session
     forked = workers - 1                 # this process runs shares too, between its looks at the pool
-    _JOB["branches"] = branches
+    # set by this process while it waits with nothing to run: a worker then hands back what its share left
+    idle = multiprocessing.get_context("fork").RawValue("b", 0)
+    _JOB.update(branches=branches, idle=idle)
     try:
         pool = parallel.fork_pool(forked)
     finally:
@@ -261,7 +266,11 @@ def finish_on_workers(branches: Any, stack: list, meter: Any, mass: Any, workers
                                 lambda: any(f.done() for f in futures)), True)
                 collect(parallel.wait_first(list(running), 0.0) if running else [])
             elif running:
-                collect(parallel.wait_first(list(running)))
+                idle.value = 1
+                try:
+                    collect(parallel.wait_first(list(running)))
+                finally:
+                    idle.value = 0
             meter.check_time()
     finally:
         parallel.stop_pool(pool)
