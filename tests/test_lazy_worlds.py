@@ -83,6 +83,33 @@ def test_reading_everything_gives_the_same_law_as_the_stand_ins_reading_every_to
     assert deferred == eager and runs_on == runs_off == 27
 
 
+@pytest.mark.parametrize("cut", ["split", "split_sizes", "chunk", "unbind", "split_last"])
+def test_the_pieces_of_a_split_hold_their_own_positions_worlds(cut, monkeypatch):
+    # the logits of three positions [1, 3, 3] (the first after a known token, the others after pending draws) cut
+    # along a dimension: each piece is the slice of every world (read here, in every world), without positions
+    # tensors (the general path is never taken)
+    def body(lm, first):
+        second = torch.multinomial(torch.tensor([0.5, 0.25, 0.25], dtype=torch.float64), 1)
+        logits = lm(torch.cat([torch.tensor([0]), first, second])[None])
+        pieces = {"split": lambda: logits.split(1, dim=1), "split_sizes": lambda: torch.split(logits, [2, 1], 1),
+                  "chunk": lambda: logits.chunk(2, dim=1), "unbind": lambda: logits.unbind(1),
+                  "split_last": lambda: logits.split(2, dim=-1)}[cut]()
+        if _fast_path.DEFER_READS:
+            assert all(type(p) is LazyWorldsTensor for p in pieces)
+        # computed per world (a view's own values would come from the family's storage once read)
+        return tuple(tuple(round(x, 12) for x in (p * 1.5).exp().reshape(-1).tolist()) for p in pieces)
+    lazy, _ = law_and_runs(body)
+
+    def general(*a, **k):
+        raise AssertionError("the general path took the split")
+    monkeypatch.setattr(_fast_path, "DEFER_READS", False)
+    eager, _ = law_and_runs(body)
+    assert lazy == eager
+    monkeypatch.setattr(_fast_path, "DEFER_READS", True)
+    monkeypatch.setattr(lazy_worlds, "_positions", general)
+    assert law_and_runs(body)[0] == eager
+
+
 def test_a_write_into_the_logits_is_seen_through_a_view_taken_before():
     def body(lm, first):
         logits = lm(first[None])

@@ -534,6 +534,11 @@ if torch is not None:
             gi, gp = mapped
             ptr = _disabled(torch.Tensor.untyped_storage, (), (x,), {}).data_ptr()
             return _keep_used(x, gi, gp, out, out.untyped_storage().data_ptr() == ptr)
+        pieces = _pieces(name, x, out, args, kwargs)
+        if pieces is not None:
+            ptr = _disabled(torch.Tensor.untyped_storage, (), (x,), {}).data_ptr()
+            made = [_keep_used(x, gi, gp, o, o.untyped_storage().data_ptr() == ptr) for (gi, gp), o in zip(pieces, out)]
+            return tuple(made) if type(out) is tuple else made
         pos_args = (_positions(x),) + tuple(args[1:])
         pos_kwargs = {k: v for k, v in kwargs.items() if k not in ("dtype", "memory_format")}
         try:
@@ -600,6 +605,30 @@ if torch is not None:
             if gi.shape == shape:
                 return np.asarray(gi), np.asarray(gp)
         return None
+
+    def _pieces(name: str, x: Any, out: Any, args: tuple, kwargs: dict) -> list | None:
+        """``[(gi, gp)]`` per piece of a split along one dimension (``split``, ``chunk``, consecutive slices, or
+        ``unbind``, one index each), read off the pieces' own shapes; None: the general path decides."""
+        if name not in ("split", "chunk", "unbind") or type(out) not in (tuple, list) or not out or \
+                not all(type(o) is torch.Tensor for o in out):
+            return None
+        at = 1 if name == "unbind" else 2
+        dim = args[at] if len(args) > at else kwargs.get("dim", 0)
+        ndim = x._gi.ndim
+        if type(dim) is not int or not -ndim <= dim < ndim:
+            return None
+        dim %= ndim
+        full = x._gi.shape
+        if name == "unbind":
+            if len(out) != full[dim] or any(tuple(o.shape) != full[:dim] + full[dim + 1:] for o in out):
+                return None
+            return [(np.take(x._gi, i, axis=dim), np.take(x._gp, i, axis=dim)) for i in range(len(out))]
+        sizes = [int(o.shape[dim]) if o.dim() == ndim else -1 for o in out]
+        if sum(sizes) != full[dim] or min(sizes) < 0 or any(
+                tuple(o.shape[:dim]) + tuple(o.shape[dim + 1:]) != full[:dim] + full[dim + 1:] for o in out):
+            return None
+        cuts = list(itertools.accumulate(sizes))[:-1]
+        return list(zip(np.split(x._gi, cuts, axis=dim), np.split(x._gp, cuts, axis=dim)))
 
     def _operand_groups(a: Any, found: dict) -> Any:
         """Collect the lazy operands' draws (``found``: key -> cell, in order met); a pending-draws tensor becomes a
