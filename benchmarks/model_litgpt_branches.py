@@ -17,6 +17,11 @@ control flow as a small abstract program over the same exact tables and counts i
   conditioned on the answer); a token is read where its value itself is needed (the next
   position's context, a law to spread).
 
+A fourth count, **joint**, is a model only (not built in the audit, so not checked against it): every
+pending token held jointly, decisions keeping the assignments of values that give their answer, the
+returned tokens spread jointly where the branch ends (or each but the last read there): the lever
+left after ``refined``.
+
 The two-way fork of ``if not should_discard_token`` is in every mode. Each count is checked
 against the real audit's (``es.audit_loop`` on litgpt's own ``generate``, same tables, same run,
 with the switches set as the mode says); a count that differs exits 1. The model was written
@@ -150,6 +155,103 @@ def _generate(rng: _Replay, target: Any, draft: Any, gamma: int, n: int, prompt:
 MODES = ("eager", "deferred", "refined")
 
 
+class _Joint:
+    """Every pending token of a branch held jointly (not built in the audit: a planning figure): the assignments of
+    values to them that are still possible. A new token extends each assignment by the values its law (given that
+    assignment) can take; a decision keeps the assignments that give its answer (forking where both answers are
+    possible); a read keeps those with the value read (forking where several are possible)."""
+
+    def __init__(self, rng: _Replay) -> None:
+        self.rng, self.worlds, self.n = rng, [{}], 0
+
+    def new(self, law: Callable[[dict], list]) -> int:
+        token, self.n = self.n, self.n + 1
+        self.worlds = [{**w, token: v} for w in self.worlds for v, p in enumerate(law(w)) if p > 0]
+        return token
+
+    def decide(self, holds: Callable[[dict], bool]) -> bool:
+        yes = [w for w in self.worlds if holds(w)]
+        if len(yes) in (0, len(self.worlds)):
+            return bool(yes)
+        answer = self.rng.choice(2) == 0
+        self.worlds = yes if answer else [w for w in self.worlds if not holds(w)]
+        return answer
+
+    def read(self, token: int) -> int:
+        values = sorted({w[token] for w in self.worlds})
+        value = values[self.rng.choice(len(values))] if len(values) > 1 else values[0]
+        self.worlds = [w for w in self.worlds if w[token] == value]
+        return value
+
+
+def _generate_joint(rng: _Replay, target: Any, draft: Any, gamma: int, n: int, prompt: tuple, spread: bool) -> None:
+    """:func:`_generate` with every pending token held jointly (:class:`_Joint`), order-1 tables. ``spread``: the
+    returned tokens are spread jointly where the branch ends; otherwise each but the last is read there (what an
+    audit that spreads one token at a time, its law given the token before it, does)."""
+    p = lambda ctx: [Fraction(x) for x in target(ctx)]        # noqa: E731
+    q = lambda ctx: [Fraction(x) for x in draft(ctx)]         # noqa: E731
+    joint = _Joint(rng)
+
+    def ctx(w: dict, tokens: list) -> tuple:
+        return prompt + (w[tokens[-1]],)
+
+    max_returned = len(prompt) + n + 1
+    committed: list = []
+    returned: list = []
+    token = joint.new(lambda w: p(prompt))
+    pos = len(prompt)
+    while pos < max_returned - 1:
+        k = min(gamma, max_returned - pos - 1)
+        drafts: list = []
+        for _ in range(k):
+            before = committed + [token] + drafts
+            drafts.append(joint.new(lambda w, b=before: q(ctx(w, b))))
+        new: list = []
+        for i, d in enumerate(drafts):
+            c = committed + [token] + drafts[:i]
+            if joint.decide(lambda w: p(ctx(w, c))[w[d]] >= q(ctx(w, c))[w[d]]):
+                new.append(d)
+                continue
+            # ``not should_discard_token``: possible where p(x) > 0 (the uniform decided jointly, as the audit does)
+            keep = [w for w in joint.worlds if p(ctx(w, c))[w[d]] > 0]
+            if keep and rng.choice(2) == 0:
+                joint.worlds = keep
+                new.append(d)
+                continue
+            new.append(joint.new(lambda w, c=c: [max(a - b, Fraction(0)) for a, b in zip(p(ctx(w, c)), q(ctx(w, c)))]))
+            break
+        else:
+            last = committed + [token] + drafts
+            new.append(joint.new(lambda w, b=last: p(ctx(w, b))))
+        committed += [token] + new[:-1]
+        returned += new
+        token = new[-1]
+        pos += len(new)
+    if not spread:
+        for t in returned[:n][:-1]:
+            joint.read(t)
+
+
+def count_joint(gamma: int, n: int, seeds: tuple = (1, 4), spread: bool = True, vocab: int = 3) -> int:
+    """Branches if every pending token were held jointly (a planning figure: not built in the audit).
+
+    >>> count_joint(1, 1) <= count_branches(1, 1, mode="refined")
+    True
+    """
+    target = es.models.random_table(vocab=vocab, order=1, seed=seeds[0])
+    draft = es.models.random_table(vocab=vocab, order=1, seed=seeds[1])
+    todo, done = [()], 0
+    while todo:
+        prefix = todo.pop()
+        try:
+            _generate_joint(_Replay(prefix), target, draft, gamma, n, (0,), spread)
+        except _Fork as f:
+            todo.extend(prefix + (j,) for j in range(f.n))
+            continue
+        done += 1
+    return done
+
+
 def count_branches(gamma: int, n: int, seeds: tuple = (1, 4), mode: str = "eager", vocab: int = 3) -> int:
     """The branches of an enumeration of the abstract loop (depth first, one rerun per branch), order-1 tables.
 
@@ -221,7 +323,10 @@ def main(argv: list[str] | None = None) -> int:
             parts.append(f"{mode} model {model}, audit {audited}{'' if same else ' (DO NOT MATCH)'}")
         print(f"gamma {gamma}, seeds {seeds}: " + "; ".join(parts) + f" ({counts['eager'] / counts['refined']:.1f}x "
               f"fewer than eager); plain call {plain * 1e3:.2f} ms CPU, floor {counts['refined'] * plain:.2f} s "
-              f"refined vs {counts['eager'] * plain:.2f} s eager (one core)")
+              f"refined vs {counts['eager'] * plain:.2f} s eager (one core); not built, model only: every pending "
+              f"token held jointly {count_joint(gamma, 3, seeds)} (returned tokens spread jointly), "
+              f"{count_joint(gamma, 3, seeds, spread=False)} (each returned token but the last read where the "
+              "branch ends)")
         sys.stdout.flush()
     return 0 if ok else 1
 
