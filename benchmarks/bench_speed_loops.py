@@ -76,7 +76,8 @@ def _clear_memos() -> None:
     """Empty the module-level memos of exact rows, so neither path runs on the other's warm caches."""
     from exactspec.samplers import lazy_draws
     from exactspec.samplers.randomness import lazy_worlds
-    for memo in (lazy_draws._ROWS, lazy_draws._MATRICES, lazy_draws._KNOWN, lazy_worlds._MEMO):
+    for memo in (lazy_draws._ROWS, lazy_draws._MATRICES, lazy_draws._KNOWN, lazy_worlds._MEMO, lazy_worlds._LOGITS,
+                 lazy_worlds._ROW_LAYOUTS):
         memo.clear()
 
 

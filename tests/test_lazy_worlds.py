@@ -315,3 +315,26 @@ def test_the_token_and_the_uniform_read_after_a_joint_decision_keep_their_joint_
     with_reads, runs_read = _without_refinement(body, rng_model=rng_model)
     assert law == with_reads                      # the same exact law as reading ``first`` at the comparison
     assert runs <= runs_read
+
+
+def test_logits_made_again_from_the_same_rows_share_their_layout_not_their_draws():
+    # a stand-in's forward on the same contexts repeats from branch to branch: the second call takes the first's
+    # layout and constant rows (one group, shared, so later memos keyed on its table hit), with its own draws
+    from exactspec.samplers.randomness.lazy_draws import PendingDraw, exact_row
+    from exactspec.samplers.randomness.lazy_worlds import _key, _plain, lazy_logits
+    const = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)
+    worlds = {(v,): torch.tensor([float(v), 2.0 * v, 1.0], dtype=torch.float64) for v in range(3)}
+    d1, d2 = (PendingDraw(None, *exact_row([1.0, 1.0, 1.0]), 1, True) for _ in range(2))
+    a = lazy_logits([const, (((d1, 0),), worlds), const], (1, 3, 3), torch.float64)
+    b = lazy_logits([const, (((d2, 0),), worlds), const], (1, 3, 3), torch.float64)
+    assert type(a) is LazyWorldsTensor and type(b) is LazyWorldsTensor
+    assert a._groups[0] is b._groups[0] and len(a._groups) == len(b._groups) == 2
+    assert a._groups[1].deps[0][0] is d1 and b._groups[1].deps[0][0] is d2
+    for v in range(3):
+        want = torch.stack([const, worlds[(v,)], const])[None]
+        assert torch.equal(_plain(a, {_key((d1, 0)): v}), want) and torch.equal(_plain(b, {_key((d2, 0)): v}), want)
+    ptr = lambda t: torch.Tensor.untyped_storage(t.as_subclass(torch.Tensor)).data_ptr()   # noqa: E731
+    assert ptr(a) != ptr(b)                       # each its own storage (a write into one is not the other's)
+    plain = lazy_logits([const, const], (1, 2, 3), torch.float64)
+    again = lazy_logits([const, const], (1, 2, 3), torch.float64)
+    assert type(again) is torch.Tensor and torch.equal(again, plain) and again.data_ptr() != plain.data_ptr()

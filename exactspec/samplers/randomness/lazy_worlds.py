@@ -1029,6 +1029,22 @@ if torch is not None:
         >>> lazy_logits([torch.tensor([0.0, 1.0])], (1, 2), torch.float64).tolist()
         [[0.0, 1.0]]
         """
+        # the same rows (the stand-ins' memoised tensors and tables of worlds) met on an earlier branch: the layout and
+        # the backing as they were, the constant rows' group shared (its table's identity keys later memos)
+        made = [r if isinstance(r, torch.Tensor) else r[1] for r in rows]
+        key = (tuple(id(m) for m in made), shape, dtype)
+        hit = _LOGITS.get(key)
+        if hit is not None and len(hit[0]) == len(made) and all(a is b for a, b in zip(hit[0], made)):
+            _, shared, gi, gp, backing = hit
+            if shared is None:                  # every row constant: an ordinary tensor
+                return backing.clone()
+            groups = []
+            for r in rows:
+                if not isinstance(r, torch.Tensor):
+                    groups.append(_Group(tuple(r[0]), r[1]))
+                elif not any(g is shared for g in groups):
+                    groups.append(shared)
+            return _wrap(tuple(groups), gi, gp, backing.clone(), None)
         groups, gi_rows, first = [], [], []
         const = None
         for r in rows:
@@ -1054,9 +1070,20 @@ if torch is not None:
             gi[i] = g
             gp[i] = np.arange(v) + r * v
         backing = torch.stack(first).to(dtype).reshape(shape)
+        if len(_LOGITS) > 1 << 12:
+            _LOGITS.clear()
         if all(len(g.deps) == 0 for g in groups):
+            _LOGITS[key] = (made, None, None, None, backing.clone())
             return backing
-        return _wrap(tuple(groups), gi.reshape(shape), gp.reshape(shape), backing, None)
+        gi, gp = gi.reshape(shape), gp.reshape(shape)
+        # the constant rows' group, kept for the next branch's call (None: none)
+        _LOGITS[key] = (made, groups[const] if const is not None else _NO_GROUP, gi, gp, backing.clone())
+        return _wrap(tuple(groups), gi, gp, backing, None)
+
+    #: (the rows' identities, shape, dtype) -> (the rows, the constant rows' group, entries' groups and positions,
+    #: a copy of the backing): a stand-in's forward on the same contexts repeats from branch to branch
+    _LOGITS: dict = {}
+    _NO_GROUP = _Group((), {})
 
     def multinomial_of_worlds(rng: Any, probs: Any, num_samples: int, replacement: bool) -> Any:
         """``torch.multinomial`` of lazy weights: a pending draw per row whose law is the row's in the loop's world,
