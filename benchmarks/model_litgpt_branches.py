@@ -232,24 +232,30 @@ def _generate_joint(rng: _Replay, target: Any, draft: Any, gamma: int, n: int, p
             joint.read(t)
 
 
-def count_joint(gamma: int, n: int, seeds: tuple = (1, 4), spread: bool = True, vocab: int = 3) -> int:
-    """Branches if every pending token were held jointly (a planning figure: not built in the audit).
-
-    >>> count_joint(1, 1) <= count_branches(1, 1, mode="refined")
-    True
-    """
+def _branches(run: Callable[[_Replay, Any, Any], None], seeds: tuple, vocab: int) -> int:
+    """The branches of a depth-first enumeration (one rerun per branch) of ``run(replay, target, draft)`` on the
+    order-1 tables of ``seeds``."""
     target = es.models.random_table(vocab=vocab, order=1, seed=seeds[0])
     draft = es.models.random_table(vocab=vocab, order=1, seed=seeds[1])
     todo, done = [()], 0
     while todo:
         prefix = todo.pop()
         try:
-            _generate_joint(_Replay(prefix), target, draft, gamma, n, (0,), spread)
+            run(_Replay(prefix), target, draft)
         except _Fork as f:
             todo.extend(prefix + (j,) for j in range(f.n))
             continue
         done += 1
     return done
+
+
+def count_joint(gamma: int, n: int, seeds: tuple = (1, 4), spread: bool = True, vocab: int = 3) -> int:
+    """Branches if every pending token were held jointly (a planning figure: not built in the audit).
+
+    >>> count_joint(1, 1) <= count_branches(1, 1, mode="refined")
+    True
+    """
+    return _branches(lambda rng, t, d: _generate_joint(rng, t, d, gamma, n, (0,), spread), seeds, vocab)
 
 
 def count_branches(gamma: int, n: int, seeds: tuple = (1, 4), mode: str = "eager", vocab: int = 3) -> int:
@@ -260,18 +266,7 @@ def count_branches(gamma: int, n: int, seeds: tuple = (1, 4), mode: str = "eager
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    target = es.models.random_table(vocab=vocab, order=1, seed=seeds[0])
-    draft = es.models.random_table(vocab=vocab, order=1, seed=seeds[1])
-    todo, done = [()], 0
-    while todo:
-        prefix = todo.pop()
-        try:
-            _generate(_Replay(prefix), target, draft, gamma, n, (0,), mode)
-        except _Fork as f:
-            todo.extend(prefix + (j,) for j in range(f.n))
-            continue
-        done += 1
-    return done
+    return _branches(lambda rng, t, d: _generate(rng, t, d, gamma, n, (0,), mode), seeds, vocab)
 
 
 def _audited(gamma: int, n: int, seeds: tuple, mode: str) -> tuple[int, float]:
