@@ -245,7 +245,7 @@ def test_iterating_or_unbinding_pending_rows_reads_none_of_them():
 
 def test_tokens_past_the_horizon_are_counted_not_read(monkeypatch):
     from exactspec.samplers.loops.loop_audit import _old_path
-    from exactspec.samplers.randomness import _fast_path
+    from exactspec.samplers.randomness import _fast_path, joint_draws
 
     def sample_three(target, draft, prompt):        # plain sampling: each token read by the next forward but the last
         ids = prompt
@@ -257,11 +257,16 @@ def test_tokens_past_the_horizon_are_counted_not_read(monkeypatch):
     r = audit_loop(sample_three, target=TARGET, prompt=(1,), tokens=2, workers=None)
     assert r.output == autoregressive_law(TARGET, (1,), 2) and r.tv == 0
     assert r.paths == 9                              # 3 x 3: the third token, past the horizon, never forks
-    # with deferred reads no forward reads a token: the first is drawn only where the second's law (which depends
-    # on it) is computed, after the loop returned, and the second is spread: 3 runs
+    # with deferred reads no forward reads a token; with the draws held jointly (the default), the first and the
+    # second (whose law is a row indexed by the first) are spread together after the loop returned: one run
     monkeypatch.setattr(_fast_path, "DEFER_READS", True)
     deferred = audit_loop(sample_three, target=TARGET, prompt=(1,), tokens=2, workers=None)
-    assert deferred.paths == 3 and deferred.output == r.output
+    assert deferred.paths == 1 and deferred.output == r.output
+    # one draw at a time: the first is drawn where the second's law is computed, the second spread: 3 runs
+    monkeypatch.setattr(joint_draws, "JOINT", False)
+    one_by_one = audit_loop(sample_three, target=TARGET, prompt=(1,), tokens=2, workers=None)
+    assert one_by_one.paths == 3 and one_by_one.output == r.output
+    monkeypatch.setattr(joint_draws, "JOINT", True)
     with _old_path():
         old = audit_loop(sample_three, target=TARGET, prompt=(1,), tokens=2, workers=None)
     assert old.paths == 27 and old.output == r.output
@@ -282,11 +287,17 @@ def _sample_three(target, draft, prompt):
     return ids
 
 
-def test_a_token_read_only_where_the_loop_returns_it_is_spread_not_forked():
+def test_a_token_read_only_where_the_loop_returns_it_is_spread_not_forked(monkeypatch):
     from exactspec.samplers.loops.loop_audit import _old_path
+    from exactspec.samplers.randomness import joint_draws
     r = audit_loop(_sample_three, target=TARGET, prompt=(1,), tokens=3, workers=None)
     assert r.output == autoregressive_law(TARGET, (1,), 3) and r.tv == 0
-    assert r.paths == 9          # 3 x 3 runs of the loop; each spreads the third token over its 3 values
+    assert r.paths == 1          # one run: the three tokens (each a row indexed by the one before) spread jointly
+    monkeypatch.setattr(joint_draws, "JOINT", False)
+    one_by_one = audit_loop(_sample_three, target=TARGET, prompt=(1,), tokens=3, workers=None)
+    assert one_by_one.output == r.output
+    assert one_by_one.paths == 9     # 3 x 3 runs of the loop; each spreads the third token over its 3 values
+    monkeypatch.setattr(joint_draws, "JOINT", True)
     with _old_path():
         old = audit_loop(_sample_three, target=TARGET, prompt=(1,), tokens=3, workers=None)
     assert old.paths == 27 and old.output == r.output and old.verdict == r.verdict

@@ -23,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import exactspec as es  # noqa: E402
-from exactspec.samplers.randomness import _fast_path  # noqa: E402
+from exactspec.samplers.randomness import _fast_path, joint_draws  # noqa: E402
 
 P1 = es.models.random_table(vocab=3, order=1, seed=1)       # target, order 1
 Q1 = es.models.random_table(vocab=3, order=1, seed=2)       # draft, order 1
@@ -585,7 +585,67 @@ def vectorised_acceptance(target, draft, prompt):
     return ids
 
 
-CASES = [
+# -- loops whose decisions hold several pending drafts jointly (joint_draws) ------------------------------------
+
+def _two_drafts(target, draft, prompt):
+    """x1 from the draft, x2 from the draft fed x1 (its law a row indexed by x1), the target's probabilities of both
+    positions (row 1 indexed by x1), all unread."""
+    q1 = _last_probs(draft, prompt)
+    x1 = torch.multinomial(q1, 1)
+    q2 = _last_probs(draft, _append(prompt, x1))
+    x2 = torch.multinomial(q2, 1)
+    ids = torch.cat([prompt, x1[None], x2[None]], dim=1)
+    p = target(ids)[0, -3:-1].softmax(-1)
+    return q1, x1, q2, x2, ids, p
+
+
+# a uniform decided jointly with two drafts, then compared again: its interval narrowed once both are read
+def joint_uniform_reused(target, draft, prompt):
+    q1, x1, q2, x2, ids, p = _two_drafts(target, draft, prompt)
+    u = torch.rand(1)
+    if bool(u < p[1, x2] / q2[x2]):
+        return ids if bool(u < 0.5) else _append(_append(prompt, x2), x1)
+    return _append(_append(prompt, torch.multinomial(p[0], 1)), x1)
+
+
+# a decision on two drafts, then one of them read by Python and the other returned unread
+def joint_then_read_one(target, draft, prompt):
+    q1, x1, q2, x2, ids, p = _two_drafts(target, draft, prompt)
+    if bool(p[1, x2] >= q2[x2]):
+        first = int(x1)
+        return _append(_append(prompt, torch.tensor(first)), x2) if first != 1 else _append(prompt, x2)
+    return _append(prompt, x1)
+
+
+# a decision on the second draft alone (whose law is indexed by the first), the first never returned
+def joint_ancestor_not_returned(target, draft, prompt):
+    q1, x1, q2, x2, ids, p = _two_drafts(target, draft, prompt)
+    if bool(q2[x2] > 0.3):
+        return _append(prompt, x2)
+    return _append(prompt, torch.multinomial(p[0], 1))
+
+
+# two decisions on the same pair, the second on a value the first narrowed, then both returned with a bonus token
+def joint_two_decisions(target, draft, prompt):
+    q1, x1, q2, x2, ids, p = _two_drafts(target, draft, prompt)
+    if bool(p[0, x1] + p[1, x2] > q1[x1] + q2[x2]):
+        if bool(torch.rand(1) * q2[x2] < p[1, x2]):
+            return torch.cat([ids, torch.multinomial(target(ids)[0, -1].softmax(-1), 1)[None]], dim=1)
+        return _append(prompt, x2)
+    return _append(_append(prompt, x2), x1)
+
+
+JOINT_CASES = [
+    pytest.param(joint_uniform_reused, dict(target=P1, draft=Q1, tokens=2), id="joint_uniform_reused"),
+    pytest.param(joint_uniform_reused, dict(target=P1, draft=Q1, tokens=2, rng_model="torch-float32"),
+                 id="joint_uniform_reused_float32_lattice"),
+    pytest.param(joint_then_read_one, dict(target=P1, draft=Q1, tokens=1), id="joint_then_read_one"),
+    pytest.param(joint_ancestor_not_returned, dict(target=P1, draft=Q1, tokens=1), id="joint_ancestor_not_returned"),
+    pytest.param(joint_two_decisions, dict(target=P1, draft=Q1, tokens=2), id="joint_two_decisions"),
+    pytest.param(joint_two_decisions, dict(target=P2, draft=Q1, tokens=2), id="joint_two_decisions_order2"),
+]
+
+CASES = JOINT_CASES + [
     pytest.param(one_uniform_two_thresholds, dict(target=P1, draft=Q1, tokens=2), id="one_uniform_two_thresholds"),
     pytest.param(one_uniform_two_thresholds, dict(target=P1, draft=Q1, tokens=2, rng_model="torch-float32"),
                  id="one_uniform_two_thresholds_float32_lattice"),
@@ -661,6 +721,50 @@ CASES = [
 @pytest.mark.parametrize("fn, kw", CASES)
 def test_deferred_reads_change_nothing_but_paths(fn, kw):
     _both(fn, **kw)
+
+
+def _joint_both(fn, **kw):
+    """Audit ``fn`` (deferred reads on) with pending draws held jointly and then one at a time; assert the reports
+    agree exactly. Returns (report joint, report one at a time)."""
+    saved = joint_draws.JOINT
+    try:
+        joint_draws.JOINT = True
+        on, err_on = _audit(fn, True, kw)
+        joint_draws.JOINT = False
+        off, err_off = _audit(fn, True, kw)
+    finally:
+        joint_draws.JOINT = saved
+    if err_on is not None or err_off is not None:
+        assert err_on is not None and err_off is not None, (
+            f"only one run raised: joint={err_on!r}, one at a time={err_off!r}")
+        assert type(err_on) is type(err_off) and str(err_on) == str(err_off)
+        return err_on, err_off
+    assert on.output == off.output
+    assert on.verdict == off.verdict and on.tv == off.tv
+    assert on.scope == off.scope and on.warnings == off.warnings
+    return on, off
+
+
+@pytest.mark.parametrize("fn, kw", CASES)
+def test_draws_held_jointly_change_nothing_but_paths(fn, kw):
+    _joint_both(fn, **kw)
+
+
+@pytest.mark.parametrize("fn, kw", JOINT_CASES[:1] + JOINT_CASES[4:5])
+def test_a_joint_refused_for_its_size_forks_as_before(fn, kw, monkeypatch):
+    """With at most 2 assignments per joint, the joins these loops need are refused: the audit falls back to forking
+    on the draws, with the same law."""
+    full, _ = _joint_both(fn, **kw)
+    monkeypatch.setattr(joint_draws, "LIMIT", 2)
+    small, _ = _joint_both(fn, **kw)
+    assert small.output == full.output and small.paths > full.paths, (small.paths, full.paths)
+
+
+@pytest.mark.parametrize("fn, kw", [JOINT_CASES[3], pytest.param(vectorised_acceptance, dict(
+    target=P1, draft=Q1, tokens=1), id="vectorised_acceptance")])
+def test_joint_decisions_take_fewer_branches(fn, kw):
+    on, off = _joint_both(fn, **kw)
+    assert on.paths < off.paths, (on.paths, off.paths)
 
 
 def test_the_switch_is_restored_after_a_raising_audit():

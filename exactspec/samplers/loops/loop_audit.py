@@ -259,8 +259,9 @@ SPREAD_LIMIT = 1024
 
 def _spread(ids: list, n0: int, rng: Any) -> list:
     """Every value of the pending draws among ``ids`` (ints and :class:`PendingDraw`), as ``(ids, p)`` pairs: the
-    joint law of those draws, independent categorical draws no code reads any more. A draw that appears twice
-    (one token written twice) takes one value in both places.
+    joint law of those draws, categorical draws no code reads any more (independent, or held jointly with other
+    pending draws: :func:`~exactspec.samplers.randomness.joint_draws.spread`). A draw that appears twice (one token
+    written twice) takes one value in both places.
 
     They are drawn for real (each forking the enumeration, as reading them did, in the same order) where
     spreading could change what the audit does: a draw among the first ``n0`` ids (the prompt, checked
@@ -269,6 +270,7 @@ def _spread(ids: list, n0: int, rng: Any) -> list:
     the work as they bound the forks). A draw that was drawn after it was listed (reading a later id drew it)
     keeps the value drawn.
     """
+    from ..randomness.joint_draws import conditional, spread
     from ..randomness.lazy_draws import PendingDraw
     # a draw that reading a later id drew (a law computed on its read may read others) holds its value
     ids = [t.values()[0] if type(t) is PendingDraw and t.drawn else t for t in ids]
@@ -281,6 +283,16 @@ def _spread(ids: list, n0: int, rng: Any) -> list:
     depth = getattr(rng, "max_depth", None)
     if any(type(t) is PendingDraw for t in ids[:n0]) or (depth is not None and rng._pos + len(draws) > depth):
         return [(tuple(t.values()[0] if type(t) is PendingDraw else t for t in ids), None)]
+    if any(d.joint is not None or conditional(d) for d in draws):
+        # held jointly (or a law indexed by other pending draws): their joint law, its other members summed out
+        law = spread(draws, SPREAD_LIMIT)
+        if law is None:         # no joint applies: each drawn for real, in order (the laws chain as reads chain them)
+            return [(tuple(t.values()[0] if type(t) is PendingDraw else t for t in ids), None)]
+        outs = []
+        for values, p in law:
+            value = {id(d): v for d, v in zip(draws, values)}
+            outs.append((tuple(value[id(t)] if type(t) is PendingDraw else t for t in ids), p))
+        return outs
     supports = [rng._support(d.law_of_one()) for d in draws]
     first, combos = len(draws), 1
     while first and combos * len(supports[first - 1]) <= SPREAD_LIMIT:

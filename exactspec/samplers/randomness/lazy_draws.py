@@ -65,6 +65,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import _fast_path
+from . import joint_draws as _joint
 from ...enumerate.rng import PathRng
 
 try:
@@ -90,7 +91,7 @@ class PendingDraw:
     (False, [1], True)
     """
 
-    __slots__ = ("rng", "weights", "law", "count", "replacement", "_values", "_ready", "domain")
+    __slots__ = ("rng", "weights", "law", "count", "replacement", "_values", "_ready", "domain", "joint", "given")
 
     def __init__(self, rng: Any, weights: tuple, law: tuple, count: int, replacement: bool) -> None:
         self.rng, self.weights, self.law, self.count, self.replacement = rng, weights, law, count, replacement
@@ -98,6 +99,11 @@ class PendingDraw:
         self._ready = False
         #: the values a draw whose law is computed on the first read can take (None: not known before it is read)
         self.domain: list[int] | None = None
+        #: the :class:`~exactspec.samplers.randomness.joint_draws.Joint` holding this draw with others (None: none);
+        #: while set, its law is the joint's, not ``law``
+        self.joint: Any = None
+        #: for a law computed on the first read from other draws' values: ``(their cells, values -> exact row)``
+        self.given: tuple | None = None
 
     @classmethod
     def of_law(cls, rng: Any, law: Any) -> "PendingDraw":
@@ -129,6 +135,8 @@ class PendingDraw:
         """
         if self.count != 1:
             return None
+        if self.joint is not None:
+            return self.joint.marginal(self)
         if self._ready:
             return self.law if type(self.law) is tuple else None
         field = getattr(self.rng, "_field", None)
@@ -138,6 +146,8 @@ class PendingDraw:
 
     def values(self) -> list[int]:
         """The drawn tokens (drawing them now, forking the enumeration, if not yet drawn)."""
+        if self._values is None and self.joint is not None:
+            self.joint.read(self)       # drawn from its marginal in its joint, which keeps the assignments with it
         if self._values is None and self._ready:
             if callable(self.law):
                 self.law = self.law()
@@ -858,7 +868,8 @@ def tokens_deferring_last(x: Any, rng: Any) -> list | None:
     if last is None:
         return None
     draw = flat[last][0]
-    if draw.rng is not rng or draw.count != 1 or any(c[0] is draw for j, c in enumerate(flat) if j != last):
+    if draw.rng is not rng or draw.count != 1 or draw.joint is not None or \
+            any(c[0] is draw for j, c in enumerate(flat) if j != last):
         return None
     before = [c[0].values()[c[1]] for c in flat[:last]]     # drawn in element order, as a read draws them
     if draw._ready:
@@ -889,7 +900,9 @@ def unread_entries(x: Any, rng: Any) -> list | None:
     known); None where that does not apply (not a :class:`LazyCategoricalTensor`, read, or written through a view).
     An entry pending otherwise (one of several samples drawn together, a draw of another rng) is drawn here, as a
     read draws it, and listed as its value; nothing else is drawn, but a law that reading a draw would compute first
-    (a race's, or one computed from other draws) is computed now, as reading it would, in element order.
+    (a race's, or one computed from other draws) is computed now, as reading it would, in element order. A draw held
+    jointly with others (:mod:`.joint_draws`), or whose law is a row indexed by other pending draws, is listed as
+    it is: the caller spreads such draws jointly (:func:`.joint_draws.spread`).
 
     For a caller that enumerates those draws itself, with :meth:`PendingDraw.law_of_one`, once no code can read
     them any more (what a loop returned, after it returned: :func:`exactspec.audit_loop`). Reading the tensor
@@ -910,6 +923,9 @@ def unread_entries(x: Any, rng: Any) -> list | None:
     for draw, i in x._cells.reshape(-1):
         if draw.drawn:
             out.append(draw.values()[i])
+            continue
+        if draw.rng is rng and (draw.joint is not None or (_joint.JOINT and _joint.conditional(draw))):
+            out.append(draw)            # held jointly with other draws, or its law a row indexed by them: spread jointly
             continue
         if draw._ready and callable(draw.law) and draw.rng is rng:
             draw.law = draw.law()       # what reading it computes first (a race's law), made now

@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from . import _fast_path
+from . import joint_draws as _joint
 from .lazy_draws import PendingDraw, exact_rows
 
 try:
@@ -92,6 +93,8 @@ def domain(cell: tuple) -> list | None:
     d = cell[0]
     if d.drawn:
         return [d.values()[cell[1]]]
+    if d.joint is not None:
+        return d.joint.support(d)
     if d.domain is not None:
         return d.domain
     if d._ready:
@@ -384,7 +387,12 @@ if torch is not None:
         missing from the table."""
         if x._gi.size != 1:
             return None
-        split = _last_undrawn(x._groups[int(x._gi.reshape(-1)[0])], int(x._gp.reshape(-1)[0]))
+        g, pos = x._groups[int(x._gi.reshape(-1)[0])], int(x._gp.reshape(-1)[0])
+        if _joint.JOINT:
+            joint = _joint_decision(g, pos, lambda e: bool(_disabled(torch.Tensor.__bool__, (), (e,), {})))
+            if joint is not None:
+                return joint[0]
+        split = _last_undrawn(g, pos)
         if split is None:
             return None
         keep, entries = split
@@ -425,6 +433,8 @@ if torch is not None:
         it can take): True with probability ``sum law(v) chance[v]``; ``d`` stays undrawn, its law conditioned on
         the answer (``law(v) chance[v]``, or ``law(v) (1 - chance[v])``, renormalised). None where ``d``'s law is not
         an exact row over those values (the caller reads)."""
+        if d.joint is not None:
+            return None                 # held jointly: its law is its joint's (_joint_decision decides on those)
         if d._ready and callable(d.law):
             d.law = d.law()             # its law, computed now (reading what it depends on), as a read would
         law = d.law
@@ -450,6 +460,39 @@ if torch is not None:
         d.domain = [v for v in chance if d.law[v] > 0]
         return answer
 
+    def _joint_decision(g: Any, pos: int, chance: Any) -> tuple | None:
+        """A decision on entry ``pos`` of group ``g``'s tensors that depends on several undrawn draws (or on one held
+        jointly, or one whose law is indexed by other undrawn draws), forked on its answer with those draws held
+        jointly (:mod:`.joint_draws`); ``chance(entry)`` is the answer's probability given the entry's value (a 0-d
+        tensor), a bool where the value decides it. Returns ``(answer, cells, values)``: the undrawn draws the entry
+        depends on and, per assignment of values to them, the entry's value (a 0-d tensor); None where that does not
+        apply (one draw alone: :func:`_last_undrawn` and :func:`_choose` decide; no joint; a world missing)."""
+        undrawn = [c for c in g.deps if not c[0].drawn]
+        if not undrawn:
+            return None
+        if len(undrawn) == 1 and undrawn[0][0].joint is None and not _joint.conditional(undrawn[0][0]):
+            return None
+        joint = _joint.join(undrawn)
+        if joint is None:
+            return None
+        where = [(None, value_of(c)) if c[0].drawn else (joint.column(c[0]), None) for c in g.deps]
+        mine = [j for j, (i, _) in enumerate(where) if i is not None]     # the undrawn deps' places in a world's key
+        entries: dict = {}
+        chances: dict = {}
+        per: dict = {}
+        for a in joint.table:
+            key = tuple(a[i] if i is not None else v for i, v in where)
+            if key not in entries:
+                t = g.worlds.get(key)
+                if t is None:
+                    return None
+                entries[key] = t.reshape(-1)[pos]
+                chances[key] = chance(entries[key])
+            per[a] = chances[key]
+        answer = joint.decide(per)
+        values = {tuple(key[j] for j in mine): e for key, e in entries.items()}
+        return answer, undrawn, values
+
     def live(x: Any) -> bool:
         """Whether ``x`` is a lazy-worlds tensor not read yet.
 
@@ -462,19 +505,26 @@ if torch is not None:
         """A decision on entry ``index`` (row-major) of the lazy-worlds tensor ``x`` whose probability, given the
         entry's value ``f`` (a float), is ``chance(f)`` (exact): a comparison with a lazy uniform
         (:mod:`.torch_rng`). ``("value", f)`` where the entry is read (nothing pending, or the decision cannot be
-        made jointly): the caller decides on ``f``; else ``("decided", answer, cell, values)``: the branch forked
-        on the answer, the draw ``cell`` pending with its law conditioned on it, ``values[v]`` the entry's value
-        where that draw is ``v`` (for the caller to narrow its own randomness once the draw is read). ``read``: the
-        entry read, whatever applies."""
+        made jointly): the caller decides on ``f``; else ``("decided", answer, cells, values)``: the branch forked
+        on the answer, the draws ``cells`` the entry depends on pending with their law conditioned on it (one draw
+        narrowed, or several held jointly), ``values[vs]`` the entry's value where those draws are ``vs`` (a tuple,
+        for the caller to narrow its own randomness once they are read). ``read``: the entry read, whatever
+        applies."""
         g = x._groups[int(x._gi.reshape(-1)[index])]
         pos = int(x._gp.reshape(-1)[index])
+        if REFINE and not read and _joint.JOINT:
+            joint = _joint_decision(g, pos, lambda e: chance(float(_disabled(torch.Tensor.item, (), (e,), {}))))
+            if joint is not None:
+                answer, cells, entries = joint
+                return "decided", answer, cells, {k: float(_disabled(torch.Tensor.item, (), (e,), {}))
+                                                  for k, e in entries.items()}
         split = _last_undrawn(g, pos) if REFINE and not read else None
         if split is not None:
             keep, entries = split
             values = {v: float(_disabled(torch.Tensor.item, (), (e,), {})) for v, e in entries.items()}
             answer = _choose(keep[0], {v: chance(f) for v, f in values.items()})
             if answer is not None:
-                return "decided", answer, keep, values
+                return "decided", answer, [keep], {(v,): f for v, f in values.items()}
         t = g.worlds[tuple(value_of(c) for c in g.deps)]
         return "value", float(_disabled(torch.Tensor.item, (), (t.reshape(-1)[pos],), {}))
 
@@ -1145,6 +1195,8 @@ if torch is not None:
                 return row if exact else tuple(field.convert(x) for x in row)
             d = PendingDraw.of_law(rng, law)
             d.domain = support
+            if exact:       # its law as a row indexed by those draws' values: it can be held jointly with them
+                d.given = (tuple(cells), lambda values, r=r: exact_rows(table[values])[0][r][1])
             out[r, 0] = (d, 0)
         return _lazy(out.reshape(shape), torch.zeros(shape, dtype=torch.int64), None)
     def _rows_of(g: Any) -> Any:
@@ -1222,6 +1274,8 @@ if torch is not None:
                     return row if exact else tuple(field.convert(x) for x in row)
                 d = PendingDraw.of_law(rng, law)
                 d.domain = list(domains[k])
+                if exact:   # its law as a row indexed by those draws' values: it can be held jointly with them
+                    d.given = (g.deps, lambda values, k=k, table=table: exact_rows(table[values])[0][k][1])
             out[r, 0] = (d, 0)
         shape = (1,) if gi.ndim == 1 else (n_rows, 1)
         return _lazy(out.reshape(shape), torch.zeros(shape, dtype=torch.int64), None)

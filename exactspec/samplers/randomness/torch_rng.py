@@ -436,7 +436,7 @@ if torch is not None:
 
             def narrow() -> None:
                 cell.cond = None
-                u._narrow(_exact(values[value_of(keep)]), strict, answer != flip)
+                u._narrow(_exact(values[tuple(value_of(c) for c in keep)]), strict, answer != flip)
             cell.cond = narrow
             return answer
         return LazyBit(decide)

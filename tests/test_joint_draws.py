@@ -1,0 +1,200 @@
+"""Pending draws held jointly (:mod:`exactspec.samplers.randomness.joint_draws`): exact tables, decisions, reads.
+
+Every expected value here is derived by hand (small rows) or by a second, simpler method: the joint law of a
+few draws written out as a product of their rows, summed over by brute force (:func:`_brute`), against which the
+laws an enumeration of a joint's forks gives are compared with ``==``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction as F
+
+import pytest
+
+from exactspec.enumerate.rng import PathRng, enumerate_program
+from exactspec.fields import get_field
+from exactspec.samplers.randomness import joint_draws
+from exactspec.samplers.randomness.joint_draws import Joint, join, spread
+from exactspec.samplers.randomness.lazy_draws import PendingDraw
+
+FIELD = get_field(backend="python")
+
+A = (F(1, 2), F(1, 3), F(1, 6))                      # the first draw's row
+B = {0: (F(1, 4), F(3, 4), F(0)), 1: (F(0), F(1, 2), F(1, 2)), 2: (F(1), F(0), F(0))}    # rows of b given a
+
+
+def _rng(stack=None):
+    return PathRng((), F(1), FIELD, [] if stack is None else stack, {})
+
+
+def _chain(rng):
+    """a ~ A; b ~ B[a] (a row indexed by a, not computed yet); c ~ (1/3, 2/3) independent."""
+    a = PendingDraw.of_law(rng, A)
+    b = PendingDraw.of_law(rng, lambda: pytest.fail("b's law computed by reading a"))
+    b.given = (((a, 0),), lambda v: B[v[0]])
+    c = PendingDraw.of_law(rng, (F(1, 3), F(2, 3)))
+    return a, b, c
+
+
+def _brute():
+    """The joint law of (a, b, c), written out."""
+    return {(x, y, z): A[x] * B[x][y] * (F(1, 3), F(2, 3))[z]
+            for x, y, z in itertools.product(range(3), range(3), range(2)) if A[x] * B[x][y]}
+
+
+def test_join_holds_the_draws_and_what_their_laws_depend_on_with_their_exact_joint_law():
+    rng = _rng()
+    a, b, c = _chain(rng)
+    j = join([(b, 0), (c, 0)])
+    assert [m for m in j.members] == [a, b, c]        # a joined: b's row is indexed by it
+    assert j.table == _brute()
+    assert sum(j.table.values()) == 1
+    assert a.joint is j and b.joint is j and c.joint is j and not any(d.drawn for d in (a, b, c))
+    assert j.marginal(b) == tuple(sum(p for (x, y, z), p in _brute().items() if y == v) for v in range(3))
+    assert a.law_of_one() == A and b.law_of_one() == j.marginal(b)
+    assert j.support(b) == [0, 1, 2] and rng._pos == 0                  # nothing drawn, nothing forked
+
+
+def test_a_decision_forks_two_ways_with_the_exact_mass_of_each_answer_and_keeps_the_assignments_that_give_it():
+    def program(rng):
+        a, b, c = _chain(rng)
+        j = join([(b, 0), (c, 0)])
+        answer = j.decide({w: w[0] != w[1] for w in j.table})          # a != b
+        return (answer, a.values()[0], b.values()[0], c.values()[0])
+    law = enumerate_program(program, FIELD)
+    expect = {}
+    for (x, y, z), p in _brute().items():
+        key = (x != y, x, y, z)
+        expect[key] = expect.get(key, 0) + p
+    assert law == expect
+
+
+def test_a_decision_with_a_chance_per_assignment_weights_the_assignments_by_it():
+    chance = {0: F(1, 5), 1: F(1), 2: F(0)}          # P(yes | b)
+
+    def program(rng):
+        a, b, _ = _chain(rng)
+        j = join([(b, 0)])
+        answer = j.decide({w: chance[w[1]] for w in j.table})
+        return (answer, a.values()[0], b.values()[0])
+    law = enumerate_program(program, FIELD)
+    expect = {}
+    for (x, y, z), p in _brute().items():
+        for ans, q in ((True, chance[y]), (False, 1 - chance[y])):
+            if q:
+                expect[(ans, x, y)] = expect.get((ans, x, y), 0) + p * q
+    assert law == expect
+
+
+def test_a_certain_answer_forks_nothing_and_changes_nothing():
+    rng = _rng()
+    a, b, _ = _chain(rng)
+    j = join([(b, 0)])
+    before = dict(j.table)
+    assert j.decide({w: True for w in j.table}) is True and j.table == before and rng._pos == 0
+    assert j.decide({w: F(0) for w in j.table}) is False and j.table == before and rng._pos == 0
+
+
+def test_a_read_draws_from_the_marginal_and_conditions_the_others():
+    rng = _rng()
+    stack = rng._stack
+    a, b, _ = _chain(rng)
+    join([(b, 0)])
+    v = b.values()[0]                                 # the first value of b's marginal: 0, with a = 0 or a = 2
+    mass = A[0] * B[0][0] + A[2] * B[2][0]
+    assert v == 0 and rng.weight == mass and rng._pos == 1
+    assert [w for _, w in stack] == [A[0] * B[0][1] + A[1] * B[1][1], A[1] * B[1][2]]   # b = 1, b = 2 pushed
+    assert not a.drawn and a.joint is None            # a alone: its law given b = 0
+    assert a.law == (A[0] * B[0][0] / mass, F(0), A[2] * B[2][0] / mass) == (F(3, 7), F(0), F(4, 7))
+    assert a.values() == [0] and rng.weight == A[0] * B[0][0]      # read: a fork of its own
+
+
+def test_a_member_left_with_one_value_is_drawn_with_it_without_a_fork():
+    rng = _rng()
+    a, b, c = _chain(rng)
+    join([(b, 0), (c, 0)])
+    assert a.values() == [0] and rng._pos == 1
+    assert b.joint is not None and b.values() == [0] and rng._pos == 2
+    rng2 = _rng()
+    a, b, c = _chain(rng2)
+    j = join([(b, 0), (c, 0)])
+    j.decide({w: w[0] == 2 for w in j.table})         # a == 2 (mass 1/6): b's row given a = 2 is certain
+    assert a.drawn and a.values() == [2] and b.drawn and b.values() == [0] and rng2._pos == 1
+    assert c.joint is None and c.law == (F(1, 3), F(2, 3))     # c alone, as it was
+
+
+def test_a_lone_member_gets_its_marginal_as_an_ordinary_law():
+    rng = _rng()
+    a, b, _ = _chain(rng)
+    j = join([(b, 0)])
+    j.decide({w: w[1] == 1 for w in j.table})        # b == 1: a is 0 or 1, b drawn (one value)
+    assert b.drawn and b.values() == [1] and a.joint is None and not a.drawn
+    mass = A[0] * B[0][1] + A[1] * B[1][1]
+    assert a.law == (A[0] * B[0][1] / mass, A[1] * B[1][1] / mass, F(0)) and sum(a.law) == 1
+    assert a.law_of_one() == a.law
+
+
+def test_joints_met_are_merged_into_their_product():
+    rng = _rng()
+    a, b, c = _chain(rng)
+    j1 = join([(b, 0)])
+    d = PendingDraw.of_law(rng, (F(1, 2), F(1, 2)))
+    j2 = join([(c, 0), (d, 0)])
+    j = join([(a, 0), (d, 0)])
+    assert j is not j1 and j is not j2 and [m for m in j.members] == [a, b, c, d]
+    assert j.table == {(x, y, z, t): p * F(1, 2) for (x, y, z), p in _brute().items() for t in range(2)}
+    assert all(m.joint is j for m in (a, b, c, d))
+    assert join([(b, 0)]) is j                        # one joint, nothing new: itself
+
+
+@pytest.mark.parametrize("case", ["other rng", "inexact field", "several samples", "too many", "law unknown"])
+def test_a_join_that_does_not_apply_returns_none_and_leaves_the_draws_as_they_were(case, monkeypatch):
+    rng = _rng()
+    a, b, c = _chain(rng)
+    if case == "other rng":
+        cells = [(b, 0), (PendingDraw.of_law(_rng(), A), 0)]
+    elif case == "inexact field":
+        fl = PathRng((), 1.0, get_field("float"), [], {})
+        cells = [(PendingDraw.of_law(fl, (0.5, 0.5)), 0), (PendingDraw.of_law(fl, (0.5, 0.5)), 0)]
+    elif case == "several samples":
+        two = PendingDraw(rng, (F(1), F(1), F(1)), (F(1, 3),) * 3, 2, False)
+        cells = [(b, 0), (two, 1)]
+    elif case == "too many":
+        monkeypatch.setattr(joint_draws, "LIMIT", 5)
+        cells = [(b, 0), (c, 0)]
+    else:
+        cells = [(b, 0), (PendingDraw.of_law(rng, lambda: A), 0)]      # a law computed on its read, no row given
+    assert join(cells) is None
+    assert all(d.joint is None for d in (a, b, c)) and rng._pos == 0
+
+
+def test_spread_gives_the_returned_draws_joint_law_their_ancestors_summed_out():
+    rng = _rng()
+    a, b, c = _chain(rng)
+    law = dict(spread([b, c], 100))
+    expect = {}
+    for (x, y, z), p in _brute().items():
+        expect[(y, z)] = expect.get((y, z), 0) + p
+    assert law == expect and rng._pos == 0
+
+
+def test_spread_beyond_the_limit_draws_the_earliest_for_real():
+    def program(rng):
+        a, b, c = _chain(rng)
+        out = spread([a, b, c], 3)                    # 6 combinations over (b, c) given a > 3: a drawn first... and b
+        assert len(out) <= 3
+        return tuple((vals, p) for vals, p in out)
+    runs = enumerate_program(program, FIELD)
+    law = {}
+    for outs, w in runs.items():
+        for vals, p in outs:
+            law[vals] = law.get(vals, 0) + w * (1 if p is None else p)
+    assert law == _brute()
+
+
+def test_a_joint_of_one_certain_member_draws_it():
+    d = PendingDraw.of_law(None, (F(0), F(1)))
+    j = Joint(None, [d], [2], {(1,): F(1)})
+    j._keep(j.table)
+    assert d.drawn and d.values() == [1] and d.joint is None
