@@ -7,8 +7,9 @@ gamma 3. Each row audits the loop on the faster path by default (the branches le
 median is the row's figure and their range is in the note), on the faster path in one process, on
 it with the stand-ins reading every token they are fed (deferred reads off, one process: the
 faster path before :mod:`exactspec.samplers.randomness.lazy_worlds`), on it with decisions forking
-on the draws they read rather than on their answers (``lazy_worlds.REFINE`` off, one process), and
-on the old one (``exactspec.samplers.loops.loop_audit._old_path()``: the bookkeeping of pending
+on the draws they read rather than on their answers (``lazy_worlds.REFINE`` off, one process), on
+it with the pending draws a decision depends on taken one at a time rather than held jointly
+(``joint_draws.JOINT`` off, one process), and on the old one (``exactspec.samplers.loops.loop_audit._old_path()``: the bookkeeping of pending
 draws, the dispatch of pending tensors, the interception's frame walk and the stand-ins' per-call
 work as they were), old first (after one untimed small audit of the same loop), every module-level
 memo of exact rows emptied before each run. It checks the reports identical (law, verdict, TV, the
@@ -158,7 +159,7 @@ def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> di
     with _counting_forwards() as built:      # in this process, so that every forward call is counted here
         one, one_s, one_cpu = _audit(fn, kw, old=False, cap=None, workers=None)
     forwards = sum(lm.total_calls for lm in built)
-    from exactspec.samplers.randomness import lazy_worlds
+    from exactspec.samplers.randomness import joint_draws, lazy_worlds
     from exactspec.samplers.randomness._fast_path import reads_deferred
     with reads_deferred(False):              # the faster path before deferred reads, in one process
         eager, eager_s, _ = _audit(fn, kw, old=False, cap=None, workers=None)
@@ -167,6 +168,11 @@ def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> di
         plain, plain_s, _ = _audit(fn, kw, old=False, cap=None, workers=None)
     finally:
         lazy_worlds.REFINE = True
+    joint_draws.JOINT = False                # decisions on their answers, the draws one at a time, one process
+    try:
+        single, single_s, _ = _audit(fn, kw, old=False, cap=None, workers=None)
+    finally:
+        joint_draws.JOINT = True
     # the default path, timed RUNS times (each on emptied memos): its median is the row's figure, the range in the note
     timed = [_audit(fn, kw, old=False, cap=None) for _ in range(RUNS)]
     new = timed[0][0]
@@ -182,11 +188,12 @@ def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> di
     # the old path reads every token a branch returns and forks where it iterates over pending draws: the same law
     # in more branches; the two runs of the new path run the same branches
     same = agree(old, new, False) and agree(one, new, True) and agree(eager, new, False) and \
-        agree(plain, new, False) and same_runs
+        agree(plain, new, False) and agree(single, new, False) and same_runs
     branches = new.paths + (new.extra.get("float64_paths") or 0)
     old_branches = None if old is None else old.paths + (old.extra.get("float64_paths") or 0)
     eager_branches = eager.paths + (eager.extra.get("float64_paths") or 0)
     plain_branches = plain.paths + (plain.extra.get("float64_paths") or 0)
+    single_branches = single.paths + (single.extra.get("float64_paths") or 0)
     runs = "two runs (own precision + float64)" if new.extra.get("float64_paths") else "one run"
     from exactspec import parallel
     note = (f"{instance}; {branches} branches ({runs}; old path {old_branches}), {new.verdict}, "
@@ -196,7 +203,9 @@ def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> di
             f"({times[0]:.2f}-{times[-1]:.2f} s); in one process {one_s:.2f} s (CPU {one_cpu:.1f} s); the stand-ins "
             f"reading every token they are fed (deferred reads off, one process) {eager_branches} branches, "
             f"{eager_s:.2f} s; decisions forking on the draws they read (lazy_worlds.REFINE off, one process) "
-            f"{plain_branches} branches, {plain_s:.2f} s; old path "
+            f"{plain_branches} branches, {plain_s:.2f} s; decisions on their answers with the draws they depend on "
+            f"taken one at a time (joint_draws.JOINT off, one process) {single_branches} branches, {single_s:.2f} s; "
+            f"old path "
             f"CPU {old_cpu:.1f} s; floor on one core (the loop alone, {floor:.2f} ms CPU per call, x {branches} "
             f"branches) "
             f"{floor * branches / 1e3:.1f} s; by forward calls (the branches run every path, the plain runs the "

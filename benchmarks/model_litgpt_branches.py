@@ -11,21 +11,22 @@ control flow as a small abstract program over the same exact tables and counts i
   ``target_prob >= draft_prob`` of its verification, which also needs the token before it), a
   token's own law read first when it depends on an earlier token, and the tokens the loop returns
   unread are spread, as the audit spreads them (``lazy_worlds.REFINE`` off);
-- **refined** (the default): a decision forks on its answer, not on the last token it depends on:
+- **refined**: a decision forks on its answer, not on the last token it depends on:
   ``target_prob >= draft_prob`` narrows the draft to the values that give the answer, and
   ``torch.rand(1) <= 1 - p/q`` is decided jointly with the draft, which stays unread (its law
   conditioned on the answer); a token is read where its value itself is needed (the next
   position's context, a law to spread).
 
-A fourth count, **joint**, is a model only (not built in the audit, so not checked against it): every
-pending token held jointly, decisions keeping the assignments of values that give their answer, the
-returned tokens spread jointly where the branch ends (or each but the last read there): the lever
-left after ``refined``.
+- **joint** (the default since ``joint_draws`` was built): every pending token held jointly,
+  decisions keeping the assignments of values that give their answer, a token's law a row indexed
+  by the token before it (no read), the returned tokens spread jointly where the branch ends
+  (``joint_draws.JOINT``; off, the audit forks as ``refined`` does).
 
 The two-way fork of ``if not should_discard_token`` is in every mode. Each count is checked
 against the real audit's (``es.audit_loop`` on litgpt's own ``generate``, same tables, same run,
-with the switches set as the mode says); a count that differs exits 1. The model was written
-first, to size the lever before it was built. ``floor`` is the count times the loop's own cost
+with the switches set as the mode says); a count that differs exits 1. The models were written
+first, to size each lever before it was built (``joint``'s 27 branches at gamma 3 before the audit
+gave 27). ``floor`` is the count times the loop's own cost
 per plain call (measured here, outside any audit).
 
 ``python -m benchmarks.model_litgpt_branches`` (``--quick``: gamma 2 only).
@@ -150,13 +151,13 @@ def _generate(rng: _Replay, target: Any, draft: Any, gamma: int, n: int, prompt:
             t.support()
 
 
-#: how the model forks: where the stand-ins read a token (``eager``), where a decision reads it (``deferred``), and
-#: on a decision rather than on the last token it depends on (``refined``)
-MODES = ("eager", "deferred", "refined")
+#: how the model forks: where the stand-ins read a token (``eager``), where a decision reads it (``deferred``), on a
+#: decision rather than on the last token it depends on (``refined``), every pending token held jointly (``joint``)
+MODES = ("eager", "deferred", "refined", "joint")
 
 
 class _Joint:
-    """Every pending token of a branch held jointly (not built in the audit: a planning figure): the assignments of
+    """Every pending token of a branch held jointly (``joint_draws`` in the audit): the assignments of
     values to them that are still possible. A new token extends each assignment by the values its law (given that
     assignment) can take; a decision keeps the assignments that give its answer (forking where both answers are
     possible); a read keeps those with the value read (forking where several are possible)."""
@@ -250,7 +251,8 @@ def _branches(run: Callable[[_Replay, Any, Any], None], seeds: tuple, vocab: int
 
 
 def count_joint(gamma: int, n: int, seeds: tuple = (1, 4), spread: bool = True, vocab: int = 3) -> int:
-    """Branches if every pending token were held jointly (a planning figure: not built in the audit).
+    """Branches with every pending token held jointly (``spread``: the returned tokens spread jointly, as the audit
+    does; otherwise each but the last read where the branch ends).
 
     >>> count_joint(1, 1) <= count_branches(1, 1, mode="refined")
     True
@@ -266,6 +268,8 @@ def count_branches(gamma: int, n: int, seeds: tuple = (1, 4), mode: str = "eager
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode == "joint":
+        return count_joint(gamma, n, seeds, vocab=vocab)
     return _branches(lambda rng, t, d: _generate(rng, t, d, gamma, n, (0,), mode), seeds, vocab)
 
 
@@ -275,7 +279,7 @@ def _audited(gamma: int, n: int, seeds: tuple, mode: str) -> tuple[int, float]:
     import torch
 
     import litgpt.generate.speculative_decoding as litgpt_sd
-    from exactspec.samplers.randomness import _fast_path, lazy_worlds
+    from exactspec.samplers.randomness import _fast_path, joint_draws, lazy_worlds
     t = es.models.random_table(vocab=3, order=1, seed=seeds[0])
     d = es.models.random_table(vocab=3, order=1, seed=seeds[1])
 
@@ -283,13 +287,13 @@ def _audited(gamma: int, n: int, seeds: tuple, mode: str) -> tuple[int, float]:
         tokens, _ = litgpt_sd.generate(draft, target, prompt[0], speculative_k=gamma,
                                        max_returned_tokens=prompt.shape[1] + n + 1)
         return tokens
-    saved = lazy_worlds.REFINE
-    lazy_worlds.REFINE = mode == "refined"
+    saved = lazy_worlds.REFINE, joint_draws.JOINT
+    lazy_worlds.REFINE, joint_draws.JOINT = mode in ("refined", "joint"), mode == "joint"
     try:
         with _fast_path.reads_deferred(mode != "eager"):
             r = es.audit_loop(loop, target=t, draft=d, prompt=(0,), rng_model="continuous", tokens=n, progress=False)
     finally:
-        lazy_worlds.REFINE = saved
+        lazy_worlds.REFINE, joint_draws.JOINT = saved
     tl, dl = es.stand_in(t, kind="torch-lm", dtype=torch.float64), es.stand_in(d, kind="torch-lm",
                                                                                  dtype=torch.float64)
     prompt = torch.tensor([[0]])
@@ -303,9 +307,9 @@ def _audited(gamma: int, n: int, seeds: tuple, mode: str) -> tuple[int, float]:
 def main(argv: list[str] | None = None) -> int:
     quick = "--quick" in (sys.argv[1:] if argv is None else argv)
     print("litgpt 0.5.13 generate, vocab 3 order-1 tables, prompt (0,), 3 tokens, ideal uniforms: branches when tokens "
-          "fork where the stand-ins read them (eager), where only decisions read them (deferred), and when a decision "
-          "forks on its answer rather than on the last token it depends on (refined: the default); each model count "
-          "checked against the audit's")
+          "fork where the stand-ins read them (eager), where only decisions read them (deferred), when a decision "
+          "forks on its answer rather than on the last token it depends on (refined), and with every pending token "
+          "held jointly (joint: the default); each model count checked against the audit's")
     ok = True
     for gamma, seeds in ([(2, (1, 4))] if quick else [(2, (1, 4)), (3, (1, 4)), (3, (2, 5))]):
         parts, plain, counts = [], 0.0, {}
@@ -316,12 +320,10 @@ def main(argv: list[str] | None = None) -> int:
             same = audited == model
             ok = ok and same
             parts.append(f"{mode} model {model}, audit {audited}{'' if same else ' (DO NOT MATCH)'}")
-        print(f"gamma {gamma}, seeds {seeds}: " + "; ".join(parts) + f" ({counts['eager'] / counts['refined']:.1f}x "
-              f"fewer than eager); plain call {plain * 1e3:.2f} ms CPU, floor {counts['refined'] * plain:.2f} s "
-              f"refined vs {counts['eager'] * plain:.2f} s eager (one core); not built, model only: every pending "
-              f"token held jointly {count_joint(gamma, 3, seeds)} (returned tokens spread jointly), "
-              f"{count_joint(gamma, 3, seeds, spread=False)} (each returned token but the last read where the "
-              "branch ends)")
+        print(f"gamma {gamma}, seeds {seeds}: " + "; ".join(parts) + f" ({counts['eager'] / counts['joint']:.1f}x "
+              f"fewer than eager); plain call {plain * 1e3:.2f} ms CPU, floor {counts['joint'] * plain:.2f} s "
+              f"joint vs {counts['refined'] * plain:.2f} s refined vs {counts['eager'] * plain:.2f} s eager (one "
+              "core)")
         sys.stdout.flush()
     return 0 if ok else 1
 

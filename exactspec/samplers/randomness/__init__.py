@@ -6,7 +6,9 @@
   numpy's legacy global functions, and torch's random functions;
 - :mod:`.lazy_values` and :mod:`.lazy_draws`: the lazy uniforms, races and categorical draws they return;
 - :mod:`.lazy_worlds`: values computed from pending draws (a stand-in's logits for a token it was fed),
-  one per world of those draws, drawn only when a value reaches Python.
+  one per world of those draws, drawn only when a value reaches Python;
+- :mod:`.joint_draws`: pending draws held jointly (their exact joint law), so that a decision on
+  several of them forks on its answer, not on their values.
 
 This layer imports nothing from the adapters, the loop audit or the sampler audit above it. Within
 it, :mod:`.interception` sits below :mod:`.numpy_rng` and :mod:`.torch_rng` (they read the branch it

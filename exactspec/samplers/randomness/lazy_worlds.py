@@ -37,7 +37,13 @@ draws. What each kind of operation does:
   type's handler runs the operation on the values.
 - ``torch.multinomial`` of lazy weights (one sample per row) draws from the row's law in the world
   the loop is in: a pending draw whose law is computed when it is read (reading the draws it
-  depends on first), whose values lie in the union of the rows' supports.
+  depends on first), whose values lie in the union of the rows' supports; its law is also kept as a
+  row indexed by those draws' values (``PendingDraw.given``), so that it can be held jointly with them.
+- ``bool()`` of a one-entry value (``if target_prob >= draft_prob:``), and a lazy uniform compared
+  with one (:mod:`.torch_rng`), fork on the answer, not on the draws: one draw narrowed to the values
+  that give the answer (:func:`_choose`), several held jointly (:mod:`.joint_draws`: the assignments
+  of values that give it, with their exact probabilities), all left undrawn (``REFINE``,
+  ``joint_draws.JOINT``).
 
 Nothing here changes a law: each world's value is what the loop computes once those draws are
 known, and the draws are drawn before any value reaches Python, in a replay's same order. The

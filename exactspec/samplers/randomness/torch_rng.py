@@ -370,7 +370,7 @@ if torch is not None:
                             (False, True): (True, False), (True, True): (False, False)}[(strict, flip)]
         if type(b) is LazyWorldsTensor and _lazy_worlds.REFINE and deferring() and _worlds_live(b):
             # a threshold that depends on pending draws (1 - p(x)/q(x) for a draft x nobody read): each entry decided
-            # jointly with the last of them, which stays undrawn (entry_decision)
+            # jointly with them, which stay undrawn (entry_decision)
             return _joint_compare(a, b, strict, flip, name)
         if type(b) in _REAL:                 # each uniform against the exact value of its real entry
             shape = _shape_with(a._u, b)
@@ -415,9 +415,10 @@ if torch is not None:
 
     def _joint_leaf(u: Any, b: Any, index: int, strict: bool, flip: bool, name: str) -> LazyBit:
         """``u < t`` (``<=``, flipped: ``>=``, ``>``) for entry ``index`` of the lazy-worlds tensor ``b``, decided when
-        read: the branch forks on the answer with its exact probability over the last pending draw ``t`` depends on
-        (each value's threshold against ``u``'s interval), that draw stays pending with its law conditioned on the
-        answer, and ``u``'s interval is narrowed to the answer once that draw is read (``_Cell.cond``)."""
+        read: the branch forks on the answer with its exact probability over the pending draws ``t`` depends on
+        (each value's threshold against ``u``'s interval), they stay pending with their law conditioned on the
+        answer (one narrowed, or several held jointly), and ``u``'s interval is narrowed to the answer once they
+        are read (``_Cell.cond``)."""
         def decide() -> bool:
             cell = u._cell
             if getattr(cell, "cond", None) is not None:
