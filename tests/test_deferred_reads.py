@@ -565,15 +565,22 @@ def one_uniform_two_thresholds(target, draft, prompt):
     return _append(ids, torch.tensor(int(first) + int(second)))
 
 
+def _two_drafts(target, draft, prompt):
+    """x1 from the draft, x2 from the draft fed x1 (its law a row indexed by x1), the target's probabilities of both
+    positions (row 1 indexed by x1), all unread."""
+    q1 = _last_probs(draft, prompt)
+    x1 = torch.multinomial(q1, 1)
+    q2 = _last_probs(draft, _append(prompt, x1))
+    x2 = torch.multinomial(q2, 1)
+    ids = torch.cat([prompt, x1[None], x2[None]], dim=1)
+    p = target(ids)[0, -3:-1].softmax(-1)
+    return q1, x1, q2, x2, ids, p
+
+
 # vLLM-style vectorised acceptance: uniforms against the ratios of two pending drafts, the first rejection found by
 # argmax over the mask; the drafts up to it returned, then a token from the residual there
 def vectorised_acceptance(target, draft, prompt):
-    q0 = _last_probs(draft, prompt)
-    x0 = torch.multinomial(q0, 1)
-    q1 = _last_probs(draft, _append(prompt, x0))
-    x1 = torch.multinomial(q1, 1)
-    ids = torch.cat([prompt, x0[None], x1[None]], dim=1)
-    p = target(ids)[0, -3:-1].softmax(-1)
+    q0, x0, q1, x1, ids, p = _two_drafts(target, draft, prompt)
     qs = torch.stack([q0, q1])
     xs = torch.cat([x0, x1])
     ratio = p.gather(-1, xs[:, None])[:, 0] / qs.gather(-1, xs[:, None])[:, 0]
@@ -586,18 +593,6 @@ def vectorised_acceptance(target, draft, prompt):
 
 
 # -- loops whose decisions hold several pending drafts jointly (joint_draws) ------------------------------------
-
-def _two_drafts(target, draft, prompt):
-    """x1 from the draft, x2 from the draft fed x1 (its law a row indexed by x1), the target's probabilities of both
-    positions (row 1 indexed by x1), all unread."""
-    q1 = _last_probs(draft, prompt)
-    x1 = torch.multinomial(q1, 1)
-    q2 = _last_probs(draft, _append(prompt, x1))
-    x2 = torch.multinomial(q2, 1)
-    ids = torch.cat([prompt, x1[None], x2[None]], dim=1)
-    p = target(ids)[0, -3:-1].softmax(-1)
-    return q1, x1, q2, x2, ids, p
-
 
 # a uniform decided jointly with two drafts, then compared again: its interval narrowed once both are read
 def joint_uniform_reused(target, draft, prompt):
