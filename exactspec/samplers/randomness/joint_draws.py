@@ -86,10 +86,7 @@ class Joint:
     def marginal(self, d: Any) -> tuple:
         """Member ``d``'s law given everything the branch did: its assignments' probabilities summed by its value."""
         i = self.column(d)
-        law = [_ZERO] * self.sizes[i]
-        for a, w in self.table.items():
-            law[a[i]] += w
-        return tuple(law)
+        return _summed(self.table, i, self.sizes[i])
 
     def support(self, d: Any) -> list:
         """The values member ``d`` can still take, ascending."""
@@ -157,16 +154,21 @@ class Joint:
                 if len(values) == 1:
                     m._values = [next(iter(values))]
                 else:
-                    law = [_ZERO] * size
-                    for a, w in table.items():
-                        law[a[i]] += w
-                    m.law, m._ready, m.given = tuple(law), True, None
+                    m.law, m._ready, m.given = _summed(table, i, size), True, None
                     m.domain = sorted(values)
                 table = {a[:i] + a[i + 1:]: w for a, w in table.items()}
         if len(self.members) == 1:       # one left after drawing the certain ones: independent now
             self._keep(table)
             return
         self.table = table
+
+
+def _summed(table: dict, i: int, size: int) -> tuple:
+    """The law of column ``i`` (``size`` values) of a table of assignments: their probabilities summed by its value."""
+    law = [_ZERO] * size
+    for a, w in table.items():
+        law[a[i]] += w
+    return tuple(law)
 
 
 def conditional(d: Any) -> bool:
