@@ -24,6 +24,17 @@ A = (F(1, 2), F(1, 3), F(1, 6))                      # the first draw's row
 B = {0: (F(1, 4), F(3, 4), F(0)), 1: (F(0), F(1, 2), F(1, 2)), 2: (F(1), F(0), F(0))}    # rows of b given a
 
 
+@pytest.fixture(params=["auto", "python"])
+def backend(request, monkeypatch):
+    """The joint's own arithmetic on gmpy2's mpq (where installed: ``auto``) and on Fractions: the same laws."""
+    from exactspec.fields import FractionField
+    f = FractionField(backend=request.param)
+    for name, value in (("_FIELD", f), ("_Q", f.Q), ("_ZERO", f.Q(0)), ("_ONE", f.Q(1)), ("_q", f.convert),
+                        ("_out", f.export)):
+        monkeypatch.setattr(joint_draws, name, value)
+    return request.param
+
+
 def _rng(stack=None):
     return PathRng((), F(1), FIELD, [] if stack is None else stack, {})
 
@@ -43,20 +54,21 @@ def _brute():
             for x, y, z in itertools.product(range(3), range(3), range(2)) if A[x] * B[x][y]}
 
 
-def test_join_holds_the_draws_and_what_their_laws_depend_on_with_their_exact_joint_law():
+def test_join_holds_the_draws_and_what_their_laws_depend_on_with_their_exact_joint_law(backend):
     rng = _rng()
     a, b, c = _chain(rng)
     j = join([(b, 0), (c, 0)])
     assert [m for m in j.members] == [a, b, c]        # a joined: b's row is indexed by it
-    assert j.table == _brute()
-    assert sum(j.table.values()) == 1
+    assert j.law() == _brute()
+    assert sum(j.law().values()) == 1
     assert a.joint is j and b.joint is j and c.joint is j and not any(d.drawn for d in (a, b, c))
     assert j.marginal(b) == tuple(sum(p for (x, y, z), p in _brute().items() if y == v) for v in range(3))
     assert a.law_of_one() == A and b.law_of_one() == j.marginal(b)
+    assert all(type(x) is F for x in j.marginal(b)) and all(type(p) is F for p in j.law().values())
     assert j.support(b) == [0, 1, 2] and rng._pos == 0                  # nothing drawn, nothing forked
 
 
-def test_a_decision_forks_two_ways_with_the_exact_mass_of_each_answer_and_keeps_the_assignments_that_give_it():
+def test_a_decision_forks_two_ways_with_the_exact_mass_of_each_answer_and_keeps_the_assignments_that_give_it(backend):
     def program(rng):
         a, b, c = _chain(rng)
         j = join([(b, 0), (c, 0)])
@@ -70,7 +82,7 @@ def test_a_decision_forks_two_ways_with_the_exact_mass_of_each_answer_and_keeps_
     assert law == expect
 
 
-def test_a_decision_with_a_chance_per_assignment_weights_the_assignments_by_it():
+def test_a_decision_with_a_chance_per_assignment_weights_the_assignments_by_it(backend):
     chance = {0: F(1, 5), 1: F(1), 2: F(0)}          # P(yes | b)
 
     def program(rng):
@@ -96,7 +108,7 @@ def test_a_certain_answer_forks_nothing_and_changes_nothing():
     assert j.decide({w: F(0) for w in j.table}) is False and j.table == before and rng._pos == 0
 
 
-def test_a_read_draws_from_the_marginal_and_conditions_the_others():
+def test_a_read_draws_from_the_marginal_and_conditions_the_others(backend):
     rng = _rng()
     stack = rng._stack
     a, b, _ = _chain(rng)
@@ -124,7 +136,7 @@ def test_a_member_left_with_one_value_is_drawn_with_it_without_a_fork():
     assert c.joint is None and c.law == (F(1, 3), F(2, 3))     # c alone, as it was
 
 
-def test_a_lone_member_gets_its_marginal_as_an_ordinary_law():
+def test_a_lone_member_gets_its_marginal_as_an_ordinary_law(backend):
     rng = _rng()
     a, b, _ = _chain(rng)
     j = join([(b, 0)])
@@ -133,9 +145,10 @@ def test_a_lone_member_gets_its_marginal_as_an_ordinary_law():
     mass = A[0] * B[0][1] + A[1] * B[1][1]
     assert a.law == (A[0] * B[0][1] / mass, A[1] * B[1][1] / mass, F(0)) and sum(a.law) == 1
     assert a.law_of_one() == a.law
+    assert all(type(x) is F for x in a.law)          # handed out as Fractions, whatever the joint computes with
 
 
-def test_joints_met_are_merged_into_their_product():
+def test_joints_met_are_merged_into_their_product(backend):
     rng = _rng()
     a, b, c = _chain(rng)
     j1 = join([(b, 0)])
@@ -143,7 +156,7 @@ def test_joints_met_are_merged_into_their_product():
     j2 = join([(c, 0), (d, 0)])
     j = join([(a, 0), (d, 0)])
     assert j is not j1 and j is not j2 and [m for m in j.members] == [a, b, c, d]
-    assert j.table == {(x, y, z, t): p * F(1, 2) for (x, y, z), p in _brute().items() for t in range(2)}
+    assert j.law() == {(x, y, z, t): p * F(1, 2) for (x, y, z), p in _brute().items() for t in range(2)}
     assert all(m.joint is j for m in (a, b, c, d))
     assert join([(b, 0)]) is j                        # one joint, nothing new: itself
 
@@ -169,7 +182,7 @@ def test_a_join_that_does_not_apply_returns_none_and_leaves_the_draws_as_they_we
     assert all(d.joint is None for d in (a, b, c)) and rng._pos == 0
 
 
-def test_spread_gives_the_returned_draws_joint_law_their_ancestors_summed_out():
+def test_spread_gives_the_returned_draws_joint_law_their_ancestors_summed_out(backend):
     rng = _rng()
     a, b, c = _chain(rng)
     law = dict(spread([b, c], 100))
@@ -179,7 +192,7 @@ def test_spread_gives_the_returned_draws_joint_law_their_ancestors_summed_out():
     assert law == expect and rng._pos == 0
 
 
-def test_spread_beyond_the_limit_draws_the_earliest_for_real():
+def test_spread_beyond_the_limit_draws_the_earliest_for_real(backend):
     def program(rng):
         a, b, c = _chain(rng)
         out = spread([a, b, c], 3)                    # 6 combinations over (b, c) given a > 3: a drawn first... and b

@@ -23,8 +23,10 @@ logits computed from the pending draft before it), or a member of another joint 
 independent of one another, so their product is their joint law). Nothing is drawn when joining;
 nothing changes a law. Where it does not apply (a law not in exact rationals, several samples of
 one row, a law computed only when read, more than :data:`LIMIT` assignments) it returns None and the
-caller forks as before. Every law a joint hands out (a marginal, a decision's two masses) sums to
-exactly 1.
+caller forks as before. A joint computes with gmpy2's ``mpq`` where it is installed (the ``fast``
+extra), with :class:`fractions.Fraction` otherwise, on weights it does not renormalise (no division
+per assignment); every law it hands out (a marginal, a decision's two masses) is made of Fractions
+summing to exactly 1.
 
 >>> from fractions import Fraction as F
 >>> from exactspec.enumerate.rng import PathRng
@@ -35,7 +37,7 @@ exactly 1.
 >>> b = PendingDraw.of_law(rng, lambda: None)            # its law is read off ``given``
 >>> b.given = (((a, 0),), lambda v: (F(1), F(0)) if v == (0,) else (F(1, 4), F(3, 4)))
 >>> j = join([(b, 0)])
->>> [m is a for m in j.members], j.table == {(0, 0): F(1, 2), (1, 0): F(1, 8), (1, 1): F(3, 8)}
+>>> [m is a for m in j.members], j.law() == {(0, 0): F(1, 2), (1, 0): F(1, 8), (1, 1): F(3, 8)}
 ([True, False], True)
 >>> j.marginal(b)
 (Fraction(5, 8), Fraction(3, 8))
@@ -50,6 +52,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any, Callable
 
+from ...fields import FractionField
+
 __all__ = ["Joint", "JOINT", "LIMIT", "join", "conditional"]
 
 #: decisions on several pending draws fork on their answer with the draws held jointly (off: the draws but the last
@@ -59,13 +63,19 @@ JOINT = True
 #: the most assignments one joint holds; a join that would make more returns None (the caller reads as before)
 LIMIT = 1024
 
-_ZERO = Fraction(0)
-_ONE = Fraction(1)
+#: the exact numbers a joint's weights are kept in: gmpy2's ``mpq`` where installed (several times faster)
+_FIELD = FractionField()
+_Q = _FIELD.Q
+_ZERO = _Q(0)
+_ONE = _Q(1)
+_q = _FIELD.convert          # a Fraction (or an int) as a weight
+_out = _FIELD.export         # a weight as a Fraction
 
 
 class Joint:
-    """Undrawn draws (``members``, in the order of ``table``'s keys) and the exact probability of each assignment of
-    values still possible (``table``, summing to 1); each member's ``joint`` is this one."""
+    """Undrawn draws (``members``, in the order of ``table``'s keys) and, per assignment of values still possible, an
+    exact weight proportional to its probability (``table``; :meth:`law` normalises); each member's ``joint`` is this
+    one."""
 
     __slots__ = ("rng", "members", "sizes", "table", "_supports")
 
@@ -82,6 +92,11 @@ class Joint:
             if m is d:
                 return i
         raise ValueError("not a member of this joint")
+
+    def law(self) -> dict:
+        """The probability of each assignment (Fractions summing to 1)."""
+        total = sum(self.table.values(), _ZERO)
+        return {a: _out(w / total) for a, w in self.table.items()}
 
     def marginal(self, d: Any) -> tuple:
         """Member ``d``'s law given everything the branch did: its assignments' probabilities summed by its value."""
@@ -103,8 +118,7 @@ class Joint:
         law = self.marginal(d)
         rng = self.rng
         v = rng.draw_now(law) if rng.defer else rng.categorical(law)
-        mass = law[v]
-        self._keep({a: w / mass for a, w in self.table.items() if a[i] == v})
+        self._keep({a: w for a, w in self.table.items() if a[i] == v})
         return v
 
     def decide(self, chance: dict) -> bool:
@@ -118,25 +132,33 @@ class Joint:
         True
         """
         yes = no = _ZERO
+        weights: dict = {}          # per chance (by identity), as a weight; None for an answer it decides
         for a, w in self.table.items():
             c = chance[a]
-            if c is True or c == 1:
-                yes += w
-            elif c is False or c == 0:
-                no += w
-            else:
-                yes += w * c
-                no += w * (1 - c)
+            if c is True or c is False or c == 1 or c == 0:
+                if c:
+                    yes += w
+                else:
+                    no += w
+                continue
+            q = weights.get(id(c))
+            if q is None:
+                q = weights[id(c)] = _q(c)
+            yes += w * q
+            no += w * (1 - q)
         if no == 0 or yes == 0:
             return no == 0
-        answer = self.rng.draw_now((yes, no)) == 0
-        mass = yes if answer else no
+        total = yes + no
+        answer = self.rng.draw_now((_out(yes / total), _out(no / total))) == 0
         kept = {}
         for a, w in self.table.items():
             c = chance[a]
-            c = (c if answer else not c) if type(c) is bool else (c if answer else 1 - c)
-            if c:
-                kept[a] = w / mass if c is True or c == 1 else w * c / mass
+            if c is True or c is False or c == 1 or c == 0:
+                if bool(c) == answer:
+                    kept[a] = w
+                continue
+            q = weights[id(c)]
+            kept[a] = w * q if answer else w * (1 - q)
         self._keep(kept)
         return answer
 
@@ -164,11 +186,13 @@ class Joint:
 
 
 def _summed(table: dict, i: int, size: int) -> tuple:
-    """The law of column ``i`` (``size`` values) of a table of assignments: their probabilities summed by its value."""
+    """The law of column ``i`` (``size`` values) of a table of weights: their sums by its value, normalised, as
+    Fractions."""
     law = [_ZERO] * size
     for a, w in table.items():
         law[a[i]] += w
-    return tuple(law)
+    total = sum(law, _ZERO)
+    return tuple(_out(x / total) for x in law)
 
 
 def conditional(d: Any) -> bool:
@@ -261,7 +285,7 @@ def join(cells: list, limit: int | None = None) -> Joint | None:
     for d, law in order:
         if law[0] == "row":
             row = law[1]
-            support = [(v, p) for v, p in enumerate(row) if p]
+            support = [(v, _q(p)) for v, p in enumerate(row) if p]
             table = {a + (v,): w * p for a, w in table.items() for v, p in support}
             size = len(row)
         else:
@@ -298,15 +322,15 @@ def _extend(table: dict, members: list, deps: tuple, fn: Callable) -> tuple | No
         row = rows.get(key)
         if row is None:
             try:
-                row = rows[key] = fn(key)
+                made = fn(key)
             except (KeyError, IndexError):
                 return None
-            if type(row) is not tuple:
+            if type(made) is not tuple:
                 return None
-            size = max(size, len(row))
-        for v, p in enumerate(row):
-            if p:
-                out[a + (v,)] = w * p
+            size = max(size, len(made))
+            row = rows[key] = [(v, _q(p)) for v, p in enumerate(made) if p]
+        for v, p in row:
+            out[a + (v,)] = w * p
     return out, size
 
 
@@ -331,5 +355,6 @@ def spread(draws: list, limit: int) -> list | None:
             key = tuple(a[i] if i is not None else d.values()[0] for i, d in zip(cols, draws))
             law[key] = law.get(key, _ZERO) + w
         if len(law) <= limit:
-            return list(law.items())
+            total = sum(law.values(), _ZERO)
+            return [(key, _out(w / total)) for key, w in law.items()]
         pending[0].values()          # too many combinations: the earliest is drawn for real, forking
