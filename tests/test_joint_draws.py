@@ -211,3 +211,84 @@ def test_a_joint_of_one_certain_member_draws_it():
     j = Joint(None, [d], [2], {(1,): F(1)})
     j._keep(j.table)
     assert d.drawn and d.values() == [1] and d.joint is None
+
+
+# -- any sequence of decisions and reads: the law of the answers and values is the brute-force one ----------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_PROB = st.fractions(min_value=0, max_value=1, max_denominator=7)
+
+
+def _row(n):
+    """A random exact row of ``n`` values (at least one positive), normalised."""
+    return st.lists(st.integers(0, 3), min_size=n, max_size=n).filter(any).map(
+        lambda w: tuple(F(x, sum(w)) for x in w))
+
+
+@st.composite
+def _programs(draw):
+    n = draw(st.integers(2, 3))
+    a_row = draw(_row(n))
+    b_rows = [draw(_row(n)) for _ in range(n)]            # b's law given a
+    c_row = draw(_row(2))                                 # c independent
+    worlds = list(itertools.product(range(n), range(n), range(2)))
+    ops = draw(st.lists(st.one_of(
+        st.tuples(st.just("decide"), st.lists(st.booleans(), min_size=len(worlds), max_size=len(worlds))),
+        st.tuples(st.just("chance"), st.lists(_PROB, min_size=len(worlds), max_size=len(worlds))),
+        st.tuples(st.just("read"), st.integers(0, 2))), min_size=1, max_size=4))
+    return a_row, b_rows, c_row, worlds, ops
+
+
+@settings(max_examples=60, deadline=None)
+@given(_programs())
+def test_any_sequence_of_decisions_and_reads_gives_the_brute_force_law(program):
+    """Three draws (a, b given a, c), a random sequence of decisions (answered by the values, or with a chance per
+    world) and reads, made on joints; the enumerated law of (answers, a, b, c) against the brute-force one: every
+    world's probability times the chance of each answer in it."""
+    a_row, b_rows, c_row, worlds, ops = program
+    index = {w: i for i, w in enumerate(worlds)}
+
+    def run(rng):
+        a = PendingDraw.of_law(rng, a_row)
+        b = PendingDraw.of_law(rng, lambda: b_rows[a.values()[0]])     # read outside a joint: a read first
+        b.given = (((a, 0),), lambda v: b_rows[v[0]])
+        c = PendingDraw.of_law(rng, c_row)
+        draws, answers = (a, b, c), []
+        for kind, arg in ops:
+            if kind == "read":
+                draws[arg].values()
+                continue
+            undrawn = [(d, 0) for d in draws if not d.drawn]
+            if not undrawn:         # every draw known: the answer is the world's, forked with its chance
+                w = tuple(d.values()[0] for d in draws)
+                p = arg[index[w]]
+                answers.append(p if type(p) is bool else rng.draw_now((p, 1 - p)) == 0 if 0 < p < 1 else p == 1)
+                continue
+            j = join(undrawn)
+            cols = [j.column(d) if not d.drawn else None for d in draws]
+            chance = {}
+            for key in j.table:
+                w = tuple(key[i] if i is not None else d.values()[0] for i, d in zip(cols, draws))
+                chance[key] = arg[index[w]]
+            answers.append(j.decide(chance))
+        return (tuple(answers),) + tuple(d.values()[0] for d in draws)
+
+    law = enumerate_program(run, FIELD)
+    expect: dict = {}
+    for w in worlds:
+        x, y, z = w
+        p0 = a_row[x] * b_rows[x][y] * c_row[z]
+        if not p0:
+            continue
+        paths = [((), p0)]
+        for kind, arg in ops:
+            if kind == "read":
+                continue
+            c = arg[index[w]]
+            c = F(1) if c is True else F(0) if c is False else c
+            paths = [(ans + (yes,), p * (c if yes else 1 - c)) for ans, p in paths for yes in (True, False)
+                     if (c if yes else 1 - c)]
+        for ans, p in paths:
+            expect[(ans,) + w] = expect.get((ans,) + w, 0) + p
+    assert law == expect
