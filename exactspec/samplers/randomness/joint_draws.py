@@ -132,7 +132,7 @@ class Joint:
         True
         """
         yes = no = _ZERO
-        weights: dict = {}          # per chance (by identity), as a weight; None for an answer it decides
+        weights: dict = {}          # per chance strictly between 0 and 1 (by identity), as a weight
         for a, w in self.table.items():
             c = chance[a]
             if c is True or c is False or c == 1 or c == 0:
