@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import decimal
 import itertools
+from contextvars import ContextVar
 import math
 import numbers
 from collections.abc import Sized
@@ -31,9 +32,11 @@ __all__ = ["to_law", "normalize", "residual", "positive_part", "argmax", "point_
 # Entries keep p and q alive, so an id is never reused while its entry exists.
 _RESIDUALS: dict[tuple, tuple[Any, Any, Any]] = {}
 _RESIDUAL_LIMIT = 200_000
-#: set by ``es.prove(vocab="all")`` while it runs: sums and normalisation over the abstract vocabulary (classes of
-#: unnamed tokens add their totals), see :mod:`exactspec.prove._all_vocab`; None otherwise
-_ABSTRACT: Any = None
+#: set by ``es.prove(vocab="all")`` for the rule code it runs (a context variable: another thread, or code outside
+#: the proof, never sees it): the vocabulary-wide helpers below (``normalize``, ``residual``, ``positive_part``,
+#: ``acceptance``, ``argmax``) over the abstract vocabulary, where a class of unnamed tokens adds its total; see
+#: :mod:`exactspec.prove._all_vocab`. None otherwise
+ABSTRACT: ContextVar[Any] = ContextVar("exactspec_abstract_laws", default=None)
 
 
 def clear_memo() -> None:
@@ -172,8 +175,9 @@ def normalize(v: Sequence[Any]) -> tuple:
     ...
     exactspec.errors.InvalidDistribution: cannot normalise (0, 0): its total mass is 0
     """
-    if _ABSTRACT is not None:
-        return _ABSTRACT.normalize(v)
+    hook = ABSTRACT.get()
+    if hook is not None:
+        return hook.normalize(v)
     s = sum(v)
     if s == 0:
         raise InvalidDistribution(f"cannot normalise {tuple(v)}: its total mass is 0")
@@ -190,6 +194,9 @@ def positive_part(v: Iterable[Any]) -> tuple:
     >>> positive_part((1, -2, 0))
     (1, 0, 0)
     """
+    hook = ABSTRACT.get()
+    if hook is not None:
+        return hook.map(lambda x: x if x > 0 else 0, v)
     return tuple(x if x > 0 else 0 for x in v)
 
 
@@ -200,6 +207,9 @@ def residual(p: Sequence[Any], q: Sequence[Any]) -> tuple:
     >>> residual((F(1, 2), F(1, 2), 0), (F(1, 4), F(1, 4), F(1, 2)))
     (Fraction(1, 2), Fraction(1, 2), Fraction(0, 1))
     """
+    hook = ABSTRACT.get()
+    if hook is not None:
+        return hook.normalize(hook.map(lambda a, b: a - b if a > b else 0, p, q))
     return memoised("residual", p, q, lambda: normalize([a - b if a > b else 0 for a, b in zip(p, q)]))
 
 
@@ -229,6 +239,9 @@ def argmax(p: Sequence[Any]) -> int:
     >>> argmax((1, 3, 3))
     1
     """
+    hook = ABSTRACT.get()
+    if hook is not None:
+        return hook.argmax(p)
     best, best_i = p[0], 0
     for i in range(1, len(p)):
         if p[i] > best:
@@ -252,6 +265,9 @@ def acceptance(p: Sequence[Any], q: Sequence[Any]) -> Any:
     >>> acceptance((F(3, 5), F(2, 5)), (F(1, 2), F(1, 2)))
     Fraction(9, 10)
     """
+    hook = ABSTRACT.get()
+    if hook is not None:
+        return hook.total(hook.map(lambda a, b: a if a < b else b, p, q))
     return sum(a if a < b else b for a, b in zip(p, q))
 
 

@@ -249,7 +249,10 @@ def test_proof_json_and_summary():
 
 
 def test_cli_exit_codes(capsys):
-    assert main(["prove", "--rule", "speculative_sampling", "--vocab", "2", "--tokens", "2", "--gamma", "2"]) == 0
+    assert main(["prove", "--rule", "speculative_sampling", "--vocab", "2", "--tokens", "2", "--gamma", "2",
+                 "--family", "per_position"]) == 0
+    # without --family the default family is narrower than every law: proven, but not exit 0
+    assert main(["prove", "--rule", "speculative_sampling", "--vocab", "2", "--tokens", "2", "--gamma", "2"]) == 3
     assert main(["prove", "--rule", "greedy_match_sampled", "--vocab", "2", "--tokens", "1", "--json"]) == 1
     assert main(["prove", "--rule", "mss", "--vocab", "2", "--tokens", "1", "--gamma", "2"]) == 2
     assert main(["prove", "--rule", "mss", "--vocab", "2", "--tokens", "1", "--expansion", "2",

@@ -6,7 +6,7 @@ The symbolic field, its decider (z3) and the per-cell checks live in :mod:`._fie
 
 from ._field import UnsupportedSymbolic, SolverUnknown
 from ._prove import Proof, Refutation, default_family, prove
-from ._all_vocab import AbstractionRefused
+from ._all_vocab import AbstractionDisagrees, AbstractionRefused
 
 __all__ = ["prove", "Proof", "Refutation", "default_family", "UnsupportedSymbolic", "SolverUnknown",
-           "AbstractionRefused"]
+           "AbstractionRefused", "AbstractionDisagrees"]

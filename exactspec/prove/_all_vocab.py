@@ -31,21 +31,22 @@ at a concrete vocabulary: each class becomes one token with its totals. Only tha
 from __future__ import annotations
 
 import itertools
+import weakref
+import operator
 import time
+from contextvars import ContextVar
 from fractions import Fraction
 from typing import Any, Callable
 
-from ..errors import ExactSpecError, InvalidDistribution
+from ..errors import ExactSpecError, InvalidDistribution, RuleError
 from ._field import (ALL, NEG, OPS, POS, ZERO, Decider, SharedSolver, SolverUnknown, Space, SymField, SymNum,
-                     UnsupportedSymbolic, _NONZERO, _op, _set_qq, where)
+                     UnsupportedSymbolic, _NONZERO, _is_linear, _op, _set_qq, where)
 from . import _field
 
-__all__ = ["AbstractionRefused", "prove_all_vocab"]
+__all__ = ["AbstractionRefused", "AbstractionDisagrees", "prove_all_vocab"]
 
 #: the most predicates the classes of unnamed tokens may be split by (each split restarts the proof)
 MAX_PREDICATES = 6
-#: ask linear arithmetic (a relaxation when some constraint is nonlinear) before z3's nonlinear procedure
-LINEAR_FIRST = True
 #: the most tokens one branch may draw from one class (the symbols are made up front; more restarts with more)
 MAX_DRAWS = 8
 
@@ -57,13 +58,53 @@ class AbstractionRefused(UnsupportedSymbolic):
     """
 
 
+class AbstractionDisagrees(ExactSpecError):
+    """The all-vocabulary abstraction and an exact check disagree: an internal error of the prover (exit 3).
+
+    Raised by the tripwire (:func:`_tripwire`) before a ``vocab="all"`` proof is reported, when an exact audit
+    at a small vocabulary finds a bias, or the concrete prover refutes the rule, where the abstraction proved
+    it. Never a verdict: ``instance`` holds the instance that disagrees, to replay and report.
+    """
+
+    exit_code = 3
+
+    def __init__(self, message: str, instance: Any = None) -> None:
+        super().__init__(message)
+        self.instance = instance
+
+
+#: the theorem a ``vocab="all"`` proof states (its summary and JSON carry it)
+THEOREM = ("for every vocabulary size V >= {min_vocab}, every context-free target p and draft q over V tokens (any "
+           "entries, zeros and ties included), {proposer}: the first {tokens} emitted token(s) follow p's own law. "
+           "Preconditions, checked while the rule runs: the rule reads a law only at tokens it was handed (drafts, "
+           "draws) and through es.laws' vocabulary-wide helpers (normalize, residual, positive_part, acceptance); "
+           "it compares tokens only with tokens (==, !=); it uses rng.bernoulli and rng.categorical. Anything else "
+           "(iterating, counting or measuring a law, a constant token id, ordering, hashing or printing tokens, "
+           "rng.uniform) is refused, never assumed")
+
+
 def _refuse(what: str) -> Any:
     raise AbstractionRefused(f"vocab='all': {what} (at {where()}); the all-vocabulary abstraction follows "
                              "per-token arithmetic, comparisons whose answer is the same for every token of a "
                              "class, and vocabulary-wide sums through es.laws; prove at a given vocab instead")
 
 
-class _Refine(Exception):
+def _inexact(what: str) -> None:
+    """Note an observation the abstraction cannot represent exactly for every class size (the first one is kept).
+
+    The run goes on, so that a bias it meets is still found and replayed exactly (a refutation needs no
+    abstraction); but no proof is given: :func:`_prove_all_vocab` refuses it, naming ``what`` and the line.
+    """
+    session = _SESSION.get()
+    if session is not None and session.inexact is None:
+        session.inexact = f"{what} (at {where()})"
+
+
+class _Control(Exception):
+    """The abstraction's own control flow through a rule's code (never the rule's error)."""
+
+
+class _Refine(_Control):
     """A comparison on an unnamed token's probabilities has different answers across a class: split by it."""
 
     def __init__(self, pred: Any) -> None:
@@ -71,22 +112,43 @@ class _Refine(Exception):
         self.pred = pred
 
 
-class _MoreDraws(Exception):
-    pass
+class _MoreDraws(_Control):
+    """A branch draws more tokens from one class than the layout has symbols for: restart with more."""
 
 
-class _EmptyCell(Exception):
+class _EmptyCell(_Control):
     """The cell holds no instance once a class's signs are taken into account: nothing to prove there."""
 
 
-class _DeadBranch(Exception):
+class _DeadBranch(_Control):
     """The classes this branch drew from cannot all have mass on the cell: the branch weighs 0 there."""
 
 
-#: decide a branch's comparisons assuming the classes it drew from have a token, without recording what only that
-#: assumption decides (where such a class is empty the branch weighs 0 whatever is decided); False: the cell forks
-#: on every class's mass at the first draw that may land in it (many more cells; the path kept for comparison)
-PER_BRANCH = True
+class _Session:
+    """One all-vocabulary proof's state, held in a context variable (:data:`_SESSION`) while it runs.
+
+    ``kit``: what the concrete prover hands down; ``space``: the layout's symbols (None between layouts);
+    ``inexact``: the first observation the abstraction cannot represent exactly (no proof is given then);
+    ``irreducible``: the irreducible factors met, by ring (:func:`_factors`).
+    """
+
+    def __init__(self, kit: Any) -> None:
+        self.kit = kit
+        self.space: Any = None
+        self.hook: Any = None
+        self.run: Any = None
+        self.inexact: str | None = None
+        self.irreducible: dict = {}
+
+
+_SESSION: ContextVar[_Session | None] = ContextVar("exactspec_all_vocab_session", default=None)
+
+
+def _space() -> "_AbsSpace":
+    session = _SESSION.get()
+    if session is None or session.space is None:
+        raise ExactSpecError("internal: an abstract value was used outside its es.prove(vocab='all') run")
+    return session.space
 
 
 # -- the layout: named tokens, classes, symbols -------------------------------------------------------------
@@ -130,10 +192,11 @@ def _feasible_signs(preds: list) -> list:
     if not preds:
         return [()]
     syms = sorted({x for g in preds for x in g.free_symbols}, key=str)
-    zv = {x: z3.Real(str(x)) for x in syms}
+    ctx = z3.Context()
+    zv = {x: z3.Real(str(x), ctx) for x in syms}
     out = []
     for signs in itertools.product((NEG, ZERO, POS), repeat=len(preds)):
-        s = z3.Solver()
+        s = z3.Solver(ctx=ctx)
         s.set("timeout", 10_000)
         for x in syms:
             s.add(zv[x] >= 0, zv[x] <= 1)
@@ -151,15 +214,16 @@ def _feasible_signs(preds: list) -> list:
 def _z3_expr(g: Any, zv: dict) -> Any:
     import sympy
     import z3
+    ctx = next(iter(zv.values())).ctx
     terms = []
     for monom, c in sympy.Poly(g, *sorted(zv, key=str)).terms():
         c = sympy.Rational(c)
-        t = z3.RealVal(f"{c.p}/{c.q}")
+        t = z3.RealVal(f"{c.p}/{c.q}", ctx)
         for x, e in zip(sorted(zv, key=str), monom):
             if e:
                 t = t * (zv[x] if e == 1 else zv[x] ** e)
         terms.append(t)
-    return z3.Sum(terms) if len(terms) > 1 else terms[0] if terms else z3.RealVal(0)
+    return z3.Sum(terms) if len(terms) > 1 else terms[0] if terms else z3.RealVal(0, ctx)
 
 
 def _linear_homogeneous(g: Any) -> bool:
@@ -200,7 +264,8 @@ class _AbsSpace(Space):
         _field._ATOMS.clear()
         _field._FACTORS.clear()
         self.gens = gens
-        self.z3vars = [z3.Real(n) for n in names]
+        self.ctx = z3.Context()   # the space's own (see Space)
+        self.z3vars = [z3.Real(n, self.ctx) for n in names]
         self.field = SymField(self.K)
         one = self.K(1)
         # the totals: the last class's total is 1 minus the rest (one law each for p and q)
@@ -256,8 +321,8 @@ class _AbsSpace(Space):
         self.totals: dict = {}
         # a class's tokens meet its signs, and its totals the strict ones, only where the class has a token: a class
         # with no mass may have none (its token symbols are then only bounded by its totals, 0). So these are not
-        # in the base: a cell that draws from the class first decides ``P_C + Q_C > 0`` and then takes them on
-        # (:meth:`_AbsDecider.nonempty`); a comparison on the class's tokens assumes them (:meth:`_AbsDecider._sign_of`)
+        # in the base: a branch that drew from the class assumes them (``P_C + Q_C > 0`` with them) in its decisions,
+        # without adding them to the cell (:meth:`_AbsDecider._known_assuming`, :meth:`_AbsDecider._sign_of`)
         self.totals_p_num = [SymNum(x) for x in self.totals_p]
         self.totals_q_num = [SymNum(x) for x in self.totals_q]
         self.nonempty_signs = {i: list(self.class_signs[i]) + [c for j, c in strict_totals if j == i]
@@ -393,32 +458,31 @@ class _AbsShared(SharedSolver):
 
     def check(self, known: dict, question: Any, stats: dict) -> Any:
         z3 = self.z3
-        if LINEAR_FIRST:
-            r = self.linear.check(known, question, stats)
-            if r != z3.unknown:
-                self.answered_by = self.linear.solver
-                return r
-            # nlsat on the cell's constraints asserted outright: it settles in milliseconds systems it cannot
-            # settle as assumptions on the long-lived solver (measured: 0.03 s against > 10 s)
-            key = (question, frozenset(known.items()))
-            hit = self.asked.get(key)
-            if hit is not None:
-                return hit
-            stats["z3 checks (one cell)"] = stats.get("z3 checks (one cell)", 0) + 1
-            s = z3.SolverFor("QF_NRA")
-            s.set("timeout", self.space.check_ms)
-            sign = self.space.z3_sign
-            for poly, signs in itertools.chain(self.space.base, known.items()):
-                s.add(sign(poly, signs))
-            asked = [(m, _NONZERO) for m in question[1]] if question[0] == "!=0" else [question]
-            for poly, signs in asked:
-                s.add(sign(poly, signs))
-            r = s.check()
-            if r == z3.unsat:
-                self.asked[key] = r
-            if r != z3.unknown:
-                self.answered_by = s
-                return r
+        r = self.linear.check(known, question, stats)
+        if r != z3.unknown:
+            self.answered_by = self.linear.solver
+            return r
+        # nlsat on the cell's constraints asserted outright: it settles in milliseconds systems it cannot
+        # settle as assumptions on the long-lived solver (measured: 0.03 s against > 10 s)
+        key = (question, frozenset(known.items()))
+        hit = self.asked.get(key)
+        if hit is not None:
+            return hit
+        stats["z3 checks (one cell)"] = stats.get("z3 checks (one cell)", 0) + 1
+        s = z3.SolverFor("QF_NRA", ctx=self.space.ctx)
+        s.set("timeout", self.space.check_ms)
+        sign = self.space.z3_sign
+        for poly, signs in itertools.chain(self.space.base, known.items()):
+            s.add(sign(poly, signs))
+        asked = [(m, _NONZERO) for m in question[1]] if question[0] == "!=0" else [question]
+        for poly, signs in asked:
+            s.add(sign(poly, signs))
+        r = s.check()
+        if r == z3.unsat:
+            self.asked[key] = r
+        if r != z3.unknown:
+            self.answered_by = s
+            return r
         self.answered_by = None
         return super().check(known, question, stats)
 
@@ -431,19 +495,19 @@ class _LinearSolver:
 
     def __init__(self, space: "_AbsSpace") -> None:
         import z3
-        self.z3, self.space = z3, space
-        self.solver = z3.SolverFor("QF_LRA")
+        self.z3, self.space = z3, weakref.proxy(space)   # no cycle through z3 objects (see SharedSolver)
+        self.solver = z3.SolverFor("QF_LRA", ctx=space.ctx)
         self.solver.set("timeout", space.check_ms)
         self.base = {poly: signs for poly, signs in space.base}
         self.lits: dict = {}
         for poly, signs in space.base:
-            if _linear(poly):
+            if _is_linear(poly):
                 self.solver.add(space.z3_sign(poly, signs))
 
     def lit(self, key: tuple) -> Any:
         b = self.lits.get(key)
         if b is None:
-            b = self.lits[key] = self.z3.Bool(f"l{len(self.lits)}")
+            b = self.lits[key] = self.z3.Bool(f"l{len(self.lits)}", self.space.ctx)
             self.solver.add(self.z3.Implies(b, self.space.z3_sign(*key)))
         return b
 
@@ -453,16 +517,16 @@ class _LinearSolver:
         assume, nonlinear = [], []
         asked = [(m, _NONZERO) for m in question[1]] if question[0] == "!=0" else [question]
         for poly, signs in asked:
-            if _linear(poly):
+            if _is_linear(poly):
                 assume.append(self.lit((poly, signs)))
             else:   # the linear part alone, its point checked against the question
                 nonlinear.append((poly, signs))
         for poly, signs in known.items():
-            if not _linear(poly):
+            if not _is_linear(poly):
                 nonlinear.append((poly, signs))
             elif self.base.get(poly) != signs:
                 assume.append(self.lit((poly, signs)))
-        nonlinear += [(p, sg) for p, sg in space.base if not _linear(p)]
+        nonlinear += [(p, sg) for p, sg in space.base if not _is_linear(p)]
         r = self.solver.check(*assume)
         if r != z3.sat or not nonlinear:
             return r
@@ -476,19 +540,20 @@ class _LinearSolver:
 #: multivariate factorisation, Wang's algorithm, did not finish in 15 minutes on a product of two factors of
 #: 20 and 22 terms in 22 variables that trial division splits in 0.1 s)
 TRIAL_DIVISION_TERMS = 40
-_IRREDUCIBLE: dict = {}   # a ring -> the monic irreducible factors met in it, most recent last
-
-
-def _factors(poly: Any) -> tuple:
+def _factors(poly: Any, registry: dict | None = None) -> tuple:
     """``_field._factors`` for the abstraction's long polynomials: trial division by known factors first.
 
     The factors found divide ``poly`` exactly and each is irreducible (it came out of a full factorisation);
     the cofactor left is factored in full. So the result is ``poly``'s factorisation, as sympy's would be.
+    ``registry``: a ring -> the monic irreducible factors met in it, most recent last (the running proof's).
     """
+    if registry is None:
+        session = _SESSION.get()
+        registry = session.irreducible if session is not None else {}
     hit = _field._FACTORS.get(poly)
     if hit is not None or len(poly) < TRIAL_DIVISION_TERMS:
-        return _remember(poly, hit if hit is not None else _field._factors(poly))
-    known = _IRREDUCIBLE.get(poly.ring, {})
+        return _remember(poly, hit if hit is not None else _field._factors(poly), registry)
+    known = registry.get(poly.ring, {})
     found: list = []
     rest = poly
     for f in reversed(list(known)):
@@ -501,12 +566,12 @@ def _factors(poly: Any) -> tuple:
             rest = q.copy()   # sympy's quotient keeps a stale hash (equal polynomials, unequal hashes): a fresh one
             found.append(f)
     if not found:
-        return _remember(poly, _field._factors(poly))
+        return _remember(poly, _field._factors(poly), registry)
     if rest.is_ground:
         c, facs = rest.LC, []
     else:
         lc = rest.LC
-        csign, facs = _factors(rest.monic())
+        csign, facs = _factors(rest.monic(), registry)
         c = lc * csign
     counts: dict = {}
     for f in found:
@@ -515,32 +580,14 @@ def _factors(poly: Any) -> tuple:
     for f, e in counts.items():
         merged[f] = merged.get(f, 0) + e
     hit = _field._FACTORS[poly] = (POS if c > 0 else NEG, list(merged.items()))
-    return _remember(poly, hit)
+    return _remember(poly, hit, registry)
 
 
-def _remember(poly: Any, hit: tuple) -> tuple:
-    known = _IRREDUCIBLE.setdefault(poly.ring, {})
+def _remember(poly: Any, hit: tuple, registry: dict) -> tuple:
+    known = registry.setdefault(poly.ring, {})
     for f, _e in hit[1]:
         known.pop(f, None)
         known[f] = True
-    return hit
-
-
-_LINEAR: dict = {}
-
-
-def _linear(poly: Any) -> bool:
-    """Whether a polynomial has degree <= 1 (no ``sum()``: Python's is switched for rule code during a proof)."""
-    hit = _LINEAR.get(poly)
-    if hit is None:
-        hit = True
-        for m in poly.itermonoms():
-            if m.count(0) < len(m) - 1 or max(m) > 1:
-                hit = False
-                break
-        if len(_LINEAR) > 100_000:
-            _LINEAR.clear()
-        _LINEAR[poly] = hit
     return hit
 
 
@@ -551,43 +598,8 @@ class _AbsDecider(Decider):
         if self._shared is None:
             raise ExactSpecError("vocab='all' needs the prover's shared solver (_field.SHARED_SOLVER)")
         self.member_signs: dict = {}   # a factor in a class's token symbols -> its sign at every token of the class
-        self.classes_known: dict = {}  # class -> whether it has mass on this cell (decided by :meth:`nonempty`)
-        self.assumed: frozenset = frozenset()   # the classes the running branch drew from (PER_BRANCH)
+        self.assumed: frozenset = frozenset()   # the classes the running branch drew from
         self._assuming: dict = {}
-
-    def nonempty(self, i: int) -> bool:
-        """Whether class ``i`` has mass on this cell, forking the cell where it may or not.
-
-        With mass, the class has a token: the cell takes on the class's signs at its tokens and the strict
-        signs of its totals (the side is feasible only with them); without, both totals are 0.
-        """
-        hit = self.classes_known.get(i)
-        if hit is not None:
-            return hit
-        space = self.space
-        total = space.totals_p[i] + space.totals_q[i]
-        mass, yes = space._monic(total, frozenset((POS,)))   # the signs flip with a negative leading term
-        _mass, no = space._monic(total, frozenset((NEG, ZERO)))
-        with_signs = dict(self.known)
-        for poly, signs in space.nonempty_signs[i]:
-            with_signs[poly] = with_signs.get(poly, ALL) & signs
-        yes_ok = self._check(with_signs, (mass, yes))
-        no_ok = self._check(self.known, (mass, no))
-        if yes_ok and no_ok:   # fork: go on with mass, push the cell without
-            self.stats["forks"] = self.stats.get("forks", 0) + 1
-            self.pending.append((self.order + [(mass, no)], None))
-        if yes_ok:
-            self._add(mass, yes)
-            for poly, signs in space.nonempty_signs[i]:
-                self._add(poly, signs)
-        elif no_ok:
-            self._add(mass, no)
-        else:   # with mass the class's signs cannot hold, without it the rest cannot: no instance lies in the cell
-            raise _EmptyCell()
-        if self.point is not None and any(space.sign_at(p, self.point) not in sg for p, sg in self.order):
-            self.point = None   # the cell's known point may lie outside what was just added
-        self.classes_known[i] = yes_ok
-        return yes_ok
 
     def _check(self, known: dict, question: tuple) -> bool:
         r = self._shared.check(known, question, self.stats)
@@ -726,9 +738,18 @@ class _AbsDecider(Decider):
         return sign
 
 
-# -- values: class entries, unnamed tokens, laws -------------------------------------------------------------
+# -- values: class entries, tokens, laws ---------------------------------------------------------------------
+# What a rule can observe under vocab="all", and how (the soundness argument, docs/proofs-scale-out.md, follows
+# this list): a law only at a token it holds (``p[x]``) and through es.laws' helpers (the hook below); a token only
+# by ``==`` / ``!=`` with another token. Everything else on a law or a token either is refused at once (no value
+# to go on with) or makes the run inexact (:func:`_inexact`): it goes on with a value, to find a bias that an
+# exact replay confirms, but no proof is given.
 class ClassEntry(SymNum):
-    """The entry of a law at a class of unnamed tokens: a function of the class's generic token, per token."""
+    """The entry of a law at a class of unnamed tokens: a function of the class's generic token, per token.
+
+    A rule meets one only by iterating over a law (which makes the run inexact): es.laws' helpers use them
+    through :class:`_Hook`, where each comparison's answer is the same for every token of the class.
+    """
 
     __slots__ = ("cls",)
 
@@ -751,7 +772,7 @@ class ClassEntry(SymNum):
                 return other
             _refuse(f"adds or subtracts a number and the probability of every unnamed token of a class ({op}); "
                     "a vocabulary-wide sum must go through es.laws (normalize, residual)")
-        space = _SPACE[-1]
+        space = _space()
         if getattr(other, "numer", None) is not None and (space.members_in(other.numer) or
                                                           space.members_in(other.denom)):
             _refuse(f"combines ({op}) a class entry with a drawn unnamed token's probability")
@@ -761,7 +782,16 @@ class ClassEntry(SymNum):
         x = self._with(o, "+", False)
         return x if x is NotImplemented else ClassEntry(_op("+", self.f, x), self.cls)
 
-    __radd__ = __add__
+    def __radd__(self, o: Any) -> Any:
+        """``number + entry``: how ``sum()`` adds a law's entries one by one; the class adds its total (inexact)."""
+        if isinstance(o, ClassEntry):
+            return self.__add__(o)
+        x = self._with(o, "+", True)
+        if x is NotImplemented:
+            return x
+        _inexact("adds up a law's entries in its own code (sum() over a law; es.laws' helpers sum exactly)")
+        session = _SESSION.get()
+        return SymNum(x) + session.hook.class_total(self, self.cls)   # type: ignore[union-attr]
 
     def __sub__(self, o: Any) -> Any:
         x = self._with(o, "-", False)
@@ -807,13 +837,94 @@ class ClassEntry(SymNum):
             return x
         return _field.active().decide(_op("-", self.f, x), op)
 
-    __hash__ = None  # type: ignore[assignment]
-
     def __repr__(self) -> str:
         return f"ClassEntry(C{self.cls}: {self.f.as_expr()})"
 
 
-_SPACE: list = []
+class NamedToken:
+    """A named token of the abstract vocabulary: a token of the outcome, known to the rule only by equality.
+
+    Its id stands for whichever token the outcome holds (the proof is up to renaming tokens), so a rule may
+    compare it with tokens; anything that reads its id (a comparison with a constant, ``<``, arithmetic, use
+    as an index, ``hash``, ``bool``, ``str``) makes the run inexact: no proof is given.
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: int) -> None:
+        self.name = name
+
+    def __eq__(self, o: Any) -> Any:  # type: ignore[override]
+        if isinstance(o, NamedToken):
+            return o.name == self.name
+        if isinstance(o, UnnamedToken):
+            return False
+        if isinstance(o, int):
+            _inexact(f"compares a token with the constant id {o!r} (a special token id is not symmetric)")
+            return self.name == o
+        return NotImplemented
+
+    def __ne__(self, o: Any) -> Any:  # type: ignore[override]
+        r = self.__eq__(o)
+        return r if r is NotImplemented else not r
+
+    def _id(self, what: str) -> int:
+        _inexact(f"{what} a token's id (the proof holds up to renaming tokens)")
+        return self.name
+
+    def __hash__(self) -> int:
+        return hash(self._id("hashes"))   # a set of tokens is ordered by their ids
+
+    def __index__(self) -> int:
+        return self._id("uses as a number")
+
+    __int__ = __index__
+
+    def __bool__(self) -> bool:
+        return self._id("tests the truth of") != 0   # token 0 is false
+
+    def __str__(self) -> str:
+        return str(self._id("prints"))
+
+    def __format__(self, spec: str) -> str:
+        return format(self._id("prints"), spec)
+
+    def __float__(self) -> float:
+        return float(self._id("uses as a number"))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._id(f"reads .{name} of"), name)   # int's methods and attributes
+
+    def __repr__(self) -> str:
+        return f"<named token {self.name}>"
+
+
+def _token_id_op(name: str, fn: Callable) -> Callable:
+    def op(self: NamedToken, *other: Any) -> Any:
+        args = [o._id(f"computes with ({name})") if isinstance(o, NamedToken) else o for o in other]
+        return fn(self._id(f"computes with ({name})"), *args)
+    op.__name__ = name
+    return op
+
+
+for _name, _fn in [("__lt__", operator.lt), ("__le__", operator.le), ("__gt__", operator.gt),
+                   ("__ge__", operator.ge), ("__add__", operator.add), ("__sub__", operator.sub),
+                   ("__mul__", operator.mul), ("__floordiv__", operator.floordiv), ("__mod__", operator.mod),
+                   ("__truediv__", operator.truediv), ("__pow__", operator.pow), ("__and__", operator.and_),
+                   ("__or__", operator.or_), ("__xor__", operator.xor), ("__lshift__", operator.lshift),
+                   ("__rshift__", operator.rshift), ("__neg__", operator.neg), ("__pos__", operator.pos),
+                   ("__abs__", operator.abs), ("__invert__", operator.invert),
+                   ("__radd__", lambda a, b: b + a), ("__rsub__", lambda a, b: b - a),
+                   ("__rmul__", lambda a, b: b * a), ("__rfloordiv__", lambda a, b: b // a),
+                   ("__rmod__", lambda a, b: b % a), ("__rtruediv__", lambda a, b: b / a),
+                   ("__rand__", lambda a, b: b & a), ("__ror__", lambda a, b: b | a),
+                   ("__rxor__", lambda a, b: b ^ a), ("__rpow__", lambda a, b: b ** a),
+                   ("__rlshift__", lambda a, b: b << a), ("__rrshift__", lambda a, b: b >> a),
+                   ("__divmod__", divmod), ("__rdivmod__", lambda a, b: divmod(b, a)), ("__round__", round),
+                   ("__trunc__", lambda a: a), ("__floor__", lambda a: a), ("__ceil__", lambda a: a)]:
+    setattr(NamedToken, _name, _token_id_op(_name, _fn))
 
 
 class UnnamedToken:
@@ -828,13 +939,14 @@ class UnnamedToken:
         if isinstance(o, UnnamedToken):
             if o.cls != self.cls:
                 return False
-            if o.k == self.k:
+            if o.k == self.k and o.run is self.run:
                 return True
             return self.run.ambiguous()
-        if isinstance(o, bool):
+        if isinstance(o, NamedToken):
             return False
         if isinstance(o, int):
-            if 0 <= o < self.run.named:
+            _inexact(f"compares a token with the constant id {o!r} (a special token id is not symmetric)")
+            if isinstance(o, bool) or 0 <= o < self.run.named:
                 return False
             _refuse(f"compares a drawn unnamed token with the position {o} of the abstract vocabulary")
         return NotImplemented
@@ -844,44 +956,122 @@ class UnnamedToken:
         return r if r is NotImplemented else not r
 
     def __hash__(self) -> int:
+        _inexact("hashes a token (a set of tokens is ordered by their ids)")
         return hash(("es-unnamed", self.cls))
 
     def __index__(self) -> int:
-        return _refuse("uses a drawn unnamed token as an index (of a list the rule built, or in arithmetic)")
+        return _refuse("uses a drawn unnamed token as a number (an index of a list the rule built, arithmetic, "
+                       "ordering, int(), bool(), str()): an unnamed token has no id")
 
     __int__ = __index__
+    __bool__ = __index__   # type: ignore[assignment]
+    __str__ = __index__    # type: ignore[assignment]
+    __float__ = __index__  # type: ignore[assignment]
+
+    def __format__(self, spec: str) -> str:
+        return self.__index__()   # type: ignore[return-value]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self.__index__()
 
     def __repr__(self) -> str:
         return f"<unnamed token {self.k} of class C{self.cls}>"
 
 
-class AbstractLaw(tuple):
-    """A law over the abstract vocabulary: named entries, then one :class:`ClassEntry` per class."""
+for _name in ("__lt__", "__le__", "__gt__", "__ge__", "__add__", "__sub__", "__mul__", "__floordiv__", "__mod__",
+              "__truediv__", "__pow__", "__and__", "__or__", "__xor__", "__lshift__", "__rshift__", "__neg__",
+              "__pos__", "__abs__", "__invert__", "__radd__", "__rsub__", "__rmul__", "__rfloordiv__", "__rmod__",
+              "__rtruediv__", "__rand__", "__ror__", "__rxor__", "__rpow__", "__rlshift__", "__rrshift__",
+              "__divmod__", "__rdivmod__", "__round__", "__trunc__", "__floor__", "__ceil__"):
+    setattr(UnnamedToken, _name, lambda self, *other: self.__index__())
 
-    def __new__(cls, entries: Any, named: int) -> "AbstractLaw":
-        obj = super().__new__(cls, entries)
-        obj.named = named
-        return obj
+
+class AbstractLaw:
+    """A law over the abstract vocabulary: named entries, then one :class:`ClassEntry` per class.
+
+    Read at a token (``p[x]``) it gives that token's probability; es.laws' helpers see all of it through
+    :class:`_Hook`. Its length is refused (the vocabulary size is symbolic); iterating over it, testing
+    membership, comparing or hashing it whole, or reading it at a constant position makes the run inexact.
+    """
+
+    __slots__ = ("entries", "named")
+
+    def __init__(self, entries: Any, named: int) -> None:
+        self.entries, self.named = tuple(entries), named
 
     def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, NamedToken):
+            return self.entries[i.name]
         if isinstance(i, UnnamedToken):
-            e = tuple.__getitem__(self, self.named + i.cls)
+            session = _SESSION.get()
+            if session is None or i.run is not session.run:
+                _refuse("reads a law at an unnamed token drawn in another branch (state kept between runs)")
+            e = self.entries[self.named + i.cls]
             if isinstance(e, ClassEntry):
-                return SymNum(_SPACE[-1].to_draw(e.f, i.cls, i.k))
+                return SymNum(_space().to_draw(e.f, i.cls, i.k))
             if _is_zero(e):
                 return e
             return _refuse("a law the rule built has a constant entry at a class of unnamed tokens")
         if isinstance(i, slice):
             return _refuse("slices a law")
-        if isinstance(i, int) and not isinstance(i, bool) and not 0 <= i < self.named:
+        if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.named:
+            _inexact(f"reads a law at the constant position {i} (a special token id is not symmetric)")
+            return self.entries[i]
+        if isinstance(i, int):
             return _refuse(f"reads entry {i} of a law: positions past the named tokens stand for classes")
-        return tuple.__getitem__(self, i)
+        raise TypeError(f"a law is indexed by a token, not by {type(i).__name__}")
 
     def __len__(self) -> int:
         return _refuse("takes len() of a law: the vocabulary size is symbolic")
 
-    def __reduce__(self) -> Any:   # pragma: no cover - never pickled
-        return (tuple, (tuple(iter(self)),))
+    def __iter__(self) -> Any:
+        _inexact("iterates over a law (each class of unnamed tokens comes once, for any number of tokens, none "
+                 "included: a loop, a count, all()/any()/min()/max()/sorted() over the entries is not exact)")
+        return iter(self.entries)
+
+    def __reversed__(self) -> Any:
+        _inexact("iterates over a law in reverse")
+        return reversed(self.entries)
+
+    def __contains__(self, x: Any) -> bool:
+        _inexact("tests membership in a law (whether some token has a given probability)")
+        return x in self.entries
+
+    def __bool__(self) -> bool:
+        return True   # a law over >= 2 tokens, as every concrete one here
+
+    def __eq__(self, o: Any) -> Any:  # type: ignore[override]
+        if o is self:
+            return True
+        _inexact("compares two laws as wholes")
+        return isinstance(o, AbstractLaw) and self.entries == o.entries
+
+    def __ne__(self, o: Any) -> Any:  # type: ignore[override]
+        return not self.__eq__(o)
+
+    def __hash__(self) -> int:
+        _inexact("hashes a law (equal laws are one key)")
+        return id(self)
+
+    def __array__(self, *a: Any, **k: Any) -> Any:
+        return _refuse("hands a law to numpy")
+
+    def _as_sequence(self, *other: Any) -> Any:
+        return _refuse("uses a law as a sequence (concatenation, repetition, ordering, index(), count()): its "
+                       "length is the symbolic vocabulary size")
+
+    __add__ = __radd__ = __mul__ = __rmul__ = _as_sequence
+    __lt__ = __le__ = __gt__ = __ge__ = _as_sequence
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("index", "count"):   # a tuple's methods (a concrete law is a tuple)
+            return self._as_sequence()
+        raise AttributeError(f"'tuple' object has no attribute {name!r}")
+
+    def __repr__(self) -> str:
+        return f"AbstractLaw({self.entries!r})"
 
 
 def _is_zero(e: Any) -> bool:
@@ -891,18 +1081,37 @@ def _is_zero(e: Any) -> bool:
 
 
 class _Hook:
-    """What ``es.laws`` asks while an all-vocabulary proof runs: sums and normalisation with class totals."""
+    """What ``es.laws`` asks while an all-vocabulary proof runs: its helpers over the abstract vocabulary.
+
+    A class entry stands for every token of its class: a map applies the helper's per-entry function to it
+    once (each comparison in it answered for the whole class, or the classes split by it), a sum adds the
+    class's total (the entry summed over the class's tokens, 0 for an empty class). Exact for every class size.
+    """
 
     def __init__(self, space: _AbsSpace) -> None:
         self.space = space
 
+    def _entries(self, v: Any) -> tuple:
+        """The entries of ``v``: an abstract law, or a list the rule built from one (an inexact run)."""
+        if isinstance(v, AbstractLaw):
+            return v.entries
+        if not isinstance(v, (list, tuple)):
+            _refuse(f"hands es.laws a {type(v).__name__}, not a law")
+        entries = tuple(v)
+        c, m = self.space.layout.named, len(self.space.layout.classes)
+        if len(entries) != c + m:
+            _refuse(f"hands es.laws a sequence of {len(entries)} entries, not a law over the abstract vocabulary")
+        return entries
+
+    def map(self, fn: Callable, *laws: Any) -> "AbstractLaw":
+        """``fn`` entry by entry over aligned laws (``positive_part``, ``residual``'s ``max(p - q, 0)``)."""
+        columns = [self._entries(v) for v in laws]
+        return AbstractLaw([fn(*xs) for xs in zip(*columns)], self.space.layout.named)
+
     def total(self, v: Any) -> Any:
         """``sum(v)`` over the whole vocabulary: named entries plus each class entry summed over its tokens."""
-        space = self.space
-        entries = list(iter(v))
-        c, m = space.layout.named, len(space.layout.classes)
-        if len(entries) != c + m:
-            _refuse(f"sums a law of {len(entries)} entries, not one over the abstract vocabulary")
+        entries = self._entries(v)
+        c = self.space.layout.named
         total: Any = 0
         for x in entries[:c]:
             total = total + x
@@ -930,8 +1139,10 @@ class _Hook:
         s = self.total(v)
         if s == 0:
             raise InvalidDistribution("cannot normalise a law whose total mass is 0")
-        entries = list(iter(v))
-        return AbstractLaw([x / s if not _is_zero(x) else x for x in entries], self.space.layout.named)
+        return AbstractLaw([x / s if not _is_zero(x) else x for x in self._entries(v)], self.space.layout.named)
+
+    def argmax(self, v: Any) -> Any:
+        return _refuse("takes the argmax of a law over the vocabulary (es.laws.argmax)")
 
 
 def _sum_over_class(space: _AbsSpace, numer: Any, draws: set) -> Any:
@@ -984,6 +1195,8 @@ class _Run:
         return self._choose([(True, None), (False, None)])
 
     def number(self, x: Any, what: str = "a number") -> Any:
+        if isinstance(x, ClassEntry):
+            _refuse(f"uses an entry of a law at a class of unnamed tokens as {what} (one number for a class)")
         return self.fld.check(x, what)
 
     def categorical(self, law: Any) -> Any:
@@ -999,21 +1212,25 @@ class _Run:
             if k > self.draws:
                 raise _MoreDraws()
             self.count[i] = k
-            if PER_BRANCH:
-                dec = _field.active()
-                dec.assumed = dec.assumed | {i}
-            self.weight = self.weight * SymNum(_SPACE[-1].to_draw(x.f, i, k))
+            dec = _field.active()
+            dec.assumed = dec.assumed | {i}   # the branch holds a token of class i: it has one where it weighs
+            self.weight = self.weight * SymNum(_space().to_draw(x.f, i, k))
             return UnnamedToken(i, k, self)
-        return value
+        return NamedToken(value)
 
     draw_now = categorical
 
     def _support(self, law: Any) -> list:
         """``[(token or ("class", i, entry), probability or None)]`` of a law, validated (once per law and cell)."""
         fld = self.fld
-        entries = list(iter(law))
-        space = _SPACE[-1]
+        space = _space()
         c, m = self.named, len(space.layout.classes)
+        if isinstance(law, AbstractLaw):
+            entries: Any = law.entries
+        elif isinstance(law, (list, tuple)):   # built by the rule: from a law's entries (an inexact run) or not
+            entries = law
+        else:
+            _refuse(f"draws from a {type(law).__name__}, not a law")
         if len(entries) != c + m:
             _refuse(f"draws from a law of {len(entries)} entries, not one over the abstract vocabulary")
         options: list = []
@@ -1030,8 +1247,6 @@ class _Run:
                 continue
             if not isinstance(x, ClassEntry):
                 _refuse("draws from a law with a constant entry at a class of unnamed tokens")
-            if not PER_BRANCH and not _field.active().nonempty(i):   # an empty class: no token to draw
-                continue
             if not x >= 0:
                 raise InvalidDistribution(f"a law passed to rng.categorical is negative on class C{i}")
             if x == 0:   # 0 at every token of the class (decided for the class): none of them is drawn
@@ -1043,7 +1258,7 @@ class _Run:
         return options
 
     def bernoulli(self, prob: Any) -> bool:
-        prob = self.fld.check(prob, "the probability passed to rng.bernoulli")
+        prob = self.number(prob, "the probability passed to rng.bernoulli")
         if not (prob >= 0 and prob <= 1):
             raise InvalidDistribution(f"rng.bernoulli got a probability outside [0, 1] (at {where()})")
         if prob == 1:
@@ -1080,7 +1295,7 @@ class _Step:
         if not 0 <= j < self.gamma:
             raise IndexError(f"draft position {j} is outside 0..{self.gamma - 1}")
         while len(self._drafts) <= j:   # argmax drafts: named token 0, q's argmax by the layout (context-free q)
-            self._drafts.append(0 if self._argmax else self._run.categorical(self._q))
+            self._drafts.append(NamedToken(0) if self._argmax else self._run.categorical(self._q))
         return self._drafts[j]
 
     def claimed(self, j: int) -> AbstractLaw:
@@ -1186,7 +1401,6 @@ class _TreeStep:
 def _run_branch(rule: Any, run: _Run, proposer: Any, tree: bool, gamma: Any, p: AbstractLaw, q: AbstractLaw,
                 argmax: bool, claim: Any, tokens: int, c: int) -> tuple:
     """One branch, step after step: ``(emitted tokens, whether they are all named)`` (stops at an unnamed one)."""
-    from ..errors import RuleError
     emitted: list = []
     named_only = True
     while len(emitted) < tokens and named_only:
@@ -1198,7 +1412,13 @@ def _run_branch(rule: Any, run: _Run, proposer: Any, tree: bool, gamma: Any, p: 
                 if isinstance(tok, UnnamedToken):
                     named_only = False
                     break
-                if isinstance(tok, bool) or not isinstance(tok, int) or not 0 <= tok < c:
+                if isinstance(tok, NamedToken):
+                    tok = tok.name
+                elif isinstance(tok, int) and not isinstance(tok, bool):
+                    _inexact(f"emits the constant token id {tok} (a special token id is not symmetric)")
+                    if not 0 <= tok < c:
+                        _refuse(f"emits the token id {tok}: ids past the named tokens stand for classes")
+                else:
                     raise RuleError(f"rule {rule.name} emitted {tok!r}, not a token", rule=rule.name)
                 emitted.append(tok)
                 if len(emitted) >= tokens:
@@ -1214,6 +1434,8 @@ def _enumerate(rule: Any, space: _AbsSpace, proposer: Any, tokens: int) -> tuple
     """Every branch of ``tokens`` emitted tokens on the current cell: ``({named outcome: probability}, branches)``."""
     fld = space.field
     c = space.layout.named
+    session = _SESSION.get()
+    assert session is not None
     p = AbstractLaw(list(space.laws["p"][0]) + [ClassEntry(space.gens[space.member_names[(i, 0)][0]] / 1, i)
                                                 for i in range(len(space.layout.classes))], c)
     q = AbstractLaw(list(space.laws["q"][0]) + [ClassEntry(space.gens[space.member_names[(i, 0)][1]] / 1, i)
@@ -1231,17 +1453,25 @@ def _enumerate(rule: Any, space: _AbsSpace, proposer: Any, tokens: int) -> tuple
     while pending:
         prefix = pending.pop()
         run = _Run(prefix, pending, fld, c, space.layout.draws, supports)
+        session.run = run
         dec = _field.active()
         dec.assumed = frozenset()
-        if PER_BRANCH:
-            from .. import laws
-            laws.clear_memo()   # a residual memoised in one branch was decided under that branch's classes
         try:
             emitted, named_only = _run_branch(rule, run, proposer, tree, gamma, p, q, argmax, claim, tokens, c)
         except _DeadBranch:
             branches += 1
             dec.stats["dead branches"] = dec.stats.get("dead branches", 0) + 1
             continue
+        except (_Control, ExactSpecError, KeyboardInterrupt):
+            raise
+        except BaseException as exc:   # the rule's own error (SystemExit included): exit 2, as the concrete prover
+            if session.inexact is not None:   # after an inexact observation its values are the abstraction's
+                raise AbstractionRefused(
+                    f"vocab='all': the rule {session.inexact}, and then raised {type(exc).__name__}: {exc} "
+                    f"(at {_raised_at(exc)}) on values that stand for a class of tokens, not concrete ones; "
+                    "prove at a given vocab instead") from exc
+            raise RuleError(f"rule {rule.name} raised {type(exc).__name__}: {exc} under es.prove(vocab='all') "
+                            f"(at {_raised_at(exc)})", rule=rule.name) from exc
         branches += 1
         if not named_only:
             continue
@@ -1257,38 +1487,47 @@ def _enumerate(rule: Any, space: _AbsSpace, proposer: Any, tokens: int) -> tuple
     return out, branches
 
 
+def _raised_at(exc: BaseException) -> str:
+    """``file:line in function`` where ``exc`` was raised: its traceback's innermost frame."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return "<unknown>"
+    code = tb.tb_frame.f_code
+    return f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}"
+
+
 # -- the proof ------------------------------------------------------------------------------------------------
-#: what the concrete prover hands down to an all-vocabulary proof (``_prove`` imports this module, not the reverse)
-_KIT: list = []
-
-
 def prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | None, check_ms: int,
                     kit: Any, progress: Callable[[int, int], None] | None = None) -> Any:
     """The body of ``es.prove(rule, vocab="all", ...)`` (see :func:`exactspec.prove`): chain and i.i.d. tree rules.
 
     ``kit``: the concrete prover's ``Proof``, ``Refutation``, ``prove``, ``rational_point`` and
-    ``forget_symbolic_caches``, handed down by :func:`exactspec.prove` (which imports this module).
+    ``forget_symbolic_caches``, handed down by :func:`exactspec.prove` (which imports this module). The
+    proof's state lives in a :class:`_Session` in a context variable, and es.laws' hook in another
+    (:data:`exactspec.laws.ABSTRACT`): nothing of the process is switched, so other threads and other code
+    are untouched.
 
     >>> import exactspec as es
     >>> es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1), vocab="all", tokens=1).proven
     True
     """
-    _KIT.append(kit)
+    token = _SESSION.set(_Session(kit))
     try:
         return _prove_all_vocab(rule, proposer, tokens, timeout=timeout, check_ms=check_ms, kit=kit,
                                 progress=progress)
     finally:
-        _KIT.pop()
+        _SESSION.reset(token)
 
 
 def _prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | None, check_ms: int,
                      kit: Any, progress: Any) -> Any:
     from ..errors import BudgetExceeded
     Proof, _forget_symbolic_caches = kit.Proof, kit.forget_symbolic_caches
-    global _LIBRARY
+    session = _SESSION.get()
+    assert session is not None
     t0 = time.perf_counter()
-    if not _LIBRARY:
-        _LIBRARY = _library_paths()
     kind = getattr(proposer, "kind", "chain")
     if (rule.family, kind) not in (("chain", "chain"), ("tree", "tree")):
         raise AbstractionRefused(f"vocab='all' proves chain rules with chain proposers and tree rules with "
@@ -1332,23 +1571,12 @@ def _prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | 
             _forget_symbolic_caches()
             raise
         finally:
-            _SPACE.clear()
-            _set_laws_hook(None)
+            session.space = session.hook = session.run = None
         break
     cells, paths, space, found = res
     ref = None if found is None else _replay(rule, proposer, tokens, found, t0)
-    small: dict = {}
-    if ref is None and named > 2:   # the abstraction needs `named` distinct tokens: smaller vocabularies, concretely
-        prove = kit.prove
-        for vocab in range(2, named):
-            left = None if deadline is None else max(deadline - time.perf_counter(), 1.0)
-            concrete = prove(rule, proposer=proposer, vocab=vocab, tokens=tokens, family="context_free",
-                             timeout=left)
-            if not concrete.proven:
-                return concrete
-            small[vocab] = f"proven by es.prove at vocab {vocab} ({len(concrete.cells)} cells)"
     assumptions = {"family": "context_free", "family_source": "given", "vocab": "all", "min_vocab": 2,
-                   "abstract_from": named, "smaller_vocabularies": small,
+                   "abstract_from": named, "smaller_vocabularies": {},
                    "tokens": tokens, "prompt": [], "proposer": proposer.describe(), "expected": "target",
                    "named_tokens": named, "classes": space.describe_classes(),
                    "variables": list(space.names), "closed_form": False,
@@ -1356,128 +1584,118 @@ def _prove_all_vocab(rule: Any, proposer: Any, tokens: int, *, timeout: float | 
     if ref is not None:
         ref.assumptions, ref.seconds = assumptions, time.perf_counter() - t0
         return ref
+    if session.inexact is not None:   # no bias met, but the run observed what the abstraction cannot represent
+        raise AbstractionRefused(
+            f"vocab='all': no proof for {rule.name}: the rule {session.inexact}. The abstraction stands for any "
+            "number of unnamed tokens (none included) and for tokens up to renaming, so that is not exact for "
+            "every vocabulary size; the run found no bias (a bias is replayed exactly and reported). Prove at a "
+            "given vocab instead (es.prove(..., vocab=3))")
+    small: dict = {}
+    for vocab in range(2, named):   # the abstraction needs `named` distinct tokens: smaller vocabularies, concretely
+        left = None if deadline is None else max(deadline - time.perf_counter(), 1.0)
+        concrete = kit.prove(rule, proposer=proposer, vocab=vocab, tokens=tokens, family="context_free",
+                             timeout=left)
+        if not concrete.proven:
+            concrete.assumptions = dict(concrete.assumptions, vocab_asked="all")
+            return concrete
+        small[vocab] = f"proven by es.prove at vocab {vocab} ({len(concrete.cells)} cells)"
+    assumptions["smaller_vocabularies"] = small
+    assumptions["tripwire"] = _tripwire(rule, proposer, tokens, named, deadline, kit)
+    assumptions["theorem"] = THEOREM.format(min_vocab=2, proposer=proposer.describe(), tokens=tokens)
     stats["cells"] = len(cells)
     return Proof(rule=rule.name, cells=cells, paths=paths, atoms=len(space.atoms), assumptions=assumptions,
                  seconds=time.perf_counter() - t0, stats=stats)
 
 
-def _set_laws_hook(hook: Any) -> None:
-    """Switch the abstraction's sums on (``hook``) or off (None): ``es.laws`` and, for the rule's own code, ``sum``."""
-    import builtins
-    from .. import laws
-    laws._ABSTRACT = hook
-    laws.clear_memo()   # no residual memoised over the abstract vocabulary outlives it (nor the other way)
-    _compact_gcds(hook is not None)
-    if hook is not None:
-        if builtins.sum is not _abstract_sum:
-            _BUILTIN_SUM[:] = [builtins.sum]
-            builtins.sum = _abstract_sum
-    elif _BUILTIN_SUM:
-        builtins.sum = _BUILTIN_SUM.pop()
+#: the tripwire's exact audits: this many random instances at each vocabulary size
+TRIPWIRE_INSTANCES = 3
+#: ... at these vocabulary sizes
+TRIPWIRE_VOCABS = (2, 3, 4, 5, 6)
+#: ... and the concrete prover at these (those below the abstraction's named tokens are part of the proof itself)
+TRIPWIRE_PROVER_VOCABS = (2, 3)
 
 
-_BUILTIN_SUM: list = []
+def _tripwire_laws(rng: Any, vocab: int, kind: int) -> tuple:
+    """A random rational ``(p, q)`` pair at ``vocab``: ``kind`` 0 zeros and ties, 1 ``p == q``, 2 disjoint-ish."""
+    def law(zeros: int, tie: bool) -> tuple:
+        w = [rng.randint(1, 6) for _ in range(vocab)]
+        for i in rng.sample(range(vocab), min(zeros, vocab - 1)):
+            w[i] = 0
+        if tie and vocab >= 2:
+            a, b = rng.sample(range(vocab), 2)
+            w[b] = w[a]
+        if not any(w):
+            w[rng.randrange(vocab)] = 1
+        s = sum(w)
+        return tuple(Fraction(x, s) for x in w)
+    if kind == 1:
+        p = law(rng.randint(0, 1), True)
+        return p, p
+    if kind == 2:
+        p = law(vocab // 2, False)
+        q = tuple(Fraction(0) if x else Fraction(1) for x in p)
+        return p, tuple(x / sum(q) for x in q)
+    return law(rng.randint(0, 1), True), law(rng.randint(0, 1), True)
 
 
-# -- gcds in the variables that occur --------------------------------------------------------------------------
-#: sympy's heuristic gcd recurses once per generator of the ring, used or not; the abstraction's ring has dozens
-#: (class totals, one token per class and draw), most absent from any one polynomial. While an all-vocabulary
-#: proof runs, integer gcds are taken in the ring of the variables that occur (the same gcd; about 3x faster)
-_GCD: list = []
-_SMALL_RINGS: dict = {}
+def _tripwire(rule: Any, proposer: Any, tokens: int, named: int, deadline: float | None, kit: Any) -> dict:
+    """Exact checks the proof must agree with, run before it is reported: a check on the prover, not a proof.
 
-
-def _compact_gcd_zz(f: Any, g: Any) -> tuple:
-    orig = _GCD[0]
-    ring = f.ring
-    used = set()
-    for poly in (f, g):
-        for monom in poly.itermonoms():
-            used.update(i for i, e in enumerate(monom) if e)
-    if not used or len(used) == ring.ngens:
-        return orig(f, g)
-    keep = tuple(sorted(used))
-    small = _SMALL_RINGS.get((ring, keep))
-    if small is None:
-        from sympy.polys.rings import PolyRing
-        small = _SMALL_RINGS[(ring, keep)] = PolyRing([ring.symbols[i] for i in keep], ring.domain, ring.order)
-
-    def down(p: Any) -> Any:
-        return small.from_dict({tuple(m[i] for i in keep): c for m, c in p.items()})
-
-    def up(p: Any) -> Any:
-        n = ring.ngens
-        out = {}
-        for m, c in p.items():
-            full = [0] * n
-            for i, e in zip(keep, m):
-                full[i] = e
-            out[tuple(full)] = c
-        return ring.from_dict(out)
-    h, cff, cfg = orig(down(f), down(g))
-    return up(h), up(cff), up(cfg)
-
-
-def _compact_gcds(on: bool) -> None:
-    from sympy.polys.rings import PolyElement
-    if on and not _GCD:
-        _GCD.append(PolyElement._gcd_ZZ)
-        PolyElement._gcd_ZZ = _compact_gcd_zz
-    elif not on and _GCD:
-        PolyElement._gcd_ZZ = _GCD.pop()
-        _SMALL_RINGS.clear()
-
-
-def _abstract_sum(iterable: Any, /, start: Any = 0) -> Any:
-    """``sum`` while an all-vocabulary proof runs: a law over the abstract vocabulary is summed with its classes'
-    totals, and a list of its length holding a constant where a class stands is refused (its sum needs the class
-    size); sums in library code (exactspec's, sympy's, z3's) are Python's own."""
-    import os
-    import sys
-    real = _BUILTIN_SUM[0]
-    caller = os.path.abspath(sys._getframe(1).f_code.co_filename)
-    hook = _hook_now()
-    if hook is None or caller.startswith(_LIBRARY):
-        return real(iterable, start)
-    items = list(iterable)
-    layout = hook.space.layout
-    c, m = layout.named, len(layout.classes)
-    if any(isinstance(x, ClassEntry) for x in items) or \
-            (len(items) == c + m and any(not _is_zero(x) for x in items[c:])):
-        if len(items) != c + m:
-            _refuse("sums a list holding a class entry that is not a law over the abstract vocabulary")
-        return start + hook.total(items) if not _is_zero(start) else hook.total(items)
-    return real(items, start)
-
-
-def _hook_now() -> Any:
-    from .. import laws
-    return laws._ABSTRACT
-
-
-def _library_paths() -> tuple:
-    import os
-    import sympy
-    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    roots = [os.path.join(pkg, "prove") + os.sep, os.path.join(pkg, "enumerate") + os.sep,
-             os.path.join(pkg, "fields.py"), os.path.dirname(os.path.abspath(sympy.__file__)) + os.sep]
-    try:
-        import z3
-        roots.append(os.path.dirname(os.path.abspath(z3.__file__)) + os.sep)
-    except ImportError:   # pragma: no cover - es.prove needs z3
-        pass
-    return tuple(roots)
-
-
-_LIBRARY: tuple = ()
+    The exact engine on random rational laws at vocab 2..6 (zeros, ties, ``p == q``, disjoint supports), and
+    the concrete prover at vocab 2 and 3. A bias or a refutation where the abstraction proved the rule is
+    :class:`AbstractionDisagrees` (exit 3, with the instance), never a verdict.
+    """
+    import random
+    from ..counterexamples.searching import evaluate
+    rng = random.Random(f"es.prove tripwire {rule.name} {proposer.describe()} {tokens}")
+    audited = 0
+    for vocab in TRIPWIRE_VOCABS:
+        for kind in range(TRIPWIRE_INSTANCES):
+            p, q = _tripwire_laws(rng, vocab, kind)
+            inst = _instance(proposer, tokens, p, q)
+            rep = evaluate(rule, inst)
+            if rep is None or rep.tv != 0:
+                what = "raised" if rep is None else f"is biased there (TV {rep.tv})"
+                raise AbstractionDisagrees(
+                    f"internal error of es.prove(vocab='all'): the abstraction proved {rule.name}, but the exact "
+                    f"engine at vocab {vocab}, p = {p}, q = {q}, {proposer.describe()}, {tokens} token(s) finds it "
+                    f"{what}; not a verdict (please report it with this instance)", instance=inst)
+            audited += 1
+    proven = {}
+    for vocab in TRIPWIRE_PROVER_VOCABS:
+        if vocab < named:
+            continue   # part of the proof itself (concretely, above)
+        left = None if deadline is None else max(deadline - time.perf_counter(), 1.0)
+        concrete = kit.prove(rule, proposer=proposer, vocab=vocab, tokens=tokens, family="context_free",
+                             timeout=left)
+        if not concrete.proven:
+            raise AbstractionDisagrees(
+                f"internal error of es.prove(vocab='all'): the abstraction proved {rule.name}, but es.prove at vocab "
+                f"{vocab} refutes it: {concrete.summary()}; not a verdict (please report it)",
+                instance=concrete.counterexample.instance)
+        proven[vocab] = f"proven by es.prove at vocab {vocab} ({len(concrete.cells)} cells)"
+    return {"what": "a check on the prover, not part of the proof", "audits": audited,
+            "audit_vocabs": list(TRIPWIRE_VOCABS), "concrete_proofs": proven}
 
 
 def _prove_layout(rule: Any, proposer: Any, layout: _Layout, tokens: int, check_ms: int, deadline: Any,
                   timeout: Any, stats: dict, progress: Any, t0: float) -> tuple:
-    from ..errors import BudgetExceeded
+    from .. import laws
     space = _AbsSpace(layout, check_ms)
-    _SPACE.append(space)
-    _set_laws_hook(_Hook(space))
+    session = _SESSION.get()
+    assert session is not None
+    session.space, session.hook = space, _Hook(space)
+    hooked = laws.ABSTRACT.set(session.hook)
+    try:
+        return _run_cells(rule, proposer, space, tokens, deadline, timeout, stats, progress, t0)
+    finally:
+        laws.ABSTRACT.reset(hooked)
+
+
+def _run_cells(rule: Any, proposer: Any, space: "_AbsSpace", tokens: int, deadline: Any, timeout: Any,
+               stats: dict, progress: Any, t0: float) -> tuple:
+    from ..errors import BudgetExceeded
+    layout = space.layout
     c = layout.named
     pending: list = [([], None)]
     cells: list = []
@@ -1511,11 +1729,17 @@ def _prove_layout(rule: Any, proposer: Any, layout: _Layout, tokens: int, check_
     return cells, paths, space, None
 
 
+def _kit() -> Any:
+    session = _SESSION.get()
+    assert session is not None
+    return session.kit
+
+
 def _refute_all(rule: Any, proposer: Any, space: _AbsSpace, dec: Decider, d: Any, o: tuple, tokens: int,
                 t0: float, cells_done: int) -> dict:
     """A rational point of the cell where the output differs, as concrete laws: each class one token (replayed
     later, by :func:`_replay`, once the abstraction is switched off)."""
-    _rational_point = _KIT[-1].rational_point
+    _rational_point = _kit().rational_point
     cell = [space.show(p, s) for p, s in dec.order]
     point = _rational_point(space, dec, d.numer.monic())
     if point is None:
@@ -1544,10 +1768,15 @@ def _replay(rule: Any, proposer: Any, tokens: int, found: dict, t0: float) -> An
     """The Refutation of a cell's point: replayed exactly (outside the abstraction), then made as small as found."""
     from ..counterexamples.counterexample import Counterexample
     from ..counterexamples.searching import _rule_ref, evaluate
-    Refutation = _KIT[-1].Refutation
+    Refutation = _kit().Refutation
     p_law, q_law, cell = found["p"], found["q"], found["cell"]
     inst = _instance(proposer, tokens, p_law, q_law)
     rep = evaluate(rule, inst)
+    session = _SESSION.get()
+    if (rep is None or not rep.tv > 0) and session is not None and session.inexact is not None:
+        raise AbstractionRefused(f"vocab='all': no verdict for {rule.name}: the rule {session.inexact}; the bias "
+                                 "the abstraction met there did not replay in the exact engine (each class of unnamed "
+                                 f"tokens as one token, vocab {len(p_law)}); prove at a given vocab instead")
     if rep is None or not rep.tv > 0:
         raise SolverUnknown(f"es.prove(vocab='all')'s witness for {rule.name} (each class of unnamed tokens as one "
                             f"token, vocab {len(p_law)}) did not replay as a bias in the exact engine: undecided, "
@@ -1598,7 +1827,7 @@ def _smallest(rule: Any, proposer: Any, tokens: int, p_law: tuple, q_law: tuple,
             if shrunk:
                 break
     if len(p) > 2:
-        prove = _KIT[-1].prove
+        prove = _kit().prove
         try:
             small = prove(rule, proposer=proposer, vocab=2, tokens=tokens, family="context_free", timeout=60)
         except ExactSpecError:

@@ -12,6 +12,7 @@ is replayed through the exact engine (``es.audit``) and only that exact replay r
 from __future__ import annotations
 
 import json
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field as dc_field
@@ -160,10 +161,11 @@ def _every_vocab_chunk(task: tuple) -> dict:
 def _default_note(a: dict) -> str:
     if a.get("family_source") != "default":
         return ""
-    if a["family"] == "context_free":
-        return (" Family: the default at this size (per-position and table laws are past the default's "
-                "cost limit here; family='per_position' / --family per_position asks for them).")
-    return " Family: the default at this size (the most general one feasible)."
+    others = [f for f in FAMILIES if f != a["family"]]
+    return (f" Family: the default at this size, not the one asked for: the rule was not proven for "
+            f"{' or '.join(others)} laws, so this proof exits 3 (not checked in full); name the family "
+            f"(family='{a['family']}', --family {a['family']}) to accept this proof as the check, or prove the "
+            "others at a vocab where they are feasible.")
 
 
 @dataclass
@@ -182,10 +184,18 @@ class Proof:
     seconds: float
     stats: dict = dc_field(default_factory=dict)
     proven = True
-    exit_code = 0
 
     def __bool__(self) -> bool:
         return True
+
+    @property
+    def exit_code(self) -> int:
+        """0 for a proof of the family the caller named; 3 for one of a default family (narrower than asked).
+
+        A call without ``family=`` asks about the rule, not about one family of laws; the default family is
+        the one feasible at the size, so the proof did not cover what was asked: never exit 0.
+        """
+        return 3 if self.assumptions.get("family_source") == "default" else 0
 
     @property
     def family(self) -> str:
@@ -195,11 +205,15 @@ class Proof:
     def summary(self) -> str:
         a = self.assumptions
         if a["vocab"] == "all":
+            trip = a.get("tripwire", {})
             return (f"PROVEN: {self.rule} emits exactly the {a['expected']} law for every {_family_words(a)} at "
                     f"{_vocab_words(a)}, {a['proposer']}, first {a['tokens']} token(s): {len(self.cells)} cell(s), "
-                    f"{self.paths} enumerated path(s), {self.atoms} atom(s), {self.seconds:.2f} s. Scope: that "
-                    "family, proposer and horizon, every vocabulary size; the abstraction and its soundness: "
-                    "docs/proofs-scale-out.md.")
+                    f"{self.paths} enumerated path(s), {self.atoms} atom(s), {self.seconds:.2f} s. Theorem: "
+                    f"{a.get('theorem', '')}. Scope: that family, proposer and horizon, every vocabulary size; the "
+                    "abstraction and its soundness: docs/proofs-scale-out.md. Tripwire (a check on the prover, "
+                    f"not part of the proof): {trip.get('audits', 0)} exact audits at vocab 2-6 and es.prove at "
+                    f"vocab {', '.join(str(v) for v in trip.get('concrete_proofs', {})) or '-'} agree."
+                    + _default_note(a))
         return (f"PROVEN: {self.rule} emits exactly the {a['expected']} law for every {_family_words(a)} at "
                 f"{_vocab_words(a)}, {a['proposer']}, first {a['tokens']} "
                 f"token(s), prompt {tuple(a['prompt'])}: {len(self.cells)} cell(s), "
@@ -212,7 +226,8 @@ class Proof:
 
     def to_dict(self) -> dict:
         return {"verdict": "proven", "rule": self.rule, "family": self.assumptions["family"],
-                "assumptions": self.assumptions, "cells": self.cells,
+                "family_named": self.assumptions.get("family_source") != "default", "exit_code": self.exit_code,
+                "theorem": self.assumptions.get("theorem"), "assumptions": self.assumptions, "cells": self.cells,
                 "n_cells": len(self.cells), "paths": self.paths, "atoms": self.atoms,
                 "seconds": round(self.seconds, 3), "stats": self.stats, "summary": self.summary()}
 
@@ -280,6 +295,11 @@ def _default_proposer(rule: Any) -> Any:
     return drafts.chain(1) if rule.family == "chain" else drafts.tree((2,))
 
 
+#: proofs in one process run one at a time: the symbolic field's memos are the process's (``_field``), so a second
+#: thread's ``es.prove`` waits for the first to finish (re-entrant: a proof calls ``prove`` at smaller sizes)
+_PROVING = threading.RLock()
+
+
 def prove(rule: Any, *, proposer: Any = None, vocab: "int | str", tokens: int, family: str | None = None,
           timeout: float | None = None, closed_form: bool = True, prompt: tuple = (),
           check_ms: int = 10_000, workers: int | None = None,
@@ -319,10 +339,24 @@ def prove(rule: Any, *, proposer: Any = None, vocab: "int | str", tokens: int, f
     cannot follow (an argmax over the vocabulary, ``len`` of a law, ...) raises
     ``AbstractionRefused`` (exit 2); a refutation's witness is replayed exactly at a concrete vocabulary.
 
+    A proof exits 0 (``exit_code``) only for the family the caller named: with ``family=None`` it exits 3,
+    since the default family is narrower than "every law". Proofs in one process run one at a time (a
+    second thread's call waits); ``workers`` runs one proof's cells on several processes.
+
     >>> import exactspec as es
     >>> es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1), vocab=2, tokens=1).proven
     True
     """
+    with _PROVING:
+        return _prove(rule, proposer=proposer, vocab=vocab, tokens=tokens, family=family, timeout=timeout,
+                      closed_form=closed_form, prompt=prompt, check_ms=check_ms, workers=workers,
+                      progress=progress)
+
+
+def _prove(rule: Any, *, proposer: Any, vocab: "int | str", tokens: int, family: str | None, timeout: float | None,
+           closed_form: bool, prompt: tuple, check_ms: int, workers: int | None,
+           progress: Callable[[int, int], None] | None) -> "Proof | Refutation":
+    """The body of :func:`prove`, under its lock."""
     from ..parallel import NotPicklable
     from ..rules import as_rule
     try:
@@ -849,7 +883,7 @@ def _rational_point(space: Space, dec: Decider, poly: Any) -> dict | None:
     if FRESH_WITNESS or dec._shared is not None:   # a shared solver holds the cell as assumptions only
         s, zvars, sign, ctx = _cell_solver(space, dec)
     else:
-        s, zvars, sign, ctx = dec.solver, space.z3vars, space.z3_sign, None
+        s, zvars, sign, ctx = dec.solver, space.z3vars, space.z3_sign, space.ctx
     n0 = s.num_scopes()
     s.push()
     try:
