@@ -1029,15 +1029,29 @@ class AbstractLaw:
     def __iter__(self) -> Any:
         _inexact("iterates over a law (each class of unnamed tokens comes once, for any number of tokens, none "
                  "included: a loop, a count, all()/any()/min()/max()/sorted() over the entries is not exact)")
-        return iter(self.entries)
+        return iter(self._inhabited())
 
     def __reversed__(self) -> Any:
         _inexact("iterates over a law in reverse")
-        return reversed(self.entries)
+        return reversed(self._inhabited())
 
     def __contains__(self, x: Any) -> bool:
         _inexact("tests membership in a law (whether some token has a given probability)")
-        return x in self.entries
+        return x in self._inhabited()
+
+    def _inhabited(self) -> list:
+        """The named entries and those of the classes that hold a token, the cell forked on each class's mass.
+
+        For a run that is inexact already: a quantifier over the entries (``any``, ``all``, a ``for`` with
+        ``break``) then sees a class only where it holds a token, so the bias of a rule whose test is blind
+        where a class is empty is met, and replayed; a count still sees one entry per class.
+        """
+        space = _space()
+        out = list(self.entries[:self.named])
+        for i, e in enumerate(self.entries[self.named:]):
+            if space.totals_p_num[i] + space.totals_q_num[i] > 0:   # forks the cell where the class may be empty
+                out.append(e)
+        return out
 
     def __bool__(self) -> bool:
         return True   # a law over >= 2 tokens, as every concrete one here
@@ -1465,6 +1479,8 @@ def _enumerate(rule: Any, space: _AbsSpace, proposer: Any, tokens: int) -> tuple
         except (_Control, ExactSpecError, KeyboardInterrupt):
             raise
         except BaseException as exc:   # the rule's own error (SystemExit included): exit 2, as the concrete prover
+            if _tool_error(exc):   # raised inside exactspec's prover, sympy or z3: exactspec's own bug, as it is
+                raise
             if session.inexact is not None:   # after an inexact observation its values are the abstraction's
                 raise AbstractionRefused(
                     f"vocab='all': the rule {session.inexact}, and then raised {type(exc).__name__}: {exc} "
@@ -1485,6 +1501,22 @@ def _enumerate(rule: Any, space: _AbsSpace, proposer: Any, tokens: int) -> tuple
         o = tuple(emitted[:tokens])
         out[o] = out[o] + SymNum(total) if o in out else SymNum(total)
     return out, branches
+
+
+def _tool_error(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised inside exactspec's prover or engine, sympy or z3 (not by the rule's own code)."""
+    import os
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    name = os.path.abspath(tb.tb_frame.f_code.co_filename)
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tool = (os.path.join(pkg, "prove") + os.sep, os.path.join(pkg, "enumerate") + os.sep,
+            os.sep + "sympy" + os.sep, os.sep + "z3" + os.sep)
+    return any(t in name if t.startswith(os.sep + "sympy") or t.startswith(os.sep + "z3") else name.startswith(t)
+               for t in tool)
 
 
 def _raised_at(exc: BaseException) -> str:
@@ -1778,9 +1810,10 @@ def _replay(rule: Any, proposer: Any, tokens: int, found: dict, t0: float) -> An
                                  "the abstraction met there did not replay in the exact engine (each class of unnamed "
                                  f"tokens as one token, vocab {len(p_law)}); prove at a given vocab instead")
     if rep is None or not rep.tv > 0:
-        raise SolverUnknown(f"es.prove(vocab='all')'s witness for {rule.name} (each class of unnamed tokens as one "
-                            f"token, vocab {len(p_law)}) did not replay as a bias in the exact engine: undecided, "
-                            f"not a verdict (cell: {', '.join(cell)})")
+        raise AbstractionDisagrees(f"internal error of es.prove(vocab='all'): its witness for {rule.name} (each class "
+                                   f"of unnamed tokens as one token, vocab {len(p_law)}) did not replay as a bias in "
+                                   f"the exact engine: undecided, not a verdict (cell: {', '.join(cell)})",
+                                   instance=inst)
     p_law, q_law, inst, rep = _smallest(rule, proposer, tokens, p_law, q_law, inst, rep)
     ce = Counterexample(rule=rule.name, claim=rule.claim, instance=inst, output=dict(rep.output),
                         expected=dict(rep.expected), tv=rep.tv,

@@ -1234,7 +1234,10 @@ class Space:
         if hit is None:
             import z3
             e = self.z3_poly(poly)
-            hit = z3.Or([e < 0 if s == NEG else e == 0 if s == ZERO else e > 0 for s in sorted(signs)])
+            if not signs:   # no sign allowed: false (in this space's context; z3.Or([]) would be the global one's)
+                hit = z3.BoolVal(False, self.ctx)
+            else:
+                hit = z3.Or([e < 0 if s == NEG else e == 0 if s == ZERO else e > 0 for s in sorted(signs)])
             if CACHE_Z3:
                 self._signcache[key] = hit
         return hit
