@@ -909,7 +909,7 @@ def _token_id_op(name: str, fn: Callable) -> Callable:
     return op
 
 
-for _name, _fn in [("__lt__", operator.lt), ("__le__", operator.le), ("__gt__", operator.gt),
+_TOKEN_ID_OPS: list[tuple[str, Callable[..., Any]]] = [("__lt__", operator.lt), ("__le__", operator.le), ("__gt__", operator.gt),
                    ("__ge__", operator.ge), ("__add__", operator.add), ("__sub__", operator.sub),
                    ("__mul__", operator.mul), ("__floordiv__", operator.floordiv), ("__mod__", operator.mod),
                    ("__truediv__", operator.truediv), ("__pow__", operator.pow), ("__and__", operator.and_),
@@ -923,7 +923,8 @@ for _name, _fn in [("__lt__", operator.lt), ("__le__", operator.le), ("__gt__", 
                    ("__rxor__", lambda a, b: b ^ a), ("__rpow__", lambda a, b: b ** a),
                    ("__rlshift__", lambda a, b: b << a), ("__rrshift__", lambda a, b: b >> a),
                    ("__divmod__", divmod), ("__rdivmod__", lambda a, b: divmod(b, a)), ("__round__", round),
-                   ("__trunc__", lambda a: a), ("__floor__", lambda a: a), ("__ceil__", lambda a: a)]:
+                   ("__trunc__", lambda a: a), ("__floor__", lambda a: a), ("__ceil__", lambda a: a)]
+for _name, _fn in _TOKEN_ID_OPS:
     setattr(NamedToken, _name, _token_id_op(_name, _fn))
 
 
