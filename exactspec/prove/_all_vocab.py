@@ -84,7 +84,9 @@ THEOREM = ("for every vocabulary size V >= {min_vocab}, every context-free targe
 
 
 def _refuse(what: str) -> Any:
-    raise AbstractionRefused(f"vocab='all': {what} (at {where()}); the all-vocabulary abstraction follows "
+    session = _SESSION.get()
+    earlier = "" if session is None or session.inexact is None else f"; before that, the rule {session.inexact}"
+    raise AbstractionRefused(f"vocab='all': {what} (at {where()}){earlier}; the all-vocabulary abstraction follows "
                              "per-token arithmetic, comparisons whose answer is the same for every token of a "
                              "class, and vocabulary-wide sums through es.laws; prove at a given vocab instead")
 
@@ -138,6 +140,7 @@ class _Session:
         self.hook: Any = None
         self.run: Any = None
         self.inexact: str | None = None
+        self.inhabited: tuple | None = None   # the classes the branch's last iteration over a law saw
         self.irreducible: dict = {}
 
 
@@ -1049,10 +1052,17 @@ class AbstractLaw:
         """
         space = _space()
         out = list(self.entries[:self.named])
+        mask = []
         for i, e in enumerate(self.entries[self.named:]):
-            if space.totals_p_num[i] + space.totals_q_num[i] > 0:   # forks the cell where the class may be empty
+            held = bool(space.totals_p_num[i] + space.totals_q_num[i] > 0)   # forks the cell where it may be empty
+            mask.append(held)
+            if held:
                 out.append(e)
+        session = _SESSION.get()
+        if session is not None:
+            session.inhabited = tuple(mask)   # the same on the whole branch: its decisions on the classes' mass
         return out
+
 
     def __bool__(self) -> bool:
         return True   # a law over >= 2 tokens, as every concrete one here
@@ -1088,6 +1098,23 @@ class AbstractLaw:
     def __repr__(self) -> str:
         return f"AbstractLaw({self.entries!r})"
 
+def _as_law(entries: Any, named: int, what: str) -> tuple:
+    """A sequence the rule built as a law over the abstract vocabulary: every class, or the inhabited ones only
+    (built by iterating over a law, :meth:`AbstractLaw._inhabited`: an empty class's entry is then 0, exact)."""
+    entries = tuple(entries)
+    m = len(_space().layout.classes)
+    if len(entries) == named + m:
+        return entries
+    session = _SESSION.get()
+    mask = None if session is None else session.inhabited
+    if mask is not None and len(entries) == named + sum(mask):
+        out = list(entries[:named])
+        rest = iter(entries[named:])
+        out += [next(rest) if held else 0 for held in mask]
+        return tuple(out)
+    return _refuse(f"{what} a sequence of {len(entries)} entries, not a law over the abstract vocabulary")
+
+
 
 def _is_zero(e: Any) -> bool:
     if isinstance(e, (int, Fraction)) and not isinstance(e, bool):
@@ -1112,11 +1139,7 @@ class _Hook:
             return v.entries
         if not isinstance(v, (list, tuple)):
             _refuse(f"hands es.laws a {type(v).__name__}, not a law")
-        entries = tuple(v)
-        c, m = self.space.layout.named, len(self.space.layout.classes)
-        if len(entries) != c + m:
-            _refuse(f"hands es.laws a sequence of {len(entries)} entries, not a law over the abstract vocabulary")
-        return entries
+        return _as_law(v, self.space.layout.named, "hands es.laws")
 
     def map(self, fn: Callable, *laws: Any) -> "AbstractLaw":
         """``fn`` entry by entry over aligned laws (``positive_part``, ``residual``'s ``max(p - q, 0)``)."""
@@ -1239,15 +1262,13 @@ class _Run:
         """``[(token or ("class", i, entry), probability or None)]`` of a law, validated (once per law and cell)."""
         fld = self.fld
         space = _space()
-        c, m = self.named, len(space.layout.classes)
+        c = self.named
         if isinstance(law, AbstractLaw):
             entries: Any = law.entries
         elif isinstance(law, (list, tuple)):   # built by the rule: from a law's entries (an inexact run) or not
-            entries = law
+            entries = _as_law(law, c, "draws from")
         else:
             _refuse(f"draws from a {type(law).__name__}, not a law")
-        if len(entries) != c + m:
-            _refuse(f"draws from a law of {len(entries)} entries, not one over the abstract vocabulary")
         options: list = []
         for a, x in enumerate(entries[:c]):
             x = fld.check(x, "a law passed to rng.categorical")
@@ -1468,7 +1489,7 @@ def _enumerate(rule: Any, space: _AbsSpace, proposer: Any, tokens: int) -> tuple
     while pending:
         prefix = pending.pop()
         run = _Run(prefix, pending, fld, c, space.layout.draws, supports)
-        session.run = run
+        session.run, session.inhabited = run, None
         dec = _field.active()
         dec.assumed = frozenset()
         try:
