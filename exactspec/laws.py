@@ -209,7 +209,7 @@ def residual(p: Sequence[Any], q: Sequence[Any]) -> tuple:
     """
     hook = ABSTRACT.get()
     if hook is not None:
-        return hook.normalize(hook.map(lambda a, b: a - b if a > b else 0, p, q))
+        return hook.residual(p, q)
     return memoised("residual", p, q, lambda: normalize([a - b if a > b else 0 for a, b in zip(p, q)]))
 
 

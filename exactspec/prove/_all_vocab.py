@@ -1132,6 +1132,18 @@ class _Hook:
 
     def __init__(self, space: _AbsSpace) -> None:
         self.space = space
+        #: residuals by the identities of their laws, for the running branch (cleared at each branch's start:
+        #: a residual's comparisons are decided under the classes its branch drew from)
+        self.residuals: dict = {}
+
+    def residual(self, p: Any, q: Any) -> "AbstractLaw":
+        """``normalize(max(p - q, 0))``, once per pair of laws in a branch."""
+        hit = self.residuals.get((id(p), id(q)))
+        if hit is not None and hit[0] is p and hit[1] is q:
+            return hit[2]
+        r = self.normalize(self.map(lambda a, b: a - b if a > b else 0, p, q))
+        self.residuals[(id(p), id(q))] = (p, q, r)
+        return r
 
     def _entries(self, v: Any) -> tuple:
         """The entries of ``v``: an abstract law, or a list the rule built from one (an inexact run)."""
@@ -1490,6 +1502,7 @@ def _enumerate(rule: Any, space: _AbsSpace, proposer: Any, tokens: int) -> tuple
         prefix = pending.pop()
         run = _Run(prefix, pending, fld, c, space.layout.draws, supports)
         session.run, session.inhabited = run, None
+        session.hook.residuals.clear()
         dec = _field.active()
         dec.assumed = frozenset()
         try:
