@@ -123,6 +123,25 @@ def _chain(step: Any, rng: Any, *, skip: Callable[[Law, Law, int], bool] | None 
     yield rng.categorical(last) if bonus is None else bonus(rng, last)
 
 
+def _shortcut_when(step: Any, rng: Any, flat: Callable[[Law], bool]) -> Iterator[int]:
+    """Where ``flat(q)``: keep the draft with probability ``p(x)``, else sample ``p``; elsewhere SS."""
+    for j in range(step.gamma):
+        x = step.draft(j)
+        p, q = step.target(j), step.claimed(j)
+        if flat(q):
+            if rng.bernoulli(p[x]):
+                yield step.accept(j)
+                continue
+            yield rng.categorical(p)
+            return
+        if rng.bernoulli(_ratio(p, q, x)):
+            yield step.accept(j)
+        else:
+            yield rng.categorical(residual(p, q))
+            return
+    yield rng.categorical(step.target(step.gamma))
+
+
 def _excess(p: Law, q: Law) -> list[int]:
     """The tokens with ``p > q`` (the residual's support)."""
     return [t for t in range(len(p)) if p[t] > q[t]]
@@ -243,21 +262,7 @@ def counter_thrice_emit0(step, rng):
 
 def set_q_two_values_shortcut(step, rng):
     """len(set(q)) <= 2: keep the draft w.p. p(x), else sample p (exact only when q is flat on p's support)."""
-    for j in range(step.gamma):
-        x = step.draft(j)
-        p, q = step.target(j), step.claimed(j)
-        if len(set(q)) <= 2:
-            if rng.bernoulli(p[x]):
-                yield step.accept(j)
-                continue
-            yield rng.categorical(p)
-            return
-        if rng.bernoulli(_ratio(p, q, x)):
-            yield step.accept(j)
-        else:
-            yield rng.categorical(residual(p, q))
-            return
-    yield rng.categorical(step.target(step.gamma))
+    yield from _shortcut_when(step, rng, lambda q: len(set(q)) <= 2)
 
 
 def q_support_ge3_skip(step, rng):
@@ -683,21 +688,7 @@ def dict_ratio_table(step, rng):
 
 def set_q_uniform_shortcut(step, rng):
     """len(set(q)) == 1 (q uniform): keep x w.p. p(x), else sample p; otherwise SS."""
-    for j in range(step.gamma):
-        x = step.draft(j)
-        p, q = step.target(j), step.claimed(j)
-        if len(set(q)) == 1:
-            if rng.bernoulli(p[x]):
-                yield step.accept(j)
-                continue
-            yield rng.categorical(p)
-            return
-        if rng.bernoulli(_ratio(p, q, x)):
-            yield step.accept(j)
-        else:
-            yield rng.categorical(residual(p, q))
-            return
-    yield rng.categorical(step.target(step.gamma))
+    yield from _shortcut_when(step, rng, lambda q: len(set(q)) == 1)
 
 
 def generator_ratio(step, rng):
