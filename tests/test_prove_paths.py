@@ -113,9 +113,9 @@ def test_atoms_signs_survive_new_operations():
     sp = _field.Space(3, 1, 1000)
     p = sp.laws["p"][0]
     atom = _field._op("-", p[0].f, p[1].f)
-    _field._ATOMS[atom] = ("marker", 1)
+    _field._memo().atoms[atom] = ("marker", 1)
     _field._op("*", p[0].f, p[2].f)   # a new operation
-    assert _field._ATOMS.get(atom) == ("marker", 1)
+    assert _field._memo().atoms.get(atom) == ("marker", 1)
 
 
 def test_progress_counts_cells():

@@ -263,9 +263,6 @@ class _AbsSpace(Space):
         self.names = names
         self.K, *gens = field(",".join(names), QQ)
         _set_qq(QQ, self.K)
-        _field._OPS.clear()
-        _field._ATOMS.clear()
-        _field._FACTORS.clear()
         self.gens = gens
         self.ctx = z3.Context()   # the space's own (see Space)
         self.z3vars = [z3.Real(n, self.ctx) for n in names]
@@ -553,7 +550,7 @@ def _factors(poly: Any, registry: dict | None = None) -> tuple:
     if registry is None:
         session = _SESSION.get()
         registry = session.irreducible if session is not None else {}
-    hit = _field._FACTORS.get(poly)
+    hit = _field._memo().factors.get(poly)
     if hit is not None or len(poly) < TRIAL_DIVISION_TERMS:
         return _remember(poly, hit if hit is not None else _field._factors(poly), registry)
     known = registry.get(poly.ring, {})
@@ -582,7 +579,7 @@ def _factors(poly: Any, registry: dict | None = None) -> tuple:
     merged = dict(facs)
     for f, e in counts.items():
         merged[f] = merged.get(f, 0) + e
-    hit = _field._FACTORS[poly] = (POS if c > 0 else NEG, list(merged.items()))
+    hit = _field._memo().factors[poly] = (POS if c > 0 else NEG, list(merged.items()))
     return _remember(poly, hit, registry)
 
 

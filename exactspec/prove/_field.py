@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import weakref
+from contextvars import ContextVar
 from fractions import Fraction
 from math import gcd, lcm
 from typing import Any
@@ -31,6 +32,46 @@ _SKIP = (_PKG, os.path.join(os.path.dirname(_PKG.rstrip(os.sep)), "enumerate") +
          os.path.join(os.path.dirname(_PKG.rstrip(os.sep)), "fields.py"))
 
 NEG, ZERO, POS = -1, 0, 1
+
+
+class _Memo:
+    """One symbolic field's memos: operations, gcds, atoms' signs and factors, reductions, constants.
+
+    Each :class:`Space` starts its own (:func:`_set_qq`) in a context variable: a proof never reads another
+    proof's memos, another thread sees its own, and ``es.prove`` runs in a copy of its caller's context, so
+    they end with the proof. Each is bounded (cleared past ``_OPS_LIMIT`` entries).
+    """
+
+    __slots__ = ("K", "ops", "atoms", "gcds", "small_rings", "reduced", "substitutions", "reduced_polys", "factors",
+                 "interned", "powers", "constants", "linear", "raw")
+
+    def __init__(self, K: Any = None) -> None:
+        self.K = K
+        self.ops: dict = {}
+        self.atoms: dict = {}       # a rational function -> (its sign polynomial made monic, or None; the factor's sign)
+        self.gcds: dict = {}        # ``_cofactors`` results by the pair of polynomials (cleared with ``ops``)
+        self.small_rings: dict = {}   # (ring, the generators kept) -> the ring of the variables that occur
+        self.reduced: dict = {}     # ``Decider.reduce`` results by (rational function, the cell's equalities)
+        self.substitutions: dict = {}   # the composed substitution of each set of equalities
+        self.reduced_polys: dict = {}   # ``Decider.reduce_poly`` results
+        self.factors: dict = {}
+        self.interned: dict = {}
+        self.powers: dict = {}
+        self.constants: dict = {}   # rational constants as constant rational functions
+        self.linear: dict = {}      # a polynomial -> whether its degree is at most 1
+        self.raw: dict = {}         # ``a.numer * b.denom - b.numer * a.denom`` by (output, expected) probability
+
+
+_MEMO: ContextVar[_Memo] = ContextVar("exactspec_symbolic_memo")
+
+
+def _memo() -> _Memo:
+    """The memos of the symbolic field in use in this context (an empty set where none was started)."""
+    memo = _MEMO.get(None)
+    if memo is None:
+        memo = _Memo()
+        _MEMO.set(memo)
+    return memo
 ALL = frozenset((NEG, ZERO, POS))
 OPS = {"<": frozenset((NEG,)), "<=": frozenset((NEG, ZERO)), "==": frozenset((ZERO,)),
        "!=": frozenset((NEG, POS)), ">": frozenset((POS,)), ">=": frozenset((ZERO, POS))}
@@ -107,21 +148,21 @@ SHARED_CHECK_MS = 500
 #: ask a question whose constraints are all linear (the cell's and its own) of z3's linear-arithmetic solver
 #: (simplex; the same answer, found faster than nlsat finds it) (False: the old path, nlsat for every question)
 LINEAR_SOLVER = True
-_LINEAR: dict = {}   # a polynomial -> whether its degree is at most 1
 
 
 def _is_linear(poly: Any) -> bool:
     """Whether ``poly`` has degree at most 1 (memoised)."""
-    hit = _LINEAR.get(poly)
+    linear = _memo().linear
+    hit = linear.get(poly)
     if hit is None:
         hit = True
         for m in poly.itermonoms():
             if sum(m) > 1:
                 hit = False
                 break
-        if len(_LINEAR) >= _OPS_LIMIT:
-            _LINEAR.clear()
-        _LINEAR[poly] = hit
+        if len(linear) >= _OPS_LIMIT:
+            linear.clear()
+        linear[poly] = hit
     return hit
 
 
@@ -392,12 +433,12 @@ class Decider:
         if not CACHE_REDUCE:
             return self._reduce(frac, eqs, False)
         key = (frac, tuple(eqs))
-        hit = _REDUCED.get(key)
+        hit = _memo().reduced.get(key)
         if hit is None or (hit[1] is None and not numer_only):
             hit = self._reduce(frac, eqs, numer_only)
-            if len(_REDUCED) >= _OPS_LIMIT:
-                _REDUCED.clear()
-            _REDUCED[key] = hit
+            if len(_memo().reduced) >= _OPS_LIMIT:
+                _memo().reduced.clear()
+            _memo().reduced[key] = hit
         return hit if hit[1] is not None else (hit[0], frac.denom)
 
     def reduce_poly(self, poly: Any) -> Any:
@@ -410,17 +451,17 @@ class Decider:
         if not eqs:
             return poly
         key = (poly, eqs)
-        hit = _REDUCED_POLYS.get(key) if CACHE_REDUCE else None
+        hit = _memo().reduced_polys.get(key) if CACHE_REDUCE else None
         if hit is not None:
             return hit
-        subs = _SUBSTITUTIONS.get(eqs)
+        subs = _memo().substitutions.get(eqs)
         if subs is None:
-            subs = _SUBSTITUTIONS[eqs] = self._substitution(list(eqs))
+            subs = _memo().substitutions[eqs] = self._substitution(list(eqs))
         hit = _compose(poly, subs) if subs else poly
         if CACHE_REDUCE:   # the cells of a proof meet the same differences under the same equalities again
-            if len(_REDUCED_POLYS) >= _OPS_LIMIT:
-                _REDUCED_POLYS.clear()
-            _REDUCED_POLYS[key] = hit
+            if len(_memo().reduced_polys) >= _OPS_LIMIT:
+                _memo().reduced_polys.clear()
+            _memo().reduced_polys[key] = hit
         return hit
 
     def _substitution(self, eqs: list) -> list:
@@ -474,7 +515,7 @@ class Decider:
 
     def decide(self, frac: Any, op: str) -> bool:
         """The truth of ``frac op 0`` on the current cell (forking the cell when both are possible)."""
-        hit = _ATOMS.get(frac)
+        hit = _memo().atoms.get(frac)
         if hit is None:
             num = frac.numer
             if num.is_zero:
@@ -485,9 +526,9 @@ class Decider:
                     hit = (None, POS if poly.LC > 0 else NEG)
                 else:
                     hit = (_intern(poly.monic()), POS if poly.LC > 0 else NEG)
-            if len(_ATOMS) >= _OPS_LIMIT:
-                _ATOMS.clear()
-            _ATOMS[frac] = hit
+            if len(_memo().atoms) >= _OPS_LIMIT:
+                _memo().atoms.clear()
+            _memo().atoms[frac] = hit
         poly, sign = hit
         if poly is None:
             return sign in OPS[op]
@@ -571,7 +612,7 @@ class SymNum:
         num, den = getattr(x, "numerator", None), getattr(x, "denominator", None)
         if num is not None and den is not None and not isinstance(x, float):
             try:
-                return _K(_QQ(int(num), int(den)))
+                return _memo().K(_QQ(int(num), int(den)))
             except Exception:
                 pass
         return NotImplemented
@@ -707,8 +748,6 @@ class SymNum:
 
 #: results of arithmetic on rational functions, shared by every cell of one proof (the same computations
 #: recur in every cell: only the decisions differ); cleared by each new Space
-_OPS: dict = {}
-_ATOMS: dict = {}   # a rational function -> (its sign polynomial made monic, or None if constant; sign of the factor)
 _OPS_LIMIT = 500_000
 _FUNCS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}
 
@@ -725,18 +764,19 @@ def _op(tag: str, a: Any, b: Any) -> Any:
     if not CACHE_OPS:
         return (_FAST if FAST_ARITH else _FUNCS)[tag](a, b)
     key = (tag, a, b)
-    hit = _OPS.get(key)
+    memo = _memo()
+    hit = memo.ops.get(key)
     if hit is None:
         hit = (_FAST if FAST_ARITH else _FUNCS)[tag](a, b)
-        if len(_OPS) >= _OPS_LIMIT:
-            _OPS.clear()
-            _GCDS.clear()
-            _ATOMS.clear()
-            _FACTORS.clear()
+        if len(memo.ops) >= _OPS_LIMIT:
+            memo.ops.clear()
+            memo.gcds.clear()
+            memo.atoms.clear()
+            memo.factors.clear()
         elif not SHARE_ATOMS:   # the old path: every new operation dropped the atoms' signs and factors
-            _ATOMS.clear()
-            _FACTORS.clear()
-        _OPS[key] = hit
+            memo.atoms.clear()
+            memo.factors.clear()
+        memo.ops[key] = hit
     return hit
 
 
@@ -745,8 +785,6 @@ def _op(tag: str, a: Any, b: Any) -> Any:
 #: (cross-cancellation; Henrici's sums; known-coprime cases skipped), normalised as sympy normalises: the result
 #: is sympy's own, equal and printed the same (False: sympy's operations, the old path)
 FAST_ARITH = True
-#: ``_cofactors`` results by the pair of polynomials, shared by the cells of a proof (cleared with ``_OPS``)
-_GCDS: dict = {}
 
 
 def _variables_of(poly: Any) -> int:
@@ -808,7 +846,8 @@ def _cofactors(f: Any, g: Any) -> tuple:
     if f == g:
         return f, one, one
     key = (f, g)
-    hit = _GCDS.get(key)
+    gcds = _memo().gcds
+    hit = gcds.get(key)
     if hit is not None:
         return hit
     if not _variables_of(f) & _variables_of(g):
@@ -823,14 +862,13 @@ def _cofactors(f: Any, g: Any) -> tuple:
         hit = (one, f, g) if q is None else (f, one, q)
     else:
         hit = _compact_cofactors(f, g)
-    if len(_GCDS) >= _OPS_LIMIT:
-        _GCDS.clear()
-    _GCDS[key] = hit
+    if len(gcds) >= _OPS_LIMIT:
+        gcds.clear()
+    gcds[key] = hit
     return hit
 
 
 #: the rings of the variables that occur: (ring, the generators kept) -> the smaller ring
-_SMALL_RINGS: dict = {}
 
 
 def _compact_cofactors(f: Any, g: Any) -> tuple:
@@ -846,12 +884,12 @@ def _compact_cofactors(f: Any, g: Any) -> tuple:
     keep = tuple(i for i in range(n) if used >> i & 1)
     if len(keep) == n:
         return f.cofactors(g)
-    small = _SMALL_RINGS.get((ring, keep))
+    small = _memo().small_rings.get((ring, keep))
     if small is None:
         from sympy.polys.rings import PolyRing
-        if len(_SMALL_RINGS) >= 10_000:
-            _SMALL_RINGS.clear()
-        small = _SMALL_RINGS[(ring, keep)] = PolyRing([ring.symbols[i] for i in keep], ring.domain, ring.order)
+        if len(_memo().small_rings) >= 10_000:
+            _memo().small_rings.clear()
+        small = _memo().small_rings[(ring, keep)] = PolyRing([ring.symbols[i] for i in keep], ring.domain, ring.order)
 
     def down(p: Any) -> Any:
         return small.from_dict({tuple(m[i] for i in keep): c for m, c in p.items()})
@@ -944,19 +982,15 @@ _FAST = {"+": _fast_add, "-": lambda a, b: _fast_add(a, b, True), "*": _fast_mul
 
 _POS_ONLY, _NEG_ONLY, _ZERO_ONLY, _NONZERO = frozenset((POS,)), frozenset((NEG,)), frozenset((ZERO,)), frozenset((NEG, POS))
 #: ``Decider.reduce`` results by (rational function, the cell's equalities in order), shared by the cells of a proof
-_REDUCED: dict = {}
 #: the composed substitution of each set of equalities (``Decider.reduce_poly``), cleared with the field
-_SUBSTITUTIONS: dict = {}
 #: ``Decider.reduce_poly`` results by (polynomial, the cell's equalities in order), cleared with the field
-_REDUCED_POLYS: dict = {}
 #: keep those results (False: the old path, which substituted again in every cell)
 CACHE_REDUCE = True
-_FACTORS: dict = {}
 
 
 def _factors(poly: Any) -> tuple:
     """``(sign of the constant, [(monic irreducible factor, exponent)])`` of a polynomial, memoised."""
-    hit = _FACTORS.get(poly)
+    hit = _memo().factors.get(poly)
     if hit is None:
         c, facs = poly.factor_list()
         out = []
@@ -966,33 +1000,32 @@ def _factors(poly: Any) -> tuple:
                 continue
             c *= f.LC ** e
             out.append((_intern(f.monic()), e))
-        hit = _FACTORS[poly] = (POS if c > 0 else NEG, out)
+        hit = _memo().factors[poly] = (POS if c > 0 else NEG, out)
     return hit
 
 
 #: one object for each factor met (dictionaries keyed by factors then find them by identity, not by comparing
 #: their terms); cleared with the field
-_INTERNED: dict = {}
 
 
 def _intern(poly: Any) -> Any:
     """The one object kept for polynomials equal to ``poly``."""
-    hit = _INTERNED.get(poly)
+    hit = _memo().interned.get(poly)
     if hit is None:
-        if len(_INTERNED) >= _OPS_LIMIT:
-            _INTERNED.clear()
-        hit = _INTERNED[poly] = poly
+        if len(_memo().interned) >= _OPS_LIMIT:
+            _memo().interned.clear()
+        hit = _memo().interned[poly] = poly
     return hit
 
 
 def _product(rest: list) -> Any:
     key = tuple(rest)
-    hit = _FACTORS.get(key)
+    hit = _memo().factors.get(key)
     if hit is None:
         p = rest[0][0] ** rest[0][1]
         for f, e in rest[1:]:
             p = p * f ** e
-        hit = _FACTORS[key] = _intern(p.monic())
+        hit = _memo().factors[key] = _intern(p.monic())
     return hit
 
 
@@ -1014,18 +1047,17 @@ def _nonzero(f: Any) -> None:
 #: substitute the cells' equalities with :func:`_compose` (False: sympy's ``compose``, the old path)
 FAST_COMPOSE = True
 #: powers of the affine functions substituted (``_compose``), shared by the cells of a proof (cleared with the field)
-_POWERS: dict = {}
 
 
 def _power(g: Any, n: int) -> Any:
     """``g ** n`` (``n >= 1``), memoised for the proof."""
     key = (g, n)
-    hit = _POWERS.get(key)
+    hit = _memo().powers.get(key)
     if hit is None:
         hit = g if n == 1 else _power(g, n - 1) * g
-        if len(_POWERS) >= _OPS_LIMIT:
-            _POWERS.clear()
-        _POWERS[key] = hit
+        if len(_memo().powers) >= _OPS_LIMIT:
+            _memo().powers.clear()
+        _memo().powers[key] = hit
     return hit
 
 
@@ -1069,34 +1101,30 @@ def _compose(poly: Any, subs: list) -> Any:
 
 
 _QQ: Any = None
-_K: Any = None
 #: rational constants as constant rational functions (each converted once per proof; cleared with the field)
-_CONSTANTS: dict = {}
 #: keep constants converted (False: the old path, which converted each one at every use)
 CACHE_CONSTANTS = True
 
 
 def _constant(x: Any) -> Any:
     """An int or Fraction as a constant of the current field, memoised."""
-    hit = _CONSTANTS.get(x) if CACHE_CONSTANTS else None
+    memo = _memo()
+    hit = memo.constants.get(x) if CACHE_CONSTANTS else None
     if hit is None:
-        hit = _K(int(x)) if type(x) is not Fraction else _K(_QQ(x.numerator, x.denominator))
+        K = memo.K
+        hit = K(int(x)) if type(x) is not Fraction else K(_QQ(x.numerator, x.denominator))
         if CACHE_CONSTANTS:
-            if len(_CONSTANTS) >= _OPS_LIMIT:
-                _CONSTANTS.clear()
-            _CONSTANTS[x] = hit
+            if len(memo.constants) >= _OPS_LIMIT:
+                memo.constants.clear()
+            memo.constants[x] = hit
     return hit
 
 
 def _set_qq(qq: Any, K: Any = None) -> None:
-    global _QQ, _K
-    _QQ, _K = qq, K
-    _CONSTANTS.clear()
-    _REDUCED.clear()
-    _SUBSTITUTIONS.clear()
-    _REDUCED_POLYS.clear()
-    _POWERS.clear()
-    _INTERNED.clear()
+    """Start the memos of a new symbolic field ``K`` (``None``: forget them), in this context only."""
+    global _QQ
+    _QQ = qq   # sympy's QQ, the same object for every proof
+    _MEMO.set(_Memo(K))
 
 
 class SymField(Field):
@@ -1166,11 +1194,7 @@ class Space:
                     names.append(f"{who}{j}_{i}" if positions > 1 else f"{who}_{i}")
         self.names = names
         self.K, *gens = field(",".join(names), QQ)
-        _set_qq(QQ, self.K)
-        _OPS.clear()
-        _GCDS.clear()
-        _ATOMS.clear()
-        _FACTORS.clear()
+        _set_qq(QQ, self.K)   # this space's own memos
         if len(names) == 1:
             gens = [gens[0]] if not isinstance(gens[0], (list, tuple)) else list(gens[0])
         self.gens = gens

@@ -11,6 +11,7 @@ is replayed through the exact engine (``es.audit``) and only that exact replay r
 
 from __future__ import annotations
 
+import contextvars
 import json
 import threading
 import time
@@ -20,7 +21,7 @@ from fractions import Fraction
 from typing import Any, Callable, Iterator
 
 from ..errors import BudgetExceeded, ExactSpecError, RuleError
-from ._field import _set_qq
+from ._field import _memo, _set_qq
 from ._field import NEG, POS, ZERO, Decider, Space, SymbolicModel, SolverUnknown
 
 __all__ = ["prove", "Proof", "Refutation", "default_family"]
@@ -347,10 +348,10 @@ def prove(rule: Any, *, proposer: Any = None, vocab: "int | str", tokens: int, f
     >>> es.prove(es.rules.speculative_sampling, proposer=es.drafts.chain(1), vocab=2, tokens=1).proven
     True
     """
-    with _PROVING:
-        return _prove(rule, proposer=proposer, vocab=vocab, tokens=tokens, family=family, timeout=timeout,
-                      closed_form=closed_form, prompt=prompt, check_ms=check_ms, workers=workers,
-                      progress=progress)
+    with _PROVING:   # in a copy of the caller's context: the proof's memos and hooks end with it
+        return contextvars.copy_context().run(
+            _prove, rule, proposer=proposer, vocab=vocab, tokens=tokens, family=family, timeout=timeout,
+            closed_form=closed_form, prompt=prompt, check_ms=check_ms, workers=workers, progress=progress)
 
 
 def _prove(rule: Any, *, proposer: Any, vocab: "int | str", tokens: int, family: str | None, timeout: float | None,
@@ -461,8 +462,7 @@ class _Setup:
     def __init__(self, job: _Job, rule: Any, proposer: Any) -> None:
         self.job, self.rule, self.proposer = job, rule, proposer
         positions = {"context_free": 1, "per_position": job.tokens, "table": job.vocab}[job.family]
-        self.space = Space(job.vocab, positions, job.check_ms)
-        _RAW.clear()
+        self.space = Space(job.vocab, positions, job.check_ms)   # starts the field's memos (raw ones included)
         order = {"context_free": 0, "per_position": None, "table": 1}[job.family]
         self.target = SymbolicModel(job.vocab, self.space.laws["p"], order, "p", len(job.prompt))
         self.draft = SymbolicModel(job.vocab, self.space.laws["q"], order, "q", len(job.prompt))
@@ -521,12 +521,13 @@ def _run_cell(su: _Setup, start: list, point: Any, pending: list, stats: dict, d
                 # a - b vanishes on the cell iff a.numer * b.denom - b.numer * a.denom does once the cell's
                 # equalities are substituted: it is a - b's numerator times a divisor of the denominators
                 # (non-zero on the cell, so on the affine span of its equalities too): no gcd needed
-                raw = _RAW.get((a, b))
+                raws = _memo().raw
+                raw = raws.get((a, b))
                 if raw is None:
                     raw = a.numer * b.denom - b.numer * a.denom
-                    if len(_RAW) >= 500_000:
-                        _RAW.clear()
-                    _RAW[(a, b)] = raw
+                    if len(raws) >= 500_000:
+                        raws.clear()
+                    raws[(a, b)] = raw
                 if raw.is_zero:
                     continue
                 stats["reductions"] = stats.get("reductions", 0) + 1
@@ -549,9 +550,6 @@ def _run_cell(su: _Setup, start: list, point: Any, pending: list, stats: dict, d
         return [space.show(p, s) for p, s in dec.order], eng.meter.paths
 
 
-#: ``a.numer * b.denom - b.numer * a.denom`` by (output, expected) probability: the cells of a proof meet the same
-#: pairs again (cleared by each new :class:`_Setup`)
-_RAW: dict = {}
 
 
 def _dfs(su: _Setup, pending: list, stats: dict, deadline: float | None, timeout: Any, t0: float,
