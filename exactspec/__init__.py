@@ -32,6 +32,7 @@ __version__ = "0.1.0"
 #: and statistical modules and ``trees`` import numpy
 _LAZY = {"strategies": (".strategies", None), "trees": (".trees", None), "samplers": (".samplers", None),
          "counterexamples": (".counterexamples", None), "statistical": (".statistical", None),
+         "published": (".published", None),
          "Counterexample": (".counterexamples", "Counterexample"), "EmptySearch": (".counterexamples", "EmptySearch"),
          "IncompleteSearch": (".counterexamples", "IncompleteSearch"), "audit_loop": (".samplers", "audit_loop"),
          "audit_sampler": (".samplers", "audit_sampler"), "stand_in": (".samplers", "stand_in"),
@@ -52,7 +53,7 @@ def __getattr__(name: str):
 def __dir__() -> list:
     return sorted(set(globals()) | set(_LAZY))
 
-__all__ = ["audit", "prove", "Proof", "Refutation", "audit_sampler", "audit_loop", "stand_in", "HorizonWarning", "Counterexample", "EmptySearch", "IncompleteSearch", "audit_statistically", "statistical", "samplers", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "Step", "TreeStep", "Rng", "models", "drafts", "rules", "laws",
+__all__ = ["audit", "prove", "Proof", "Refutation", "audit_sampler", "audit_loop", "stand_in", "HorizonWarning", "Counterexample", "EmptySearch", "IncompleteSearch", "audit_statistically", "statistical", "samplers", "published", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "Step", "TreeStep", "Rng", "models", "drafts", "rules", "laws",
            "theory", "trees", "counterexamples", "strategies", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
            "RuleError", "ModelError", "UnsupportedRandomness", "__version__"]
 __all__ += ["assert_sampler_lossless", "assert_loop_lossless", "IncompleteCheckError", "NotARule"]

@@ -1,0 +1,91 @@
+"""The findings on published code, as data: one :class:`Finding` per row, one :class:`Package` per audited package.
+
+Each finding's result for a release is what the test it names asserts on that release, on the instance the row
+states (the test calls ``observe`` with what it measured and compares it with this data). A release appears under
+``results`` only when it was audited: by the suite (the pinned release) or by ``python -m benchmarks.release_watch``
+(any other). Edit this file, then ``python -m exactspec.published.render --write`` to re-render the tables.
+"""
+
+from __future__ import annotations
+
+from ._types import Finding, Package, Result
+
+#: the day the ``newest`` releases below were read from PyPI
+CHECKED = "2026-12-07"
+
+PACKAGES: tuple[Package, ...] = (
+    Package("transformers", label="transformers", pinned="5.24.0", newest="5.25.0"),
+    Package("vllm", label="vLLM", pinned="0.32.0", newest="0.34.0"),
+    Package("sglang", label="SGLang", pinned="0.5.23", newest="0.5.23"),
+    Package("litgpt", label="litgpt", pinned="0.5.13", newest="0.5.13"),
+    Package("eagle-llm", label="EAGLE (eagle-llm)", pinned="1.2.1", newest="1.2.1"),
+    Package("medusa-llm", label="Medusa (medusa-llm)", pinned="0.1", newest="0.1"),
+    Package("specdec", label="specdec", pinned="0.2.0", newest="0.2.0"),
+    Package("speculative-decoding", label="lucidrains speculative-decoding", pinned="0.2.0", newest="0.2.0"),
+)
+
+TF = "transformers"
+_R32 = "TV <= 2^-20 each (float32 rounding)"
+
+FINDINGS: tuple[Finding, ...] = (
+    # -- transformers ------------------------------------------------------------------------------------------------
+    Finding(
+        "transformers-lossless", TF, "`generate(assistant_model=...)`",
+        "sampling, T=1 and 1/2, top-k, top-p, all three; the heuristic schedule; prompt lookup; greedy; universal "
+        "assisted generation with `get_vocab()` in id order (greedy, sampling); ideal uniforms (`--rng-model "
+        "continuous`); vocab 3-4, 2 drafted tokens, 2-3 tokens",
+        "float32 rounding (`generate` casts logits to float32; the float64 run sees the cast)",
+        "tests/test_recipes_transformers.py -k recipe",
+        {"5.24.0": Result("lossless", _R32), "5.25.0": Result("lossless", _R32)}),
+    Finding(
+        "transformers-truncation-zero-draw", TF, "`generate(assistant_model=...)` `_speculative_sampling`",
+        "top-k 2, top-p 0.75, or T=1/2 + top-k + top-p on both sides, on torch's float32 `rand` grid (the default "
+        "rng model `native`); vocab 3-4, 2-4 tokens",
+        "algorithmic, tiny: `r <= p/q` accepts a drafted token the truncated target gives probability 0 when "
+        "`torch.rand` returns exactly 0; 5.25.0 tests `r < p/q`",
+        "tests/test_recipes_transformers.py -k \"truncation or top_k_top_p\"",
+        {"5.24.0": Result("biased", "0 < TV <= 2^-24 per drafted token (support violation)"),
+         "5.25.0": Result("lossless", "no support violation")}),
+    Finding(
+        "transformers-float32-lattice", TF, "`_speculative_sampling`",
+        "`torch.rand` on its float32 grid (`--rng-model native` or `torch-float32`), p(x) = 0 < q(x), vocab 3, "
+        "1 drafted token",
+        "algorithmic, tiny: `r <= p/q` accepts a token the target never emits when `torch.rand` returns exactly 0; "
+        "5.25.0 tests `r < p/q`",
+        "tests/test_recipes_transformers.py -k float32_lattice",
+        {"5.24.0": Result("biased", "(1/3)·2^-24 of support violation"),
+         "5.25.0": Result("lossless", "no support violation")}),
+    Finding(
+        "transformers-uag-permuted", TF, "universal assisted generation",
+        "sampling; the draft tokenizer's `get_vocab()` not in id order; vocab 3",
+        "algorithmic: the pruned draft head follows `get_vocab()` order, the translator writes columns in id order, "
+        "so the verifier is told a permuted draft law",
+        "tests/test_recipes_transformers.py -k out_of_id_order",
+        {"5.24.0": Result("biased", "3/8"), "5.25.0": Result("biased", "3/8")}),
+    Finding(
+        "transformers-uag-subset-crash", TF, "universal assisted generation",
+        "sampling; the draft vocabulary a subset of the target's",
+        "`AttributeError: 'AssistantToTargetTranslator' object has no attribute 'assistant_overlap_token_ids'` "
+        "(also without an audit)",
+        "tests/test_recipes_transformers.py -k subset_vocabulary",
+        {"5.24.0": Result("crashes", "with probability 1"), "5.25.0": Result("crashes", "with probability 1")}),
+    Finding(
+        "transformers-ensemble-bonus", TF, "`generate(assistant_model=..., assistant_ensemble_weight=w)`",
+        "w = 1/2, sampling, vocab 2, against the declared law (every token from `v = w·p + (1-w)·q`); gamma 1 "
+        "(4 tokens), gamma 2 (5 tokens); greedy",
+        "algorithmic: drafted positions follow `v`, the bonus token after a fully accepted draft (and a round with "
+        "no draft at the `max_length` cap) is drawn from `p` (greedy: `argmax p`)",
+        "tests/test_recipes_transformers.py -k ensemble",
+        {"5.24.0": Result("biased", {"gamma 1": "169631/1166400", "gamma 2": "101428481/839808000",
+                                     "greedy": "1 (emits (1, 1, 0))"}),
+         "5.25.0": Result("biased", {"gamma 1": "169631/1166400", "gamma 2": "101428481/839808000",
+                                     "greedy": "1 (emits (1, 1, 0))"})}),
+    Finding(
+        "transformers-options", TF, "assisted generation, over a second round",
+        "`num_assistant_tokens_schedule` constant / heuristic / heuristic_transient; `assistant_confidence_threshold` "
+        "0.5 and its scikit-learn adaptation; T=1/2 + top-k + top-p; the assistant's own sampling settings; prompt "
+        "lookup; universal assisted sampling in id order; vocab 2-3, 4-9 tokens",
+        "float32 rounding",
+        "tests/test_recipes_transformers.py -k option",
+        {"5.24.0": Result("lossless", _R32), "5.25.0": Result("lossless", _R32)}),
+)
