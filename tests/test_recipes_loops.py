@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import time
 from fractions import Fraction as F
 from itertools import product
@@ -46,6 +47,7 @@ torch = pytest.importorskip("torch")
 import exactspec as es  # noqa: E402
 from exactspec.laws import total_variation  # noqa: E402
 from exactspec.samplers.loops.loop_audit import audit_loop  # noqa: E402
+from findings import lossless_figure, observe, release, tv_text  # noqa: E402
 
 REQUIRE = bool(os.environ.get("EXACTSPEC_REQUIRE_PUBLISHED"))
 
@@ -69,6 +71,8 @@ PUBLISHED = {"litgpt": "0.5.13", "speculative-decoding": "0.2.0"}
 
 TARGET = es.models.random_table(vocab=3, order=1, seed=1)
 DRAFT = es.models.random_table(vocab=3, order=1, seed=4)
+FLOAT64_TEXT = "TV <= 2^-40 each (float64 rounding)"
+NATIVE_TEXT = "2^-40 < TV < 10^-6 (float32 grid); the float64 run's TV <= 2^-40"
 TOL = F(1, 2 ** 40)     # audit_loop's default tolerance: float64 rounding on these instances stays far below
 # the figures below are float64 arithmetic against exact laws, so with ideal uniforms (rng_model="continuous"); on
 # torch's own float32 grid (native, the default) each comparison moves by up to 2**-24, and the verdict comes from
@@ -79,10 +83,12 @@ def test_published_versions_are_the_ones_recorded():
     from importlib.metadata import PackageNotFoundError, version
     for name, v in PUBLISHED.items():
         try:
-            assert version(name) == v
+            version(name)
         except PackageNotFoundError:
             if REQUIRE:
                 raise
+            continue
+        assert release(name) == v == es.published.package(name).pinned
 
 
 # -- exact declared laws the samplers are meant to follow (independent of the audited code) --------------------
@@ -144,12 +150,16 @@ def litgpt_steps(gamma, n, **sample_kwargs):
 @needs_litgpt
 def test_litgpt_generate_drops_its_first_token():
     r = audit_loop(litgpt_generate(2, 2), target=TARGET, draft=DRAFT, prompt=(0,), rng_model="continuous", tokens=2)
-    assert r.verdict == "biased" and r.tv > F(3, 10)
     # what it returns is exactly the target's law one token later, the first sampled token unseen
     skipped = {}
     for first in range(3):
         for seq, pr in autoregressive_law(TARGET, (0, first), 2).items():
             skipped[seq] = skipped.get(seq, 0) + TARGET((0,))[first] * pr
+    is_skip = total_variation(r.output, skipped) <= TOL
+    observe("litgpt-generate-skips-first", r.verdict,
+            f"{tv_text(total_variation(skipped, r.expected))} (the law of skipping one token)" if is_skip
+            else tv_text(r.tv), measured=float(r.tv))
+    assert r.verdict == "biased" and r.tv > F(3, 10)
     assert total_variation(r.output, skipped) <= TOL
     assert abs(r.tv - total_variation(skipped, r.expected)) <= TOL
     # where skipping a token changes nothing (context-free models) it reads lossless
@@ -168,6 +178,8 @@ def test_litgpt_speculative_decoding_step_is_lossless(kwargs, expected):
     r = audit_loop(litgpt_steps(2, 2, **kwargs), target=TARGET, draft=DRAFT, prompt=(0,),
                    rng_model="continuous", tokens=2, output="new",
                    expected=expected)
+    observe("litgpt-step-lossless", r.verdict, lossless_figure(r.tv, TOL, FLOAT64_TEXT), instance="ideal uniforms",
+            measured=float(r.tv))
     assert r.verdict == "lossless" and r.tv <= TOL and not r.support_violations
     assert r.output.keys() == r.expected.keys()
     assert r.expected == autoregressive_law(expected or TARGET, (0,), 2)
@@ -205,6 +217,9 @@ def test_litgpt_top_p_crashes_after_every_rejection(temperature):
     def overlap(ctx):
         return [min(a, b) for a, b in zip(litgpt_top_p(p_(ctx), 0.6), litgpt_top_p(q_(ctx), 0.6))]
     survive = sum(m1 * sum(overlap((0, x1))) for x1, m1 in enumerate(overlap((0,))))
+    observe("litgpt-top-p-crash", "crashes", f"with probability {tv_text(1 - survive)}"
+            if abs(r.error_probability - (1 - survive)) <= TOL else f"with probability {r.error_probability}",
+            instance=f"T={temperature:g}", measured=float(r.error_probability))
     assert abs(r.error_probability - (1 - survive)) <= TOL      # float64 rounding of the float program only
     # the crash is real: plain torch, real random numbers, the same code
     from exactspec.samplers.loops.stand_in import stand_in
@@ -226,6 +241,9 @@ def test_litgpt_speculative_decoding_step_at_float32_is_lossless_up_to_rounding(
     r = audit_loop(litgpt_steps(2, 2), target=TARGET, draft=DRAFT, prompt=(0,),
                    rng_model="continuous", tokens=2, output="new",
                    dtype=torch.float32, reference=2)
+    observe("litgpt-step-rounding", r.verdict, "0 < TV <= 2x its float32 rounding's TV" if
+            0 < r.tv <= 2 * F(r.extra["rounding_tv"]) and not r.support_violations else tv_text(r.tv),
+            instance="float32 logits, ideal uniforms", measured=float(r.tv))
     assert 0 < r.tv <= 2 * F(r.extra["rounding_tv"]) and r.verdict == "lossless" and not r.support_violations
 
 
@@ -233,6 +251,8 @@ def test_litgpt_speculative_decoding_step_at_float32_is_lossless_up_to_rounding(
 def test_litgpt_speculative_decoding_step_at_gamma_3():
     r = audit_loop(litgpt_steps(3, 3), target=TARGET, draft=DRAFT, prompt=(0,),
                    rng_model="continuous", tokens=3, output="new")
+    observe("litgpt-step-lossless", r.verdict, lossless_figure(r.tv, TOL, FLOAT64_TEXT), instance="ideal uniforms",
+            measured=float(r.tv))
     assert r.verdict == "lossless" and r.tv <= TOL and r.output.keys() == r.expected.keys()
 
 
@@ -272,9 +292,11 @@ def lucid_loop(gamma, n, **kwargs):
 def test_lucidrains_published_gumbel_draft_is_a_typed_error_naming_its_line():
     # gumbel_noise is -log(-log(u.clamp(min=1e-20))): the clamp changes the law on an event of probability ~1e-20,
     # so the exact law is not a categorical one; the audit refuses (never a verdict) and names the package's line
-    with pytest.raises(es.UnsupportedRandomness, match=r"clamp .*speculative_decoding\.py:29 in log"):
+    with pytest.raises(es.UnsupportedRandomness, match=r"clamp .*speculative_decoding\.py:29 in log") as refused:
         audit_loop(lucid_loop(2, 2, filter_thres=0.0), target=TARGET, draft=DRAFT, prompt=(0,), tokens=2,
                    output="new")
+    where = re.search(r"speculative_decoding\.py:\d+", str(refused.value)).group(0)
+    observe("speculative-decoding-as-published", "refused", f"UnsupportedRandomness: the clamp at {where}")
 
 
 def gumbel_as_its_law(t, temperature=1., dim=-1):                                 # recipe
@@ -293,8 +315,35 @@ def test_lucidrains_verification_is_lossless_with_the_gumbel_draw_replaced_by_it
     r = audit_loop(lucid_loop(2, 2, **kwargs), target=TARGET, draft=DRAFT, prompt=(0,),
                    rng_model="continuous", tokens=2, output="new",
                    expected=expected)
+    observe("speculative-decoding-gumbel-as-law", r.verdict, lossless_figure(r.tv, TOL, FLOAT64_TEXT),
+            instance="ideal uniforms", measured=float(r.tv))
     assert r.verdict == "lossless" and r.tv <= TOL and not r.support_violations
     assert r.expected == autoregressive_law(expected or TARGET, (0,), 2)
+
+
+@needs_lucid
+@pytest.mark.parametrize("kwargs, expected", [
+    ({"filter_thres": 0.0}, None),
+    ({"filter_thres": 0.5}, filtered(TARGET, lambda law: top_k(law, 2), "top2(target)")),
+], ids=["t1", "top_k2"])
+def test_lucidrains_verification_on_torchs_own_generator(monkeypatch, kwargs, expected):
+    # native (the default): its r = zeros_like(q).float().uniform_(0, 1) is torch's float32 grid, 0 included, and
+    # it rejects where r > p/q (speculative_decoding.py l. 185): when r == 0 it accepts a drafted token the top-k
+    # target gives probability 0 (transformers 5.24.0's r <= p/q, the same pattern). At T=1, no truncation: rounding.
+    monkeypatch.setattr(lucid, "gumbel_sample", gumbel_as_its_law)                # recipe
+    r = audit_loop(lucid_loop(2, 2, **kwargs), target=TARGET, draft=DRAFT, prompt=(0,), tokens=2, output="new",
+                   expected=expected)
+    assert r.extra["rng_model"] == "native"
+    mass = sum(r.output[s] for s in r.support_violations)
+    if kwargs["filter_thres"]:
+        figure = ("0 < TV <= 2^-24 per drafted token (support violation)" if 0 < mass <= 2 * F(1, 2 ** 24)
+                  else f"support violation of mass {tv_text(mass)}")
+        observe("speculative-decoding-top-k-zero-draw", r.verdict, figure, measured=float(mass))
+    else:
+        b = r.extra["float_boundary"]
+        figure = NATIVE_TEXT if TOL < r.tv < F(1, 10 ** 6) and F(b["f64_tv"]) <= TOL else tv_text(r.tv)
+        observe("speculative-decoding-gumbel-as-law", r.verdict, figure, instance="torch's generator, T=1",
+                measured=float(r.tv))
 
 
 @needs_litgpt
@@ -323,5 +372,7 @@ def test_litgpt_step_is_lossless_on_torchs_own_generator():
     # code with its generator at float64 is within float64 rounding: lossless, not biased
     r = audit_loop(litgpt_steps(2, 2), target=TARGET, draft=DRAFT, prompt=(0,), tokens=2, output="new")
     b = r.extra["float_boundary"]
+    observe("litgpt-step-rounding", r.verdict, NATIVE_TEXT if TOL < r.tv < F(1, 10 ** 6) and F(b["f64_tv"]) <= TOL
+            else tv_text(r.tv), instance="torch's generator, T=1", measured=float(r.tv))
     assert r.extra["rng_model"] == "native" and r.verdict == "lossless" and TOL < r.tv < F(1, 10 ** 6)
     assert F(b["f64_tv"]) <= TOL

@@ -89,3 +89,62 @@ FINDINGS: tuple[Finding, ...] = (
         "tests/test_recipes_transformers.py -k option",
         {"5.24.0": Result("lossless", _R32), "5.25.0": Result("lossless", _R32)}),
 )
+
+LITGPT, LUCID = "litgpt", "speculative-decoding"
+_R64 = "TV <= 2^-40 each (float64 rounding)"
+_NATIVE = "2^-40 < TV < 10^-6 (float32 grid); the float64 run's TV <= 2^-40"
+_ZERO_DRAW = "0 < TV <= 2^-24 per drafted token (support violation)"
+
+FINDINGS += (
+    # -- litgpt --------------------------------------------------------------------------------------------------------
+    Finding(
+        "litgpt-generate-skips-first", LITGPT, "`litgpt.generate.speculative_decoding.generate`",
+        "T=1, gamma 2, order-1 tables, vocab 3, 2 tokens, ideal uniforms",
+        "algorithmic: the first token, sampled from the target at prefill, is never returned, yet the returned "
+        "tokens are conditioned on it (the law is exactly \"skip one token\"); lossless on context-free models",
+        "tests/test_recipes_loops.py -k drops_its_first_token",
+        {"0.5.13": Result("biased", "3399/10982 (the law of skipping one token)")}),
+    Finding(
+        "litgpt-top-p-crash", LITGPT, "`speculative_decoding` (one step)",
+        "top_p 0.6, gamma 2, vocab 3, order-1, 2 tokens; T=1 and T=1/2",
+        "algorithmic: after a rejection, top-p is applied to residual *probabilities* as if they were logits; "
+        "`torch.multinomial` refuses the `-inf` weights (also in plain torch runs)",
+        "tests/test_recipes_loops.py -k top_p",
+        {"0.5.13": Result("crashes", {"T=1": "with probability 10289/16800", "T=0.5": "with probability 1"})}),
+    Finding(
+        "litgpt-step-lossless", LITGPT, "`speculative_decoding` (one step)",
+        "T=1, T=1/2, top-k 2, both; gamma 2 and 3; order-1, vocab 3; ideal uniforms (`rng_model=\"continuous\"`)",
+        "float64 rounding",
+        "tests/test_recipes_loops.py -k \"step_is_lossless or gamma_3\"",
+        {"0.5.13": Result("lossless", {"ideal uniforms": _R64})}),
+    Finding(
+        "litgpt-step-rounding", LITGPT, "`speculative_decoding` (one step)",
+        "T=1, gamma 2, order-1, vocab 3; torch's own float32 generator (native); float32 logits",
+        "float32 rounding",
+        "tests/test_recipes_loops.py -k \"torchs_own_generator or at_float32\"",
+        {"0.5.13": Result("lossless", {"float32 logits, ideal uniforms": "0 < TV <= 2x its float32 rounding's TV",
+                                       "torch's generator, T=1": _NATIVE})}),
+    # -- lucidrains' speculative-decoding -------------------------------------------------------------------------------
+    Finding(
+        "speculative-decoding-as-published", LUCID, "`speculative_decoding`",
+        "as published (its Gumbel draft), T=1, gamma 2",
+        "its Gumbel noise `-log(-log(u.clamp(min=1e-20)))` changes the law on an event of probability ~1e-20: no "
+        "exact verdict exists, the audit refuses and names the line",
+        "tests/test_recipes_loops.py -k gumbel_draft_is_a_typed_error",
+        {"0.2.0": Result("refused", "UnsupportedRandomness: the clamp at speculative_decoding.py:29")}),
+    Finding(
+        "speculative-decoding-gumbel-as-law", LUCID, "`speculative_decoding`",
+        "`gumbel_sample` replaced by its law; T=1, T=1/2, top-k 2 (`filter_thres` 0.5) with ideal uniforms; T=1 on "
+        "torch's own float32 generator; gamma 2, order-1, vocab 3",
+        "rounding",
+        "tests/test_recipes_loops.py -k \"lucidrains_verification\"",
+        {"0.2.0": Result("lossless", {"ideal uniforms": _R64, "torch's generator, T=1": _NATIVE})}),
+    Finding(
+        "speculative-decoding-top-k-zero-draw", LUCID, "`speculative_decoding` (`speculative_decoding.py` l. 185)",
+        "`gumbel_sample` replaced by its law; top-k 2 (`filter_thres` 0.5) on torch's own float32 generator "
+        "(native); gamma 2, order-1, vocab 3",
+        "algorithmic, tiny: rejects where `r > p/q`, so accepts a drafted token the top-k target gives probability "
+        "0 when `uniform_(0, 1)` returns exactly 0 (transformers 5.24.0's pattern)",
+        "tests/test_recipes_loops.py -k \"own_generator and top_k2\"",
+        {"0.2.0": Result("biased", _ZERO_DRAW)}),
+)
