@@ -18,6 +18,11 @@ for the command line): ``TRITON_INTERPRET=1`` before the module is imported (its
 kernels become interpreted), and ``CUDA_VISIBLE_DEVICES=`` while ``vllm.triton_utils`` is imported:
 vLLM disables Triton (``HAS_TRITON = False``, kernels replaced by placeholders) when it finds no
 active GPU driver, except in this "distributed environment" case (``vllm/triton_utils/importing.py``).
+
+Another release: ``EXACTSPEC_VLLM_VERSION=0.33.0`` (one of :data:`RELEASES`, each with its wheel's published
+sha256 and the files it needs beyond 0.32.0's; its own cache directory). 0.33.0 declares torch 2.14.0 and runs with
+this project's torch 2.13 on this path; 0.34.0 no longer ships ``vllm/v1/sample/rejection_sampler.py``
+(:data:`RELEASES` says where its sampler went) and is refused.
 """
 
 from __future__ import annotations
@@ -32,13 +37,38 @@ import sys
 import tempfile
 import zipfile
 
-#: the release audited: the newest vLLM built for torch 2.13 (this project's torch); its Triton is 3.7.1
-VERSION = "0.32.0"
-#: sha256 of vllm-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl as published (checked after download)
-WHEEL_SHA256 = "5e2ecdc5b0baf72921c288486417ca82778456a448e4fe60b62ee43c0dfc8611"
+#: the release audited by default: the newest vLLM built for torch 2.13 (this project's torch); its Triton is 3.7.1
+DEFAULT_VERSION = "0.32.0"
 
-#: the wheel's files the audited module needs (its import closure, less :data:`STUBS`)
-FILES = """
+#: the releases this script knows: the sha256 of each x86_64 wheel as published on PyPI (checked after download),
+#: the torch it declares (``Requires-Dist``, not installed: ``--no-deps``), the wheel files its audited module needs
+#: beyond :data:`BASE_FILES`, and, where the audited module is not in the wheel, why (``fetch`` refuses it)
+RELEASES: dict[str, dict] = {
+    "0.32.0": {"sha256": "5e2ecdc5b0baf72921c288486417ca82778456a448e4fe60b62ee43c0dfc8611", "torch": "==2.13.0",
+               "extra_files": ()},
+    # rejection_sampler.py imports the FLy kernels (opt-in: rejection_sample_method == "fly") at module level;
+    # vllm/env_override.py and vllm/utils/torch_utils.py import torch_version.py (its torch gates: <= 2.12, 2.16)
+    "0.33.0": {"sha256": "4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa", "torch": "==2.14.0",
+               "extra_files": ("vllm/utils/torch_version.py", "vllm/v1/spec_decode/fly.py")},
+    "0.34.0": {"sha256": "79ca4b3cd74aec08c4bf476bdf0cb15735b605ae5368526a2faae1e30f044ca2", "torch": "==2.14.0",
+               "extra_files": (),
+               "absent": "vllm 0.34.0 removed the v1 GPU model runner (vllm/v1/worker/gpu_model_runner.py) and with "
+                         "it vllm/v1/sample/rejection_sampler.py, sampler.py, metadata.py and "
+                         "vllm/v1/spec_decode/{metadata,utils}.py; its rejection sampler is model runner v2's "
+                         "vllm/v1/worker/gpu/spec_decode/rejection_sampler.py (+ rejection_sampler_utils.py), another "
+                         "API with in-kernel uniforms (tl.rand): the vllm-v1 adapter does not drive it"},
+}
+
+#: the release audited: ``$EXACTSPEC_VLLM_VERSION`` (one of :data:`RELEASES`), else :data:`DEFAULT_VERSION`
+VERSION = os.environ.get("EXACTSPEC_VLLM_VERSION") or DEFAULT_VERSION
+if VERSION not in RELEASES:
+    raise RuntimeError(f"EXACTSPEC_VLLM_VERSION={VERSION!r}: tests/published_vllm.py knows vllm {sorted(RELEASES)} "
+                       "(add the release's wheel sha256 to RELEASES)")
+#: sha256 of vllm-VERSION-cp38-abi3-manylinux_2_28_x86_64.whl as published (checked after download)
+WHEEL_SHA256 = RELEASES[VERSION]["sha256"]
+
+#: the files every known release's audited module needs (0.32.0's import closure, less :data:`STUBS`)
+BASE_FILES = """
 vllm/__init__.py vllm/_version.py vllm/env_override.py vllm/envs.py vllm/logger.py vllm/version.py
 vllm/logging_utils/__init__.py vllm/logging_utils/formatter.py vllm/logging_utils/lazy.py
 vllm/logging_utils/log_time.py vllm/logging_utils/torch_tensor.py vllm/logging_utils/uvicorn_logging.py
@@ -54,6 +84,8 @@ vllm/v1/sample/ops/penalties.py vllm/v1/sample/ops/topk_topp_sampler.py vllm/v1/
 vllm/v1/sample/sampler.py vllm/v1/spec_decode/__init__.py vllm/v1/spec_decode/metadata.py
 vllm/v1/spec_decode/utils.py
 """.split()
+#: the wheel's files the audited module needs (its import closure, less :data:`STUBS`)
+FILES = BASE_FILES + list(RELEASES[VERSION]["extra_files"])
 
 #: vLLM packages replaced by stubs: what the audited files import from them, and why it is not sampling math
 STUBS = {
@@ -165,6 +197,8 @@ def _constants(wheel: zipfile.ZipFile) -> dict[str, dict]:
 def fetch(directory: str | None = None, *, quiet: bool = True) -> str:
     """Download vllm==VERSION's wheel (no dependencies), unpack :data:`FILES` and write :data:`STUBS`; return the
     directory to put on ``sys.path`` (reused when already there)."""
+    if RELEASES[VERSION].get("absent"):
+        raise RuntimeError(RELEASES[VERSION]["absent"])
     root = directory or cache_dir()
     done = os.path.join(root, "COMPLETE")
     spec = hashlib.sha256(repr((VERSION, FILES, STUBS, STUB_CODE, _STUB_INIT)).encode()).hexdigest()[:16]
