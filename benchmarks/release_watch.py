@@ -8,7 +8,8 @@ For each package and release, the release is installed into a throw-away environ
 (where the suite's pinned packages live) with an overlay folder in front of ``sys.path`` holding the release,
 installed ``--no-deps``, and any of its declared dependencies the current environment does not satisfy (each at
 the newest release that fits); the overlay is removed afterwards. vLLM is not pip-installed by the suite: its
-release is selected with ``EXACTSPEC_VLLM_VERSION`` and fetched by ``exactspec fetch-vllm``'s route. Where a
+release is fetched by ``exactspec.published.fetch_vllm`` (the wheel's published sha256 checked) and selected
+with ``EXACTSPEC_VLLM_VERSION``. Where a
 release cannot run here (it needs another torch than this environment's, or fails to import), the table says
 why, exactly, from pip's or Python's own words.
 
@@ -192,7 +193,13 @@ def watch(name: str, extra: list[str]) -> bool:
     with tempfile.TemporaryDirectory(prefix=f"release-watch-{name}-") as tmp:
         for rel in releases:
             overlay = None
-            if name not in SELECTED_BY_ENV:
+            if name == "vllm":
+                try:
+                    es.published.fetch_vllm(rel)
+                except (es.published.ReleaseUnsupported, ValueError) as exc:
+                    not_run[rel] = str(exc)
+                    continue
+            else:
                 try:
                     installed: str | None = version(name)
                 except PackageNotFoundError:

@@ -6,7 +6,8 @@
 2.13 pins), its randomness (``torch.rand(..., dtype=float64)``, ``q.exponential_()``, the per-request
 ``uniform_(generator=)`` / ``exponential_(generator=)``) filled with values the audit chooses
 (the ``vllm-v1`` adapter, :mod:`exactspec.samplers.adapters.vllm_v1`). The wheel's files come from
-``tests/published_vllm.py`` (46 files of the wheel, nine irrelevant packages stubbed).
+``exactspec.published.load_vllm`` (``exactspec fetch-vllm``: 46 files of the wheel, nine irrelevant packages
+stubbed).
 ``EXACTSPEC_VLLM_VERSION=0.33.0`` audits that release instead (48 files; the same exact laws, every figure below
 included); 0.34.0 removed ``vllm/v1/sample/`` and is skipped (an error under ``EXACTSPEC_REQUIRE_PUBLISHED``).
 
@@ -37,7 +38,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import published_vllm  # noqa: E402  (tests/ is on sys.path under pytest)
+import exactspec as es  # noqa: E402
+from findings import observe, release  # noqa: E402
+
+#: the release audited: $EXACTSPEC_VLLM_VERSION (the release watch sets it), else the pinned one
+VERSION = os.environ.get("EXACTSPEC_VLLM_VERSION") or es.published.package("vllm").pinned
 
 REQUIRED = bool(os.environ.get("EXACTSPEC_REQUIRE_PUBLISHED"))
 os.environ["TRITON_INTERPRET"] = "1"       # before triton is imported (tests/conftest.py sets it for the session)
@@ -48,19 +53,29 @@ except ImportError:
         raise
     pytest.skip("pip install triton==3.7.1 (tests/published.txt)", allow_module_level=True)
 try:
-    rs = published_vllm.load()
+    rs = es.published.load_vllm(VERSION, os.environ.get("EXACTSPEC_VLLM_DIR"))
 except Exception as exc:   # no network for the wheel, a pip error: an error only where the packages are required
     if REQUIRED:
         raise
-    pytest.skip(f"vllm {published_vllm.VERSION} subset unavailable: {exc}", allow_module_level=True)
+    pytest.skip(f"vllm {VERSION} subset unavailable: {exc}", allow_module_level=True)
 
-import exactspec as es  # noqa: E402
 from exactspec.samplers.adapters.vllm_v1 import VllmRejectionAdapter  # noqa: E402
 
 P3 = es.models.context_free((F(1, 2), F(1, 3), F(1, 6)))
 Q3 = es.models.context_free((F(1, 4), F(1, 2), F(1, 4)))
 #: float32 rounding of vLLM's softmax and of the race's weight ratios: what a correct path may cost here
 FLOAT32_TV = F(1, 10 ** 6)
+F32_TEXT = "0 < TV < 10^-6 (float32 rounding)"
+
+
+def rounding(r, finding="vllm-random-lossless", *, instance):
+    """Observe a lossless-up-to-float32 row: the bound when 0 < TV < 1e-6 and no support violation, else the TV."""
+    ok = r.verdict == "lossless" and 0 < r.tv < FLOAT32_TV and not r.support_violations
+    observe(finding, r.verdict, F32_TEXT if ok else f"TV {float(r.tv):.4g}", instance=instance, measured=float(r.tv))
+
+
+def exact(r, finding="vllm-greedy-exact", *, instance):
+    observe(finding, r.verdict, "0 (exact)" if r.tv == 0 else f"TV {float(r.tv):.4g}", instance=instance)
 
 
 def audit(adapter: VllmRejectionAdapter, gamma: int, target=P3, draft=Q3, sampler=None, **kw):
@@ -79,9 +94,9 @@ def greedy_of(model):
 
 def test_the_subset_is_the_published_release():
     import vllm
-    assert vllm.__version__ == published_vllm.VERSION          # $EXACTSPEC_VLLM_VERSION, else the default:
-    assert published_vllm.DEFAULT_VERSION == "0.32.0"
-    assert rs.__file__.startswith(published_vllm.cache_dir()) or "EXACTSPEC_VLLM_DIR" in os.environ
+    assert vllm.__version__ == VERSION == release("vllm")     # $EXACTSPEC_VLLM_VERSION, else the pinned release
+    assert rs.__file__.startswith(os.environ.get("EXACTSPEC_VLLM_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "exactspec", f"vllm-{VERSION}"))
     # the stubbed packages are stubs, the audited module and its kernels are the wheel's
     import vllm.config.model as stubbed
     assert "STUB" in (stubbed.__doc__ or "") and stubbed.PROCESSED_LOGPROBS_MODES
@@ -92,6 +107,7 @@ def test_the_subset_is_the_published_release():
 @pytest.mark.slow
 def test_random_path_is_lossless_up_to_float32_rounding():
     r = audit(VllmRejectionAdapter(), 2)
+    rounding(r, instance="random path, gamma 2")
     assert r.verdict == "lossless" and not r.support_violations
     assert 0 < r.tv < FLOAT32_TV                         # float tolerance: 1e-6 (measured ~4.2e-8)
     boundary = r.extra["float_boundary"]
@@ -103,6 +119,7 @@ def test_greedy_path_is_exactly_the_greedy_sequence():
     target = es.models.random_table(vocab=3, order=1, seed=1)
     draft = es.models.random_table(vocab=3, order=1, seed=4)
     r = audit(VllmRejectionAdapter(requests=("greedy",)), 2, target=target, draft=draft, expected=greedy_of(target))
+    exact(r, instance="greedy, gamma 2, order-1")
     assert r.tv == 0 and r.verdict == "lossless"
     assert len(r.output) == 1
 
@@ -113,6 +130,7 @@ def test_the_bonus_token_is_the_one_handed_in_after_every_draft_is_accepted():
     # (with p = (1/2, 1/3, 1/6) the softmax is one ulp below the draft law and a rejection has probability ~6e-8)
     dyadic = es.models.context_free((F(1, 2), F(1, 4), F(1, 4)))
     r = audit(VllmRejectionAdapter(), 2, target=dyadic, draft=dyadic)
+    exact(r, instance="bonus token (draft == target, dyadic)")
     assert r.tv == 0
     assert r.output[(0, 0, 0, 0)] == F(1, 16) and r.output[(2, 1, 0, 2)] == F(1, 128)
 
@@ -122,7 +140,9 @@ def test_a_mixed_batch_gives_each_request_its_own_law():
     alone = audit(VllmRejectionAdapter(), 1)
     mixed = audit(VllmRejectionAdapter(requests=("greedy", "random"), row=1), 1)
     assert mixed.output == alone.output                       # exactly the same law (==, as Fractions)
+    rounding(mixed, instance="random row of a mixed batch, gamma 1")
     greedy = audit(VllmRejectionAdapter(requests=("greedy", "random"), row=0), 1, expected=greedy_of(P3))
+    exact(greedy, instance="greedy row of a mixed batch")
     assert greedy.tv == 0
 
 
@@ -131,6 +151,7 @@ def test_per_request_generators_give_the_same_law_and_fill_their_request():
     seeded = audit(adapter, 1)
     plain = audit(VllmRejectionAdapter(), 1)
     assert seeded.output == plain.output
+    rounding(seeded, instance="per-request generators, gamma 1")
     # the audited request's uniforms and exponentials were written by its own generator (last fill wins)
     own = adapter._gens
     assert adapter.filled_by["uniform"] >= {None} and adapter.filled_by["uniform"] - {None} <= set(own.values())
@@ -140,6 +161,7 @@ def test_per_request_generators_give_the_same_law_and_fill_their_request():
 def test_ngram_path_without_draft_probabilities_is_lossless_up_to_rounding():
     # draft_probs=None: accept x iff p(x) >= u, else the target with x removed: the target's law for any draft
     r = audit(VllmRejectionAdapter(draft_probs=False), 1)
+    rounding(r, instance="n-gram drafts (draft_probs=None), gamma 1")
     assert r.verdict == "lossless" and 0 < r.tv < FLOAT32_TV
 
 
@@ -149,8 +171,11 @@ def test_a_draft_the_target_never_emits_is_accepted_when_the_uniform_is_zero(rng
     target = es.models.context_free((F(1, 2), F(1, 2), F(0)))
     draft = es.models.context_free((F(1, 3), F(1, 3), F(1, 3)))
     r = audit(VllmRejectionAdapter(draft_probs=draft_probs), 1, target=target, draft=draft, rng_model=rng_model)
-    assert r.verdict == "biased" and r.support_violations
     first = sum(w for out, w in r.output.items() if out[0] == 2)
+    observe("vllm-zero-uniform", r.verdict, f"(1/3)·2^-{exponent} of support violation"
+            if first == F(1, 3) * F(1, 2 ** exponent) else f"support violation of mass {first}",
+            instance=f"{'draft probs' if draft_probs else 'n-gram'}, {rng_model}", measured=float(first))
+    assert r.verdict == "biased" and r.support_violations
     assert first == F(1, 3) * F(1, 2 ** exponent)          # q(2) * P(u == 0), exactly
 
 
@@ -172,11 +197,14 @@ def module():
 @pytest.mark.slow
 def test_the_module_with_its_own_bonus_sampler_is_lossless_up_to_float32_rounding(module):
     r = audit(VllmRejectionAdapter(), 1, sampler=module)
+    rounding(r, "vllm-module", instance="T=1")
     assert r.verdict == "lossless" and 0 < r.tv < FLOAT32_TV
     greedy = audit(VllmRejectionAdapter(requests=("greedy", "random"), row=0), 1, sampler=module,
                    expected=greedy_of(P3))
+    exact(greedy, "vllm-module", instance="greedy")
     assert greedy.tv == 0
     # temperature 1/2: the module divides the target and bonus logits by it (apply_sampling_constraints' _expand
     # kernel, the Sampler's temperature) and matches the sharpened target (exact law p**2 / sum p**2)
     cold = audit(VllmRejectionAdapter(temperature=0.5), 1, sampler=module, expected=es.models.sharpen(P3, 2))
+    rounding(cold, "vllm-module", instance="T=1/2")
     assert cold.verdict == "lossless" and 0 < cold.tv < FLOAT32_TV

@@ -1,5 +1,6 @@
 """The ``exactspec`` command: ``check`` (the main job), ``audit``, ``search``, ``audit-sampler``, ``audit-loop``,
-``sweep``, ``prove`` and ``rules``.
+``sweep``, ``prove``, ``rules``, ``findings`` (the findings on published code) and ``fetch-vllm`` (vLLM's
+rejection sampler files from its wheel).
 
 Exit codes, the same for every command:
 
@@ -46,7 +47,7 @@ import time
 from types import ModuleType
 from typing import Any, Sequence
 
-from . import audit_loop, audit_sampler, check, prove, rules, search, sweep
+from . import audit_loop, audit_sampler, check, findings, prove, rules, search, sweep
 from . import audit as audit_command
 from .check import _short_proposer, _sig4  # noqa: F401 - the check table's formats, tested by name
 from .common import DEFAULT_TIME_LIMIT, TABLE_WIDTH, TIMING_KEYS, _Out, adapter_names, drop_timings, run_command
@@ -61,7 +62,7 @@ __all__ = ["main", "entry", "DEFAULT_TIME_LIMIT", "TABLE_WIDTH", "TIMING_KEYS", 
 #: (adds its parser) and ``run(args) -> exit code``
 COMMANDS: dict[str, ModuleType] = {"check": check, "audit": audit_command, "search": search, "sweep": sweep,
                                    "audit-sampler": audit_sampler, "audit-loop": audit_loop, "prove": prove,
-                                   "rules": rules}
+                                   "rules": rules, "findings": findings, "fetch-vllm": findings.FetchVllm}
 
 
 def _parser(only: str | None = None) -> Any:

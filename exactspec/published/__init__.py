@@ -15,12 +15,46 @@ from __future__ import annotations
 
 import pathlib
 
-from . import _data
+from . import _data, _vllm
 from ._render import packages_table, replace_blocks, rows_table
 from ._types import Finding, Package, Result, release_key
 
 __all__ = ["Finding", "Package", "Result", "findings", "finding", "packages", "package", "tables", "write_tables",
-           "release_key", "CHECKED"]
+           "release_key", "CHECKED", "fetch_vllm", "load_vllm", "VLLM_RELEASES", "ReleaseUnsupported"]
+
+#: the vLLM releases :func:`fetch_vllm` knows (each with its wheel's published sha256)
+VLLM_RELEASES = tuple(sorted(_vllm.RELEASES, key=release_key))
+ReleaseUnsupported = _vllm.ReleaseUnsupported
+
+
+def fetch_vllm(release: str = _vllm.DEFAULT_VERSION, directory: str | None = None, *, quiet: bool = True) -> str:
+    """Download vLLM ``release``'s wheel once, check its published sha256, unpack its rejection sampler's files.
+
+    Returns the directory to put on ``sys.path`` (``~/.cache/exactspec/vllm-<release>`` unless ``directory``);
+    reused when already there. A release whose v1 rejection sampler is not in its wheel is refused:
+
+    >>> import exactspec as es
+    >>> es.published.fetch_vllm("0.34.0")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    exactspec.published._vllm.ReleaseUnsupported: vllm 0.34.0 removed the v1 GPU model runner ...
+    """
+    return _vllm.fetch(release, directory, quiet=quiet)
+
+
+def load_vllm(release: str = _vllm.DEFAULT_VERSION, directory: str | None = None) -> object:
+    """``vllm.v1.sample.rejection_sampler`` of ``release``, fetched and imported, its Triton kernels interpreted.
+
+    Sets ``TRITON_INTERPRET=1`` in this process (Triton reads it when a kernel is defined); triton must not have
+    been imported before.
+
+    >>> import exactspec as es
+    >>> es.published.load_vllm("0.1.0")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: vllm '0.1.0': exactspec knows vllm 0.32.0, 0.33.0, 0.34.0 ...
+    """
+    return _vllm.load(release, directory)
 
 #: the day the newest releases were read from PyPI
 CHECKED = _data.CHECKED

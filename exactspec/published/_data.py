@@ -148,3 +148,49 @@ FINDINGS += (
         "tests/test_recipes_loops.py -k \"own_generator and top_k2\"",
         {"0.2.0": Result("biased", _ZERO_DRAW)}),
 )
+
+VLLM = "vllm"
+_V_F32 = "0 < TV < 10^-6 (float32 rounding)"
+_V_034 = ("0.34.0 removed `vllm/v1/sample/rejection_sampler.py` with the v1 GPU model runner; its rejection sampler "
+          "is model runner v2's, with in-kernel uniforms (`tl_rand32`), which the `vllm-v1` adapter does not drive")
+_V_RANDOM = {"random path, gamma 2": _V_F32, "random row of a mixed batch, gamma 1": _V_F32,
+             "per-request generators, gamma 1": _V_F32, "n-gram drafts (draft_probs=None), gamma 1": _V_F32}
+_V_GREEDY = {"greedy, gamma 2, order-1": "0 (exact)", "greedy row of a mixed batch": "0 (exact)",
+             "bonus token (draft == target, dyadic)": "0 (exact)"}
+_V_MODULE = {"T=1": _V_F32, "T=1/2": _V_F32, "greedy": "0 (exact)"}
+_V_ZERO = {"draft probs, native": "(1/3)·2^-53 of support violation",
+           "n-gram, native": "(1/3)·2^-53 of support violation",
+           "draft probs, torch-float32": "(1/3)·2^-24 of support violation",
+           "n-gram, torch-float32": "(1/3)·2^-24 of support violation"}
+
+FINDINGS += (
+    Finding(
+        "vllm-random-lossless", VLLM,
+        "`vllm.v1.sample.rejection_sampler.rejection_sample` (its Triton kernels under `TRITON_INTERPRET=1`, from the "
+        "wheel's files: `exactspec fetch-vllm`)",
+        "random path; a request in a batch mixing greedy and random requests; per-request generators; n-gram drafts "
+        "(`draft_probs=None`); context-free, vocab 3",
+        "float32 rounding: `target_logits.softmax(dim=-1, dtype=torch.float32)` and the exponential race's float32 "
+        "weights; a request in a mixed batch or with its own generator has exactly its lone law",
+        "tests/test_published_vllm.py -k \"random_path or mixed_batch or per_request or ngram_path\"",
+        {"0.32.0": Result("lossless", _V_RANDOM), "0.33.0": Result("lossless", _V_RANDOM)}, {"0.34.0": _V_034}),
+    Finding(
+        "vllm-greedy-exact", VLLM, "`rejection_sample`",
+        "greedy (temperature 0), alone and in a mixed batch; the bonus token (draft == target)",
+        "-", "tests/test_published_vllm.py -k \"greedy or bonus\"",
+        {"0.32.0": Result("lossless", _V_GREEDY), "0.33.0": Result("lossless", _V_GREEDY)}, {"0.34.0": _V_034}),
+    Finding(
+        "vllm-module", VLLM, "`RejectionSampler(Sampler())`",
+        "its own sampler draws the bonus token (PyTorch-native race); T=1, T=1/2, greedy; gamma 1",
+        "float32 rounding", "tests/test_published_vllm.py -k module",
+        {"0.32.0": Result("lossless", _V_MODULE), "0.33.0": Result("lossless", _V_MODULE)}, {"0.34.0": _V_034}),
+    Finding(
+        "vllm-zero-uniform", VLLM, "`rejection_random_sample_kernel`",
+        "p(x) = 0 < q(x) = 1/3, gamma 1; torch's float64 `rand` on its CPU lattice (`native`), and float32 uniforms",
+        "algorithmic, tiny: `target_prob / draft_prob >= uniform_prob` (0.32.0 l. 884, 0.33.0 l. 951) accepts when "
+        "the uniform is exactly 0; the n-gram path (`draft_prob = 1`) too; float64 uniforms (pytorch/pytorch#16706) "
+        "make it 2^-53 instead of 2^-24; CUDA's Philox assumed to give 0 with probability ~2^-53 too (not verified "
+        "on a GPU)",
+        "tests/test_published_vllm.py -k never_emits",
+        {"0.32.0": Result("biased", _V_ZERO), "0.33.0": Result("biased", _V_ZERO)}, {"0.34.0": _V_034}),
+)

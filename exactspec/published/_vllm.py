@@ -1,29 +1,25 @@
-"""vLLM's v1 rejection sampler from the published wheel, without the rest of vLLM: fetch, unpack a subset, import.
+"""vLLM's v1 rejection sampler from the published wheel, without the rest of vLLM: fetch, verify, unpack a subset.
 
-The vllm 0.32.0 wheel is 327 MB (824 MB unpacked: 5,444 files, 2,879 of them Python) and declares
-torch 2.13 (CUDA), flashinfer and ~70 other dependencies. ``vllm/v1/sample/rejection_sampler.py``
-runs on CPU under Triton's interpreter with 46 of its Python files (1 MB) and nothing else from
-vLLM. This script downloads the wheel once (``pip download --no-deps``), unpacks those files and the
-wheel's ``METADATA`` (vLLM reads its own version from it) into a cache directory, deletes the wheel,
-and writes **stubs** for nine vLLM packages that those files import but that play no part in the
-sampling math (each listed in :data:`STUBS` with what the audited code takes from it). A stub
-module answers any name with a placeholder class that raises if it is ever called, so a stub that
-the audited path did use would fail loudly, never change a result. Nothing of vLLM is copied into
-this repository: the files come from the wheel at run time.
+The vllm 0.32.0 wheel is 327 MB (824 MB unpacked: 5,444 files, 2,879 of them Python) and declares torch 2.13
+(CUDA), flashinfer and ~70 other dependencies. ``vllm/v1/sample/rejection_sampler.py`` runs on CPU under Triton's
+interpreter with 46 of its Python files (1 MB) and nothing else from vLLM. :func:`fetch` downloads the wheel once
+(``pip download --no-deps``), checks its sha256 against the one PyPI published (:data:`RELEASES`), unpacks those
+files and the wheel's ``METADATA`` (vLLM reads its own version from it) into a cache directory, deletes the wheel,
+and writes **stubs** for nine vLLM packages that those files import but that play no part in the sampling math
+(each listed in :data:`STUBS` with what the audited code takes from it). A stub module answers any name with a
+placeholder that raises if it is ever called, so a stub the audited path did use would fail loudly, never change a
+result. Nothing of vLLM ships with exactspec: the files come from the wheel at run time.
 
-``python tests/published_vllm.py`` fetches (if needed) and prints the directory to put on
-``PYTHONPATH``; :func:`load` fetches and imports ``vllm.v1.sample.rejection_sampler`` with
-``TRITON_INTERPRET=1``. Two environment settings are needed, both set by :func:`load` (and by hand
-for the command line): ``TRITON_INTERPRET=1`` before the module is imported (its ``@triton.jit``
-kernels become interpreted), and ``CUDA_VISIBLE_DEVICES=`` while ``vllm.triton_utils`` is imported:
-vLLM disables Triton (``HAS_TRITON = False``, kernels replaced by placeholders) when it finds no
-active GPU driver, except in this "distributed environment" case (``vllm/triton_utils/importing.py``).
-
-Another release: ``EXACTSPEC_VLLM_VERSION=0.33.0`` (one of :data:`RELEASES`, each with its wheel's published
-sha256 and the files it needs beyond 0.32.0's; its own cache directory). 0.33.0 declares torch 2.14.0 and runs with
-this project's torch 2.13 on this path; 0.34.0 no longer ships ``vllm/v1/sample/rejection_sampler.py``
-(:data:`RELEASES` says where its sampler went) and is refused.
+``exactspec fetch-vllm [--release 0.33.0]`` fetches (if needed) and prints the directory to put on ``PYTHONPATH``;
+:func:`load` fetches and imports ``vllm.v1.sample.rejection_sampler`` with ``TRITON_INTERPRET=1``. Two
+environment settings are needed, both set by :func:`load` (and by hand for the command line): ``TRITON_INTERPRET=1``
+before the module is imported (its ``@triton.jit`` kernels become interpreted), and ``CUDA_VISIBLE_DEVICES=`` while
+``vllm.triton_utils`` is imported: vLLM disables Triton (``HAS_TRITON = False``, kernels replaced by placeholders)
+when it finds no active GPU driver, except in this "distributed environment" case
+(``vllm/triton_utils/importing.py``). A release whose audited module is not in its wheel (0.34.0) is refused with
+:class:`ReleaseUnsupported`, saying why.
 """
+
 
 from __future__ import annotations
 
@@ -36,6 +32,14 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+
+from ..errors import ExactSpecError
+
+class ReleaseUnsupported(ExactSpecError):
+    """A vLLM release whose audited module is not in its wheel (the message says what changed)."""
+
+    exit_code = 2
+
 
 #: the release audited by default: the newest vLLM built for torch 2.13 (this project's torch); its Triton is 3.7.1
 DEFAULT_VERSION = "0.32.0"
@@ -59,13 +63,14 @@ RELEASES: dict[str, dict] = {
                          "API with in-kernel uniforms (tl.rand): the vllm-v1 adapter does not drive it"},
 }
 
-#: the release audited: ``$EXACTSPEC_VLLM_VERSION`` (one of :data:`RELEASES`), else :data:`DEFAULT_VERSION`
-VERSION = os.environ.get("EXACTSPEC_VLLM_VERSION") or DEFAULT_VERSION
-if VERSION not in RELEASES:
-    raise RuntimeError(f"EXACTSPEC_VLLM_VERSION={VERSION!r}: tests/published_vllm.py knows vllm {sorted(RELEASES)} "
-                       "(add the release's wheel sha256 to RELEASES)")
-#: sha256 of vllm-VERSION-cp38-abi3-manylinux_2_28_x86_64.whl as published (checked after download)
-WHEEL_SHA256 = RELEASES[VERSION]["sha256"]
+
+
+def _release(version: str) -> dict:
+    """The known release ``version``; ValueError naming the known ones otherwise."""
+    if version not in RELEASES:
+        raise ValueError(f"vllm {version!r}: exactspec knows vllm {', '.join(sorted(RELEASES))} (each with its wheel's "
+                         "published sha256; another release needs its sha256 and file list added to RELEASES)")
+    return RELEASES[version]
 
 #: the files every known release's audited module needs (0.32.0's import closure, less :data:`STUBS`)
 BASE_FILES = """
@@ -85,7 +90,11 @@ vllm/v1/sample/sampler.py vllm/v1/spec_decode/__init__.py vllm/v1/spec_decode/me
 vllm/v1/spec_decode/utils.py
 """.split()
 #: the wheel's files the audited module needs (its import closure, less :data:`STUBS`)
-FILES = BASE_FILES + list(RELEASES[VERSION]["extra_files"])
+
+
+def files(version: str) -> list[str]:
+    """The wheel's files the audited module of ``version`` needs (its import closure, less :data:`STUBS`)."""
+    return BASE_FILES + list(_release(version)["extra_files"])
 
 #: vLLM packages replaced by stubs: what the audited files import from them, and why it is not sampling math
 STUBS = {
@@ -119,7 +128,7 @@ STUB_CODE = {
         "        return False\n"),
 }
 
-_STUB_INIT = '''"""STUB written by exactspec's tests/published_vllm.py, not a file of the vLLM wheel.
+_STUB_INIT = '''"""STUB written by exactspec's exactspec.published, not a file of the vLLM wheel.
 
 {why}.
 Any name imported from here (or from a submodule) is a placeholder class that raises if it is called.
@@ -136,7 +145,7 @@ globals().update(_CONSTANTS.get(__name__, {{}}))
 
 def _placeholder(qualname):
     def refuse(*args, **kwargs):
-        raise NotImplementedError(qualname + " is a stub (tests/published_vllm.py): not part of the audited path")
+        raise NotImplementedError(qualname + " is a stub (exactspec.published): not part of the audited path")
     return type(qualname.rpartition(".")[2], (), {{"__init__": refuse, "__module__": qualname.rpartition(".")[0],
                                                   "__call__": refuse}})
 
@@ -156,7 +165,7 @@ class _Finder(_abc.MetaPathFinder, _abc.Loader):
         return None
 
     def create_module(self, spec):
-        module = _types.ModuleType(spec.name, "STUB (tests/published_vllm.py)")
+        module = _types.ModuleType(spec.name, "STUB (exactspec.published)")
 
         def getattr_(name, module=module):
             if name.startswith("__"):
@@ -177,10 +186,13 @@ _sys.meta_path.insert(0, _Finder())
 '''
 
 
-def cache_dir() -> str:
-    """Where the subset lives: ``$EXACTSPEC_VLLM_DIR``, else ``~/.cache/exactspec/vllm-<VERSION>``."""
-    return os.environ.get("EXACTSPEC_VLLM_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "exactspec", f"vllm-{VERSION}")
+def cache_dir(version: str = DEFAULT_VERSION) -> str:
+    """Where the subset of ``version`` lives by default: ``~/.cache/exactspec/vllm-<version>``.
+
+    >>> cache_dir("0.32.0").endswith("vllm-0.32.0")
+    True
+    """
+    return os.path.join(os.path.expanduser("~"), ".cache", "exactspec", f"vllm-{version}")
 
 
 def _constants(wheel: zipfile.ZipFile) -> dict[str, dict]:
@@ -194,14 +206,16 @@ def _constants(wheel: zipfile.ZipFile) -> dict[str, dict]:
     raise RuntimeError("PROCESSED_LOGPROBS_MODES not found in the wheel's vllm/config/model.py")
 
 
-def fetch(directory: str | None = None, *, quiet: bool = True) -> str:
-    """Download vllm==VERSION's wheel (no dependencies), unpack :data:`FILES` and write :data:`STUBS`; return the
+def fetch(version: str = DEFAULT_VERSION, directory: str | None = None, *, quiet: bool = True) -> str:
+    """Download vllm==version's wheel (no dependencies), unpack :func:`files` and write :data:`STUBS`; return the
     directory to put on ``sys.path`` (reused when already there)."""
-    if RELEASES[VERSION].get("absent"):
-        raise RuntimeError(RELEASES[VERSION]["absent"])
-    root = directory or cache_dir()
+    release = _release(version)
+    if release.get("absent"):
+        raise ReleaseUnsupported(release["absent"])
+    needed = files(version)
+    root = directory or cache_dir(version)
     done = os.path.join(root, "COMPLETE")
-    spec = hashlib.sha256(repr((VERSION, FILES, STUBS, STUB_CODE, _STUB_INIT)).encode()).hexdigest()[:16]
+    spec = hashlib.sha256(repr((version, needed, STUBS, STUB_CODE, _STUB_INIT)).encode()).hexdigest()[:16]
     if os.path.exists(done):
         with open(done) as fh:
             if f"subset={spec}" in fh.read():
@@ -210,18 +224,19 @@ def fetch(directory: str | None = None, *, quiet: bool = True) -> str:
     os.makedirs(root, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", tmp,
-               f"vllm=={VERSION}"]
+               f"vllm=={version}"]
         subprocess.run(cmd + (["-q"] if quiet else []), check=True)
-        wheel_path, = glob.glob(os.path.join(tmp, f"vllm-{VERSION}-*.whl"))
+        wheel_path, = glob.glob(os.path.join(tmp, f"vllm-{version}-*.whl"))
         digest = hashlib.sha256()
         with open(wheel_path, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(block)
-        if digest.hexdigest() != WHEEL_SHA256:
-            raise RuntimeError(f"{os.path.basename(wheel_path)}: sha256 {digest.hexdigest()}, expected {WHEEL_SHA256}")
+        if digest.hexdigest() != release["sha256"]:
+            raise ReleaseUnsupported(f"{os.path.basename(wheel_path)}: sha256 {digest.hexdigest()}, expected "
+                                     f"{release['sha256']} (the wheel PyPI published for vllm {version}); not unpacked")
         staging = os.path.join(tmp, "subset")
         with zipfile.ZipFile(wheel_path) as wheel:
-            for name in FILES + [f"vllm-{VERSION}.dist-info/METADATA"]:
+            for name in needed + [f"vllm-{version}.dist-info/METADATA"]:
                 wheel.extract(name, staging)
             constants = _constants(wheel)
         for package, why in STUBS.items():
@@ -237,13 +252,13 @@ def fetch(directory: str | None = None, *, quiet: bool = True) -> str:
                 shutil.rmtree(target)
             shutil.move(os.path.join(staging, name), target)
     with open(done, "w") as fh:
-        fh.write(f"vllm=={VERSION} sha256={digest.hexdigest()} subset={spec}\n")
+        fh.write(f"vllm=={version} sha256={digest.hexdigest()} subset={spec}\n")
     return root
 
 
-def load(directory: str | None = None) -> object:
+def load(version: str = DEFAULT_VERSION, directory: str | None = None) -> object:
     """``vllm.v1.sample.rejection_sampler`` imported from the subset, its Triton kernels interpreted on CPU."""
-    root = fetch(directory)
+    root = fetch(version, directory)
     os.environ["TRITON_INTERPRET"] = "1"
     if root not in sys.path:
         sys.path.insert(0, root)
@@ -266,7 +281,3 @@ def load(directory: str | None = None) -> object:
         raise RuntimeError("vLLM disabled Triton (vllm.triton_utils.HAS_TRITON is False): its kernels would be "
                            "placeholders; is triton installed (tests/published.txt)?")
     return module
-
-
-if __name__ == "__main__":
-    print(fetch(quiet="-v" not in sys.argv))
