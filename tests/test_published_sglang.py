@@ -47,6 +47,7 @@ from exactspec.samplers.adapters.sglang_kernels import (CHAIN_FILE, SGLANG_VERSI
                                                         reference_tree_greedy, sglang_chain_kernel, sglang_rows,
                                                         sglang_tree_greedy_kernel)
 from exactspec.samplers.adapters.triton_kernels import RowCache, published_version  # noqa: E402
+from findings import observe, release, tv_text  # noqa: E402
 
 if os.environ.get("EXACTSPEC_REQUIRE_PUBLISHED"):
     import triton  # noqa: F401
@@ -60,6 +61,19 @@ TREE_GREEDY = sglang_tree_greedy_kernel()
 
 BLOCK = functools.partial(KERNEL, block_verification=True)
 FLOAT32 = dict(rng_model="torch-float32")
+ROUNDING = "0 < TV < 10^-6 (float32); the float64 run's TV <= 2^-40"
+
+
+def _mode(kernel) -> str:
+    return "block verification" if kernel is BLOCK else "classic"
+
+
+def _rounding(r, kernel) -> None:
+    """Observe the lossless row: the bounds the row states when they hold, else the TVs."""
+    f64 = F(r.extra["float_boundary"]["f64_tv"])
+    ok = 0 < r.tv < F(1, 10 ** 6) and f64 <= F(1, 2 ** 40) and not r.support_violations
+    observe("sglang-chain-lossless", r.verdict, ROUNDING if ok else f"TV {float(r.tv):.4g}, float64 {float(f64):.4g}",
+            instance=_mode(kernel), measured=float(r.tv))
 #: dyadic laws: every ratio p/q, residual and cumulative sum is exact in float32
 P_DYADIC = es.models.context_free((F(1, 2), F(1, 4), F(1, 4)))
 Q_DYADIC = es.models.context_free((F(1, 4), F(1, 2), F(1, 4)))
@@ -72,6 +86,7 @@ Q5 = es.models.context_free((F(1, 5),) * 5)
 
 
 def test_the_kernel_is_the_published_file_interpreted():
+    assert release("sglang") == SGLANG_VERSION
     from triton.runtime.interpreter import InterpretedFunction
     module = sys.modules[KERNEL.__module__]
     assert module.__published__ == ("sglang", SGLANG_VERSION, CHAIN_FILE)
@@ -102,6 +117,8 @@ def test_one_input_law_by_hand(kernel):
 def test_classic_chain_is_exactly_lossless_on_dyadic_laws(gamma):
     r = es.audit_sampler(KERNEL, adapter="sglang", target=P_DYADIC, draft=Q_DYADIC, proposer=es.drafts.chain(gamma),
                          reference=False, **FLOAT32)
+    observe("sglang-chain-lossless", r.verdict, "0 (exact)" if r.tv == 0 else tv_text(r.tv),
+            instance="classic, dyadic laws")
     assert r.verdict == "lossless" and r.tv == 0
 
 
@@ -111,6 +128,7 @@ def test_classic_chain_is_exactly_lossless_on_dyadic_laws(gamma):
 def test_lossless_up_to_float32_rounding(kernel, gamma):
     r = es.audit_sampler(kernel, adapter="sglang", target=P3, draft=Q3, proposer=es.drafts.chain(gamma),
                          reference=False, **FLOAT32)
+    _rounding(r, kernel)
     assert r.verdict == "lossless" and not r.support_violations
     # float32 rounding (the tolerance: 1e-6 at float32, the 2**-40 floor at float64) and not exactly 0
     assert 0 < r.tv < F(1, 10 ** 6)
@@ -131,6 +149,7 @@ def test_lossless_up_to_float32_rounding_at_gamma_3_and_on_order_1_laws(kernel, 
     # order-1 laws: every position has its own target and draft law (block verification's prefix products)
     r = es.audit_sampler(kernel, adapter="sglang", target=target, draft=draft, proposer=es.drafts.chain(gamma),
                          prompt=prompt, reference=False, **FLOAT32)
+    _rounding(r, kernel)
     assert r.verdict == "lossless" and 0 < r.tv < F(1, 10 ** 6)
     assert F(r.extra["float_boundary"]["f64_tv"]) <= F(1, 2 ** 40)
 
@@ -148,6 +167,9 @@ def test_the_fallback_token_is_a_support_violation_at_float32(kernel):
     assert int(((top * 2.0 ** -24).astype(np.float32) * total >= last).sum()) == 1
     r = es.audit_sampler(kernel, adapter="sglang", target=P5, draft=Q5, proposer=es.drafts.chain(1), tokens=2,
                          reference=False, **FLOAT32)
+    mass = sum(r.output[s] for s in r.support_violations)
+    observe("sglang-fallback", r.verdict, f"token 4 (p = 0) with probability {mass} over 2 tokens" if mass
+            else "no support violation", instance=_mode(kernel), measured=float(mass))
     assert r.verdict == "biased" and sorted(r.support_violations) == [(0, 4), (1, 4), (2, 4), (3, 4)]
     # drafted token 1 (q = 1/5 < p = 1/4) is always accepted; the bonus falls back to token 4 at one point of 2**24
     assert r.output[(1, 4)] == F(1, 5) / 2 ** 24 == r.output[(2, 4)]
@@ -206,6 +228,7 @@ def test_greedy_tree_verification_emits_the_greedy_sequence_exactly(children, cl
               expected=greedy_model(P_ORDER1), proposer=es.drafts.tree((2, 1), children=children, claim=claim),
               reference=False)
     r = es.audit_sampler(TREE_GREEDY, **kw)
+    observe("sglang-tree-greedy", r.verdict, "0 (exact)" if r.tv == 0 else tv_text(r.tv), instance=children)
     assert r.verdict == "lossless" and r.tv == 0
     assert r.output == es.audit_sampler(reference_tree_greedy, **kw).output
 

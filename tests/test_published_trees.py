@@ -62,6 +62,7 @@ import exactspec as es  # noqa: E402
 from exactspec.laws import normalize, residual, total_variation  # noqa: E402
 from exactspec.samplers.adapters.torch_tree_adapter import TorchTreeAdapter  # noqa: E402
 from exactspec.samplers.adapters.tree_buffers import tree_buffers  # noqa: E402
+from findings import observe, release, tv_text  # noqa: E402
 
 #: the versions whose verdicts this module records
 VERSIONS = {"eagle-llm": "1.2.1", "medusa-llm": "0.1"}
@@ -72,7 +73,14 @@ WITHOUT = "without_replacement"
 
 
 def test_the_recorded_versions_are_installed():
-    assert {name: version(name) for name in VERSIONS} == VERSIONS
+    assert {name: release(name) for name in VERSIONS} == VERSIONS == {name: version(name) for name in VERSIONS}
+
+
+def _as_model(code, model, finding, instance, figure=None):
+    """Observe a finding whose float64 law is an exact model's: the model's exact TV when the two agree to 2**-50."""
+    same = total_variation(code.output, model.output) < F(1, 2 ** 50)
+    observe(finding, code.verdict, (figure or tv_text(model.tv)) if same else f"TV {float(code.tv):.6g} (not the model)",
+            instance=instance, measured=float(code.tv))
 
 
 # -- buffers: ours against the published builders --------------------------------------------------------------------
@@ -240,10 +248,14 @@ def test_eagle_at_temperature_1_is_lossless_up_to_float_rounding(expansion):
     prop = es.drafts.tree(expansion, children=WITHOUT, claim="renormalized")
     kw = dict(target=P, draft=Q, proposer=prop, tokens=len(expansion) + 1, prompt=(0,), reference=False)
     r64 = es.audit_sampler(eagle_verifier(1.0), adapter=TorchTreeAdapter(torch.float64), **kw)
+    observe("eagle-t1-lossless", r64.verdict, "TV < 2^-50 (float64)" if r64.tv < F(1, 2 ** 50) else tv_text(r64.tv),
+            instance=f"tree {expansion}, float64", measured=float(r64.tv))
     assert r64.verdict == "lossless" and r64.tv < F(1, 2 ** 50)
     if expansion == (2,):
         # float32 laws: the same code lands ~1e-8 away: the float32 lattice, not the algorithm
         r32 = es.audit_sampler(eagle_verifier(1.0), adapter="torch-tree", **kw)
+        observe("eagle-t1-lossless", r32.verdict, "2^-35 < TV < 2^-22 (float32)" if F(1, 2 ** 35) < r32.tv <
+                F(1, 2 ** 22) else tv_text(r32.tv), instance="tree (2,), float32", measured=float(r32.tv))
         assert F(1, 2 ** 35) < r32.tv < F(1, 2 ** 22)
         assert r32.output.keys() == r64.output.keys()
 
@@ -256,6 +268,7 @@ def test_eagle_below_temperature_1_draws_the_bonus_at_temperature_1(expansion):
     r = es.audit_sampler(eagle_verifier(0.5), adapter=TorchTreeAdapter(torch.float64), reference=False, **kw)
     correct = es.audit(rule=_eagle_model(2, 2), **kw)
     published = es.audit(rule=_eagle_model(2, 1), **kw)
+    _as_model(r, published, "eagle-untempered-bonus", f"T=1/2, tree {expansion}")
     assert correct.tv == 0                      # the model with a tempered bonus is the tempered target
     assert r.verdict == "biased" and r.tv > F(1, 20)
     assert total_variation(r.output, published.output) < F(1, 2 ** 50)   # the bias is exactly that bonus
@@ -267,6 +280,7 @@ def test_eagle_batched_variant_compares_accept_length_with_the_number_of_paths()
     kw = dict(target=P, draft=Q, proposer=prop, tokens=2, prompt=(0,))
     r = es.audit_sampler(eagle_batched_verifier(1.0), adapter=TorchTreeAdapter(torch.float64), reference=False, **kw)
     model = es.audit(rule=_eagle_model(1, 1, paths_bug=True), **kw)
+    _as_model(r, model, "eagle-batched-paths", "tree (3,)")
     assert r.verdict == "biased" and r.tv > F(1, 5)
     assert total_variation(r.output, model.output) < F(1, 2 ** 50)
     # with 2 paths of depth 1 the count coincides with depth + 1 and the same code is lossless
@@ -291,6 +305,9 @@ def test_eagle_with_top_p_emits_tokens_outside_the_top_p_set():
     r = es.audit_sampler(eagle_top_p, adapter=TorchTreeAdapter(torch.float64), target=p, draft=q, reference=False,
                          tokens=2, proposer=es.drafts.tree((1,), children=WITHOUT, claim="renormalized"))
     outside = sum(w for out, w in r.output.items() if 2 in out)
+    observe("eagle-untempered-bonus", r.verdict, "a token outside the top-p set with probability 7/40"
+            if abs(outside - F(7, 40)) < F(1, 2 ** 45) else f"outside the top-p set: {float(outside):.6g}",
+            instance="top_p 0.6, tree (1,)", measured=float(outside))
     assert abs(outside - F(7, 40)) < F(1, 2 ** 45)
     assert r.verdict == "biased"
 
@@ -398,6 +415,7 @@ def test_eagle_alpha_takes_token_0_for_padding():
     # (p - q)+ = delta_0. First token: (1/8 + 1/4, 1/16 + 1/4, 1/16 + 1/4) = (3/8, 5/16, 5/16): TV 1/8
     cf = es.models.context_free
     code, model, _ = _alpha_audit(cf((F(1, 2), F(1, 4), F(1, 4))), cf((F(1, 4), F(1, 2), F(1, 4))), (1,), 1)
+    _as_model(code, model, "eagle-alpha", "token 0 taken for padding, tree (1,)")
     assert model.output == {(0,): F(3, 8), (1,): F(5, 16), (2,): F(5, 16)} and model.tv == F(1, 8)
     assert code.verdict == "biased" and total_variation(code.output, model.output) < F(1, 2 ** 50)
     # (float64: random.random() <= acp accepts with probability acp + 2**-53 on Python's grid)
@@ -411,6 +429,7 @@ def test_eagle_alpha_draws_the_token_after_the_leaf_from_the_residual():
     # x0 = 1 (1/4): (2, .) 1/8 spread by p, (1, 1) 1/8; x0 = 2 (3/4): (1, .) 3/8 spread, (2, 2) 3/8.
     cf = es.models.context_free
     code, model, kw = _alpha_audit(cf((F(0), F(1, 2), F(1, 2))), cf((F(0), F(1, 4), F(3, 4))), (2,), 2)
+    _as_model(code, model, "eagle-alpha", "the token after a leaf from a sibling's residual, tree (2,)")
     assert model.output == {(1, 1): F(5, 16), (1, 2): F(3, 16), (2, 1): F(1, 16), (2, 2): F(7, 16)}
     assert model.tv == F(1, 4)
     assert code.verdict == "biased" and total_variation(code.output, model.output) < F(1, 2 ** 50)
@@ -428,6 +447,7 @@ def test_eagle_alpha_tries_a_node_once_per_path_through_it():
     cf = es.models.context_free
     code, model, _ = _alpha_audit(cf((F(0), F(3, 5), F(3, 10), F(1, 10))), cf((F(0), F(1, 10), F(1, 10), F(4, 5))),
                                   (1, 2), 1)
+    _as_model(code, model, "eagle-alpha", "a node tried once per path, tree (1, 2)")
     assert model.output == {(1,): F(51, 80), (2,): F(21, 80), (3,): F(1, 10)} and model.tv == F(3, 80)
     assert code.verdict == "biased" and total_variation(code.output, model.output) < F(1, 2 ** 50)
 
@@ -441,6 +461,7 @@ def test_eagle_alpha_verifies_the_last_sibling_first():
     cf = es.models.context_free
     code, model, kw = _alpha_audit(cf((F(0), F(1, 4), F(1, 4), F(1, 2))), cf((F(0), F(1, 2), F(1, 2), F(0))),
                                    (2,), 1)
+    _as_model(code, model, "eagle-alpha", "the last sibling verified first, tree (2,)")
     assert model.output == {(1,): F(3, 8), (2,): F(3, 8), (3,): F(1, 4)} and model.tv == F(1, 4)
     assert code.verdict == "biased" and total_variation(code.output, model.output) < F(1, 2 ** 50)
     assert es.audit_sampler(eagle_verifier(1.0), adapter=TorchTreeAdapter(torch.float64), reference=False,
@@ -453,6 +474,7 @@ def test_eagle_alpha_is_the_exact_model_on_order_1_tables(expansion):
     # model's to float64 rounding; each deviation alone biases it; none of them leaves MSS, exactly lossless
     p, q = _shift(P), _shift(Q)
     code, model, kw = _alpha_audit(p, q, expansion, len(expansion) + 1, prompt=(1,))
+    _as_model(code, model, "eagle-alpha", f"all together, order-1, vocab 4, tree {expansion}")
     assert code.verdict == "biased" and code.tv > F(1, 10)
     assert total_variation(code.output, model.output) < F(1, 2 ** 50)
     # the q / (q.sum() + 1e-5) renormalisation is in it too: without it the model is ~1e-6 away from the code

@@ -35,6 +35,7 @@ else:
 
 import exactspec as es  # noqa: E402
 from exactspec.samplers.loops.loop_audit import audit_loop  # noqa: E402
+from findings import observe, release, tv_text  # noqa: E402
 
 TARGET = es.models.random_table(vocab=3, order=1, seed=1)
 DRAFT = es.models.random_table(vocab=3, order=1, seed=4)
@@ -64,7 +65,7 @@ def specdec_loop(gamma: int, new_tokens: int):
 
 
 def test_the_recorded_version_is_installed():
-    assert version("specdec") == "0.2.0"
+    assert release("specdec") == version("specdec") == "0.2.0"
 
 
 def test_specdec_is_lossless_up_to_float32_rounding_at_gamma_1():
@@ -72,6 +73,9 @@ def test_specdec_is_lossless_up_to_float32_rounding_at_gamma_1():
     # stand-ins with float64 uniforms is within float64 rounding: rounding, not bias. 3 tokens: a second step.
     r = audit_loop(specdec_loop(1, 3), target=TARGET, draft=DRAFT, prompt=(0,), tokens=3)
     b = r.extra["float_boundary"]
+    observe("specdec-lossless", r.verdict, "2^-40 < TV < 10^-6 (float32 grid); the float64 run's TV <= 2^-40"
+            if TOL < r.tv < F(1, 10 ** 6) and F(b["f64_tv"]) <= TOL else tv_text(r.tv),
+            instance="gamma 1, 3 tokens, torch's generator", measured=float(r.tv))
     assert r.verdict == "lossless" and TOL < r.tv < F(1, 10 ** 6)
     assert b["verdict"] == "lossless" and F(b["f64_tv"]) <= TOL
 
@@ -85,6 +89,8 @@ def test_specdec_never_accepts_a_token_the_target_excludes():
     q = es.models.context_free((F(1, 4), F(1, 4), F(1, 2)))
     r = audit_loop(specdec_loop(1, 1), target=p, draft=q, prompt=(0,), tokens=1)
     assert r.extra["rng_model"] == "native"
+    observe("specdec-lossless", r.verdict, "0 (exact): no support violation" if r.tv == 0 else tv_text(r.tv),
+            instance="p(x) = 0 < q(x), torch's generator")
     assert r.output == {(0,): F(1, 2), (1,): F(1, 2)} and r.tv == 0 and r.verdict == "lossless"
 
 
@@ -93,4 +99,6 @@ def test_specdec_is_lossless_in_float64_at_gamma_2():
     # gamma 2, 3 tokens (every position of a first step: 3,698 branches, ~30 s): float64 stand-ins, float64 uniforms
     r = audit_loop(specdec_loop(2, 3), target=TARGET, draft=DRAFT, prompt=(0,), tokens=3, rng_model="continuous",
                    dtype=torch.float64)
+    observe("specdec-lossless", r.verdict, "TV <= 2^-40 (float64)" if r.tv <= TOL else tv_text(r.tv),
+            instance="gamma 2, 3 tokens, float64, ideal uniforms", measured=float(r.tv))
     assert r.verdict == "lossless" and r.tv <= TOL

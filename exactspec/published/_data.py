@@ -194,3 +194,89 @@ FINDINGS += (
         "tests/test_published_vllm.py -k never_emits",
         {"0.32.0": Result("biased", _V_ZERO), "0.33.0": Result("biased", _V_ZERO)}, {"0.34.0": _V_034}),
 )
+
+SGLANG = "sglang"
+_S_ROUND = "0 < TV < 10^-6 (float32); the float64 run's TV <= 2^-40"
+_S_FALLBACK = "token 4 (p = 0) with probability 23767723/703687441776640 over 2 tokens"
+
+FINDINGS += (
+    Finding(
+        "sglang-chain-lossless", SGLANG,
+        "`chain_speculative_sampling_triton` (`reject_sampling.py`, Triton interpreter)",
+        "`--speculative-use-rejection-sampling`, with and without `block_verification`; gamma 1-3, vocab 2-3, "
+        "context-free and order-1; dyadic laws (every float32 step exact)",
+        "rounding (0 exactly on dyadic laws)",
+        "tests/test_published_sglang.py -k \"lossless\"",
+        {"0.5.23": Result("lossless", {"classic, dyadic laws": "0 (exact)", "classic": _S_ROUND,
+                                       "block verification": _S_ROUND})}),
+    Finding(
+        "sglang-fallback", SGLANG, "`chain_speculative_sampling_triton` (both modes)",
+        "target with p(4) = 0, vocab 5, gamma 1, 2 tokens; the final coin at the top of torch's float32 lattice",
+        "rounding (gone on float64 inputs): when `tl.sum` rounds the total above the last `tl.cumsum`, no bucket is "
+        "found and the kernel returns `final_token = VOCAB_SIZE - 1` whatever its mass (2^-24/5 per drafted token "
+        "1); sums in the interpreter's (numpy's) order, a GPU's differs",
+        "tests/test_published_sglang.py -k fallback",
+        {"0.5.23": Result("biased", {"classic": _S_FALLBACK, "block verification": _S_FALLBACK})}),
+    Finding(
+        "sglang-tree-greedy", SGLANG, "`verify_tree_greedy_triton` (`spec_tree.py`, platform probes stubbed)",
+        "greedy EAGLE tree verification, tree (2, 1), children without replacement and top-k, vocab 3, order-1",
+        "-", "tests/test_published_sglang.py -k greedy_tree",
+        {"0.5.23": Result("lossless", {"without_replacement": "0 (exact)", "topk": "0 (exact)"})}),
+)
+
+EAGLE = "eagle-llm"
+
+FINDINGS += (
+    Finding(
+        "eagle-t1-lossless", EAGLE, "`eagle/model/utils.py` `evaluate_posterior`",
+        "T=1, trees (2,) and (2, 1), children without replacement, order-1, vocab 3",
+        "rounding", "tests/test_published_trees.py -k eagle_at_temperature_1",
+        {"1.2.1": Result("lossless", {"tree (2,), float64": "TV < 2^-50 (float64)",
+                                      "tree (2,), float32": "2^-35 < TV < 2^-22 (float32)",
+                                      "tree (2, 1), float64": "TV < 2^-50 (float64)"})}),
+    Finding(
+        "eagle-untempered-bonus", EAGLE, "`evaluate_posterior`",
+        "T=1/2, trees (2,) and (2, 1), order-1, vocab 3; top_p 0.6, tree (1,), context-free",
+        "algorithmic: when the whole path is accepted, the next token is drawn from `softmax(logits)` without the "
+        "logits processor (temperature, top-p, top-k ignored)",
+        "tests/test_published_trees.py -k \"below_temperature or top_p\"",
+        {"1.2.1": Result("biased", {"T=1/2, tree (2,)": "1204112724/12404279789", "T=1/2, tree (2, 1)": "6151812150788336/101169367980482945",
+                                    "top_p 0.6, tree (1,)": "a token outside the top-p set with probability 7/40"})}),
+    Finding(
+        "eagle-batched-paths", EAGLE, "`eagle/modelbsne1/utils.py` (batched)",
+        "T=1, tree (3,), order-1, vocab 3, 2 tokens",
+        "algorithmic: compares `accept_length` with `candidates.shape[1]` (the number of paths, not depth + 1), "
+        "dropping or misplacing the residual when the two coincide",
+        "tests/test_published_trees.py -k batched_variant",
+        {"1.2.1": Result("biased", {"tree (3,)": "35/153"})}),
+    Finding(
+        "eagle-alpha", EAGLE,
+        "`eagle/model/utils_alpha.py` `evaluate_posterior` (the acceptance-rate scripts' verifier, on its own "
+        "`generate_tree_buffers`)",
+        "T=1; one instance per deviation (context-free), and all together on order-1 tables, vocab 4",
+        "algorithmic (float64 law = exact model to 2^-50): token 0 taken for padding, `if x == 0: continue` (l. 350); "
+        "the token after an accepted leaf drawn from a sibling's residual (l. 376); a node tried once per path, "
+        "residual subtracted again (l. 346); paths verified last first, `sorted_tree_choices[-i - 1]` (l. 136); "
+        "plus `q / (q.sum()+1e-5)` (l. 368)",
+        "tests/test_published_trees.py -k alpha",
+        {"1.2.1": Result("biased", {
+            "token 0 taken for padding, tree (1,)": "1/8",
+            "the token after a leaf from a sibling's residual, tree (2,)": "1/4",
+            "a node tried once per path, tree (1, 2)": "3/80",
+            "the last sibling verified first, tree (2,)": "1/4",
+            "all together, order-1, vocab 4, tree (2,)": "11708117/46206765",
+            "all together, order-1, vocab 4, tree (1, 2)": "951628012/4974928365"})}),
+)
+
+FINDINGS += (
+    Finding(
+        "specdec-lossless", "specdec", "`SpecDecoder.spec_gen` / `verify`",
+        "T=1 (its only setting), order-1 tables, vocab 3: gamma 1 on torch's generator, gamma 2 in float64; "
+        "p(x) = 0 < q(x) on torch's float32 grid",
+        "rounding; its strict `rand < p/q` never accepts a token with p = 0, even when `torch.rand` returns 0",
+        "tests/test_recipes_specdec.py",
+        {"0.2.0": Result("lossless", {
+            "gamma 1, 3 tokens, torch's generator": "2^-40 < TV < 10^-6 (float32 grid); the float64 run's TV <= 2^-40",
+            "p(x) = 0 < q(x), torch's generator": "0 (exact): no support violation",
+            "gamma 2, 3 tokens, float64, ideal uniforms": "TV <= 2^-40 (float64)"})}),
+)
