@@ -120,6 +120,7 @@ def test_medusa_on_a_hand_worked_instance():
     q = es.models.context_free((F(1, 4), F(1, 2), F(1, 4)))
     r = es.audit_sampler(medusa_verifier(1.0), adapter="torch-tree", target=p, draft=q, tokens=2,
                          proposer=es.drafts.tree((2,), children="topk", claim="point_mass"))
+    observe("medusa-typical", r.verdict, tv_text(r.tv), instance="hand-worked, tree (2,) top-k, vocab 3")
     assert r.output == {(0, 0): F(1)}
     assert r.verdict == "biased" and r.tv == F(3, 4)
 
@@ -137,6 +138,9 @@ def test_medusa_is_the_published_variant_rule_exactly(temperature, power, expans
                          expected=target, **kw)
     exact = es.audit(rule=es.rules.get("typical_acceptance_medusa(9/100, 3/10)"), target=target, **kw)
     catalog = es.audit(rule=es.rules.typical_acceptance(F(9, 100), F(3, 10)), target=target, **kw)
+    observe("medusa-typical", r.verdict, "the law of `typical_acceptance_medusa`, exactly (==)" if r.output ==
+            exact.output else f"differs from `typical_acceptance_medusa` by TV {float(total_variation(r.output, exact.output)):.3g}",
+            instance="8 configurations")
     assert r.output == exact.output          # exact equality: the code's decisions are the rule's
     assert r.verdict == "biased" and r.tv == exact.tv > 0
     assert catalog.output != exact.output

@@ -145,7 +145,7 @@ FINDINGS += (
         "(native); gamma 2, order-1, vocab 3",
         "algorithmic, tiny: rejects where `r > p/q`, so accepts a drafted token the top-k target gives probability "
         "0 when `uniform_(0, 1)` returns exactly 0 (transformers 5.24.0's pattern)",
-        "tests/test_recipes_loops.py -k \"own_generator and top_k2\"",
+        "tests/test_recipes_loops.py -k \"lucidrains and own_generator\"",
         {"0.2.0": Result("biased", _ZERO_DRAW)}),
 )
 
@@ -279,4 +279,17 @@ FINDINGS += (
             "gamma 1, 3 tokens, torch's generator": "2^-40 < TV < 10^-6 (float32 grid); the float64 run's TV <= 2^-40",
             "p(x) = 0 < q(x), torch's generator": "0 (exact): no support violation",
             "gamma 2, 3 tokens, float64, ideal uniforms": "TV <= 2^-40 (float64)"})}),
+)
+
+FINDINGS += (
+    Finding(
+        "medusa-typical", "medusa-llm", "`medusa/model/utils.py` `evaluate_posterior`",
+        "typical acceptance (eps 0.09, alpha 0.3), T=1 and 1/2; a hand-worked instance; 8 configurations: trees "
+        "(2,), (2, 1), (2, 1) top-k, (3,), order-1, vocab 3-4",
+        "lossy by design (typical acceptance); its law equals the catalog rule `typical_acceptance_medusa` exactly "
+        "(the catalog's `typical_acceptance` differs: entropy with `+1e-5`, longest accepted path, argmax after the "
+        "prefix)",
+        "tests/test_published_trees.py -k medusa",
+        {"0.1": Result("biased", {"hand-worked, tree (2,) top-k, vocab 3": "3/4",
+                                  "8 configurations": "the law of `typical_acceptance_medusa`, exactly (==)"})}),
 )

@@ -73,9 +73,11 @@ def newest_summary(package: Package, findings: tuple[Finding, ...]) -> str:
 
 def packages_table(findings: tuple[Finding, ...], packages: tuple[Package, ...], checked: str) -> str:
     """One row per audited package: the pinned release, the newest on PyPI and what the findings say about it."""
-    lines = [f"| package | the suite's pin | newest on PyPI ({checked}) | findings on the newest release |",
-             "| --- | --- | --- | --- |"]
-    lines += [f"| {p.label} | {p.pinned} | {p.newest} | {newest_summary(p, findings)} |" for p in packages]
+    lines = [f"| package | the suite's pin | newest on PyPI ({checked}) | releases audited | findings on the newest "
+             "release |", "| --- | --- | --- | --- | --- |"]
+    for p in packages:
+        audited = sorted({r for f in findings if f.package == p.name for r in f.results}, key=release_key)
+        lines.append(f"| {p.label} | {p.pinned} | {p.newest} | {', '.join(audited)} | {newest_summary(p, findings)} |")
     return "\n".join(lines)
 
 
