@@ -136,7 +136,9 @@ def table(name: str, releases: list[str], observed: dict, not_run: dict[str, str
     for f in es.published.findings(name):
         instances = sorted({inst for (fid, _, inst) in observed if fid == f.id}) or [""]
         for inst in instances:
-            cells, verdicts, mismatched = [], [], []
+            cells: list[str] = []
+            verdicts: list[str | None] = []
+            mismatched: list[str] = []
             for rel in releases:
                 seen = observed.get((f.id, rel, inst))
                 if rel in not_run:

@@ -88,11 +88,12 @@ def subparsers() -> dict[str, argparse.ArgumentParser]:
 
 
 def test_every_subcommand_is_walked():
-    assert set(subparsers()) == {"check", "audit", "search", "audit-sampler", "audit-loop", "rules", "prove", "sweep"}
+    assert set(subparsers()) == {"check", "audit", "search", "audit-sampler", "audit-loop", "rules", "prove", "sweep",
+                                 "findings", "fetch-vllm"}
 
 
 @pytest.mark.parametrize("name", ["check", "audit", "search", "audit-sampler", "audit-loop", "rules", "prove",
-                                  "sweep"])
+                                  "sweep", "findings", "fetch-vllm"])
 def test_every_option_has_help_with_its_default(name):
     sp = subparsers()[name]
     for action in sp._actions:

@@ -47,7 +47,7 @@ import time
 from types import ModuleType
 from typing import Any, Sequence
 
-from . import audit_loop, audit_sampler, check, findings, prove, rules, search, sweep
+from . import audit_loop, audit_sampler, check, fetch_vllm, findings, prove, rules, search, sweep
 from . import audit as audit_command
 from .check import _short_proposer, _sig4  # noqa: F401 - the check table's formats, tested by name
 from .common import DEFAULT_TIME_LIMIT, TABLE_WIDTH, TIMING_KEYS, _Out, adapter_names, drop_timings, run_command
@@ -62,7 +62,7 @@ __all__ = ["main", "entry", "DEFAULT_TIME_LIMIT", "TABLE_WIDTH", "TIMING_KEYS", 
 #: (adds its parser) and ``run(args) -> exit code``
 COMMANDS: dict[str, ModuleType] = {"check": check, "audit": audit_command, "search": search, "sweep": sweep,
                                    "audit-sampler": audit_sampler, "audit-loop": audit_loop, "prove": prove,
-                                   "rules": rules, "findings": findings, "fetch-vllm": findings.FetchVllm}
+                                   "rules": rules, "findings": findings, "fetch-vllm": fetch_vllm}
 
 
 def _parser(only: str | None = None) -> Any:

@@ -1,4 +1,4 @@
-"""``exactspec findings`` and ``exactspec fetch-vllm``: the findings on published code, and vLLM's sampler files."""
+"""``exactspec findings``: the findings on published code, per package and release (Markdown tables)."""
 
 from __future__ import annotations
 
@@ -28,30 +28,8 @@ def register(sub: Any, o: Options) -> None:
                                         "release (Markdown tables)")
     f.add_argument("--package", metavar="NAME", help="one package by its PyPI name (default: every audited package)")
     f.add_argument("--write", nargs="+", metavar="FILE",
-                   help="render the tables into each FILE's marked blocks (the README, docs/real-code.md)")
+                   help="render the tables into each FILE's marked blocks, e.g. README.md docs/real-code.md (default: "
+                        "print them)")
 
 
 run = _cmd_findings
-
-
-def _cmd_fetch_vllm(args: Any) -> int:
-    from ..published import fetch_vllm
-    _print(fetch_vllm(args.release, args.dir, quiet=not args.verbose))
-    return 0
-
-
-class FetchVllm:
-    """The ``fetch-vllm`` sub-command: fetch, verify and unpack vLLM's rejection sampler files; print the path."""
-
-    @staticmethod
-    def register(sub: Any, o: Options) -> None:
-        """Add the ``fetch-vllm`` sub-command to ``sub``."""
-        from ..published import VLLM_RELEASES
-        f = sub.add_parser("fetch-vllm", help="download a vLLM wheel (no dependencies), check its published sha256, "
-                                              "unpack the files its v1 rejection sampler needs, print the directory")
-        f.add_argument("--release", default="0.32.0", choices=sorted(VLLM_RELEASES),
-                       help="the vLLM release (default 0.32.0, the one the suite's findings describe)")
-        f.add_argument("--dir", default=None, help="where to unpack (default ~/.cache/exactspec/vllm-RELEASE)")
-        f.add_argument("-v", "--verbose", action="store_true", help="show pip's download progress")
-
-    run = staticmethod(_cmd_fetch_vllm)

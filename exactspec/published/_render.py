@@ -20,8 +20,8 @@ def _groups(finding: Finding) -> list[tuple[str, Result]]:
     """Consecutive audited releases with the same result, as ('5.24.0, 5.25.0', result)."""
     ordered = sorted(finding.results.items(), key=lambda kv: release_key(kv[0]))
     out = []
-    for _, run in groupby(ordered, key=lambda kv: kv[1]):
-        run = list(run)
+    for _, group in groupby(ordered, key=lambda kv: kv[1]):
+        run = list(group)
         out.append((", ".join(release for release, _ in run), run[0][1]))
     return out
 

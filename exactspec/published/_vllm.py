@@ -200,10 +200,12 @@ def _constants(wheel: zipfile.ZipFile) -> dict[str, dict]:
     tree = ast.parse(wheel.read("vllm/config/model.py"))
     for node in tree.body:
         targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
-        if any(getattr(t, "id", None) == "PROCESSED_LOGPROBS_MODES" for t in targets):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and any(
+                getattr(t, "id", None) == "PROCESSED_LOGPROBS_MODES" for t in targets):
             value = ast.literal_eval(node.value)
             return {"vllm.config.model": {"PROCESSED_LOGPROBS_MODES": value}}
-    raise RuntimeError("PROCESSED_LOGPROBS_MODES not found in the wheel's vllm/config/model.py")
+    raise ReleaseUnsupported("PROCESSED_LOGPROBS_MODES not found in the wheel's vllm/config/model.py: the stubs "
+                             "cannot carry it (a release whose config moved needs its file list revised)")
 
 
 def fetch(version: str = DEFAULT_VERSION, directory: str | None = None, *, quiet: bool = True) -> str:
