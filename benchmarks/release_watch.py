@@ -1,6 +1,6 @@
 """Release watch: audit the findings of published packages on other releases, and say what changed.
 
-    python -m benchmarks.release_watch                      # every package: its pinned and its newest release
+    python -m benchmarks.release_watch                      # every package: pinned, newest, those in the data
     python -m benchmarks.release_watch transformers         # one package: pinned and newest
     python -m benchmarks.release_watch transformers==5.23.0 transformers==5.25.0 vllm
 
@@ -185,10 +185,11 @@ def _change(releases: list[str], verdicts: list[str | None], cells: list[str]) -
 
 
 def watch(name: str, extra: list[str]) -> bool:
-    """Audit one package's findings on its pinned release, its newest and ``extra``; print the table."""
+    """Audit one package's findings on its pinned release, its newest, those the data records and ``extra``."""
     pinned = es.published.package(name).pinned
     newest = newest_release(name)
-    releases = sorted({pinned, newest, *extra}, key=release_key)
+    recorded = {r for f in es.published.findings(name) for r in (*f.results, *f.not_run)}
+    releases = sorted({pinned, newest, *recorded, *extra}, key=release_key)
     print(f"\n## {name}: pinned {pinned}, newest on the index {newest}, audited here: {', '.join(releases)}\n")
     observed: dict = {}
     not_run: dict[str, str] = {}
