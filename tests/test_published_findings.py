@@ -195,3 +195,17 @@ def test_the_watch_groups_the_selections_by_module():
     args = release_watch.pytest_args("vllm")
     assert args == [["tests/test_published_vllm.py", "-k", " or ".join(
         f"({shlex.split(f.test)[2]})" for f in es.published.findings("vllm"))]]
+
+
+@pytest.mark.slow
+def test_the_release_watch_runs_a_package_end_to_end():
+    # the command as a maintainer runs it: the index's newest medusa-llm (0.1, the pin), its findings tests, the table
+    pytest.importorskip("medusa.model.utils")
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "benchmarks.release_watch", "medusa-llm"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| medusa-typical")]
+    assert len(rows) == 2 and all(row.endswith("| unchanged | matches |") for row in rows)
+    assert "## medusa-llm: pinned 0.1, newest on the index 0.1" in done.stdout
