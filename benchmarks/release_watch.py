@@ -27,7 +27,6 @@ import json
 import os
 import pathlib
 import re
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -99,13 +98,12 @@ def pytest_args(name: str) -> list[list[str]]:
     """One pytest argument list per test module holding the package's findings (their ``-k`` selections or-ed)."""
     by_module: dict[str, list[str]] = {}
     for f in es.published.findings(name):
-        words = shlex.split(f.test)
-        module, selection = words[0], (words[words.index("-k") + 1] if "-k" in words else None)
-        by_module.setdefault(module, [])
-        if selection is None:
-            by_module[module].append("")
-        elif "" not in by_module[module]:
-            by_module[module].append(f"({selection})")
+        for module, selection in f.selections():
+            by_module.setdefault(module, [])
+            if selection is None:
+                by_module[module].append("")
+            elif "" not in by_module[module]:
+                by_module[module].append(f"({selection})")
     return [[module] + (["-k", " or ".join(sel)] if "" not in sel else []) for module, sel in by_module.items()]
 
 

@@ -285,11 +285,17 @@ FINDINGS += (
     Finding(
         "medusa-typical", "medusa-llm", "`medusa/model/utils.py` `evaluate_posterior`",
         "typical acceptance (eps 0.09, alpha 0.3), T=1 and 1/2; a hand-worked instance; 8 configurations: trees "
-        "(2,), (2, 1), (2, 1) top-k, (3,), order-1, vocab 3-4",
+        "(2,), (2, 1), (2, 1) top-k, (3,), order-1, vocab 3-4; 256 pinned random configurations (7 tree shapes, "
+        "both children modes, vocab 3-4, order-1), each with float32 and float64 laws",
         "lossy by design (typical acceptance); its law equals the catalog rule `typical_acceptance_medusa` exactly "
         "(the catalog's `typical_acceptance` differs: entropy with `+1e-5`, longest accepted path, argmax after the "
-        "prefix)",
-        "tests/test_published_trees.py -k medusa",
+        "prefix); where two longest paths have exactly equal likelihood the rule takes the first, medusa's "
+        "`torch.sum(torch.log(...))` (utils.py l. 325-328) whichever float rounds larger",
+        "tests/test_published_trees.py -k medusa; tests/test_published_medusa_configurations.py",
         {"0.1": Result("biased", {"hand-worked, tree (2,) top-k, vocab 3": "3/4",
-                                  "8 configurations": "the law of `typical_acceptance_medusa`, exactly (==)"})}),
+                                  "8 configurations": "the law of `typical_acceptance_medusa`, exactly (==)",
+                                  "256 pinned random configurations, float32 and float64": (
+                                      "the law of `typical_acceptance_medusa` exactly (==), except at exact likelihood "
+                                      "ties, which medusa breaks by float rounding: 3 of 512 (configuration, dtype) "
+                                      "pairs, each = the rule with float tie-breaking")})}),
 )

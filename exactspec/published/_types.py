@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -68,6 +69,18 @@ class Finding:
     results: Mapping[str, Result] = field(default_factory=dict)
     #: releases that could not be audited, with the reason
     not_run: Mapping[str, str] = field(default_factory=dict)
+
+    def selections(self) -> list[tuple[str, str | None]]:
+        """The pytest selections ``test`` names, as (module, ``-k`` expression or None); ``; `` separates several.
+
+        >>> Finding("x", "p", "c", "s", "k", 'tests/a.py -k "b or c"; tests/d.py').selections()
+        [('tests/a.py', 'b or c'), ('tests/d.py', None)]
+        """
+        out: list[tuple[str, str | None]] = []
+        for part in self.test.split("; "):
+            words = shlex.split(part)
+            out.append((words[0], words[words.index("-k") + 1] if "-k" in words else None))
+        return out
 
     def result(self, release: str) -> Result | None:
         """The result recorded for ``release``, or None where that release was not audited."""

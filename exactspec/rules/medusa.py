@@ -12,6 +12,15 @@ published variant, exactly:
    ``p(x) > threshold``); the longest wins, ties broken by the largest likelihood
    ``prod p(x)`` over the accepted tokens, then by the lowest path (``torch.argmax``); the
    catalog rule walks down from the root into the first passing child.
+
+   *Exact ties* are where this rule and the float code can part: two longest paths with equal
+   likelihood (``1/3 * 3/4 == 1/2 * 1/2``) go here to the first path, while medusa-llm compares
+   ``torch.sum(torch.log(candidates_prob))`` in float, where equal products round apart and the
+   larger float wins whatever the path order; and ``p(x) == posterior_threshold`` exactly
+   (``9/100``, e.g. sharpened weights (3, 9, 3, 1)) is rejected here (``>``) but may pass the
+   code's float comparison. Off such ties the code's law has equalled this rule's exactly in every
+   configuration tried (``tests/test_published_medusa_configurations.py`` pins both: the equality,
+   and at each tie the law of this rule with the ties decided by the float code).
 3. **After the accepted prefix** Medusa emits ``argmax p`` at the node after it (the next
    step's root token is ``torch.argmax(logits)`` in ``generate_candidates``): greedy, never a
    sample; the catalog rule draws that token from ``p``. So the published verifier makes no
