@@ -90,7 +90,7 @@ def test_a_fix_renders_as_fixed_with_its_release():
                 {"5.24.0": Result("biased", "1/3"), "5.25.0": Result("lossless", "0")}, {"5.26.0": "needs torch 9"})
     assert f.fixed_in() == "5.25.0"
     row = es.published._render.row(f, {p.name: p for p in es.published.packages()})
-    assert "5.24.0: **biased**; 5.25.0: lossless; fixed in 5.25.0; 5.26.0: not audited (needs torch 9)" in row
+    assert "5.24.0: **biased**; 5.25.0: lossless; fixed in 5.25.0; 5.26.0: not audited (why: the packages table)" in row
     assert "5.24.0: 1/3; 5.25.0: 0" in row
 
 
@@ -198,13 +198,14 @@ def test_the_watch_groups_the_selections_by_module():
 
 @pytest.mark.slow
 def test_the_release_watch_runs_a_package_end_to_end():
-    # the command as a maintainer runs it: the index's newest medusa-llm (0.1, the pin), its findings tests, the table
-    pytest.importorskip("medusa.model.utils")
+    # the command as a maintainer runs it: the index's newest eagle-llm (1.2.1, the pin), its findings tests, the table
+    pytest.importorskip("eagle.model.utils")
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-m", "benchmarks.release_watch", "medusa-llm"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.release_watch", "eagle-llm"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = [line for line in done.stdout.splitlines() if line.startswith("| medusa-typical")]
-    assert len(rows) == 2 and all(row.endswith("| unchanged | matches |") for row in rows)
-    assert "## medusa-llm: pinned 0.1, newest on the index 0.1" in done.stdout
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| eagle-")]
+    instances = sum(len(f.result("1.2.1").figures) for f in es.published.findings("eagle-llm"))
+    assert len(rows) == instances == 13 and all(row.endswith("| unchanged | matches |") for row in rows)
+    assert "## eagle-llm: pinned 1.2.1, newest on the index 1.2.1" in done.stdout

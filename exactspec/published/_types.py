@@ -46,8 +46,16 @@ class Result:
 
     @property
     def text(self) -> str:
-        """The figure as the table prints it."""
-        return "; ".join(f"{k}: {v}" if k else v for k, v in self.figures.items())
+        """The figure as the table prints it: instances that share a figure listed once, before it.
+
+        >>> Result("biased", {"a": "1/2", "b": "1/2", "c": "1/3"}).text
+        'a, b: 1/2; c: 1/3'
+        """
+        by_figure: dict[str, list[str]] = {}
+        for instance, figure in self.figures.items():
+            by_figure.setdefault(figure, []).append(instance)
+        return "; ".join(f"{', '.join(i for i in instances if i)}: {figure}" if any(instances) else figure
+                         for figure, instances in by_figure.items())
 
 
 @dataclass(frozen=True)
