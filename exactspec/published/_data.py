@@ -22,6 +22,9 @@ PACKAGES: tuple[Package, ...] = (
     Package("medusa-llm", label="Medusa (medusa-llm)", pinned="0.1", newest="0.1"),
     Package("specdec", label="specdec", pinned="0.2.0", newest="0.2.0"),
     Package("speculative-decoding", label="lucidrains speculative-decoding", pinned="0.2.0", newest="0.2.0"),
+    Package("sequential-speculative-decoding", label="sequential-speculative-decoding", pinned="0.1.1",
+            newest="0.1.1"),
+    Package("flashspec", label="flashspec", pinned="0.3.1", newest="0.3.1"),
 )
 
 TF = "transformers"
@@ -298,4 +301,64 @@ FINDINGS += (
                                       "the law of `typical_acceptance_medusa` exactly (==), except at exact likelihood "
                                       "ties, which medusa breaks by float rounding: 3 of 512 (configuration, dtype) "
                                       "pairs, each = the rule with float tie-breaking")})}),
+)
+
+SEQ, FLASH = "sequential-speculative-decoding", "flashspec"
+
+FINDINGS += (
+    # -- sequential-speculative-decoding (claims "without changing the output distribution") ---------------------------
+    Finding(
+        "sequential-speculative-decoding-lossless", SEQ, "`speculative_generate(method=\"standard\" | \"naive_hsd\")`",
+        "gamma 1-3; T=1, T=1/2, a greedy drafter, greedy; `capped_hsd` at gamma 1; order-1, vocab 2-3, float64 "
+        "stand-ins; `standard` on torch's own generator; a search over 135 small instances finds no bias in "
+        "`naive_hsd`",
+        "rounding; `u < acceptance_prob` is strict, so a token with p = 0 is never accepted",
+        "tests/test_recipes_sequential_speculative_decoding.py -k \"lossless or temperatures or greedy_decoding\"",
+        {"0.1.1": Result("lossless", {"float64 stand-ins, ideal uniforms": "TV <= 2^-40 each (float64 rounding)",
+                                      "standard, torch's generator": "TV < 10^-6 (float32 grid)",
+                                      "greedy": "0 (exact)"})}),
+    Finding(
+        "sequential-speculative-decoding-capped-hsd", SEQ, "`speculative_generate(method=\"capped_hsd\")`",
+        "T=1; gamma 2 (order-1, vocab 3, 2 tokens), gamma 3 (vocab 2, 4 tokens); a draft with q(x) = 0 < p(x) "
+        "(gamma 1, 1 token)",
+        "algorithmic: three off-by-one indices in `capped_hsd.py`: the whole draft accepted on the capped ratio of "
+        "its first gamma - 1 tokens (l. 210), the next acceptance rate from the kept token's branch (l. 221-224), "
+        "the replacement drawn from `draft_probs[tau + 1]` weighted by position `tau`'s ratios (l. 243-253); with the "
+        "three moved by one it is lossless at gamma 2 and 3. `where(q_joint > 0, p/q, 0)` (l. 132-136) drops a token "
+        "the draft cannot propose from the residual",
+        "tests/test_recipes_sequential_speculative_decoding.py -k \"capped_hsd_is_biased or cannot_propose\"",
+        {"0.1.1": Result("biased", {"gamma 2, vocab 3, 2 tokens": "11517/45220", "gamma 3, vocab 2, 4 tokens": "41/160",
+                                    "q(x) = 0 < p(x), gamma 1": "1/4"})}),
+    Finding(
+        "sequential-speculative-decoding-greedy-drafter", SEQ, "`speculative_generate(method=\"capped_hsd\", "
+        "draft_temperature=0)`",
+        "gamma 1, 2 tokens, order-1, vocab 3",
+        "algorithmic: with a one-hot draft the residual is all zero after a rejection and `torch.multinomial` "
+        "raises (l. 255)",
+        "tests/test_recipes_sequential_speculative_decoding.py -k greedy_drafter",
+        {"0.1.1": Result("crashes", "with probability 8/17")}),
+    # -- flashspec (claims "Lossless") -----------------------------------------------------------------------------
+    Finding(
+        "flashspec-lossless", FLASH, "`SpeculativeEngine.generate`",
+        "batch 1 and 2, T=1 and 1/2, a drafter at another temperature, gamma 1-2, prompt lookup, `composite-g6-f2` "
+        "(the default `auto`), a temperature-0 drafter at batch 1; greedy; order-1, vocab 3",
+        "float32 rounding (`logits.float()`, `kv_cache.py` l. 522)",
+        "tests/test_recipes_flashspec.py -k \"lossless or greedy_is\"",
+        {"0.3.1": Result("lossless", {"sampling": "0 < TV < 10^-6 each (float32 rounding)",
+                                      "greedy": "0 (exact)"})}),
+    Finding(
+        "flashspec-greedy-drafter-batch", FLASH, "`HuggingFaceDrafter(temperature=0)` with a sampling target",
+        "batch 2 (the generic loop), gamma 1, 2 tokens, order-1, vocab 3",
+        "algorithmic: `_sample_uncached` proposes the argmax (`_pick`, `hf_drafter.py` l. 459-460) but returns the "
+        "temperature-1 log-probs (l. 491) as the draft law `rejection_sample` verifies against (l. 403-405); at "
+        "batch 1 the drafter samples at temperature 1 instead (lossless)",
+        "tests/test_recipes_flashspec.py -k greedy_drafter",
+        {"0.3.1": Result("biased", "8/17")}),
+    Finding(
+        "flashspec-seeded", FLASH, "`SamplingConfig(seed=...)`",
+        "a seeded engine",
+        "the engine makes its own `torch.Generator` per call: randomness the audit cannot intercept, refused with "
+        "the line, never a verdict",
+        "tests/test_recipes_flashspec.py -k seeded",
+        {"0.3.1": Result("refused", "UnsupportedRandomness: a torch.Generator made per call at speculative.py:656")}),
 )
