@@ -221,6 +221,11 @@ def watch(name: str, extra: list[str]) -> bool:
     text, ok = table(name, releases, observed, not_run)
     print()
     print(text)
+    recorded_newest = es.published.package(name).newest
+    if recorded_newest != newest:
+        ok = False
+        print(f"\nthe findings data says the newest {name} is {recorded_newest}, the index says {newest}: update "
+              "exactspec/published/_data.py (Package.newest, CHECKED) with the results above")
     for rel, why in not_run.items():
         print(f"\n{name} {rel} not run: {why}")
     return ok and not not_run
