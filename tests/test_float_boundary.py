@@ -32,7 +32,10 @@ ONE = dict(target=P0, draft=Q0, proposer=es.drafts.chain(1), tokens=1)
 def test_rounding_allowance_is_sixteen_roundings_per_entry_and_position_capped():
     assert rounding_allowance("float32", vocab=3, positions=2) == F(16 * 3 * 2, 2 ** 24)
     assert typical_rounding("float32", vocab=3, positions=2) == F(3 * 2, 2 ** 24)
-    assert rounding_allowance("bfloat16", vocab=8, positions=10) == ROUNDING_CAP
+    assert rounding_allowance("float32", vocab=8 * 2 ** 10, positions=10) == ROUNDING_CAP
+    # bfloat16's unit roundoff is 2**-8: its own cap, not float32's (2/3 alone rounds by 1.3e-3 in bfloat16)
+    assert rounding_allowance("bfloat16", vocab=8, positions=10) == F(1, 16)
+    assert rounding_allowance("float16", vocab=2, positions=1) == F(16 * 2, 2 ** 11) > ROUNDING_CAP
     with pytest.raises(ValueError):
         rounding_allowance("float8", vocab=2, positions=1)
 

@@ -34,14 +34,19 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-__all__ = ["F64_ALLOWANCE", "ROUNDING_CAP", "UNIT_ROUNDOFF", "Boundary", "decide", "rounding_allowance",
+__all__ = ["F64_ALLOWANCE", "ROUNDING_CAP", "UNIT_ROUNDOFF", "Boundary", "decide", "rounding_allowance", "rounding_cap",
            "typical_rounding", "tolerance_text", "coarser_than_float64"]
 
 #: what float64 rounding may cost a correct implementation on the small instances audits run (TV)
 F64_ALLOWANCE = Fraction(1, 2 ** 40)
 
-#: no float rounding costs more than this on the small instances audits run: a TV above it is never rounding
+#: no float32 (or float64) rounding costs more than this on the small instances audits run: a TV above it is never
+#: rounding (float16 and bfloat16: :func:`rounding_cap`)
 ROUNDING_CAP = Fraction(1, 2 ** 12)
+
+#: the most float16 or bfloat16 rounding may cost on the small instances audits run (their unit roundoffs are 2**-11
+#: and 2**-8: a probability of 2/3 alone is off by 1.3e-3 in bfloat16)
+_HALF_CAP = Fraction(1, 16)
 
 #: unit roundoff (half an ulp of 1) of each precision
 UNIT_ROUNDOFF = {"bfloat16": Fraction(1, 2 ** 8), "float16": Fraction(1, 2 ** 11),
@@ -61,13 +66,24 @@ def coarser_than_float64(precision: str | None) -> bool:
     return precision is not None and precision != "float64"
 
 
+def rounding_cap(precision: str) -> Fraction:
+    """The most rounding at ``precision`` may cost on any small instance: a TV above it is never that rounding.
+
+    >>> rounding_cap("float32") == ROUNDING_CAP, rounding_cap("bfloat16")
+    (True, Fraction(1, 16))
+    """
+    if precision not in UNIT_ROUNDOFF:
+        raise ValueError(f"unknown precision {precision!r}")
+    return ROUNDING_CAP if UNIT_ROUNDOFF[precision] <= UNIT_ROUNDOFF["float32"] else _HALF_CAP
+
+
 def rounding_allowance(precision: str, *, vocab: int, positions: int) -> Fraction:
     """The most rounding at ``precision`` may cost a correct sampler on an instance of this size (a TV bound).
 
     Each emitted outcome's probability is built from at most ``positions`` per-position computations
     (a softmax, a ratio, a residual and its normalisation: O(``vocab``) float operations each, every
     one with relative error at most the unit roundoff ``u``), so its relative error is at most
-    ``positions * vocab * 16 * u`` and the TV at most that, capped at :data:`ROUNDING_CAP`. The
+    ``positions * vocab * 16 * u`` and the TV at most that, capped at :func:`rounding_cap`. The
     bound depends on the size of the instance only, never on how tidy its numbers are.
 
     >>> rounding_allowance("float32", vocab=3, positions=4) == Fraction(16 * 3 * 4, 2 ** 24)
@@ -78,7 +94,7 @@ def rounding_allowance(precision: str, *, vocab: int, positions: int) -> Fractio
     if precision not in UNIT_ROUNDOFF:
         raise ValueError(f"unknown precision {precision!r}")
     bound = _OPERATIONS_PER_ENTRY * max(1, vocab) * max(1, positions) * UNIT_ROUNDOFF[precision]
-    return min(ROUNDING_CAP, bound)
+    return min(rounding_cap(precision), bound)
 
 
 def typical_rounding(precision: str, *, vocab: int, positions: int) -> Fraction:
@@ -146,14 +162,18 @@ class Boundary:
 
 
 def decide(*, precision: str, own_tv: Fraction, own_violations: bool, f64_tv: Fraction | None,
-           f64_violations: bool, forced: bool, tolerance: Fraction, allowance: Fraction) -> Boundary:
+           f64_violations: bool, forced: bool, tolerance: Fraction, allowance: Fraction,
+           lifted_tv: Fraction | None = None, lifted_violations: bool = False) -> Boundary:
     """The verdict from a run at the code's own precision and (when it is coarser) a run on float64 inputs.
 
     ``own_tv`` / ``own_violations``: the run at ``precision`` against the expected law; ``f64_tv`` /
     ``f64_violations``: the float64 run (None when ``precision`` is float64: one run only);
     ``forced``: something coarser than float64 was seen in the float64 run (the code casts down);
     ``tolerance``: what float64 rounding may cost (:data:`F64_ALLOWANCE` by default; 0 demands exactness);
-    ``allowance``: :func:`rounding_allowance` at ``precision`` for this instance.
+    ``allowance``: :func:`rounding_allowance` at ``precision`` for this instance;
+    ``lifted_tv`` / ``lifted_violations``: for code that casts down, a run with its casts lifted to float64 in which
+    nothing coarser than float64 was met any more (None when there is none): the same algorithm at float64, which
+    separates bias from rounding exactly, as the float64 run does for code that honours its dtype.
 
     >>> F = Fraction
     >>> decide(precision="float32", own_tv=F(1, 10**8), own_violations=False, f64_tv=F(3, 10**9),
@@ -172,8 +192,9 @@ def decide(*, precision: str, own_tv: Fraction, own_violations: bool, f64_tv: Fr
     def out(verdict: str, reason: str, algorithmic: Fraction, allowed: Fraction) -> Boundary:
         return Boundary(verdict, reason, precision, forced, own_tv, f64_tv, algorithmic, allowed)
 
-    if own_violations or f64_violations:
-        where = " and ".join(w for w, v in ((f"at {precision}", own_violations), ("at float64", f64_violations))
+    if own_violations or f64_violations or lifted_violations:
+        where = " and ".join(w for w, v in ((f"at {precision}", own_violations), ("at float64", f64_violations),
+                                            ("with its casts lifted to float64", lifted_violations))
                              if v) if f64_tv is not None else f"at {precision}"
         return out("biased", f"a support violation {where}: an outcome the expected law never emits",
                    f64_tv if f64_tv is not None else own_tv, tolerance)
@@ -183,18 +204,31 @@ def decide(*, precision: str, own_tv: Fraction, own_violations: bool, f64_tv: Fr
                        f"within float64 rounding: TV {_e(own_tv)} <= {tolerance_text(tolerance)}", own_tv, tolerance)
         return out("biased", f"algorithmic: the float64 code is TV {_e(own_tv)} from the expected law, beyond "
                    f"float64 rounding ({tolerance_text(tolerance)})", own_tv, tolerance)
+    cap = rounding_cap(precision)
     if not forced:
         if f64_tv > tolerance:
             return out("biased", f"algorithmic: the same code on float64 inputs is TV {_e(f64_tv)} from the expected "
                        f"law, beyond float64 rounding ({tolerance_text(tolerance)}); at {precision} TV {_e(own_tv)}",
                        f64_tv, tolerance)
-        if own_tv > ROUNDING_CAP:
+        if own_tv > cap:
             return out("biased", f"precision defect: lossless on float64 inputs (TV {_e(f64_tv)}) but TV {_e(own_tv)} "
-                       f"at {precision}, more than {precision} rounding can cost (at most {_e(ROUNDING_CAP)})",
-                       own_tv, ROUNDING_CAP)
+                       f"at {precision}, more than {precision} rounding can cost (at most {_e(cap)})",
+                       own_tv, cap)
         return out("lossless", f"the same code on float64 inputs is within float64 rounding (TV {_e(f64_tv)} <= "
                    f"{tolerance_text(tolerance)}); the TV at {precision}, {_e(own_tv)}, is {precision} rounding",
                    f64_tv, tolerance)
+    if lifted_tv is not None:   # the code's casts lifted: the same algorithm at float64 separates them exactly
+        if lifted_tv > tolerance:
+            return out("biased", f"algorithmic: the code computes in {precision} whatever it is handed, and with its "
+                       f"casts lifted to float64 it is TV {_e(lifted_tv)} from the expected law, beyond float64 "
+                       f"rounding ({tolerance_text(tolerance)}); at {precision} TV {_e(own_tv)}", lifted_tv, tolerance)
+        if max(own_tv, f64_tv) > cap:
+            return out("biased", f"precision defect: lossless with its casts lifted to float64 (TV {_e(lifted_tv)}) "
+                       f"but TV {_e(max(own_tv, f64_tv))} as it casts to {precision}, more than {precision} rounding "
+                       f"can cost (at most {_e(cap)})", max(own_tv, f64_tv), cap)
+        return out("lossless", f"the code computes in {precision} whatever it is handed; with its casts lifted to "
+                   f"float64 it is within float64 rounding (TV {_e(lifted_tv)} <= {tolerance_text(tolerance)}), so "
+                   f"its TV as it runs, {_e(own_tv)}, is {precision} rounding", lifted_tv, tolerance)
     # the code computes at `precision` whatever it is handed: rounding and bias separated by bounds only
     typical = allowance / _OPERATIONS_PER_ENTRY
     if f64_tv <= typical:

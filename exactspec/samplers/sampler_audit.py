@@ -35,8 +35,8 @@ from .adapters.registry import get_adapter
 from ..enumerate.rng import DeferredToken, lattice_for
 from .adapters.base import PRECISIONS, at_precision, float_precision, lowest, precision_of
 from .randomness._fast_path import fast_paths
-from .randomness.precision_watch import watching
-from .float_boundary import (F64_ALLOWANCE, ROUNDING_CAP, Boundary, coarser_than_float64, decide,
+from .randomness.precision_watch import lifting, user_site, watching
+from .float_boundary import (F64_ALLOWANCE, Boundary, coarser_than_float64, decide, rounding_cap,
                              rounding_allowance)
 from .randomness.interception import (FLOAT64_LATTICE, current_session, describe_rng_model, intercepting, private_generators,
                            watch)
@@ -76,8 +76,10 @@ class _Calls:
     """
 
     def __init__(self, sampler: Callable, adapter: Any, name: str, *, cache: bool = False,
-                 seen: set | None = None, arguments: bool = True, watch: bool = False) -> None:
+                 seen: set | None = None, arguments: bool = True, watch: bool = False, sites: dict | None = None,
+                 lift: bool = False, lifted: Callable[[str, str], None] | None = None) -> None:
         self.sampler, self.adapter, self.name, self.cache, self.seen = sampler, adapter, name, cache, seen
+        self.sites: dict = {} if sites is None else sites   # precision -> where the sampler first met it
         self.private = private_generators(getattr(sampler, "__wrapped__", sampler))
         self.session = current_session()
         self.runs = 0          # sampler calls made
@@ -91,7 +93,7 @@ class _Calls:
         # among the adapter's tensors is not the sampler casting down)
         self.fn = self._observed(sampler) if seen is not None and arguments else sampler
         if watch and seen is not None:        # every torch operation of the sampler watched (precision_watch)
-            self.fn = _watched(self.fn, seen)
+            self.fn = _watched(self.fn, seen, self.sites, lift, lifted)
 
     def rule(self) -> Rule:
         return Rule(self.run if self.cache else self.direct, name=self.name, family=self.adapter.family,
@@ -111,6 +113,7 @@ class _Calls:
                     p = float_precision((args, kwargs), 4)
                     if p is not None:
                         seen.add(p)
+                        self.sites.setdefault(p, "the inputs the adapter hands")
                     if sig is not None:
                         signatures.add(sig)
             return sampler(*args, **kwargs)
@@ -126,6 +129,8 @@ class _Calls:
                 _BY_TYPE[t] = p
         if p is not None:
             self.seen.add(p)
+            if p != "float64" and p not in self.sites:
+                self.sites[p] = user_site(2)
 
     def direct(self, step: Any, rng: Any) -> list[int]:
         """One real call of the sampler on this branch."""
@@ -369,11 +374,13 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
     return report
 
 
-def _watched(sampler: Callable, seen: set) -> Callable:
-    """``sampler`` noting in ``seen`` each dtype coarser than float64 that meets float64 data in its torch operations."""
+def _watched(sampler: Callable, seen: set, sites: dict | None = None, lift: bool = False,
+             lifted: Callable[[str, str], None] | None = None) -> Callable:
+    """``sampler`` noting in ``seen`` (and ``sites``) each dtype coarser than float64 that meets float64 data in its
+    torch operations; with ``lift``, its casts to a coarser float dtype lifted to float64 (``lifted`` told of each)."""
     @functools.wraps(sampler)
     def watched(*args: Any, **kwargs: Any) -> Any:
-        with watching(seen.add):
+        with (lifting(lifted) if lift else contextlib.nullcontext()), watching(seen.add, sites):
             return sampler(*args, **kwargs)
     return watched
 
@@ -385,10 +392,14 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
 
     The run at the sampler's own precision is ``report``; a second run hands the same sampler float64
     laws (:meth:`~.adapters.base.Adapter.with_precision`) and draws its uniforms on the float64 lattice (or the
-    continuous model, as the first run did), noting the float dtypes it meets: something coarser than
-    float64 there means the sampler casts down (``forced``). The decision is
-    :func:`~.float_boundary.decide`'s. ``used``: the (generator, lattice) pairs the first run drew from under
-    the ``native`` model (numpy's and Python's 53-bit lattice is already float64's).
+    continuous model, as the first run did), every torch operation watched
+    (:mod:`~.randomness.precision_watch`): a dtype coarser than float64 met there (at the draws, or meeting float64
+    data in an operation: a cast down and back, a float32 or numpy float32 constant) means the sampler casts down.
+    Then a third run lifts the sampler's own casts to float64 (:func:`~.randomness.precision_watch.lifting`): when
+    nothing coarser is met any more, that run is the algorithm at float64 and decides alone (bias and rounding
+    separated exactly); otherwise (a cast it cannot lift: numpy, a constant made before the call) the verdict is
+    :func:`~.float_boundary.decide`'s size-derived bounds at the coarsest precision met. ``used``: the (generator,
+    lattice) pairs the first run drew from under the ``native`` model.
     """
     if inputs.rng_model == "native":
         coarse_generator = any(lat is not FLOAT64_LATTICE for _, lat in used)
@@ -398,78 +409,87 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
     if report.tv == 0:      # exactly the expected law as it ships: nothing for a second run to separate
         return decide(precision=prec, own_tv=report.tv, own_violations=False, f64_tv=None, f64_violations=False,
                       forced=False, tolerance=tolerance, allowance=tolerance)
+    import sys
+    torch_code = "torch" in sys.modules
     adapter64 = adapter.with_precision("float64")
-    if adapter64 is adapter and not coarse_generator and calls.seen is not None:
+    fn = sampler if adapter64 is not None else at_precision(sampler, "float64")
+    model = ("native-float64" if inputs.rng_model == "native" else
+             "float64" if inputs.lattice is not None else "continuous")
+
+    def run64(what: str, lift: bool) -> tuple[AuditReport, "_Calls", dict]:
+        sites: dict = {}
+        c = _Calls(fn, adapter64 or adapter, name, cache=cache, seen=set(), arguments=False, watch=torch_code,
+                   sites=sites, lift=lift, lifted=lambda p, site: lifts.setdefault(p, site))
+        r = run_audit(replace(inputs, rule=c.rule(), rng_model=model, lattice=lattice_for(model)),
+                      budget=shared.next(), exact_floats=True, on_error=on_error,   # a crash: recorded there too
+                      progress=progress, what=f"audit_sampler {name} ({what})")
+        return r, c, sites
+
+    lifts: dict = {}
+    again = not (adapter64 is adapter and not coarse_generator and calls.seen is not None)
+    if not again and torch_code and not report.support_violations and \
+            tolerance < report.tv <= rounding_allowance("bfloat16", vocab=inputs.target.vocab, positions=1):
+        again = True      # float64 inputs and generator already, but a torch operation may cast down: watched
+    if not again:
         # the first run already had float64 inputs and generator, its dtypes noted: it is the float64 run
-        forced = coarser_than_float64(prec)
-        f64 = None if not forced else report
+        f64, seen64, sites64 = report, set(calls.seen), dict(calls.sites)
     else:
-        fn = sampler if adapter64 is not None else at_precision(sampler, "float64")
-        calls64 = _Calls(fn, adapter64 or adapter, name, cache=cache, seen=set(), arguments=False)
-        # the generator at float64 too: native draws each on the 53-bit lattice (races still ideal), a named
-        # lattice becomes float64's, continuous stays continuous
-        model = ("native-float64" if inputs.rng_model == "native" else
-                 "float64" if inputs.lattice is not None else "continuous")
-        f64 = run_audit(replace(inputs, rule=calls64.rule(), rng_model=model, lattice=lattice_for(model)),
-                        budget=shared.next(), exact_floats=True, on_error=on_error,   # a crash: recorded there too
-                        progress=progress, what=f"audit_sampler {name} (float64 run)")
-        forced = adapter64 is None or coarser_than_float64(lowest(calls64.seen))
+        f64, calls64, sites64 = run64("float64 run", False)
+        seen64 = calls64.seen
         extra["float64_sampler_calls"] = calls64.runs
         if calls64.hits:
             extra["float64_cached_calls"] = calls64.hits
-        extra["float64_run"] = {"tv": str(f64.tv), "rng_model": model,
-                                "inputs": "float64" if adapter64 is not None else
-                                f"{prec} laws cast to float64 (the {adapter.name} adapter cannot hand float64)",
-                                "coarsest_dtype_seen": lowest(calls64.seen) or "none"}
-    allowance_at = prec if coarser_than_float64(prec) else "float32" if forced else "float64"
+    coarse64 = lowest(p for p in seen64 if coarser_than_float64(p))
+    forced = adapter64 is None or coarse64 is not None
+    met = {p for p in (prec, coarse64) if coarser_than_float64(p)}
+    sites = {**calls.sites, **sites64}
+    extra["float64_run"] = {"tv": str(f64.tv), "rng_model": model if f64 is not report else inputs.rng_model,
+                            "inputs": "float64" if adapter64 is not None else
+                            f"{prec} laws cast to float64 (the {adapter.name} adapter cannot hand float64)",
+                            "coarsest_dtype_seen": coarse64 or "none"}
+    lifted_run = None
+    if forced and torch_code and not f64.support_violations and f64.tv > tolerance:
+        # the code casts down: run it once more with its casts lifted to float64; when nothing coarser is met then,
+        # that run is the same algorithm at float64, and rounding and bias separate exactly
+        try:
+            lifted, calls_l, sites_l = run64("casts lifted to float64", True)
+        except (BudgetExceeded, KeyboardInterrupt):
+            raise
+        except Exception as exc:     # noqa: BLE001  a cast the code needs coarse (a bit view): bounds decide
+            extra["lifted_run"] = {"completed": False, "why": f"{type(exc).__name__}: {exc}"}
+        else:
+            still = lowest(p for p in calls_l.seen if coarser_than_float64(p))
+            extra["lifted_run"] = {"completed": True, "tv": str(lifted.tv), "casts_lifted": dict(lifts),
+                                   "still_coarse": still or "none",
+                                   **({"still_coarse_at": sites_l.get(still, "at a draw")} if still else {})}
+            if still is None and adapter64 is not None:
+                lifted_run = lifted
+    lowest_met = lowest(met) or "float64"
+    if met:
+        where = sites.get(lowest_met) or ("the inputs the adapter hands" if lowest_met == prec else "unknown")
+        extra["lowest_precision"] = {"precision": lowest_met, "where": where}
     positions = inputs.tokens * inputs.proposer.max_tokens()
-    allowance = rounding_allowance(allowance_at, vocab=inputs.target.vocab, positions=positions)
-    if f64 is None:
-        boundary = decide(precision="float64", own_tv=report.tv, own_violations=bool(report.support_violations),
-                          f64_tv=None, f64_violations=False, forced=False, tolerance=tolerance,
-                          allowance=max(tolerance, allowance))
-    else:
-        boundary = decide(precision=allowance_at, own_tv=report.tv, own_violations=bool(report.support_violations),
-                          f64_tv=f64.tv, f64_violations=bool(f64.support_violations), forced=forced,
-                          tolerance=tolerance, allowance=max(tolerance, allowance))
-    if boundary.verdict == "lossless" or forced or report.support_violations or \
-            (f64 is not None and f64.support_violations) or not tolerance < boundary.algorithmic_tv <= ROUNDING_CAP:
-        return boundary
-    # not lossless, by no more than rounding can cost, and nothing coarser than float64 met the randomness: the run
-    # the verdict rests on again, every torch operation of the sampler watched for a coarser dtype meeting float64
-    # data (a .float() and back, a float32 constant) -- rounding that is not bias
-    again = f64 if f64 is not None else report
-    if again is report:
-        fn, adapter_w, model = sampler, adapter, inputs.rng_model
-    else:
-        fn, adapter_w = (sampler if adapter64 is not None else at_precision(sampler, "float64")), adapter64 or adapter
-        model = ("native-float64" if inputs.rng_model == "native" else
-                 "float64" if inputs.lattice is not None else "continuous")
-    watched = _Calls(fn, adapter_w, name, cache=cache, seen=set(), arguments=False, watch=True)
-    rerun = run_audit(replace(inputs, rule=watched.rule(), rng_model=model, lattice=lattice_for(model)),
-                      budget=shared.next(), exact_floats=True, on_error=on_error, progress=progress,
-                      what=f"audit_sampler {name} (precision watch)")
-    if rerun.output != again.output:
-        raise ExactSpecError(f"audit_sampler: sampler {name} gave another law when run again on the same inputs (it "
-                             "depends on something besides its inputs and its draws: a global it changes, the "
-                             "clock); audit a sampler that is a function of them")
-    coarse = lowest(p for p in watched.seen if coarser_than_float64(p))
-    if coarse is None:
-        return boundary
-    extra["forced_precision"] = coarse
-    extra["forced_precision_from"] = (
-        "a torch operation of the sampler where a " + coarse + " tensor met float64 data (a cast down and back, a "
-        "coarser constant), seen by running the sampler again with every operation watched")
-    at = lowest({coarse} | ({prec} if coarser_than_float64(prec) else set())) or coarse
-    return decide(precision=at, own_tv=report.tv, own_violations=False, f64_tv=again.tv, f64_violations=False,
-                  forced=True, tolerance=tolerance,
-                  allowance=max(tolerance, rounding_allowance(at, vocab=inputs.target.vocab, positions=positions)))
+    at = lowest_met if met else "float64"
+    allowance = max(tolerance, rounding_allowance(at, vocab=inputs.target.vocab, positions=positions))
+    if not met:           # float64 throughout: one run decides
+        return decide(precision="float64", own_tv=report.tv, own_violations=bool(report.support_violations),
+                      f64_tv=None, f64_violations=False, forced=False, tolerance=tolerance, allowance=allowance)
+    if forced:
+        extra["forced_precision"] = coarse64 or prec
+        extra["forced_precision_from"] = (
+            f"the sampler met {coarse64 or prec} at {sites.get(coarse64 or prec, 'a draw')} on float64 inputs "
+            "(a cast down, a coarser constant)" + ("" if "lifted_run" not in extra else
+                                                    ", and lifting its casts to float64 did not remove it"))
+    return decide(precision=at, own_tv=report.tv, own_violations=bool(report.support_violations),
+                  f64_tv=f64.tv, f64_violations=bool(f64.support_violations), forced=forced, tolerance=tolerance,
+                  allowance=allowance, lifted_tv=None if lifted_run is None else lifted_run.tv,
+                  lifted_violations=lifted_run is not None and bool(lifted_run.support_violations))
 
 
 def _rounding_figures(adapter: Any, prec: str, inputs: AuditInputs, expected: Model | None, shared: "_Shared",
                       cache: bool, extra: dict) -> dict:
     """What rounding costs the adapter's correct reference sampler at each precision on this instance (figures only:
-    the verdict is the float boundary's); a reference further than ROUNDING_CAP from its exact rule is refused.
+    the verdict is the float boundary's); a reference further than rounding_cap(precision) from its exact rule is refused.
     Returns the reference's law at the sampler's precision."""
     exact = audit(rule=adapter.reference_rule, budget=shared.next(), target=inputs.target, draft=inputs.draft,
                   proposer=inputs.proposer, prompt=inputs.prompt, tokens=inputs.tokens, expected=expected,
@@ -489,12 +509,12 @@ def _rounding_figures(adapter: Any, prec: str, inputs: AuditInputs, expected: Mo
         if p == prec:
             ref_law = ref.output
     rounding = Fraction(extra[f"rounding_tv_{prec}"])
-    if rounding > ROUNDING_CAP:
+    if rounding > rounding_cap(prec):
         # a correct sampler far from its exact rule is a broken reference, not rounding (no false pass)
         raise ExactSpecError(
             f"the {adapter.name} adapter's reference sampler at {prec} lands TV {float(rounding):.6g} from its "
             f"exact rule {adapter.reference_rule.name} on this instance, more than float rounding can cost "
-            f"(at most 2**-{ROUNDING_CAP.denominator.bit_length() - 1}): the reference is broken, so "
+            f"(at most {rounding_cap(prec)}): the reference is broken, so "
             "no verdict (check the adapter's reference and reference_rule; reference=False audits without one)")
     extra["rounding_tv"] = str(rounding)
     return ref_law

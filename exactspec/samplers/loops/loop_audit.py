@@ -52,16 +52,16 @@ from ...enumerate.rng import PathRng, _Diverged, lattice_for
 from ...enumerate.step import Meter, check_budget
 from ...enumerate.stream import target_law
 from ..._crash import CrashReport, crash_site
-from ...errors import ExactSpecError, RuleError
+from ...errors import BudgetExceeded, ExactSpecError, RuleError
 from ...fields import get_field
 from ...laws import to_rational, total_variation
 from ...models import Model
 from ...report import AuditReport
 from ..adapters.base import lowest, precision_of
-from ..float_boundary import ROUNDING_CAP, coarser_than_float64, decide, rounding_allowance
+from ..float_boundary import ROUNDING_CAP, coarser_than_float64, decide, rounding_allowance, rounding_cap
 from ..randomness import _fast_path
 from ..randomness.interception import FLOAT64_LATTICE, describe_rng_model, intercepting, private_generators, watch
-from ..randomness.precision_watch import watching
+from ..randomness.precision_watch import lifting, user_site, watching
 from ..._device import one_torch_thread as _one_torch_thread
 from ..sampler_audit import ROUNDING_TOLERANCE
 from .stand_in import KINDS, stand_in
@@ -580,7 +580,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
             watched = _enumerate(fn, name, lms64 if f64 is not None else lms, prompt_t, vocab=target.vocab,
                                  rng_model=model64 if f64 is not None else rng_model, output=output,
                                  on_error=on_error, tokens=tokens, meter=meter, fld=fld, session=session,
-                                 observe=True, mass=mass(" (precision watch)"), workers=workers, watch=True)
+                                 observe=True, mass=mass(" (precision watch)"), workers=None, watch=True)
         for done in shown:
             _progress.close(done)
         if watched.at(h, target.vocab, name, fld)[0] != again.at(h, target.vocab, name, fld)[0]:
@@ -593,15 +593,53 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
             precision = lowest({precision, coarse}) or coarse
             report.extra["forced_precision"] = coarse
             report.extra["forced_precision_from"] = (
-                "a torch operation of the loop where a " + coarse + " tensor met float64 data (a cast down and "
-                "back, a coarser constant), seen by running the loop again with every operation watched")
+                f"a torch operation of the loop at {watched.precision_sites.get(coarse, 'an unknown line')} where a "
+                f"{coarse} tensor met float64 data (a cast down and back, a coarser constant), seen by running the "
+                "loop again with every operation watched")
+            report.extra["lowest_precision"] = {"precision": coarse,
+                                                "where": watched.precision_sites.get(coarse, "unknown")}
+    lifted_tv, lifted_violations = None, False
+    if forced and not report.support_violations and not f64_violations and f64_tv is not None and f64_tv > tol:
+        # the loop casts down: once more with its casts lifted to float64; when nothing coarser is met then, that
+        # run is the same algorithm at float64, and rounding and bias separate exactly
+        lifts: dict = {}
+        try:
+            with intercepting() as session, _one_torch_thread(), meter.guard():
+                lifted = _enumerate(fn, name, lms64 if lms64 is not None else lms, prompt_t, vocab=target.vocab,
+                                    rng_model=model64 if f64 is not None else rng_model, output=output,
+                                    on_error=on_error, tokens=tokens, meter=meter, fld=fld, session=session,
+                                    observe=True, mass=mass(" (casts lifted to float64)"), workers=None, lift=lifts)
+        except (BudgetExceeded, KeyboardInterrupt):
+            raise
+        except Exception as exc:     # noqa: BLE001  a cast the loop needs coarse (a bit view): the bounds decide
+            report.extra["lifted_run"] = {"completed": False, "why": f"{type(exc).__name__}: {exc}"}
+        else:
+            still = lowest(p for p in lifted.seen if coarser_than_float64(p))
+            law_l, _, _ = lifted.at(h, target.vocab, name, fld)
+            tv_l = total_variation(law_l, exp)
+            report.extra["lifted_run"] = {"completed": True, "tv": str(tv_l), "casts_lifted": dict(lifts),
+                                          "still_coarse": still or "none"}
+            if still is not None:
+                report.extra["lifted_run"]["still_coarse_at"] = lifted.precision_sites.get(still, "at a draw")
+            if still is None:
+                lifted_tv = tv_l
+                lifted_violations = any(v > 0 and not exp.get(k, 0) for k, v in law_l.items())
+        for done in shown:
+            _progress.close(done)
     boundary = decide(precision=precision if f64_tv is not None else "float64", own_tv=tv,
                       own_violations=bool(report.support_violations), f64_tv=f64_tv,
-                      f64_violations=bool(f64_violations), forced=forced, tolerance=tol,
+                      f64_violations=bool(f64_violations), forced=forced, tolerance=tol, lifted_tv=lifted_tv,
+                      lifted_violations=lifted_violations,
                       allowance=rounding_allowance(precision if f64_tv is not None else "float64", vocab=target.vocab,
                                                    positions=positions))
     report.extra["float_boundary"] = boundary.to_dict()
     report.extra["algorithmic_tv"] = str(boundary.algorithmic_tv)
+    if coarser_than_float64(boundary.precision) and "lowest_precision" not in report.extra:
+        where = {**run.precision_sites, **(f64.precision_sites if f64 is not None else {})}.get(boundary.precision)
+        report.extra["lowest_precision"] = {
+            "precision": boundary.precision,
+            "where": where or (f"the stand-ins (dtype {instance['dtype']})" if boundary.precision == own_precision
+                               else "the generator's lattice")}
     if reference is not None:
         if isinstance(reference, int):
             reference = reference_loop(reference, h)
@@ -629,7 +667,7 @@ def _rng_precision(rng_model: str) -> str:
 def _reference_figure(report: "LoopReport", reference: Callable, **kw: Any) -> None:
     """A reference loop's distance from the expected law, as a figure in ``extra`` (never a tolerance).
 
-    A reference further than :data:`~exactspec.samplers.float_boundary.ROUNDING_CAP` from the expected
+    A reference further than :func:`~exactspec.samplers.float_boundary.rounding_cap` of its dtype from the expected
     law is not rounding but a broken baseline (another temperature, ``generate`` without ``do_sample``):
     refused with an ExactSpecError, since no verdict should rest on it.
     """
@@ -638,10 +676,12 @@ def _reference_figure(report: "LoopReport", reference: Callable, **kw: Any) -> N
                      kind=kw["kind"], dtype=kw["dtype"], output="full", expected=kw["expected"], budget=kw["budget"],
                      tolerance=0, rng_model=kw["rng_model"], worst=0, progress=kw.get("progress"),
                      workers=kw.get("workers"))
-    if ref.tv > ROUNDING_CAP or ref.support_violations or ref.error_probability:
+    import torch
+    cap = rounding_cap(precision_of(torch.zeros((), dtype=kw["dtype"] or torch.float64)) or "float64")
+    if ref.tv > cap or ref.support_violations or ref.error_probability:
         raise ExactSpecError(
             f"audit_loop: the reference loop {name} lands TV {float(ref.tv):.6g} from the expected law on this "
-            f"instance, more than float rounding can cost (at most 2**-{ROUNDING_CAP.denominator.bit_length() - 1})"
+            f"instance, more than float rounding can cost (at most {float(cap):.3g})"
             + (" and emits outcomes it never emits" if ref.support_violations else "")
             + (f" and raises with probability {ref.error_probability}" if ref.error_probability else "")
             + ": it is not a correct loop for this law (another temperature or truncation than expected=, greedy "
@@ -663,6 +703,7 @@ class _Run:
         self.calls: Any = 0
         self.paths = 0
         self.seen: set = set()
+        self.precision_sites: dict = {}   # each coarser precision -> where the loop first met it (file:line)
         self.need = 0                # the most tokens a branch needs observed: a first step and a second's first
         self.shortest: int | None = None
         self.largest_step = 0
@@ -682,6 +723,9 @@ class _Run:
                 table[k] = table.get(k, zero) + w
         for k, site in other.sites.items():
             self.sites.setdefault(k, site)
+        self.seen |= other.seen
+        for k, site in other.precision_sites.items():
+            self.precision_sites.setdefault(k, site)
         self.calls += other.calls
         self.seen |= other.seen
         self.need = max(self.need, other.need)
@@ -805,7 +849,7 @@ def _horizon(run: _Run, tokens: int | None, name: str) -> dict:
 def _enumerate(fn: Callable, name: str, lms: tuple, prompt_t: tuple, *, vocab: int, rng_model: str, output: str,
                on_error: str, tokens: int | None, meter: Meter, fld: Any, session: Any, observe: bool,
                mass: MassProgress | None = None, workers: Any = None, at_once: bool = False,
-               watch: bool = False) -> _Run:
+               watch: bool = False, lift: dict | None = None) -> _Run:
     """Run the loop once per branch of its randomness on the stand-ins ``lms`` (inside ``intercepting()``);
     ``mass`` counts the probability of every branch run.
 
@@ -815,13 +859,18 @@ def _enumerate(fn: Callable, name: str, lms: tuple, prompt_t: tuple, *, vocab: i
     process's order: the same run, the same first error. ``at_once``: after the first branch instead (the
     float64 run of an audit whose first run went to workers: as long, it would pay for them as well).
     ``watch``: every torch operation of the loop watched for a dtype coarser than float64 meeting float64 data
-    (:mod:`~exactspec.samplers.randomness.precision_watch`), noted in the run's ``seen``.
+    (:mod:`~exactspec.samplers.randomness.precision_watch`), noted in the run's ``seen`` (and where, in its
+    ``precision_sites``). ``lift``: a dict: the loop's own casts to a coarser float dtype lifted to float64
+    (:func:`~exactspec.samplers.randomness.precision_watch.lifting`), the first site of each precision lifted noted
+    in it.
     """
     from . import _on_workers
     branches = _Branches(fn, name, lms, prompt_t, vocab=vocab, lattice=lattice_for(rng_model), output=output,
                          on_error=on_error, tokens=tokens, fld=fld, session=session, observe=observe,
                          depth=meter.budget.depth)
-    branches.watch = watch
+    branches.watch = watch or lift is not None
+    if lift is not None:
+        branches.lift, branches.lifted = True, lift
     run = branches.run
     stack: list = [((), fld.one)]
     start = meter.paths
@@ -852,6 +901,8 @@ class _Branches:
         self.private = private_generators(fn)
         self.supports: dict = {}
         self.watch = False      # every torch operation watched for a coarser dtype meeting float64 data
+        self.lift = False       # and the loop's casts to a coarser float dtype lifted to float64
+        self.lifted: dict = {}  # precision -> the first site of a cast lifted
         self.run = self.fresh_run()
 
     def fresh_run(self) -> _Run:
@@ -859,7 +910,7 @@ class _Branches:
         import torch
         run = _Run()
         run.calls = self.fld.zero
-        seen = run.seen
+        seen, sites = run.seen, run.precision_sites
         by_dtype: dict = {}      # a torch tensor's precision is its dtype's: looked up once per dtype
 
         def note(x: Any) -> None:
@@ -872,6 +923,8 @@ class _Branches:
                 p = precision_of(x)
             if p is not None:
                 seen.add(p)
+                if p != "float64" and p not in sites:
+                    sites[p] = user_site(2)
         self._note = note
         self.run = run
         return run
@@ -891,7 +944,8 @@ class _Branches:
         ids = torch.tensor([list(self.prompt_t)], dtype=torch.long)
         try:
             with watch(rng, name, self.private, self.session), \
-                    (watching(run.seen.add) if self.watch else contextlib.nullcontext()):
+                    (lifting(self.lifted.setdefault) if self.lift else contextlib.nullcontext()), \
+                    (watching(run.seen.add, run.precision_sites) if self.watch else contextlib.nullcontext()):
                 try:
                     res = fn(t_lm, d_lm, ids)
                     outs, n_new = _tokens_of(res, self.prompt_t, self.output, self.tokens, self.vocab, name,

@@ -31,14 +31,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import sys
 import threading
 from typing import Any, Callable, Iterator
 
-__all__ = ["watching", "suspended", "unwatched", "coarse_meeting_float64"]
+import numpy as np
+
+__all__ = ["watching", "lifting", "suspended", "unwatched", "coarse_meeting_float64", "user_site"]
 
 _LOCAL = threading.local()
 
 _NAMES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
+
+#: numpy float dtypes coarser than float64, by name (a numpy scalar or array operand of a torch operation)
+_NUMPY_NAMES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 
 
 def _drawn(t: type) -> bool:
@@ -61,6 +68,10 @@ def _dtypes(x: Any, out: set, depth: int = 2) -> None:
     if isinstance(x, torch.Tensor):
         if not (type(x) is not torch.Tensor and _drawn(type(x))) and x.is_floating_point():
             out.add(x.dtype)
+    elif isinstance(x, (np.generic, np.ndarray)):     # torch treats a numpy float scalar like a Python float:
+        name = _NUMPY_NAMES.get(x.dtype.name)         # its value is rounded to its own dtype all the same
+        if name is not None:
+            out.add(name)
     elif depth and isinstance(x, (list, tuple)):
         for y in x:
             _dtypes(y, out, depth - 1)
@@ -82,7 +93,7 @@ def coarse_meeting_float64(args: tuple, kwargs: dict | None, result: Any) -> lis
     _dtypes(result, found)
     if torch.float64 not in found or len(found) < 2:
         return []
-    return sorted(_NAMES[str(d)] for d in found if str(d) in _NAMES)
+    return sorted({_NAMES.get(str(d), d) for d in found if str(d) in _NAMES or d in _NUMPY_NAMES})
 
 
 def _depth() -> int:
@@ -120,15 +131,33 @@ def unwatched(fn: Callable) -> Callable:
     return run
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def user_site(skip: int = 1) -> str:
+    """``file:line`` of the innermost frame of the audited code calling in (the first outside exactspec and torch).
+
+    >>> user_site().endswith(">:1") or ":" in user_site()
+    True
+    """
+    f = sys._getframe(skip)
+    while f is not None:
+        name = f.f_code.co_filename
+        if not (name.startswith(_PACKAGE) or f"{os.sep}torch{os.sep}" in name or name.startswith("<frozen")):
+            return f"{name}:{f.f_lineno}"
+        f = f.f_back      # type: ignore[assignment]
+    return "unknown"
+
+
 @contextlib.contextmanager
-def watching(note: Callable[[str], None]) -> Iterator[None]:
+def watching(note: Callable[[str], None], sites: dict | None = None) -> Iterator[None]:
     """Call ``note(precision)`` for each dtype coarser than float64 that meets float64 data in a torch operation run
-    inside this block (see the module docstring); nothing is watched where torch is not imported.
+    inside this block (see the module docstring); nothing is watched where torch is not imported. ``sites``: filled
+    with the first ``file:line`` of the audited code where each precision was met (:func:`user_site`).
 
     >>> with watching(print):
     ...     pass
     """
-    import sys
     if "torch" not in sys.modules:
         yield
         return
@@ -140,7 +169,120 @@ def watching(note: Callable[[str], None]) -> Iterator[None]:
             if not getattr(_LOCAL, "suspended", 0):
                 for p in coarse_meeting_float64(args, kwargs, result):
                     note(p)
+                    if sites is not None and p not in sites:
+                        sites[p] = user_site(2)
             return result
 
     with _Watch():
         yield
+
+
+#: the Tensor methods that cast to one coarser float dtype, and the float64 method lifting them
+_CASTS = ("float", "half", "bfloat16")
+
+
+def _lift_dtype(x: Any, torch: Any) -> Any:
+    """``x`` with a floating dtype coarser than float64 (a dtype, or a tensor standing for its dtype) made float64."""
+    if isinstance(x, torch.dtype):
+        return torch.float64 if x.is_floating_point and x != torch.float64 and x.itemsize <= 4 else x
+    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != torch.float64 and \
+            x.dtype.itemsize <= 4:
+        return torch.float64
+    if isinstance(x, str) and x in ("torch.FloatTensor", "torch.HalfTensor", "torch.BFloat16Tensor"):
+        return torch.float64
+    return x
+
+
+@contextlib.contextmanager
+def lifting(lifted: Callable[[str, str], None] | None = None) -> Iterator[None]:
+    """Run torch code with every cast it makes to a float dtype coarser than float64 lifted to float64.
+
+    The audited code's own casts (``.float()``, ``.half()``, ``.bfloat16()``, ``.to(dtype)``, ``.type(dtype)``,
+    a ``dtype=`` argument, a factory that would make a tensor of the default float32 dtype) make float64
+    tensors instead, so the code runs at float64 what it would run coarser: *algorithmic* bias is what stays
+    then (:mod:`exactspec.samplers.float_boundary`). What the block cannot lift (a float32 constant made
+    before it, a numpy float32 scalar, a numpy cast) is still rounded: the watch (:func:`watching`) sees it.
+    ``lifted(precision, site)`` is called for each cast lifted (the first of each precision and site).
+    The lift is this block's and this thread's (a torch function mode): nothing outside it changes.
+
+    >>> import torch
+    >>> with lifting():
+    ...     y = torch.tensor([0.1, 0.9], dtype=torch.float64).float()
+    >>> y.dtype
+    torch.float64
+    """
+    import torch
+    from torch.overrides import TorchFunctionMode
+    tensor_casts = {getattr(torch.Tensor, n): n for n in _CASTS}
+    to, type_ = torch.Tensor.to, torch.Tensor.type
+    noted: set = set()
+
+    def note(dtype: Any) -> None:
+        if lifted is None:
+            return
+        name = _NAMES.get(str(dtype), str(dtype))
+        site = user_site(3)
+        if (name, site) not in noted:
+            noted.add((name, site))
+            lifted(name, site)
+
+    class _Lift(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+            kwargs = dict(kwargs or {})
+            if getattr(_LOCAL, "suspended", 0):
+                return func(*args, **kwargs)
+            if func in tensor_casts:
+                if args and isinstance(args[0], torch.Tensor) and args[0].is_floating_point():
+                    note({"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}[tensor_casts[func]])
+                    return torch.Tensor.double(args[0], **kwargs)
+                return func(*args, **kwargs)
+            if func is to or func is type_:
+                rest = list(args[1:])
+                for i, a in enumerate(rest):
+                    b = _lift_dtype(a, torch)
+                    if b is not a:
+                        note(a.dtype if isinstance(a, torch.Tensor) else a)
+                        rest[i] = b
+                args = (args[0], *rest)
+            else:
+                args = tuple(_lift_arg(a, torch, note) for a in args)
+            if "dtype" in kwargs:
+                b = _lift_dtype(kwargs["dtype"], torch)
+                if b is not kwargs["dtype"]:
+                    note(kwargs["dtype"])
+                    kwargs["dtype"] = b
+            result = func(*args, **kwargs)
+            if isinstance(result, torch.Tensor) and result.is_floating_point() and \
+                    result.dtype == torch.get_default_dtype() and result.dtype != torch.float64 and \
+                    "dtype" not in kwargs and not _has_float_tensor(args) and "out" not in kwargs:
+                # a factory of the default (float32) dtype: made float64 instead
+                try:
+                    again = func(*args, **kwargs, dtype=torch.float64)
+                except TypeError:
+                    return result
+                note(result.dtype)
+                return again
+            return result
+
+    with _Lift():
+        yield
+
+
+def _lift_arg(a: Any, torch: Any, note: Callable[[Any], None]) -> Any:
+    """A positional argument with a coarse float dtype in it lifted (``softmax(x, -1, torch.float32)``)."""
+    if isinstance(a, torch.dtype):
+        b = _lift_dtype(a, torch)
+        if b is not a:
+            note(a)
+        return b
+    return a
+
+
+def _has_float_tensor(args: Any, depth: int = 2) -> bool:
+    import torch
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            return True
+        if depth and isinstance(a, (list, tuple)) and _has_float_tensor(a, depth - 1):
+            return True
+    return False
