@@ -231,3 +231,106 @@ def test_correct_float32_code_is_lossless_under_the_default_search(sampler, adap
     from exactspec.samplers.sampler_search import search_sampler
     found = search_sampler(sampler, adapter=adapter, progress=False)
     assert isinstance(found, es.EmptySearch) and found.exit_code == 0, str(found)
+
+
+# -- every dtype the code meets, and the run with its casts lifted (issue 35) -------------------------------------------
+P5 = es.models.context_free((F(1, 2), F(3, 10), F(1, 5)))
+Q5 = es.models.context_free((F(1, 5), F(1, 5), F(3, 5)))
+AT5 = dict(adapter="vllm", target=P5, draft=Q5, proposer=es.drafts.chain(1), tokens=1, progress=False)
+
+
+def _recovering(recover):
+    def sampler(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
+        return z._chain(target_probs, draft_probs, draft_token_ids, bonus_token_ids, recover)
+    sampler.__name__ = recover.__name__
+    return sampler
+
+
+def numpy_scalar_temperature(p, q):
+    """Correct: the residual scaled by a temperature kept as a numpy float32 scalar, and back (torch treats the scalar
+    as a Python float: no float32 tensor shows, yet the value is float32's)."""
+    t = np.float32(0.7)
+    residual = torch.clamp(p - q, min=0) / t * 0.7
+    return torch.multinomial(residual, 1)[0]
+
+
+def half_residual(p, q):
+    """Correct: the residual computed in float16 and drawn from there."""
+    return torch.multinomial(torch.clamp(p.half() - q.half(), min=0).double(), 1)[0]
+
+
+def bf16_residual(p, q):
+    """Correct: the residual computed in bfloat16, drawn in float64."""
+    return torch.multinomial(torch.clamp(p.to(torch.bfloat16) - q.to(torch.bfloat16), min=0).double(), 1)[0]
+
+
+def float32_residual_epsilon(p, q):
+    """Biased: float32 code adding a 1e-6 "stability epsilon" to its residual."""
+    residual = torch.clamp(p.float() - q.float(), min=0) + 1e-6
+    return torch.multinomial(residual, 1)[0]
+
+
+def test_a_numpy_float32_scalar_dividing_float64_is_rounding_not_bias():
+    r = es.audit_sampler(_recovering(numpy_scalar_temperature), **AT5)
+    assert r.verdict == "lossless" and F64_ALLOWANCE < r.tv            # it used to read "biased": float32 rounding
+    low = r.extra["lowest_precision"]
+    assert low["precision"] == "float32" and low["where"].startswith(__file__ + ":")
+    assert r.extra["float_boundary"]["forced"] is True
+
+
+@pytest.mark.parametrize("recover, precision", [(half_residual, "float16"), (bf16_residual, "bfloat16")])
+def test_a_half_precision_residual_is_judged_at_its_own_precision(recover, precision):
+    r = es.audit_sampler(_recovering(recover), **AT5)
+    b = r.extra["float_boundary"]
+    # the rounding is half precision's (far beyond float32's cap of 2**-12 for bfloat16): the lifted run decides
+    assert r.verdict == "lossless" and b["precision"] == precision and r.extra["lowest_precision"]["precision"] == precision
+    assert F(r.extra["lifted_run"]["tv"]) <= F64_ALLOWANCE and r.extra["lifted_run"]["still_coarse"] == "none"
+    assert r.tv > 0 and precision in r.extra["lifted_run"]["casts_lifted"]
+
+
+def test_a_residual_epsilon_below_the_size_derived_allowance_is_biased_once_the_cast_is_lifted():
+    r = es.audit_sampler(_recovering(float32_residual_epsilon), **AT5)
+    b = r.extra["float_boundary"]
+    positions = 1
+    # below what the old size-derived bound let pass as float32 rounding ...
+    assert F(b["f64_tv"]) < rounding_allowance("float32", vocab=3, positions=positions)
+    # ... but with its .float() lifted to float64 the epsilon is still there: algorithmic
+    assert r.verdict == "biased" and "casts lifted to float64" in b["reason"]
+    assert F(b["algorithmic_tv"]) == F(r.extra["lifted_run"]["tv"]) > 1000 * F64_ALLOWANCE
+
+
+def numpy_float32_items(draft_ids, draft_probs, target_probs, rng):
+    """Correct: laws stored in numpy float32 arrays, the acceptance test on ``.item()`` floats."""
+    p32, q32 = target_probs.astype(np.float32), draft_probs.astype(np.float32)
+    for j, x in enumerate(draft_ids):
+        if rng.random() < (p32[j, x] / q32[j, x]).item():
+            continue
+        r = np.maximum(p32[j] - q32[j], 0).astype(np.float64)
+        return [*draft_ids[:j], int(rng.choice(len(r), p=r / r.sum()))]
+    w = p32[-1].astype(np.float64)
+    return [*draft_ids, int(rng.choice(len(w), p=w / w.sum()))]
+
+
+def numpy_float32_items_tilted(draft_ids, draft_probs, target_probs, rng):
+    """Biased: as :func:`numpy_float32_items`, its bonus token 0 weighted 1 + 1e-7 (below float32 rounding)."""
+    p32 = target_probs.astype(np.float32)
+    w = p32[-1].astype(np.float64) * np.array([1 + 1e-7] + [1.0] * (p32.shape[1] - 1))
+    if rng.random() < (p32[0, draft_ids[0]] / draft_probs.astype(np.float32)[0, draft_ids[0]]).item():
+        return [int(draft_ids[0]), int(rng.choice(len(w), p=w / w.sum()))]
+    r = np.maximum(p32[0] - draft_probs.astype(np.float32)[0], 0).astype(np.float64)
+    return [int(rng.choice(len(r), p=r / r.sum()))]
+
+
+def test_numpy_code_rounding_its_inputs_to_float32_where_no_dtype_shows_is_rounding():
+    p = es.models.context_free((F(1, 2), F(1, 3), F(1, 6)))
+    q = es.models.context_free((F(1, 3), F(1, 3), F(1, 3)))
+    kw = dict(adapter="numpy", target=p, draft=q, proposer=es.drafts.chain(1), tokens=2, progress=False)
+    r = es.audit_sampler(numpy_float32_items, **kw)
+    # it used to read "biased, algorithmic" at TV 6.2e-9: all of it the rounding of p and q to float32, as the same
+    # code on inputs already rounded to float32 is exactly the reference sampler's law there
+    assert r.verdict == "lossless" and F64_ALLOWANCE < r.tv < F(1, 10 ** 7)
+    assert F(r.extra["rounded_inputs_run"]["tv_to_reference"]) == 0
+    assert r.extra["lowest_precision"]["precision"] == "float32"
+    # a real bias smaller than the rounding is not explained by it: biased
+    bad = es.audit_sampler(numpy_float32_items_tilted, **kw)
+    assert bad.verdict == "biased" and F(bad.extra["rounded_inputs_run"]["tv_to_reference"]) > F64_ALLOWANCE

@@ -163,7 +163,8 @@ class Boundary:
 
 def decide(*, precision: str, own_tv: Fraction, own_violations: bool, f64_tv: Fraction | None,
            f64_violations: bool, forced: bool, tolerance: Fraction, allowance: Fraction,
-           lifted_tv: Fraction | None = None, lifted_violations: bool = False) -> Boundary:
+           lifted_tv: Fraction | None = None, lifted_violations: bool = False,
+           lifted_how: str | None = None) -> Boundary:
     """The verdict from a run at the code's own precision and (when it is coarser) a run on float64 inputs.
 
     ``own_tv`` / ``own_violations``: the run at ``precision`` against the expected law; ``f64_tv`` /
@@ -174,6 +175,8 @@ def decide(*, precision: str, own_tv: Fraction, own_violations: bool, f64_tv: Fr
     ``lifted_tv`` / ``lifted_violations``: for code that casts down, a run with its casts lifted to float64 in which
     nothing coarser than float64 was met any more (None when there is none): the same algorithm at float64, which
     separates bias from rounding exactly, as the float64 run does for code that honours its dtype.
+    ``lifted_how``: what ``lifted_tv`` measured instead, when it is not such a run (for code that rounds its inputs
+    where no dtype shows it: its TV to the reference sampler on inputs already rounded to ``precision``).
 
     >>> F = Fraction
     >>> decide(precision="float32", own_tv=F(1, 10**8), own_violations=False, f64_tv=F(3, 10**9),
@@ -218,6 +221,10 @@ def decide(*, precision: str, own_tv: Fraction, own_violations: bool, f64_tv: Fr
                    f"{tolerance_text(tolerance)}); the TV at {precision}, {_e(own_tv)}, is {precision} rounding",
                    f64_tv, tolerance)
     if lifted_tv is not None:   # the code's casts lifted: the same algorithm at float64 separates them exactly
+        if lifted_how is not None and lifted_tv <= tolerance and max(own_tv, f64_tv) <= cap:
+            return out("lossless", f"the code rounds what it is handed to {precision}: {lifted_how} (TV "
+                       f"{_e(lifted_tv)} <= {tolerance_text(tolerance)}), so its TV as it runs, {_e(own_tv)}, is "
+                       f"{precision} rounding of its inputs", lifted_tv, tolerance)
         if lifted_tv > tolerance:
             return out("biased", f"algorithmic: the code computes in {precision} whatever it is handed, and with its "
                        f"casts lifted to float64 it is TV {_e(lifted_tv)} from the expected law, beyond float64 "

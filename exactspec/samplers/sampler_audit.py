@@ -36,7 +36,7 @@ from ..enumerate.rng import DeferredToken, lattice_for
 from .adapters.base import PRECISIONS, at_precision, float_precision, lowest, precision_of
 from .randomness._fast_path import fast_paths
 from .randomness.precision_watch import lifting, user_site, watching
-from .float_boundary import (F64_ALLOWANCE, Boundary, coarser_than_float64, decide, rounding_cap,
+from .float_boundary import (F64_ALLOWANCE, ROUNDING_CAP, Boundary, coarser_than_float64, decide, rounding_cap,
                              rounding_allowance)
 from .randomness.interception import (FLOAT64_LATTICE, current_session, describe_rng_model, intercepting, private_generators,
                            watch)
@@ -80,6 +80,10 @@ class _Calls:
                  lift: bool = False, lifted: Callable[[str, str], None] | None = None) -> None:
         self.sampler, self.adapter, self.name, self.cache, self.seen = sampler, adapter, name, cache, seen
         self.sites: dict = {} if sites is None else sites   # precision -> where the sampler first met it
+        # the most significant bits of a Python float compared with a uniform and of a float handed to the sampler,
+        # and where the first compared float of float32's width (12..24 bits) was: precision seen by value
+        self.compared_bits = self.handed_bits = 0
+        self.compared_site: str | None = None
         self.private = private_generators(getattr(sampler, "__wrapped__", sampler))
         self.session = current_session()
         self.runs = 0          # sampler calls made
@@ -91,7 +95,8 @@ class _Calls:
         self._open: list | None = None
         # the dtypes handed over are noted too unless the caller chose them (the float64 run: a float32 mask
         # among the adapter's tensors is not the sampler casting down)
-        self.fn = self._observed(sampler) if seen is not None and arguments else sampler
+        self.fn = self._observed(sampler) if seen is not None and arguments else \
+            self._handed(sampler) if seen is not None else sampler
         if watch and seen is not None:        # every torch operation of the sampler watched (precision_watch)
             self.fn = _watched(self.fn, seen, self.sites, lift, lifted)
 
@@ -110,6 +115,7 @@ class _Calls:
             if self.runs <= 64:     # the adapter hands the same dtypes on every call
                 sig = _flat_signature(args, kwargs) if fast else None
                 if sig is None or sig not in signatures:
+                    self.handed_bits = max(self.handed_bits, _widest((args, kwargs), 4))
                     p = float_precision((args, kwargs), 4)
                     if p is not None:
                         seen.add(p)
@@ -119,9 +125,24 @@ class _Calls:
             return sampler(*args, **kwargs)
         return observed
 
+    def _handed(self, sampler: Callable) -> Callable:
+        """``sampler`` noting the most significant bits of the floats handed to it (its first 64 calls)."""
+        @functools.wraps(sampler)
+        def handed(*args: Any, **kwargs: Any) -> Any:
+            if self.runs <= 64:
+                self.handed_bits = max(self.handed_bits, _widest((args, kwargs), 4))
+            return sampler(*args, **kwargs)
+        return handed
+
     def _note(self, x: Any) -> None:
         """The rng's observer: the precision of a number compared with (or combined with) a uniform."""
         t = type(x)
+        if t is float:
+            b = _significant_bits(x)
+            if b > self.compared_bits:
+                self.compared_bits = b
+            if self.compared_site is None and 11 < b <= 24:
+                self.compared_site = user_site(2)
         p = _BY_TYPE.get(t, False)
         if p is False:              # not a type seen before (a tensor's precision is its dtype's: not by type)
             p = precision_of(x)
@@ -191,6 +212,47 @@ class _Calls:
         order = list(weights)                    # first-come order; the rng takes the first option and pushes
         order = order[:1] + order[:0:-1]         # the rest, which come back last-pushed first
         entry[:] = [True, entry[1], order, tuple(weights[o] / entry[3] for o in order)]
+
+
+def _significant_bits(x: float) -> int:
+    """The significant bits of a float: 1 for 0.5, 24 for a float32 number that needs all of float32's, 53 for 0.1.
+
+    >>> _significant_bits(0.5), _significant_bits(float(np.float32(0.1))), _significant_bits(0.1)
+    (1, 24, 53)
+    """
+    try:
+        n, _ = x.as_integer_ratio()
+    except (OverflowError, ValueError):     # inf, nan
+        return 0
+    n = abs(n)
+    return (n >> ((n & -n).bit_length() - 1)).bit_length() if n else 0
+
+
+def _widest(obj: Any, depth: int) -> int:
+    """The most significant bits among the float64 arrays, tensors and floats in ``obj`` (containers ``depth`` deep)."""
+    if isinstance(obj, float):
+        return _significant_bits(obj)
+    if precision_of(obj) == "float64":
+        return max((_significant_bits(float(v)) for v in np.asarray(obj.tolist(), dtype=np.float64).ravel()),
+                   default=0)
+    if depth and isinstance(obj, (list, tuple, dict)):
+        items = obj.values() if isinstance(obj, dict) else obj
+        return max((_widest(c, depth - 1) for c in items), default=0)
+    if depth and dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return max((_widest(getattr(obj, f.name), depth - 1) for f in fields(obj)), default=0)
+    return 0
+
+
+def _by_value(calls: "_Calls") -> str | None:
+    """The precision a float64 run's numbers show by value: every float compared with a uniform is a float32 (or
+    float16) number, needing more than the next coarser format's bits, while the laws handed need more: the code
+    rounds to that format where no dtype shows it (``.item()`` of a float32 array, ``float(np.float32(x))``)."""
+    b = calls.compared_bits
+    if 11 < b <= 24 < calls.handed_bits:
+        return "float32"
+    if 8 < b <= 11 < calls.handed_bits:
+        return "float16"
+    return None
 
 
 def _flat_signature(args: tuple, kwargs: dict) -> tuple | None:
@@ -440,6 +502,33 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
         if calls64.hits:
             extra["float64_cached_calls"] = calls64.hits
     coarse64 = lowest(p for p in seen64 if coarser_than_float64(p))
+    rounded_inputs = None
+    if coarse64 is None and adapter64 is not None and adapter.reference is not None and \
+            not f64.support_violations and tolerance < f64.tv <= ROUNDING_CAP:
+        # float64 code off by no more than float32 rounding, nothing coarser seen: code that rounds its inputs to
+        # float32 where no dtype shows it (a numpy cast, .item() floats) is, on inputs already rounded to float32,
+        # the reference algorithm on those inputs -- a bias is not
+        code32 = _Calls(at_precision(at_precision(sampler, "float64"), "float32"), adapter64, name, cache=cache)
+        ref32 = _Calls(at_precision(at_precision(adapter.reference, "float64"), "float32"), adapter64, "reference",
+                       cache=cache)
+        laws = [run_audit(replace(inputs, rule=c.rule(), rng_model=model, lattice=lattice_for(model)),
+                          budget=shared.next(), exact_floats=True, on_error=on_error, progress=False,
+                          what=f"audit_sampler {name} ({what} on inputs rounded to float32)").output
+                for c, what in ((code32, "the sampler"), (ref32, "the reference"))]
+        rounded_inputs = total_variation(laws[0], laws[1])
+        extra["rounded_inputs_run"] = {"tv_to_reference": str(rounded_inputs), "precision": "float32"}
+        if rounded_inputs <= tolerance:
+            coarse64 = "float32"
+            sites64[coarse64] = ("its inputs: on inputs already rounded to float32 it is the reference sampler's "
+                                 f"law (TV {float(rounded_inputs):.3g}), so it rounds what it is handed to float32")
+        else:
+            rounded_inputs = None
+    if coarse64 is None:
+        coarse64 = _by_value(calls if f64 is report else calls64)
+        if coarse64 is not None:
+            sites64[coarse64] = (f"{(calls if f64 is report else calls64).compared_site} (by value: every number the "
+                                 f"sampler compared with a uniform is a {coarse64} number, though its float64 inputs "
+                                 "are not)")
     forced = adapter64 is None or coarse64 is not None
     met = {p for p in (prec, coarse64) if coarser_than_float64(p)}
     sites = {**calls.sites, **sites64}
@@ -448,7 +537,8 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
                             f"{prec} laws cast to float64 (the {adapter.name} adapter cannot hand float64)",
                             "coarsest_dtype_seen": coarse64 or "none"}
     lifted_run = None
-    if forced and torch_code and not f64.support_violations and f64.tv > tolerance:
+    seen_as_dtype = coarse64 is not None and coarse64 in seen64      # not by value, not by its rounded inputs
+    if forced and torch_code and seen_as_dtype and not f64.support_violations and f64.tv > tolerance:
         # the code casts down: run it once more with its casts lifted to float64; when nothing coarser is met then,
         # that run is the same algorithm at float64, and rounding and bias separate exactly
         try:
@@ -482,8 +572,11 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
                                                     ", and lifting its casts to float64 did not remove it"))
     return decide(precision=at, own_tv=report.tv, own_violations=bool(report.support_violations),
                   f64_tv=f64.tv, f64_violations=bool(f64.support_violations), forced=forced, tolerance=tolerance,
-                  allowance=allowance, lifted_tv=None if lifted_run is None else lifted_run.tv,
-                  lifted_violations=lifted_run is not None and bool(lifted_run.support_violations))
+                  allowance=allowance,
+                  lifted_tv=rounded_inputs if lifted_run is None else lifted_run.tv,
+                  lifted_violations=lifted_run is not None and bool(lifted_run.support_violations),
+                  lifted_how=None if lifted_run is not None or rounded_inputs is None else
+                  "on inputs already rounded to float32 it is the reference sampler's law")
 
 
 def _rounding_figures(adapter: Any, prec: str, inputs: AuditInputs, expected: Model | None, shared: "_Shared",
