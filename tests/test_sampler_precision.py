@@ -254,3 +254,35 @@ def test_a_torch_sampler_biased_beyond_float32_rounding_stays_biased_when_it_rou
                          tokens=2)
     b = r.extra["float_boundary"]
     assert r.verdict == "biased" and F(b["f64_tv"]) > F(b["allowance"])
+
+
+def test_a_given_precision_hands_the_sampler_its_laws_in_that_dtype():
+    handed = set()
+
+    def noting(draft_ids, draft_probs, target_probs, rng):
+        handed.add((draft_probs.dtype.name, target_probs.dtype.name))
+        return es.samplers.reference_numpy_chain(draft_ids, draft_probs, target_probs, rng)
+    r = es.audit_sampler(noting, precision="float16", **KW)
+    # it used to hand float64 and describe the TV as float16 rounding
+    assert ("float16", "float16") in handed and r.extra["precision"] == "float16"
+    assert r.verdict == "lossless" and r.tv > 0
+    with pytest.raises(es.ExactSpecError, match="numpy has no bfloat16"):
+        es.audit_sampler(noting, precision="bfloat16", **KW)
+
+
+def test_a_given_precision_hands_a_torch_sampler_tensors_of_that_dtype():
+    torch = pytest.importorskip("torch")
+    handed = set()
+
+    def noting(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
+        from exactspec.bugzoo.torch_samplers import chain
+        handed.add((target_probs.dtype, draft_probs.dtype))
+
+        def recover(p, q):
+            return torch.multinomial(torch.clamp(p - q, min=0).double(), 1)[0]
+        return chain(target_probs, draft_probs, draft_token_ids, bonus_token_ids, recover)
+    p, q = es.models.context_free((F(1, 2), F(3, 10), F(1, 5))), es.models.context_free((F(1, 5), F(1, 5), F(3, 5)))
+    r = es.audit_sampler(noting, adapter="vllm", precision="bfloat16", target=p, draft=q,
+                         proposer=es.drafts.chain(1), tokens=1, progress=False)
+    assert (torch.bfloat16, torch.bfloat16) in handed and r.extra["precision"] == "bfloat16"
+    assert r.verdict == "lossless" and r.tv > F(1, 2 ** 12)      # bfloat16's rounding, beyond float32's cap

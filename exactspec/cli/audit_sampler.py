@@ -91,9 +91,10 @@ def register(sub: Any, o: Options) -> None:
     o.instance(sa, 4, 1, "adapters")
     sa.add_argument("--rng-model", choices=list(o.RNG_MODELS), default="native", metavar="RNG_MODEL", help=o.rng_help)
     sa.add_argument("--precision", choices=list(PRECISIONS), default=None,
-                    help=f"the float precision the sampler computes in, one of {', '.join(PRECISIONS)} (default: "
-                         "what the adapter declares, else the coarsest float dtype seen); a sampler coarser than "
-                         "float64 is also run on float64 inputs, and only what stays there is bias")
+                    help=f"hand the sampler its laws in this float dtype, one of {', '.join(PRECISIONS)} (default: "
+                         "what the adapter hands; the precision is then what the adapter declares, else the "
+                         "coarsest float dtype seen); a sampler coarser than float64 is also run on float64 "
+                         "inputs, and only what stays there is bias")
     sa.add_argument("--tolerance", type=_tolerance, default=None, metavar="TV",
                     help="what float64 rounding may cost, a TV like 1e-12 or 2**-40 (default 2**-40; 0 demands "
                          "exactness)")

@@ -278,7 +278,8 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
     point (the adapter hands it the laws as float arrays). Rounding is told from bias by one
     definition, algorithmic bias is what stays at higher precision
     (:mod:`exactspec.samplers.float_boundary`): a sampler computing coarser than float64 (the
-    ``precision`` given, else the one the adapter declares, else the coarsest float dtype seen
+    ``precision`` given -- the sampler is then handed its laws in that dtype -- else the one the adapter declares,
+    else the coarsest float dtype seen
     handed to it or compared with its uniforms) runs a second time on float64 inputs
     (:meth:`~exactspec.samplers.Adapter.with_precision`) with its uniforms on the float64 lattice,
     and the dtypes meeting its randomness there say whether it casts down. ``biased`` iff that run
@@ -398,7 +399,8 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
                    shared: "_Shared", tolerance: Any, reference: bool, precision: str | None = None,
                    cache: bool = True, on_error: str = "raise", progress: Any = False) -> AuditReport:
     declared = precision or adapter.declared_precision()
-    calls = _Calls(sampler, adapter, name, cache=cache, seen=None if declared else set())
+    own_sampler, own_adapter = _handing(sampler, adapter, precision)
+    calls = _Calls(own_sampler, own_adapter, name, cache=cache, seen=None if declared else set())
     report = run_audit(replace(inputs, rule=calls.rule()), budget=shared.next(), exact_floats=True,
                        on_error=on_error, progress=progress, what=f"audit_sampler {name}")
     if on_error == "record":   # crashes recorded with their probability: never lossless while there are any
@@ -434,6 +436,24 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
         extra["resolution"] = adapter.resolution(inputs.rng_model)
     extra["tolerance"] = str(report.tolerance)
     return report
+
+
+def _handing(sampler: Callable, adapter: Any, precision: str | None) -> tuple[Callable, Any]:
+    """The sampler and adapter that hand the sampler its laws in ``precision`` (None: as the adapter hands them).
+
+    An adapter that can hand that precision does (:meth:`~.adapters.base.Adapter.with_precision`); otherwise the
+    sampler's float arguments are cast to it (:func:`~.adapters.base.at_precision`). numpy has no bfloat16: a numpy
+    adapter asked for it is refused.
+    """
+    if precision is None or precision == adapter.declared_precision():
+        return sampler, adapter
+    other = adapter.with_precision(precision)
+    if other is not None and other.declared_precision() == precision:
+        return sampler, other
+    if precision == "bfloat16" and not getattr(adapter, "needs_torch", False):
+        raise ExactSpecError(f"audit_sampler precision 'bfloat16': the {adapter.name} adapter hands numpy arrays, and "
+                             "numpy has no bfloat16; choose float16, float32 or float64, or a torch adapter")
+    return at_precision(sampler, precision), adapter
 
 
 def _watched(sampler: Callable, seen: set, sites: dict | None = None, lift: bool = False,
@@ -566,10 +586,14 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
                       f64_tv=None, f64_violations=False, forced=False, tolerance=tolerance, allowance=allowance)
     if forced:
         extra["forced_precision"] = coarse64 or prec
+        how = ("seen by value" if coarse64 is not None and not seen_as_dtype else
+               "seen at a draw or by the watch over every torch operation of the sampler (watched)")
         extra["forced_precision_from"] = (
             f"the sampler met {coarse64 or prec} at {sites.get(coarse64 or prec, 'a draw')} on float64 inputs "
-            "(a cast down, a coarser constant)" + ("" if "lifted_run" not in extra else
-                                                    ", and lifting its casts to float64 did not remove it"))
+            f"(a cast down, a coarser constant), {how}" + (
+                "" if "lifted_run" not in extra else "; with its casts lifted to float64 nothing coarser was met, "
+                "so that run decides" if lifted_run is not None else "; lifting its casts to float64 did not remove "
+                "it, so size-derived bounds decide"))
     return decide(precision=at, own_tv=report.tv, own_violations=bool(report.support_violations),
                   f64_tv=f64.tv, f64_violations=bool(f64.support_violations), forced=forced, tolerance=tolerance,
                   allowance=allowance,
