@@ -96,12 +96,14 @@ def tolerance_text(tolerance: Fraction) -> str:
 
     >>> tolerance_text(F64_ALLOWANCE), tolerance_text(Fraction(0)), tolerance_text(Fraction(1, 10))
     ('the 2**-40 floor', 'exactness (tolerance 0)', 'the tolerance 1/10')
+    >>> tolerance_text(Fraction(3, 2 ** 23))
+    'the 3 * 2**-23 floor'
     """
     if tolerance == 0:
         return "exactness (tolerance 0)"
     n = tolerance.denominator.bit_length() - 1
-    if tolerance.numerator == 1 and tolerance.denominator == 1 << n:
-        return f"the 2**-{n} floor"
+    if tolerance.denominator == 1 << n:
+        return f"the 2**-{n} floor" if tolerance.numerator == 1 else f"the {tolerance.numerator} * 2**-{n} floor"
     return f"the tolerance {tolerance}"
 
 
@@ -146,14 +148,17 @@ class Boundary:
 
 
 def decide(*, precision: str, own_tv: Fraction, own_violations: bool, f64_tv: Fraction | None,
-           f64_violations: bool, forced: bool, tolerance: Fraction, allowance: Fraction) -> Boundary:
+           f64_violations: bool, forced: bool, tolerance: Fraction, allowance: Fraction,
+           tolerance_from: str = "float64 rounding") -> Boundary:
     """The verdict from a run at the code's own precision and (when it is coarser) a run on float64 inputs.
 
     ``own_tv`` / ``own_violations``: the run at ``precision`` against the expected law; ``f64_tv`` /
     ``f64_violations``: the float64 run (None when ``precision`` is float64: one run only);
     ``forced``: something coarser than float64 was seen in the float64 run (the code casts down);
     ``tolerance``: what float64 rounding may cost (:data:`F64_ALLOWANCE` by default; 0 demands exactness);
-    ``allowance``: :func:`rounding_allowance` at ``precision`` for this instance.
+    ``allowance``: :func:`rounding_allowance` at ``precision`` for this instance; ``tolerance_from``: what
+    ``tolerance`` stands for, in the reason (a floor the audit's own enumeration resolves to, when it is coarser
+    than float64 rounding: :meth:`~exactspec.samplers.Adapter.resolution_floor`).
 
     >>> F = Fraction
     >>> decide(precision="float32", own_tv=F(1, 10**8), own_violations=False, f64_tv=F(3, 10**9),
@@ -168,6 +173,10 @@ def decide(*, precision: str, own_tv: Fraction, own_violations: bool, f64_tv: Fr
     >>> decide(precision="float32", own_tv=F(1, 10**4), own_violations=False, f64_tv=F(1, 10**4),
     ...        f64_violations=False, forced=True, tolerance=F64_ALLOWANCE, allowance=F(1, 10**5)).verdict
     'biased'
+    >>> decide(precision="float32", own_tv=F(1, 10**8), own_violations=False, f64_tv=F(3, 10**9),
+    ...        f64_violations=False, forced=False, tolerance=F(1, 2**22), allowance=F(1, 10**5),
+    ...        tolerance_from="what the adapter resolves").reason.split(";")[0]
+    'the same code on float64 inputs is within what the adapter resolves (TV 3e-09 <= the 2**-22 floor)'
     """
     def out(verdict: str, reason: str, algorithmic: Fraction, allowed: Fraction) -> Boundary:
         return Boundary(verdict, reason, precision, forced, own_tv, f64_tv, algorithmic, allowed)
@@ -180,19 +189,19 @@ def decide(*, precision: str, own_tv: Fraction, own_violations: bool, f64_tv: Fr
     if f64_tv is None:      # float64 code: one run, held to float64 rounding
         if own_tv <= tolerance:
             return out("lossless", "TV == 0 exactly" if own_tv == 0 else
-                       f"within float64 rounding: TV {_e(own_tv)} <= {tolerance_text(tolerance)}", own_tv, tolerance)
+                       f"within {tolerance_from}: TV {_e(own_tv)} <= {tolerance_text(tolerance)}", own_tv, tolerance)
         return out("biased", f"algorithmic: the float64 code is TV {_e(own_tv)} from the expected law, beyond "
-                   f"float64 rounding ({tolerance_text(tolerance)})", own_tv, tolerance)
+                   f"{tolerance_from} ({tolerance_text(tolerance)})", own_tv, tolerance)
     if not forced:
         if f64_tv > tolerance:
             return out("biased", f"algorithmic: the same code on float64 inputs is TV {_e(f64_tv)} from the expected "
-                       f"law, beyond float64 rounding ({tolerance_text(tolerance)}); at {precision} TV {_e(own_tv)}",
+                       f"law, beyond {tolerance_from} ({tolerance_text(tolerance)}); at {precision} TV {_e(own_tv)}",
                        f64_tv, tolerance)
         if own_tv > ROUNDING_CAP:
             return out("biased", f"precision defect: lossless on float64 inputs (TV {_e(f64_tv)}) but TV {_e(own_tv)} "
                        f"at {precision}, more than {precision} rounding can cost (at most {_e(ROUNDING_CAP)})",
                        own_tv, ROUNDING_CAP)
-        return out("lossless", f"the same code on float64 inputs is within float64 rounding (TV {_e(f64_tv)} <= "
+        return out("lossless", f"the same code on float64 inputs is within {tolerance_from} (TV {_e(f64_tv)} <= "
                    f"{tolerance_text(tolerance)}); the TV at {precision}, {_e(own_tv)}, is {precision} rounding",
                    f64_tv, tolerance)
     # the code computes at `precision` whatever it is handed: rounding and bias separated by bounds only

@@ -278,6 +278,7 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
         return _SEARCH[0](sampler, **given)
     reference = True if reference is None else bool(reference)
     adapter = get_adapter(adapter)
+    adapter.check_rng_model(rng_model)      # a model the adapter cannot enumerate: refused, never replaced
     name = getattr(sampler, "__name__", "sampler")
     tol = to_rational(tolerance, "audit_sampler tolerance")
     if tol < 0:
@@ -347,8 +348,16 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
         source = ("detected: the coarsest float dtype handed to the sampler or compared with its uniforms"
                   if calls.seen else "default: no float array or float dtype seen")
     extra["precision"], extra["precision_from"] = prec, source
-    boundary = _float_boundary(sampler, adapter, name, inputs, report, prec, calls, shared, tolerance, cache, used,
-                               on_error, progress)
+    # the floor the adapter's own enumeration resolves the law to (a race followed to float32 ulps): the float64 run
+    # cannot be judged finer than that, whatever rounding would allow
+    floor = adapter.resolution_floor(inputs.rng_model, tokens=inputs.tokens)
+    held, held_from = tolerance, "float64 rounding"
+    if floor is not None:
+        extra["resolution_floor"], extra["resolution_floor_from"] = str(floor[0]), floor[1]
+        if floor[0] > tolerance:
+            held, held_from = floor
+    boundary = _float_boundary(sampler, adapter, name, inputs, report, prec, calls, shared, held, cache, used,
+                               on_error, progress, tolerance_from=held_from)
     extra["float_boundary"] = boundary.to_dict()
     extra["algorithmic_tv"] = str(boundary.algorithmic_tv)
     extra["algorithmic_tv_against"] = ("the declared law (expected=)" if expected is not None else "the target law") + (
@@ -380,7 +389,8 @@ def _watched(sampler: Callable, seen: set) -> Callable:
 
 def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInputs, report: AuditReport,
                     prec: str, calls: "_Calls", shared: "_Shared", tolerance: Fraction, cache: bool,
-                    used: set, on_error: str = "raise", progress: Any = False) -> Boundary:
+                    used: set, on_error: str = "raise", progress: Any = False,
+                    tolerance_from: str = "float64 rounding") -> Boundary:
     """Rounding or bias: the sampler run again on float64 inputs and a float64 generator when it computed coarser.
 
     The run at the sampler's own precision is ``report``; a second run hands the same sampler float64
@@ -388,7 +398,8 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
     continuous model, as the first run did), noting the float dtypes it meets: something coarser than
     float64 there means the sampler casts down (``forced``). The decision is
     :func:`~.float_boundary.decide`'s. ``used``: the (generator, lattice) pairs the first run drew from under
-    the ``native`` model (numpy's and Python's 53-bit lattice is already float64's).
+    the ``native`` model (numpy's and Python's 53-bit lattice is already float64's). ``tolerance_from``: what
+    ``tolerance`` stands for (float64 rounding, or the floor the adapter resolves to), passed to ``decide``.
     """
     if inputs.rng_model == "native":
         coarse_generator = any(lat is not FLOAT64_LATTICE for _, lat in used)
@@ -397,7 +408,7 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
     extra = report.extra
     if report.tv == 0:      # exactly the expected law as it ships: nothing for a second run to separate
         return decide(precision=prec, own_tv=report.tv, own_violations=False, f64_tv=None, f64_violations=False,
-                      forced=False, tolerance=tolerance, allowance=tolerance)
+                      forced=False, tolerance=tolerance, tolerance_from=tolerance_from, allowance=tolerance)
     adapter64 = adapter.with_precision("float64")
     if adapter64 is adapter and not coarse_generator and calls.seen is not None:
         # the first run already had float64 inputs and generator, its dtypes noted: it is the float64 run
@@ -427,11 +438,12 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
     if f64 is None:
         boundary = decide(precision="float64", own_tv=report.tv, own_violations=bool(report.support_violations),
                           f64_tv=None, f64_violations=False, forced=False, tolerance=tolerance,
+                          tolerance_from=tolerance_from,
                           allowance=max(tolerance, allowance))
     else:
         boundary = decide(precision=allowance_at, own_tv=report.tv, own_violations=bool(report.support_violations),
                           f64_tv=f64.tv, f64_violations=bool(f64.support_violations), forced=forced,
-                          tolerance=tolerance, allowance=max(tolerance, allowance))
+                          tolerance=tolerance, tolerance_from=tolerance_from, allowance=max(tolerance, allowance))
     if boundary.verdict == "lossless" or forced or report.support_violations or \
             (f64 is not None and f64.support_violations) or not tolerance < boundary.algorithmic_tv <= ROUNDING_CAP:
         return boundary
@@ -462,7 +474,7 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
         "coarser constant), seen by running the sampler again with every operation watched")
     at = lowest({coarse} | ({prec} if coarser_than_float64(prec) else set())) or coarse
     return decide(precision=at, own_tv=report.tv, own_violations=False, f64_tv=again.tv, f64_violations=False,
-                  forced=True, tolerance=tolerance,
+                  forced=True, tolerance=tolerance, tolerance_from=tolerance_from,
                   allowance=max(tolerance, rounding_allowance(at, vocab=inputs.target.vocab, positions=positions)))
 
 
