@@ -201,6 +201,10 @@ def uses_float(step, rng):
 
 half = es.models.context_free(("1/2", "1/2"))
 es.audit(target=half, draft=half, rule=uses_float, tokens=1)''',
+    "UnsupportedRngModel": '''\
+from exactspec.samplers.adapters.explicit_uniforms import reference_flashinfer_style
+half = es.models.context_free(("1/2", "1/2"))      # a kernel takes its uniforms as float32 tensors: no ideal draws
+es.audit_sampler(reference_flashinfer_style, adapter="flashinfer", target=half, draft=half, rng_model="continuous")''',
     "NotPicklable": '''\
 import threading
 lock = threading.Lock()

@@ -15,7 +15,7 @@ from .assertions import IncompleteCheckError, assert_loop_lossless, assert_sampl
 from .sweep import sweep
 from .enumerate import Budget
 from .errors import (BudgetExceeded, ExactSpecError, InexactArithmetic, InvalidDistribution, ModelError, RuleError,
-                     UnsupportedRandomness)
+                     UnsupportedRandomness, UnsupportedRngModel)
 from .errors import NotARule
 from .fields import get_field
 from .protocols import Rng, Step, TreeStep
@@ -55,5 +55,5 @@ def __dir__() -> list:
 
 __all__ = ["audit", "prove", "Proof", "Refutation", "audit_sampler", "audit_loop", "stand_in", "HorizonWarning", "Counterexample", "EmptySearch", "IncompleteSearch", "audit_statistically", "statistical", "samplers", "published", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "Step", "TreeStep", "Rng", "models", "drafts", "rules", "laws",
            "theory", "trees", "counterexamples", "strategies", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
-           "RuleError", "ModelError", "UnsupportedRandomness", "__version__"]
+           "RuleError", "ModelError", "UnsupportedRandomness", "UnsupportedRngModel", "__version__"]
 __all__ += ["assert_sampler_lossless", "assert_loop_lossless", "IncompleteCheckError", "NotARule"]

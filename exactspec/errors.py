@@ -147,3 +147,19 @@ class UnsupportedRandomness(ExactSpecError):
     """
 
     exit_code = 2
+
+
+class UnsupportedRngModel(UnsupportedRandomness, ValueError):
+    """An adapter cannot enumerate its sampler's uniforms under the rng model asked for (names both).
+
+    Raised before anything runs, never answered by enumerating another model in its place.
+
+    >>> import exactspec as es
+    >>> e = es.UnsupportedRngModel("refused", adapter="flashinfer", rng_model="continuous")
+    >>> (e.adapter, e.rng_model, e.exit_code, isinstance(e, ValueError))
+    ('flashinfer', 'continuous', 2, True)
+    """
+
+    def __init__(self, message: str, *, adapter: str = "", rng_model: str = "") -> None:
+        super().__init__(message)
+        self.adapter, self.rng_model = adapter, rng_model

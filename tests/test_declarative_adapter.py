@@ -133,3 +133,30 @@ def test_a_kernel_that_writes_its_output_argument():
     written = es.audit_sampler(launch, adapter=adapter, **kw)
     returned = es.audit_sampler(reference_flashinfer_style, adapter="flashinfer", **kw)
     assert written.output == returned.output
+
+
+def test_a_correct_race_is_held_to_what_its_race_resolves_and_a_biased_one_still_reads_biased():
+    # issue 35: the race's weight ratios are followed to one float32 ulp, so the float64 run cannot come below that;
+    # held to 2**-40 a correct race kernel read "biased, algorithmic" (TV ~5.6e-9 on float64 inputs)
+    from exactspec.bugzoo.torch_samplers import race_wrong_exponent
+    from exactspec.samplers.adapters.explicit_uniforms import RACE_RATIO_RESOLUTION
+    adapter = tensor_randomness(RACE_ARGS, {"uniform_samples": "uniform k", "exponentials": "exponential V"})
+    kw = dict(target=P3, draft=Q3, proposer=es.drafts.chain(1), tokens=2)
+    good = es.audit_sampler(race_kernel, adapter=adapter, **kw)
+    assert good.verdict == "lossless", good.extra["float_boundary"]["reason"]
+    assert F(good.extra["resolution_floor"]) == 2 * RACE_RATIO_RESOLUTION == F(good.extra["float_boundary"]["allowance"])
+    assert 0 < F(good.extra["float64_run"]["tv"]) <= F(good.extra["resolution_floor"])
+    assert "what the adapter resolves" in good.extra["tolerance_from"] and "float32 ulp" in good.extra["resolution"]
+    no_race = tensor_randomness(RACE_ARGS[:4], {"uniform_samples": "uniform k+1"})
+    assert adapter.races and no_race.resolution_floor("native", tokens=2) is None    # no race: float64 rounding
+    bad = es.audit_sampler(race_wrong_exponent, adapter=adapter, **kw)
+    assert bad.verdict == "biased" and F(bad.extra["float64_run"]["tv"]) > F(1, 100)
+
+    def slightly_off(draft_probs, draft_token_ids, uniform_samples, target_probs, exponentials):
+        # token 0's weight 2**-16 too heavy in the race: far below float32 rounding of the laws, far above the floor
+        scale = torch.ones_like(exponentials)
+        scale[:, 0] = 1 - 2.0 ** -16
+        return race_kernel(draft_probs, draft_token_ids, uniform_samples, target_probs, exponentials * scale)
+    off = es.audit_sampler(slightly_off, adapter=adapter, **kw)
+    assert off.verdict == "biased", off.extra["float_boundary"]["reason"]
+    assert F(off.extra["resolution_floor"]) < F(off.extra["float64_run"]["tv"]) < F(1, 10 ** 4)

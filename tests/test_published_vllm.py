@@ -208,3 +208,47 @@ def test_the_module_with_its_own_bonus_sampler_is_lossless_up_to_float32_roundin
     cold = audit(VllmRejectionAdapter(temperature=0.5), 1, sampler=module, expected=es.models.sharpen(P3, 2))
     rounding(cold, "vllm-module", instance="T=1/2")
     assert cold.verdict == "lossless" and 0 < cold.tv < FLOAT32_TV
+
+
+def test_the_continuous_model_is_refused_not_replaced_by_the_float64_lattice():
+    # issue 35: the report said "every uniform an ideal draw (no exact 0)" while the law held the 2**-53 violation
+    target = es.models.context_free((F(1, 2), F(1, 2), F(0)))
+    with pytest.raises(es.UnsupportedRngModel, match="the vllm-v1 adapter cannot audit under rng_model 'continuous'"):
+        audit(VllmRejectionAdapter(), 1, target=target, draft=es.models.context_free((F(1, 3),) * 3),
+              rng_model="continuous")
+
+
+def declared_vllm(draft_probs, draft_token_ids, uniform_samples, target_probs, bonus_token_ids, exponentials):
+    """vLLM's two published kernels launched as ``rejection_sample`` launches them, randomness declared by argument."""
+    batch, k, vocab = draft_probs.shape
+    cu = torch.arange(1, batch + 1, dtype=torch.int32) * k
+    drafts = draft_token_ids.to(torch.int32).reshape(-1).contiguous()
+    q = draft_probs.reshape(batch * k, vocab).contiguous()
+    p = target_probs[:, :k].reshape(batch * k, vocab).contiguous()
+    inv_q = exponentials.reciprocal().contiguous()
+    recovered = torch.empty(batch * k, dtype=torch.int32)
+    rs.sample_recovered_tokens_kernel[(batch, k)](recovered, cu, drafts, q, p, inv_q, vocab, BLOCK_SIZE=8192,
+                                                  NO_DRAFT_PROBS=False, USE_FP64_GUMBEL=inv_q.dtype == torch.float64)
+    out = torch.full((batch, k + 1), -1, dtype=torch.int32)
+    rs.rejection_random_sample_kernel[(batch,)](out, cu, drafts, q, p, bonus_token_ids.reshape(-1).contiguous(),
+                                                recovered, uniform_samples.reshape(-1).contiguous(),
+                                                torch.zeros(batch, dtype=torch.bool), k, vocab, None,
+                                                NO_DRAFT_PROBS=False, SYNTHETIC_MODE=False)
+    return out
+
+
+@pytest.mark.slow
+def test_the_published_kernels_declared_by_argument_read_as_the_vllm_v1_adapter_reads_them():
+    # issue 35: declared through tensor_randomness the kernels read "biased, algorithmic" (float64 run TV ~4.9e-9,
+    # held to 2**-40) though the race resolves its weight ratios to one float32 ulp only; both adapters now hold the
+    # float64 run to the floor their race resolves (2 tokens, 2 * 2**-23) and read lossless
+    from exactspec.samplers.adapters.explicit_uniforms import tensor_randomness
+    adapter = tensor_randomness(("draft_probs", "draft_token_ids", "uniform_samples", "target_probs", "bonus_token_ids",
+                                 "exponentials"), {"uniform_samples": "uniform k", "exponentials": "exponential V"},
+                                name="vllm-declared", dtype="float32")
+    kw = dict(target=P3, draft=Q3, proposer=es.drafts.chain(1), tokens=2, reference=False)
+    declared = es.audit_sampler(declared_vllm, adapter=adapter, **kw)
+    builtin = es.audit_sampler(rs.rejection_sample, adapter=VllmRejectionAdapter(), **kw)
+    for r in (declared, builtin):
+        assert r.verdict == "lossless" and 0 < r.tv < FLOAT32_TV, r.extra["float_boundary"]["reason"]
+        assert F(r.extra["resolution_floor"]) == F(2, 2 ** 23) and "float32 ulp" in r.extra["resolution_floor_from"]

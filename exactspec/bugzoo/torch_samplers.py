@@ -145,3 +145,10 @@ def race_kernel(draft_probs, draft_token_ids, uniform_samples, target_probs, exp
 def race_from_target(draft_probs, draft_token_ids, uniform_samples, target_probs, exponentials):
     """The same kernel with the bug: the recovered token races the target law, not the residual."""
     return _race_kernel(draft_probs, draft_token_ids, uniform_samples, target_probs, exponentials, residual=False)
+
+
+def race_wrong_exponent(draft_probs, draft_token_ids, uniform_samples, target_probs, exponentials):
+    """The race kernel with a wrong exponent: ``argmax(law / E**2)``, a draw from ``sqrt(law)`` normalised, not
+    ``law`` (biased; the race is still ``argmax(w / E)`` with ``w = sqrt(law)``, so the declarative adapter follows it)."""
+    return _race_kernel(draft_probs, draft_token_ids, uniform_samples, target_probs, exponentials ** 2,
+                        residual=True)

@@ -112,12 +112,14 @@ def tolerance_text(tolerance: Fraction) -> str:
 
     >>> tolerance_text(F64_ALLOWANCE), tolerance_text(Fraction(0)), tolerance_text(Fraction(1, 10))
     ('the 2**-40 floor', 'exactness (tolerance 0)', 'the tolerance 1/10')
+    >>> tolerance_text(Fraction(3, 2 ** 23))
+    'the 3 * 2**-23 floor'
     """
     if tolerance == 0:
         return "exactness (tolerance 0)"
     n = tolerance.denominator.bit_length() - 1
-    if tolerance.numerator == 1 and tolerance.denominator == 1 << n:
-        return f"the 2**-{n} floor"
+    if tolerance.denominator == 1 << n:
+        return f"the 2**-{n} floor" if tolerance.numerator == 1 else f"the {tolerance.numerator} * 2**-{n} floor"
     return f"the tolerance {tolerance}"
 
 
@@ -164,7 +166,7 @@ class Boundary:
 def decide(*, precision: str, own_tv: Fraction, own_violations: bool, f64_tv: Fraction | None,
            f64_violations: bool, forced: bool, tolerance: Fraction, allowance: Fraction,
            lifted_tv: Fraction | None = None, lifted_violations: bool = False,
-           lifted_how: str | None = None) -> Boundary:
+           lifted_how: str | None = None, tolerance_from: str = "float64 rounding") -> Boundary:
     """The verdict from a run at the code's own precision and (when it is coarser) a run on float64 inputs.
 
     ``own_tv`` / ``own_violations``: the run at ``precision`` against the expected law; ``f64_tv`` /
@@ -176,7 +178,9 @@ def decide(*, precision: str, own_tv: Fraction, own_violations: bool, f64_tv: Fr
     nothing coarser than float64 was met any more (None when there is none): the same algorithm at float64, which
     separates bias from rounding exactly, as the float64 run does for code that honours its dtype.
     ``lifted_how``: what ``lifted_tv`` measured instead, when it is not such a run (for code that rounds its inputs
-    where no dtype shows it: its TV to the reference sampler on inputs already rounded to ``precision``).
+    where no dtype shows it: its TV to the reference sampler on inputs already rounded to ``precision``). ``tolerance_from``: what
+    ``tolerance`` stands for, in the reason (a floor the audit's own enumeration resolves to, when it is coarser
+    than float64 rounding: :meth:`~exactspec.samplers.Adapter.resolution_floor`).
 
     >>> F = Fraction
     >>> decide(precision="float32", own_tv=F(1, 10**8), own_violations=False, f64_tv=F(3, 10**9),
@@ -191,6 +195,10 @@ def decide(*, precision: str, own_tv: Fraction, own_violations: bool, f64_tv: Fr
     >>> decide(precision="float32", own_tv=F(1, 10**4), own_violations=False, f64_tv=F(1, 10**4),
     ...        f64_violations=False, forced=True, tolerance=F64_ALLOWANCE, allowance=F(1, 10**5)).verdict
     'biased'
+    >>> decide(precision="float32", own_tv=F(1, 10**8), own_violations=False, f64_tv=F(3, 10**9),
+    ...        f64_violations=False, forced=False, tolerance=F(1, 2**22), allowance=F(1, 10**5),
+    ...        tolerance_from="what the adapter resolves").reason.split(";")[0]
+    'the same code on float64 inputs is within what the adapter resolves (TV 3e-09 <= the 2**-22 floor)'
     """
     def out(verdict: str, reason: str, algorithmic: Fraction, allowed: Fraction) -> Boundary:
         return Boundary(verdict, reason, precision, forced, own_tv, f64_tv, algorithmic, allowed)
@@ -204,20 +212,20 @@ def decide(*, precision: str, own_tv: Fraction, own_violations: bool, f64_tv: Fr
     if f64_tv is None:      # float64 code: one run, held to float64 rounding
         if own_tv <= tolerance:
             return out("lossless", "TV == 0 exactly" if own_tv == 0 else
-                       f"within float64 rounding: TV {_e(own_tv)} <= {tolerance_text(tolerance)}", own_tv, tolerance)
+                       f"within {tolerance_from}: TV {_e(own_tv)} <= {tolerance_text(tolerance)}", own_tv, tolerance)
         return out("biased", f"algorithmic: the float64 code is TV {_e(own_tv)} from the expected law, beyond "
-                   f"float64 rounding ({tolerance_text(tolerance)})", own_tv, tolerance)
+                   f"{tolerance_from} ({tolerance_text(tolerance)})", own_tv, tolerance)
     cap = rounding_cap(precision)
     if not forced:
         if f64_tv > tolerance:
             return out("biased", f"algorithmic: the same code on float64 inputs is TV {_e(f64_tv)} from the expected "
-                       f"law, beyond float64 rounding ({tolerance_text(tolerance)}); at {precision} TV {_e(own_tv)}",
+                       f"law, beyond {tolerance_from} ({tolerance_text(tolerance)}); at {precision} TV {_e(own_tv)}",
                        f64_tv, tolerance)
         if own_tv > cap:
             return out("biased", f"precision defect: lossless on float64 inputs (TV {_e(f64_tv)}) but TV {_e(own_tv)} "
                        f"at {precision}, more than {precision} rounding can cost (at most {_e(cap)})",
                        own_tv, cap)
-        return out("lossless", f"the same code on float64 inputs is within float64 rounding (TV {_e(f64_tv)} <= "
+        return out("lossless", f"the same code on float64 inputs is within {tolerance_from} (TV {_e(f64_tv)} <= "
                    f"{tolerance_text(tolerance)}); the TV at {precision}, {_e(own_tv)}, is {precision} rounding",
                    f64_tv, tolerance)
     if lifted_tv is not None:   # the code's casts lifted: the same algorithm at float64 separates them exactly
@@ -227,14 +235,14 @@ def decide(*, precision: str, own_tv: Fraction, own_violations: bool, f64_tv: Fr
                        f"{precision} rounding of its inputs", lifted_tv, tolerance)
         if lifted_tv > tolerance:
             return out("biased", f"algorithmic: the code computes in {precision} whatever it is handed, and with its "
-                       f"casts lifted to float64 it is TV {_e(lifted_tv)} from the expected law, beyond float64 "
-                       f"rounding ({tolerance_text(tolerance)}); at {precision} TV {_e(own_tv)}", lifted_tv, tolerance)
+                       f"casts lifted to float64 it is TV {_e(lifted_tv)} from the expected law, beyond "
+                       f"{tolerance_from} ({tolerance_text(tolerance)}); at {precision} TV {_e(own_tv)}", lifted_tv, tolerance)
         if max(own_tv, f64_tv) > cap:
             return out("biased", f"precision defect: lossless with its casts lifted to float64 (TV {_e(lifted_tv)}) "
                        f"but TV {_e(max(own_tv, f64_tv))} as it casts to {precision}, more than {precision} rounding "
                        f"can cost (at most {_e(cap)})", max(own_tv, f64_tv), cap)
         return out("lossless", f"the code computes in {precision} whatever it is handed; with its casts lifted to "
-                   f"float64 it is within float64 rounding (TV {_e(lifted_tv)} <= {tolerance_text(tolerance)}), so "
+                   f"float64 it is within {tolerance_from} (TV {_e(lifted_tv)} <= {tolerance_text(tolerance)}), so "
                    f"its TV as it runs, {_e(own_tv)}, is {precision} rounding", lifted_tv, tolerance)
     # the code computes at `precision` whatever it is handed: rounding and bias separated by bounds only
     typical = allowance / _OPERATIONS_PER_ENTRY

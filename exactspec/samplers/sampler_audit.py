@@ -346,6 +346,7 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
         return _SEARCH[0](sampler, **given)
     reference = True if reference is None else bool(reference)
     adapter = get_adapter(adapter)
+    adapter.check_rng_model(rng_model)      # a model the adapter cannot enumerate: refused, never replaced
     name = getattr(sampler, "__name__", "sampler")
     tol = to_rational(tolerance, "audit_sampler tolerance")
     if tol < 0:
@@ -416,8 +417,16 @@ def _audit_sampler(sampler: Callable, adapter: Any, name: str, inputs: AuditInpu
         source = ("detected: the coarsest float dtype handed to the sampler or compared with its uniforms"
                   if calls.seen else "default: no float array or float dtype seen")
     extra["precision"], extra["precision_from"] = prec, source
-    boundary = _float_boundary(sampler, adapter, name, inputs, report, prec, calls, shared, tolerance, cache, used,
-                               on_error, progress)
+    # the floor the adapter's own enumeration resolves the law to (a race followed to float32 ulps): the float64 run
+    # cannot be judged finer than that, whatever rounding would allow
+    floor = adapter.resolution_floor(inputs.rng_model, tokens=inputs.tokens)
+    held, held_from = tolerance, "float64 rounding"
+    if floor is not None:
+        extra["resolution_floor"], extra["resolution_floor_from"] = str(floor[0]), floor[1]
+        if floor[0] > tolerance:
+            held, held_from = floor
+    boundary = _float_boundary(sampler, adapter, name, inputs, report, prec, calls, shared, held, cache, used,
+                               on_error, progress, tolerance_from=held_from)
     extra["float_boundary"] = boundary.to_dict()
     extra["algorithmic_tv"] = str(boundary.algorithmic_tv)
     extra["algorithmic_tv_against"] = ("the declared law (expected=)" if expected is not None else "the target law") + (
@@ -469,7 +478,8 @@ def _watched(sampler: Callable, seen: set, sites: dict | None = None, lift: bool
 
 def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInputs, report: AuditReport,
                     prec: str, calls: "_Calls", shared: "_Shared", tolerance: Fraction, cache: bool,
-                    used: set, on_error: str = "raise", progress: Any = False) -> Boundary:
+                    used: set, on_error: str = "raise", progress: Any = False,
+                    tolerance_from: str = "float64 rounding") -> Boundary:
     """Rounding or bias: the sampler run again on float64 inputs and a float64 generator when it computed coarser.
 
     The run at the sampler's own precision is ``report``; a second run hands the same sampler float64
@@ -481,7 +491,8 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
     nothing coarser is met any more, that run is the algorithm at float64 and decides alone (bias and rounding
     separated exactly); otherwise (a cast it cannot lift: numpy, a constant made before the call) the verdict is
     :func:`~.float_boundary.decide`'s size-derived bounds at the coarsest precision met. ``used``: the (generator,
-    lattice) pairs the first run drew from under the ``native`` model.
+    lattice) pairs the first run drew from under the ``native`` model. ``tolerance_from``: what
+    ``tolerance`` stands for (float64 rounding, or the floor the adapter resolves to), passed to ``decide``.
     """
     if inputs.rng_model == "native":
         coarse_generator = any(lat is not FLOAT64_LATTICE for _, lat in used)
@@ -490,7 +501,7 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
     extra = report.extra
     if report.tv == 0:      # exactly the expected law as it ships: nothing for a second run to separate
         return decide(precision=prec, own_tv=report.tv, own_violations=False, f64_tv=None, f64_violations=False,
-                      forced=False, tolerance=tolerance, allowance=tolerance)
+                      forced=False, tolerance=tolerance, tolerance_from=tolerance_from, allowance=tolerance)
     import sys
     torch_code = "torch" in sys.modules
     adapter64 = adapter.with_precision("float64")
@@ -583,7 +594,8 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
     allowance = max(tolerance, rounding_allowance(at, vocab=inputs.target.vocab, positions=positions))
     if not met:           # float64 throughout: one run decides
         return decide(precision="float64", own_tv=report.tv, own_violations=bool(report.support_violations),
-                      f64_tv=None, f64_violations=False, forced=False, tolerance=tolerance, allowance=allowance)
+                      f64_tv=None, f64_violations=False, forced=False, tolerance=tolerance,
+                      tolerance_from=tolerance_from, allowance=allowance)
     if forced:
         extra["forced_precision"] = coarse64 or prec
         how = ("seen by value" if coarse64 is not None and not seen_as_dtype else
@@ -596,7 +608,7 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
                 "it, so size-derived bounds decide"))
     return decide(precision=at, own_tv=report.tv, own_violations=bool(report.support_violations),
                   f64_tv=f64.tv, f64_violations=bool(f64.support_violations), forced=forced, tolerance=tolerance,
-                  allowance=allowance,
+                  tolerance_from=tolerance_from, allowance=allowance,
                   lifted_tv=rounded_inputs if lifted_run is None else lifted_run.tv,
                   lifted_violations=lifted_run is not None and bool(lifted_run.support_violations),
                   lifted_how=None if lifted_run is not None or rounded_inputs is None else

@@ -23,6 +23,7 @@ import functools
 import sys
 import threading
 from types import SimpleNamespace
+from fractions import Fraction
 from typing import Any, Callable, Hashable, Iterator
 
 import numpy as np
@@ -187,6 +188,30 @@ class Adapter:
         if dtype is None:
             return None
         return precision_of(SimpleNamespace(dtype=np.dtype(dtype) if isinstance(dtype, type) else dtype))
+
+    def check_rng_model(self, rng_model: str) -> None:
+        """Refuse (:class:`~exactspec.UnsupportedRngModel`, exit 2) an rng model this adapter cannot enumerate.
+
+        An adapter whose sampler draws through the interception (numpy, torch, Python's ``random``)
+        honours every model: the enumerating rng applies it to each draw. An adapter that hands its
+        sampler uniforms as tensors (:class:`~.explicit_uniforms.KernelAdapter`) overrides this.
+
+        >>> Adapter().check_rng_model("continuous") is None
+        True
+        """
+        return None
+
+    def resolution_floor(self, rng_model: str, *, tokens: int) -> tuple[Fraction, str] | None:
+        """The TV the adapter's own enumeration may miss on an audit of ``tokens`` tokens, with why (None: exact).
+
+        The float boundary holds the float64 run to no less than this floor
+        (:func:`~exactspec.samplers.float_boundary.decide`'s ``tolerance``): a law the adapter
+        resolves only to some precision cannot be judged finer than that.
+
+        >>> Adapter().resolution_floor("native", tokens=2) is None
+        True
+        """
+        return None
 
     def with_precision(self, precision: str) -> "Adapter | None":
         """This adapter handing the sampler its laws in ``precision``, or None when it cannot.

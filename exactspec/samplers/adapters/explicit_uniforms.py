@@ -23,13 +23,23 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ...enumerate.rng import LATTICES, NATIVE, NATIVE64, Lattice
-from ...errors import ExactSpecError
+from ...enumerate.rng import LATTICES, NATIVE, NATIVE64, Lattice, lattice_for
+from ...errors import ExactSpecError, UnsupportedRngModel
 from ...protocols import Step
 from .base import Adapter
 
 __all__ = ["FlashinferChainAdapter", "flashinfer_chain", "reference_flashinfer_style", "TensorRandomnessAdapter",
-           "tensor_randomness", "ROLES"]
+           "tensor_randomness", "ROLES", "KernelAdapter", "KERNEL_RNG_MODELS", "RACE_RATIO_RESOLUTION", "race_floor"]
+
+#: the rng models a kernel fed its uniforms as tensors is audited under: ``native`` (the grid of the dtype its uniforms
+#: are handed in) and the evenly spaced lattices that dtype holds (``float64`` needs float64 uniforms); ``continuous``
+#: and the rounded float16 / bfloat16 lattices are refused (:class:`~exactspec.UnsupportedRngModel`), never replaced
+#: by another model
+KERNEL_RNG_MODELS = ("native", "torch-float32", "float64", "curand")
+
+#: how finely a race's weight ratio is resolved: its cut is located on float32 values, within one float32 ulp
+#: (a relative ``2**-23``), so the law of one race is within TV ``2**-23`` of the kernel's
+RACE_RATIO_RESOLUTION = Fraction(1, 2 ** 23)
 
 
 def reference_flashinfer_style(draft_probs: Any, draft_token_ids: Any, uniform_samples: Any,
@@ -60,22 +70,131 @@ def reference_flashinfer_style(draft_probs: Any, draft_token_ids: Any, uniform_s
     return out
 
 
-def _kernel_lattice(rng: Any, precision: str = "float32") -> Lattice:
-    """The lattice of a kernel's uniform inputs: the rng model's; under ``continuous`` and ``native`` the grid of
-    the uniform tensors the kernel takes (torch's float32 one; the 53-bit one for float64, the float64 run of a
-    float32 audit); a lattice that is not evenly spaced is refused."""
-    lat = getattr(rng, "lattice", None)
+def _resolve_lattice(lat: Any, precision: str, adapter: str) -> Lattice:
+    """A model's lattice (:func:`~exactspec.enumerate.rng.lattice_for`) as a kernel's uniform tensors take it."""
     if lat is NATIVE64:
         return LATTICES["float64"]
-    if lat is None or lat is NATIVE:
+    if lat is NATIVE:
         return LATTICES["float64" if precision == "float64" else "torch-float32"]
+    if lat is None:
+        raise UnsupportedRngModel(
+            f"the {adapter} adapter cannot audit under rng_model 'continuous': it hands its kernel the uniforms as "
+            f"{precision} tensors, so each is a value on a lattice, never an ideal draw on [0, 1) (and the law "
+            "between lattice points is not enumerated); choose one of " + ", ".join(KERNEL_RNG_MODELS),
+            adapter=adapter, rng_model="continuous")
     if type(lat).cut is not Lattice.cut:
-        raise ExactSpecError(f"rng_model {lat.name!r}: kernels with explicit uniforms are audited on evenly spaced "
-                             "lattices only (torch-float32, float64, curand)")
+        raise UnsupportedRngModel(
+            f"the {adapter} adapter cannot audit under rng_model {lat.name!r}: kernels fed explicit uniforms are "
+            "audited on evenly spaced lattices only; choose one of " + ", ".join(KERNEL_RNG_MODELS),
+            adapter=adapter, rng_model=lat.name)
+    if not _holds(lat, precision):
+        raise UnsupportedRngModel(
+            f"the {adapter} adapter cannot audit under rng_model {lat.name!r}: it hands its kernel the uniforms as "
+            f"{precision} tensors, which cannot hold that lattice's values (they would be rounded: 1 - 2**-53 to 1.0 "
+            f"in float32), so the kernel would not see the model's draws; choose a lattice {precision} holds "
+            "(native: its own grid)", adapter=adapter, rng_model=lat.name)
     return lat
 
 
-class FlashinferChainAdapter(Adapter):
+#: significand bits of each float dtype a kernel's uniform tensors may have
+_SIGNIFICAND = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8}
+
+
+def _holds(lat: Lattice, precision: str) -> bool:
+    """Whether every value of an evenly spaced lattice (offset 0, step ``2**-m``) is a ``precision`` float."""
+    bits = _SIGNIFICAND.get(precision, 53)
+    step = lat.step
+    m = step.denominator.bit_length() - 1
+    return lat.offset == 0 and step.numerator == 1 and step.denominator == 1 << m and m <= bits
+
+
+def kernel_lattice_for(rng_model: str, precision: str = "float32", adapter: str = "explicit-uniforms") -> Lattice:
+    """The lattice a kernel's uniform inputs take under ``rng_model`` when handed in ``precision`` (refused with
+    :class:`~exactspec.UnsupportedRngModel` where none is: ``continuous``, the rounded lattices).
+
+    >>> kernel_lattice_for("native").name, kernel_lattice_for("native", "float64").name
+    ('torch-float32', 'float64')
+    >>> kernel_lattice_for("continuous", adapter="flashinfer")
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.UnsupportedRngModel: the flashinfer adapter cannot audit under rng_model 'continuous': ...
+    """
+    return _resolve_lattice(lattice_for(rng_model), precision, adapter)
+
+
+def _kernel_lattice(rng: Any, precision: str = "float32", adapter: str = "explicit-uniforms",
+                    source: str | None = None) -> Lattice:
+    """The lattice of a kernel's uniform inputs on this branch: the rng model's; under ``native`` the grid of the
+    uniform tensors the kernel takes (torch's float32 one; the 53-bit one for float64, the float64 run of a float32
+    audit); ``continuous`` and a lattice that is not evenly spaced are refused (:func:`kernel_lattice_for`). The
+    lattice is noted on the audit's session as drawn from by ``source`` (what the report's ``rng`` names)."""
+    from ..randomness.interception import current_session
+    lat = _resolve_lattice(getattr(rng, "lattice", None), precision, adapter)
+    session = current_session()
+    if session is not None:
+        session.lattices.add((source or f"torch {precision} (the {adapter} kernel's uniform tensors)", lat))
+    return lat
+
+
+def race_floor(tokens: int) -> tuple[Fraction, str]:
+    """What following an exponential race to float32 resolution may cost a law of ``tokens`` tokens, and why.
+
+    Each race's weight ratios are found within one float32 ulp (:data:`RACE_RATIO_RESOLUTION`), so each
+    race's law lies within TV ``2**-23`` of the kernel's, and a path of ``tokens`` tokens meets at most
+    ``tokens`` races (one per step): the law is resolved to TV ``tokens * 2**-23``.
+
+    >>> race_floor(2)[0] == Fraction(1, 2 ** 22)
+    True
+    """
+    n = max(1, int(tokens))
+    return n * RACE_RATIO_RESOLUTION, (
+        "what the adapter resolves (the exponential race's weight ratios located on float32 values, each within one "
+        f"float32 ulp: TV at most 2**-23 a race, {n} race{'s' if n > 1 else ''} on a path of {n} "
+        f"token{'s' if n > 1 else ''})")
+
+
+class KernelAdapter(Adapter):
+    """An adapter handing its kernel the uniforms as tensors: audited on evenly spaced lattices only.
+
+    ``uniform_precision`` is the dtype of the uniform tensors (the adapter's precision unless a
+    subclass says otherwise: vLLM draws its uniforms in float64); under ``native`` they lie on that
+    dtype's grid. Races (``argmax(w / E)``) followed to float32 resolution set ``races = True``: the
+    float boundary then holds the float64 run to :func:`race_floor`.
+
+    >>> flashinfer_chain.check_rng_model("curand") is None
+    True
+    """
+
+    #: whether the kernel's law includes exponential races followed to float32 resolution
+    races = False
+    #: the dtype the uniforms are handed in (None: the adapter's declared precision)
+    uniform_dtype: str | None = None
+
+    def uniform_precision(self) -> str:
+        """The dtype of the uniform tensors handed to the kernel.
+
+        >>> flashinfer_chain.uniform_precision()
+        'float32'
+        """
+        return self.uniform_dtype or self.declared_precision() or "float32"
+
+    def check_rng_model(self, rng_model: str) -> None:
+        kernel_lattice_for(rng_model, self.uniform_precision(), self.name)
+
+    def resolution_floor(self, rng_model: str, *, tokens: int) -> tuple[Fraction, str] | None:
+        return race_floor(tokens) if self.races else None
+
+    def lattice_note(self, rng_model: str) -> str:
+        """The lattice the uniforms are enumerated on under ``rng_model``, in words, and the dtype they are handed in.
+
+        >>> flashinfer_chain.lattice_note("native").startswith("k * 2**-24")
+        True
+        """
+        lat = kernel_lattice_for(rng_model, self.uniform_precision(), self.name)
+        return f"{lat.note} (handed to the kernel as {self.uniform_precision()} tensors)"
+
+
+class FlashinferChainAdapter(KernelAdapter):
     """``kernel(draft_probs [B, k, V], draft_token_ids [B, k], uniform_samples [B, k + 1], target_probs
     [B, k + 1, V]) -> [B, k + 1]`` (padded with -1): the law is recovered from the breakpoints of the kernel's
     output over its uniforms (``method="guided"``: probes at the thresholds the laws suggest, one batched call
@@ -95,9 +214,8 @@ class FlashinferChainAdapter(Adapter):
                                                  name="flashinfer")
 
     def resolution(self, rng_model: str) -> str:
-        lat = LATTICES.get(rng_model, LATTICES["torch-float32"])
         how = "by bisection" if self.method == "bisection" else "by probes at suggested thresholds and a search"
-        return (f"uniform inputs on the lattice {lat.note}; breakpoints located exactly on it {how} "
+        return (f"uniform inputs on the lattice {self.lattice_note(rng_model)}; breakpoints located exactly on it {how} "
                 f"(assumes threshold use, see exactspec.samplers.adapters.explicit_uniforms)")
 
     def with_precision(self, precision: str) -> "FlashinferChainAdapter":
@@ -117,7 +235,7 @@ class FlashinferChainAdapter(Adapter):
 
     def _bisection(self, sampler: Callable, step: Step, rng: Any) -> list[int]:
         import torch
-        lat = _kernel_lattice(rng, self.precision)
+        lat = _kernel_lattice(rng, self.precision, self.name)
         k, dt = step.gamma, getattr(torch, self.precision)
         drafts = torch.tensor([list(step.drafts)], dtype=torch.long)
         q = torch.stack([torch.tensor(self.floats(step.claimed(j)), dtype=dt) for j in range(k)])[None]
@@ -205,7 +323,7 @@ def _count(expr: str, k: int, vocab: int) -> int:
     raise ExactSpecError(f"tensor_randomness: cannot read the count {expr!r} (use k, k+1, V or a number)")
 
 
-class TensorRandomnessAdapter(Adapter):
+class TensorRandomnessAdapter(KernelAdapter):
     """A chain kernel that reads its randomness from tensor arguments, declared by name (see :func:`tensor_randomness`).
 
     The kernel is called with ``B`` rows, one per point at which it is evaluated; its output is
@@ -248,6 +366,7 @@ class TensorRandomnessAdapter(Adapter):
             self.specs[arg] = (kind, count)
         if sum(kind == "exponential" for kind, _ in self.specs.values()) > 1:
             raise ExactSpecError("tensor_randomness: at most one exponential argument (one race) is followed")
+        self.races = any(kind == "exponential" for kind, _ in self.specs.values())
         unknown = [a for a in self.arguments if a not in ROLES and a not in self.specs and a not in self.extra]
         if unknown:
             raise ExactSpecError(f"tensor_randomness: arguments {unknown} are neither step inputs "
@@ -255,11 +374,11 @@ class TensorRandomnessAdapter(Adapter):
                                  "declared randomness nor extra constants")
 
     def resolution(self, rng_model: str) -> str:
-        lat = LATTICES.get(rng_model, LATTICES["torch-float32"])
-        race = any(kind == "exponential" for kind, _ in self.specs.values())
-        return (f"uniform inputs on the lattice {lat.note}; breakpoints located exactly on it by probes at suggested "
-                "thresholds and a search (assumes threshold use, see exactspec.samplers.adapters.explicit_uniforms)"
-                + ("; the exponential race's weight ratios to one float32 ulp" if race else ""))
+        return (f"uniform inputs on the lattice {self.lattice_note(rng_model)}; breakpoints located exactly on it by "
+                "probes at suggested thresholds and a search (assumes threshold use, see "
+                "exactspec.samplers.adapters.explicit_uniforms)"
+                + ("; the exponential race's weight ratios to one float32 ulp (the float64 run is held to that: "
+                   "TV 2**-23 a race)" if self.races else ""))
 
     def with_precision(self, precision: str) -> "TensorRandomnessAdapter":
         """This adapter handing its laws and random tensors in ``precision`` (the float64 run of a float32 audit).
@@ -273,7 +392,7 @@ class TensorRandomnessAdapter(Adapter):
 
     def call(self, sampler: Callable, step: Step, rng: Any) -> list[int]:
         import torch
-        lat = _kernel_lattice(rng, self.dtype)
+        lat = _kernel_lattice(rng, self.dtype, self.name)
         k, dt = step.gamma, getattr(torch, self.dtype)
         vocab = len(step.target(0))
         p = [self.floats(step.target(j)) for j in range(k + 1)]

@@ -48,7 +48,7 @@ import numpy as np
 from ...errors import ExactSpecError, UnsupportedRandomness
 from ...protocols import Rng, Step
 from .base import Adapter
-from .explicit_uniforms import _kernel_lattice, reference_flashinfer_style
+from .explicit_uniforms import KernelAdapter, _kernel_lattice, reference_flashinfer_style
 from .triton_kernels import RowCache, interpreted, load_published_module
 
 __all__ = ["SGLANG_VERSION", "CHAIN_FILE", "TREE_FILE", "TREE_STUBS", "sglang_chain_kernel", "published_chain",
@@ -349,7 +349,7 @@ def chain_law(launch: Callable, drafts: list[int], p: np.ndarray, q: np.ndarray,
     return law
 
 
-class SglangChainAdapter(Adapter):
+class SglangChainAdapter(KernelAdapter):
     """SGLang's ``chain_speculative_sampling_triton(predicts=..., ...)`` signature (see the module docstring).
 
     The sampler is the published kernel (:func:`published_chain`, :func:`published_chain_block`, or
@@ -369,9 +369,7 @@ class SglangChainAdapter(Adapter):
         self.stats = {"rows": 0, "launches": 0, "inputs": 0}
 
     def resolution(self, rng_model: str) -> str:
-        from ...enumerate.rng import LATTICES
-        lat = LATTICES.get(rng_model, LATTICES["torch-float32"])
-        return (f"uniform inputs on the lattice {lat.note}; each coin's cut and the final coin's cuts located exactly "
+        return (f"uniform inputs on the lattice {self.lattice_note(rng_model)}; each coin's cut and the final coin's cuts located exactly "
                 "on it by launches at suggested thresholds and bisection (assumes one threshold per coin, independent "
                 "of the other coins, and final thresholds depending on the accept count only; see "
                 "exactspec.samplers.adapters.sglang_kernels)")
@@ -388,7 +386,7 @@ class SglangChainAdapter(Adapter):
 
     def call(self, sampler: Callable, step: Step, rng: Rng) -> list[int]:
         import torch
-        lat = _kernel_lattice(rng, self.precision)
+        lat = _kernel_lattice(rng, self.precision, self.name)
         drafts, q, p = self.chain_arrays(step)
         key = (sampler, lat.name, tuple(int(x) for x in drafts), p.tobytes(), q.tobytes())
         law = self._memo.get(key)

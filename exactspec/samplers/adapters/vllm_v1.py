@@ -44,10 +44,9 @@ import numpy as np
 
 from ...errors import ExactSpecError
 from ...protocols import Rng, Step
-from ..randomness.interception import bind, current_session
+from ..randomness.interception import bind
 from ..randomness.planned import DrawPlan, planned_draws
-from .base import Adapter
-from .explicit_uniforms import _kernel_lattice, _race_law, _suggested_thresholds, _uniform_cells
+from .explicit_uniforms import KernelAdapter, _kernel_lattice, _race_law, _suggested_thresholds, _uniform_cells
 
 __all__ = ["VllmRejectionAdapter", "vllm_rejection"]
 
@@ -63,7 +62,7 @@ def _greedy_law(law: tuple) -> tuple:
     return tuple(Fraction(int(t == best)) for t in range(len(law)))
 
 
-class VllmRejectionAdapter(Adapter):
+class VllmRejectionAdapter(KernelAdapter):
     """``rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
     target_logits, bonus_token_ids, sampling_metadata, ...)`` as vLLM v1 defines it, or a ``RejectionSampler``
     module: a batch of requests with ``gamma`` drafts each, target laws as float32 logits (``log p``), draft
@@ -75,6 +74,8 @@ class VllmRejectionAdapter(Adapter):
     precision = "float32"
     reference = None
     reference_rule_name = ""
+    races = True                # the recovered (and the module's bonus) token: an ideal race to float32 resolution
+    uniform_dtype = "float64"   # generate_uniform_probs: torch.rand(..., dtype=float64)
 
     def __init__(self, *, requests: Sequence[str] = ("random",), row: int = 0, generators: Sequence[int] = (),
                  draft_probs: bool = True, use_fp64_gumbel: bool = False, temperature: float = 1.0,
@@ -112,9 +113,9 @@ class VllmRejectionAdapter(Adapter):
         return self.kinds[self.row] == "greedy"
 
     def resolution(self, rng_model: str) -> str:
-        return ("vLLM's float64 uniforms on the lattice of the rng model (native: torch CPU's k * 2**-53, 0 "
-                "included), breakpoints located exactly; its exponentials as an ideal race, each weight ratio to one "
-                "float32 ulp (see exactspec.samplers.adapters.vllm_v1)")
+        return (f"vLLM's uniforms on the lattice {self.lattice_note(rng_model)}, breakpoints located exactly; its "
+                "exponentials as an ideal race, each weight ratio to one float32 ulp (the float64 run is held to that: "
+                "TV 2**-23 a race; see exactspec.samplers.adapters.vllm_v1)")
 
     def with_precision(self, precision: str) -> "VllmRejectionAdapter":
         """This adapter handing its logits and draft laws in ``precision`` (the float64 run of a float32 audit).
@@ -243,10 +244,8 @@ class VllmRejectionAdapter(Adapter):
         return law
 
     def call(self, sampler: Callable, step: Step, rng: Rng) -> list[int]:
-        lat = _kernel_lattice(rng, "float64")       # vLLM draws its uniforms in float64 (generate_uniform_probs)
-        session = current_session()
-        if session is not None:
-            session.lattices.add(("torch float64 (vLLM's uniform_probs)", lat))
+        # vLLM draws its uniforms in float64 (generate_uniform_probs)
+        lat = _kernel_lattice(rng, "float64", self.name, "torch float64 (vLLM's uniform_probs)")
         key = (inspect.unwrap(sampler), lat.name, tuple(step.drafts), tuple(tuple(step.target(j))
                for j in range(step.gamma + 1)), tuple(tuple(step.claimed(j)) for j in range(step.gamma)))
         law = self._memo.get(key)
