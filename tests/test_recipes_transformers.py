@@ -220,6 +220,19 @@ def test_recipe_assisted_sampling_is_lossless():
     assert fn.longest == 3              # the target scored prompt + 2 drafted tokens in one call
 
 
+def test_recipe_assisted_sampling_in_bfloat16_is_lossless_up_to_bfloat16_rounding():
+    # bfloat16 stand-ins (the models' own dtype), generate casting their logits to float32: the TV is bfloat16's
+    # rounding (~1e-3, far beyond float32's cap); with generate's casts lifted to float64 the loop is exact
+    r = es.audit_loop(_assisted(2, do_sample=True), target=P3, draft=Q3, kind="transformers", tokens=3,
+                      dtype=torch.bfloat16, workers=None, progress=False)
+    b = r.extra["float_boundary"]
+    assert r.verdict == "lossless" and b["precision"] == "bfloat16" and F(1, 2 ** 12) < r.tv < F(1, 16)
+    lifted = r.extra["lifted_run"]
+    assert lifted["still_coarse"] == "none" and F(lifted["tv"]) <= es.samplers.ROUNDING_TOLERANCE
+    assert "transformers" in lifted["casts_lifted"]["float32"]        # generate's own .float(), file:line
+    assert r.extra["lowest_precision"]["precision"] == "bfloat16"
+
+
 def test_recipe_assisted_sampling_at_temperature_one_half():
     t0 = time.perf_counter()
     r = audit_loop(_assisted(2, do_sample=True, temperature=0.5), target=P3, draft=Q3, kind="transformers",

@@ -537,21 +537,25 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
     if coarse64 is None and adapter64 is not None and adapter.reference is not None and \
             not f64.support_violations and tolerance < f64.tv <= ROUNDING_CAP:
         # float64 code off by no more than float32 rounding, nothing coarser seen: code that rounds its inputs to
-        # float32 where no dtype shows it (a numpy cast, .item() floats) is, on inputs already rounded to float32,
-        # the reference algorithm on those inputs -- a bias is not
-        code32 = _Calls(at_precision(at_precision(sampler, "float64"), "float32"), adapter64, name, cache=cache)
+        # float32 where no dtype shows it (a numpy cast, .item() floats) has, on float64 inputs, the law the reference
+        # sampler has on inputs already rounded to float32 -- when the reference is lossless on the inputs as they
+        # are (else the instance itself, a proposer drawing from another law, is what is off); a bias has not
+        ref64 = _Calls(adapter.reference, adapter64, "reference", cache=cache)
         ref32 = _Calls(at_precision(at_precision(adapter.reference, "float64"), "float32"), adapter64, "reference",
                        cache=cache)
         laws = [run_audit(replace(inputs, rule=c.rule(), rng_model=model, lattice=lattice_for(model)),
-                          budget=shared.next(), exact_floats=True, on_error=on_error, progress=False,
-                          what=f"audit_sampler {name} ({what} on inputs rounded to float32)").output
-                for c, what in ((code32, "the sampler"), (ref32, "the reference"))]
-        rounded_inputs = total_variation(laws[0], laws[1])
-        extra["rounded_inputs_run"] = {"tv_to_reference": str(rounded_inputs), "precision": "float32"}
-        if rounded_inputs <= tolerance:
+                          budget=shared.next(), exact_floats=True, progress=False,
+                          what=f"audit_sampler {name} (the reference sampler {what})")
+                for c, what in ((ref64, "on float64 inputs"), (ref32, "on inputs rounded to float32"))]
+        reference_tv = laws[0].tv
+        rounded_inputs = total_variation(f64.output, laws[1].output) if reference_tv <= tolerance else None
+        extra["rounded_inputs_run"] = {"reference_tv": str(reference_tv), "precision": "float32",
+                                       "tv_to_reference": "not compared (the reference itself is off)"
+                                       if rounded_inputs is None else str(rounded_inputs)}
+        if rounded_inputs is not None and rounded_inputs <= tolerance:
             coarse64 = "float32"
-            sites64[coarse64] = ("its inputs: on inputs already rounded to float32 it is the reference sampler's "
-                                 f"law (TV {float(rounded_inputs):.3g}), so it rounds what it is handed to float32")
+            sites64[coarse64] = ("its inputs: its law is the reference sampler's on inputs already rounded to float32 "
+                                 f"(TV {float(rounded_inputs):.3g}), so it rounds what it is handed to float32")
         else:
             rounded_inputs = None
     if coarse64 is None:
@@ -592,10 +596,16 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
     positions = inputs.tokens * inputs.proposer.max_tokens()
     at = lowest_met if met else "float64"
     allowance = max(tolerance, rounding_allowance(at, vocab=inputs.target.vocab, positions=positions))
-    if not met:           # float64 throughout: one run decides
+    if not met and f64 is report:       # float64 throughout: one run decides
         return decide(precision="float64", own_tv=report.tv, own_violations=bool(report.support_violations),
                       f64_tv=None, f64_violations=False, forced=False, tolerance=tolerance,
                       tolerance_from=tolerance_from, allowance=allowance)
+    if not met:     # float64 code on a coarser generator lattice (float32 uniforms): the float64 run decides
+        return decide(precision="float32", own_tv=report.tv, own_violations=bool(report.support_violations),
+                      f64_tv=f64.tv, f64_violations=bool(f64.support_violations), forced=False,
+                      tolerance=tolerance, tolerance_from=tolerance_from,
+                      allowance=max(tolerance, rounding_allowance("float32", vocab=inputs.target.vocab,
+                                                                  positions=positions)))
     if forced:
         extra["forced_precision"] = coarse64 or prec
         how = ("seen by value" if coarse64 is not None and not seen_as_dtype else
@@ -612,7 +622,7 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
                   lifted_tv=rounded_inputs if lifted_run is None else lifted_run.tv,
                   lifted_violations=lifted_run is not None and bool(lifted_run.support_violations),
                   lifted_how=None if lifted_run is not None or rounded_inputs is None else
-                  "on inputs already rounded to float32 it is the reference sampler's law")
+                  "its law is the reference sampler's on inputs already rounded to float32")
 
 
 def _rounding_figures(adapter: Any, prec: str, inputs: AuditInputs, expected: Model | None, shared: "_Shared",

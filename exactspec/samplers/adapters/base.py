@@ -42,7 +42,7 @@ def precision_of(x: Any) -> str | None:
     >>> precision_of(np.float32(0.5)), precision_of(np.zeros(2)), precision_of(0.5), precision_of(np.arange(2))
     ('float32', 'float64', None, None)
     """
-    if isinstance(x, (np.ndarray, np.generic, SimpleNamespace)):
+    if isinstance(x, (np.ndarray, np.generic)) or (isinstance(x, SimpleNamespace) and hasattr(x, "dtype")):
         dtype = x.dtype
     else:
         torch = sys.modules.get("torch")
