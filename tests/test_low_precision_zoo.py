@@ -202,7 +202,8 @@ def test_the_bugs_show_on_their_instance_and_correct_entries_are_exact_where_the
             assert T.truth_tv(e.name, showcase) > 0, e.name
             assert T.truth_tv(e.name, "D" if showcase == "A" else showcase) > 0, e.name
     # correct entries whose every operation is exact on the dyadic instance (no softmax, no 53-bit normalisation)
-    exact = [e.name for e in lp.ZOO if e.claim == "correct" and e.adapter == "vllm" and e.name != "f32_searchsorted_right"]
+    exact = [e.name for e in lp.ZOO
+             if e.claim == "correct" and e.adapter == "vllm" and e.name != "f32_searchsorted_right"]
     assert len(exact) == 9 and all(T.truth_tv(n, "D") == 0 for n in exact)
 
 
@@ -230,8 +231,9 @@ def audit(e: lp.Entry, instance: str):
     if e.adapter == "loop":
         return es.audit_loop(e.fn, target=p, draft=q, tokens=T.TOKENS, dtype=TORCH[e.dtype], expected=expected,
                              progress=False)
-    return es.audit_sampler(e.fn, adapter=e.adapter, target=p, draft=q, proposer=es.drafts.chain(T.GAMMA.get(e.name, 1)),
-                            prompt=T.PROMPT, tokens=T.TOKENS, expected=expected, progress=False)
+    return es.audit_sampler(e.fn, adapter=e.adapter, target=p, draft=q,
+                            proposer=es.drafts.chain(T.GAMMA.get(e.name, 1)), prompt=T.PROMPT, tokens=T.TOKENS,
+                            expected=expected, progress=False)
 
 
 @pytest.mark.parametrize("entry", lp.ZOO, ids=lambda e: e.name)

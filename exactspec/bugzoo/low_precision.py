@@ -40,8 +40,8 @@ __all__ = ["Entry", "ZOO", "SAMPLERS", "LOOPS", "TEMPERATURE", "LOOP_GAMMA", "LO
 
 #: tokens drafted per step by the loops
 LOOP_GAMMA = 1
-#: new tokens each loop generates (at least)
-LOOP_NEW_TOKENS = 2
+#: new tokens each loop generates (at least): the largest horizon of the default loop search
+LOOP_NEW_TOKENS = 4
 
 
 class Entry(NamedTuple):
