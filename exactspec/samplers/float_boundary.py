@@ -166,7 +166,8 @@ class Boundary:
 def decide(*, precision: str, own_tv: Fraction, own_violations: bool, f64_tv: Fraction | None,
            f64_violations: bool, forced: bool, tolerance: Fraction, allowance: Fraction,
            lifted_tv: Fraction | None = None, lifted_violations: bool = False,
-           lifted_how: str | None = None, tolerance_from: str = "float64 rounding") -> Boundary:
+           lifted_how: str | None = None, tolerance_from: str = "float64 rounding",
+           measured: Fraction | None = None) -> Boundary:
     """The verdict from a run at the code's own precision and (when it is coarser) a run on float64 inputs.
 
     ``own_tv`` / ``own_violations``: the run at ``precision`` against the expected law; ``f64_tv`` /
@@ -179,7 +180,10 @@ def decide(*, precision: str, own_tv: Fraction, own_violations: bool, f64_tv: Fr
     separates bias from rounding exactly, as the float64 run does for code that honours its dtype.
     ``lifted_how``: what ``lifted_tv`` measured instead, when it is not such a run (for code that rounds its inputs
     where no dtype shows it: its TV to the reference sampler on inputs already rounded to ``precision``). ``tolerance_from``: what
-    ``tolerance`` stands for, in the reason (a floor the audit's own enumeration resolves to, when it is coarser
+    ``measured``: what rounding at ``precision`` costs a correct reference sampler on this very instance (None: not
+    measured); code whose casts cannot be lifted is then lossless only within four times that (0 on an instance
+    exactly representable at ``precision``), never within the size-derived typical rounding alone.
+    ``tolerance_from``: what ``tolerance`` stands for, in the reason (a floor the audit's own enumeration resolves to, when it is coarser
     than float64 rounding: :meth:`~exactspec.samplers.Adapter.resolution_floor`).
 
     >>> F = Fraction
@@ -246,6 +250,12 @@ def decide(*, precision: str, own_tv: Fraction, own_violations: bool, f64_tv: Fr
                    f"its TV as it runs, {_e(own_tv)}, is {precision} rounding", lifted_tv, tolerance)
     # the code computes at `precision` whatever it is handed: rounding and bias separated by bounds only
     typical = allowance / _OPERATIONS_PER_ENTRY
+    if measured is not None and 4 * measured < typical:
+        typical = 4 * measured
+        if f64_tv <= typical:
+            return out("lossless", f"the code computes in {precision} whatever it is handed; its TV {_e(f64_tv)} on "
+                       f"float64 inputs is within four times what {precision} rounding costs a correct reference "
+                       f"sampler on this instance ({_e(measured)}, measured)", f64_tv, typical)
     if f64_tv <= typical:
         return out("lossless", f"the code computes in {precision} whatever it is handed; its TV {_e(f64_tv)} on "
                    f"float64 inputs is within what {precision} rounding typically costs on this instance "

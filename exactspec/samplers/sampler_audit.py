@@ -596,6 +596,18 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
     positions = inputs.tokens * inputs.proposer.max_tokens()
     at = lowest_met if met else "float64"
     allowance = max(tolerance, rounding_allowance(at, vocab=inputs.target.vocab, positions=positions))
+    measured = None
+    if forced and lifted_run is None and rounded_inputs is None and adapter.reference is not None and \
+            coarser_than_float64(at) and not (report.support_violations or f64.support_violations):
+        # bounds decide: what rounding at that precision costs the adapter's correct reference here, measured
+        try:
+            measured = _reference(adapter, at, inputs, shared, cache).tv
+        except (BudgetExceeded, KeyboardInterrupt):
+            raise
+        except ExactSpecError:
+            measured = None
+        if measured is not None:
+            extra["measured_rounding"] = {"precision": at, "reference_tv": str(measured)}
     if not met and f64 is report:       # float64 throughout: one run decides
         return decide(precision="float64", own_tv=report.tv, own_violations=bool(report.support_violations),
                       f64_tv=None, f64_violations=False, forced=False, tolerance=tolerance,
@@ -621,6 +633,7 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
                   tolerance_from=tolerance_from, allowance=allowance,
                   lifted_tv=rounded_inputs if lifted_run is None else lifted_run.tv,
                   lifted_violations=lifted_run is not None and bool(lifted_run.support_violations),
+                  measured=measured,
                   lifted_how=None if lifted_run is not None or rounded_inputs is None else
                   "its law is the reference sampler's on inputs already rounded to float32")
 
