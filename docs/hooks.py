@@ -205,6 +205,20 @@ es.audit(target=half, draft=half, rule=uses_float, tokens=1)''',
 from exactspec.samplers.adapters.explicit_uniforms import reference_flashinfer_style
 half = es.models.context_free(("1/2", "1/2"))      # a kernel takes its uniforms as float32 tensors: no ideal draws
 es.audit_sampler(reference_flashinfer_style, adapter="flashinfer", target=half, draft=half, rng_model="continuous")''',
+    "InterceptionError": '''\
+import torch
+
+def sampler(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
+    # torch takes multinomial(input=...); exactspec's interception does not (yet): exactspec's gap, not the sampler's
+    return torch.multinomial(input=target_probs[0, 0], num_samples=1)[None].repeat(1, 2)
+
+half = es.models.context_free(("1/2", "1/2"))
+es.audit_sampler(sampler, adapter="vllm", target=half, draft=half, proposer=es.drafts.chain(1), tokens=1)''',
+    "AdapterMismatch": '''\
+from exactspec.bugzoo import torch_samplers    # vLLM-style: (target_probs, draft_probs, draft_token_ids, bonus_token_ids)
+
+half = es.models.context_free(("1/2", "1/2"))
+es.audit_sampler(torch_samplers.correct, target=half, draft=half, proposer=es.drafts.chain(1), tokens=1)  # no adapter=''',
     "NotPicklable": '''\
 import threading
 lock = threading.Lock()

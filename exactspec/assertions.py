@@ -217,7 +217,7 @@ def _budget_spent(exc: Exception, what: str) -> IncompleteCheckError:
                                 f"proven and this assertion fails (an incomplete check never passes): {exc}", None, None)
 
 
-def assert_sampler_lossless(sampler: Any, *, adapter: Any = "numpy", search: bool = True, proposer: Any = None,
+def assert_sampler_lossless(sampler: Any, *, adapter: Any = None, search: bool = True, proposer: Any = None,
                             space: Any = None, vocab: int | None = None, gamma: int | None = None,
                             tokens: int | None = None, budget: Any = None, max_instances: int | None = None,
                             seed: int = 0, target: Model | None = None, draft: Model | None = None,
@@ -227,7 +227,9 @@ def assert_sampler_lossless(sampler: Any, *, adapter: Any = "numpy", search: boo
     By default (``search=True``) this is ``exactspec audit-sampler``'s check: an exact search
     (:func:`exactspec.samplers.sampler_search.search_sampler`) over the small instances of
     :func:`~exactspec.samplers.sampler_search.sampler_space` for the adapter's family, each
-    audited by :func:`exactspec.audit_sampler` through ``adapter``. It passes, returning the
+    audited by :func:`exactspec.audit_sampler` through ``adapter`` (left out: numpy, checked as
+    ``audit_sampler`` checks it: a sampler only another adapter can call raises
+    :class:`~exactspec.errors.AdapterMismatch`). It passes, returning the
     :class:`~exactspec.counterexamples.EmptySearch`, only when every instance of the space was
     decided lossless. A bias raises :class:`LossAssertionError` with the minimal counterexample
     and its regression test (``.counterexample``); a search that did not cover its space (a
@@ -259,7 +261,8 @@ def assert_sampler_lossless(sampler: Any, *, adapter: Any = "numpy", search: boo
     from .samplers import audit_sampler, get_adapter
     where = "assert_sampler_lossless"
     opts = _audit_options(audit_sampler, audit_options, where)
-    adapter = get_adapter(adapter)
+    chosen = None if adapter is None else get_adapter(adapter)     # None: numpy, checked by the audits
+    adapter = chosen if chosen is not None else get_adapter("numpy")
     if isinstance(sampler, str) and not search:
         from ._loading import load_object
         sampler = load_object(sampler, "the sampler", preload=("numpy",))
@@ -275,7 +278,7 @@ def assert_sampler_lossless(sampler: Any, *, adapter: Any = "numpy", search: boo
                                      "one instance")
             from .samplers.sampler_search import search_sampler
             seconds, limits = _budget_parts(budget, where)
-            result = search_sampler(sampler, adapter=adapter, proposer=proposer, seed=seed, budget=seconds,
+            result = search_sampler(sampler, adapter=chosen, proposer=proposer, seed=seed, budget=seconds,
                                     space=_small_space(space, adapter.family, vocab, gamma, tokens, where),
                                     max_instances=max_instances, progress=False, instance_budget=limits, **opts)
         else:
@@ -288,7 +291,7 @@ def assert_sampler_lossless(sampler: Any, *, adapter: Any = "numpy", search: boo
             seconds, limits = _budget_parts(budget, where)
             one = Budget(seconds=seconds) if limits is None else Budget(
                 paths=limits.paths, depth=limits.depth, outcomes=limits.outcomes, seconds=seconds)
-            result = audit_sampler(sampler, adapter=adapter, target=target, draft=draft, proposer=proposer,
+            result = audit_sampler(sampler, adapter=chosen, target=target, draft=draft, proposer=proposer,
                                    prompt=prompt, tokens=tokens, expected=expected, budget=one, progress=False,
                                    **opts)
     except BudgetExceeded as exc:

@@ -163,3 +163,53 @@ class UnsupportedRngModel(UnsupportedRandomness, ValueError):
     def __init__(self, message: str, *, adapter: str = "", rng_model: str = "") -> None:
         super().__init__(message)
         self.adapter, self.rng_model = adapter, rng_model
+class InterceptionError(UnsupportedRandomness):
+    """exactspec's own interception of a random draw failed (not the audited code): names the operation and dtype.
+
+    Raised when the code that stands in for a random function while a sampler is audited
+    (``torch.multinomial``, ``Tensor.bernoulli_``, ``random.random``, ...) fails in exactspec's own
+    frames on arguments the real function takes: a gap or a bug of exactspec's, never a crash of
+    the sampler, so never a ``RuleError``, a recorded crash or a ``"crash"`` counterexample. The
+    errors the interception raises on purpose where the real function raises too (``torch.multinomial``
+    on a 3-d tensor) stay the audited code's. ``operation``, ``dtype`` and ``cause`` say what failed.
+
+    >>> import exactspec as es
+    >>> err = es.errors.InterceptionError("torch.multinomial", "bfloat16", TypeError("boom"))
+    >>> str(err).split(";")[0], err.exit_code
+    ('unsupported: torch.multinomial on bfloat16: TypeError: boom', 2)
+    """
+
+    def __init__(self, operation: str, dtype: str, cause: BaseException, where: str = "") -> None:
+        self.operation, self.dtype, self.cause = operation, dtype, cause
+        at = f" (at {where})" if where else ""
+        super().__init__(f"unsupported: {operation} on {dtype}: {type(cause).__name__}: {cause}{at}; exactspec's "
+                         f"interception of {operation} failed in its own code, not the audited code (a gap in "
+                         "exactspec: please report it)")
+
+
+class AdapterMismatch(ExactSpecError, TypeError):
+    """The default adapter cannot drive a sampler that another registered adapter can: a usage error (exit 2).
+
+    Raised by ``es.audit_sampler``, ``es.samplers.search_sampler`` and ``exactspec audit-sampler``
+    when no adapter was given, the sampler raised on its first call under the default (numpy) one,
+    and a call under some other adapter returned: ``fits`` names those adapters, ``adapter`` the one
+    tried, ``cause`` the exception of that first call. Passing an adapter explicitly skips the
+    check (a crash under it is then the sampler's, as always).
+
+    >>> import exactspec as es
+    >>> err = es.errors.AdapterMismatch("correct", "numpy", ["vllm"], IndexError("x"))
+    >>> err.fits, err.exit_code
+    (['vllm'], 2)
+    """
+
+    def __init__(self, sampler: str, adapter: str, fits: list[str], cause: BaseException, where: str = "") -> None:
+        self.sampler, self.adapter, self.fits, self.cause = sampler, adapter, list(fits), cause
+        at = f" at {where}" if where else ""
+        names = ", ".join(fits)
+        first = fits[0] if fits else "ADAPTER"
+        super().__init__(
+            f"sampler {sampler} does not run under the {adapter} adapter (the default: no adapter was given): its "
+            f"first call raised {type(cause).__name__}: {cause}{at}; it runs under the {names} adapter"
+            f"{'s' if len(fits) > 1 else ''}: pass adapter={first!r} (on the command line: --adapter {first}). "
+            f"If it is written for the {adapter} adapter, pass adapter={adapter!r} explicitly and the crash is "
+            "audited as the sampler's")

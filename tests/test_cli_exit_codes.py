@@ -279,3 +279,26 @@ def test_bad_module_function_specs(capsys):
         code, out, err = run(capsys, "audit-sampler", spec)
         assert code == 2 and out == "", spec
         one_line(err)
+
+
+def test_exactspecs_own_interception_failure_is_exit_2_not_a_crash(capsys, user_dir, monkeypatch):
+    # issue 35: a bug of exactspec's interception (as bfloat16's .numpy() was) is InterceptionError: exit 2, one
+    # line, in a search too (never a crash counterexample of the sampler, exit 1)
+    pytest.importorskip("torch")
+    from exactspec.samplers.randomness import torch_rng
+    monkeypatch.setattr(torch_rng, "exact_rows", None)      # _multinomial's call of it raises TypeError
+    write(user_dir, "multinomial_sampler_mod", '''
+        import torch
+
+        def recover(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
+            k = draft_token_ids.shape[1]
+            out = torch.full((1, k + 1), -1, dtype=torch.long)
+            out[0, 0] = torch.multinomial(target_probs[0, 0], 1)[0]
+            return out
+    ''')
+    for extra in (["--instance"], ["--workers", "1"]):
+        code, out, err = run(capsys, "audit-sampler", "multinomial_sampler_mod:recover", "--adapter", "vllm",
+                             "--vocab", "2", "--gamma", "1", *extra)
+        assert code == 2 and out == "", (out, err)
+        one_line(err)
+        assert "unsupported: torch.multinomial on float32: TypeError" in err

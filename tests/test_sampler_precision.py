@@ -286,3 +286,31 @@ def test_a_given_precision_hands_a_torch_sampler_tensors_of_that_dtype():
                          proposer=es.drafts.chain(1), tokens=1, progress=False)
     assert (torch.bfloat16, torch.bfloat16) in handed and r.extra["precision"] == "bfloat16"
     assert r.verdict == "lossless" and r.tv > F(1, 2 ** 12)      # bfloat16's rounding, beyond float32's cap
+def test_sampling_metadata_as_a_simple_namespace_has_no_precision():
+    # issue 35: precision_of read .dtype of every SimpleNamespace; vLLM-style metadata has none, and the
+    # AttributeError was blamed on the sampler as a RuleError (the same metadata as a class instance audited fine)
+    torch = pytest.importorskip("torch")
+    import functools
+    from types import SimpleNamespace
+    from exactspec.samplers.adapters.torch_adapters import VllmChainAdapter, reference_vllm_style
+
+    meta = SimpleNamespace(all_random=True, temperature=torch.ones(1, dtype=torch.float16))
+    assert precision_of(SimpleNamespace(all_greedy=False)) is None
+    assert precision_of(SimpleNamespace(dtype="float")) == "float32"          # a dtype holder still reads as one
+    assert float_precision({"sampling_metadata": meta, "p": np.zeros(1, dtype=np.float32)}) == "float32"
+
+    def with_metadata(target_probs, draft_probs, draft_token_ids, bonus_token_ids, sampling_metadata):
+        assert sampling_metadata.all_random
+        return reference_vllm_style(target_probs, draft_probs, draft_token_ids, bonus_token_ids)
+
+    class MetadataAdapter(VllmChainAdapter):
+        """The vllm adapter handing the sampler vLLM-style sampling metadata too."""
+        reference = staticmethod(with_metadata)
+
+        def call(self, sampler, step, rng):
+            return super().call(functools.partial(sampler, sampling_metadata=meta), step, rng)
+
+    p, q = es.models.context_free(("1/2", "1/4", "1/4")), es.models.context_free(("1/4", "1/4", "1/2"))
+    r = es.audit_sampler(with_metadata, adapter=MetadataAdapter(), target=p, draft=q, proposer=es.drafts.chain(1),
+                         tokens=1)
+    assert r.verdict == "lossless" and r.extra["precision"] == "float32"

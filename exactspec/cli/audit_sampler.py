@@ -50,7 +50,8 @@ def _cmd_audit_sampler(args: Any) -> int:
     _no_timings_needs_json(args)
     if args.workers is not None and args.workers < 0:
         raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {args.workers}")
-    adapter = get_adapter(args.adapter)
+    adapter = get_adapter(args.adapter or "numpy")
+    given = adapter if args.adapter else None     # not given: numpy, checked (a sampler it cannot call: exit 2)
     _family_options(args, adapter.family, f"the {adapter.name} adapter")
     needs_torch = getattr(adapter, "needs_torch", False)
     sampler = _load(args.target, "the sampler", preload=("numpy",) + (("torch",) if needs_torch else ()))
@@ -60,11 +61,11 @@ def _cmd_audit_sampler(args: Any) -> int:
         from ..samplers.sampler_search import search_sampler
         space = _sampler_search_space(args, adapter.family)
         workers = parallel.AUTO if args.workers is None else args.workers   # default: every core for a long search
-        found = search_sampler(sampler, adapter=adapter, space=space, rng_model=args.rng_model, seed=args.seed,
+        found = search_sampler(sampler, adapter=given, space=space, rng_model=args.rng_model, seed=args.seed,
                                budget=args.time_limit, progress=not args.quiet, workers=workers, **precision)
         return _code_search_out(args, found)
     inst, proposer = _instance(args, adapter.family, None)
-    rep = audit_sampler(sampler, adapter=adapter, target=inst.target, draft=inst.draft, proposer=proposer,
+    rep = audit_sampler(sampler, adapter=given, target=inst.target, draft=inst.draft, proposer=proposer,
                         prompt=inst.prompt, tokens=_horizon(args, proposer), rng_model=args.rng_model,
                         budget=Budget(seconds=args.time_limit), on_error=args.on_error, progress=not args.quiet,
                         **precision)
@@ -85,9 +86,10 @@ def register(sub: Any, o: Options) -> None:
                     help="the sampler, e.g. exactspec.bugzoo.numpy_samplers:shared_uniform (MODULE is imported with "
                          "the current directory on sys.path)")
     names = adapter_names()
-    sa.add_argument("--adapter", choices=list(names), default="numpy", metavar="ADAPTER",
-                    help=f"how the sampler is called, one of {', '.join(names)} (default numpy; the torch adapters "
-                         "need torch)")
+    sa.add_argument("--adapter", choices=list(names), default=None, metavar="ADAPTER",
+                    help=f"how the sampler is called, one of {', '.join(names)} (default numpy, checked: a sampler "
+                         "that raises on its first call under numpy while another adapter runs it exits 2 naming "
+                         "the adapters that fit; the torch adapters need torch)")
     o.instance(sa, 4, 1, "adapters")
     sa.add_argument("--rng-model", choices=list(o.RNG_MODELS), default="native", metavar="RNG_MODEL", help=o.rng_help)
     sa.add_argument("--precision", choices=list(PRECISIONS), default=None,

@@ -32,6 +32,7 @@ from ..models import Model
 from ..report import AuditReport
 from ..rules import Rule
 from .adapters.registry import get_adapter
+from .adapter_fit import DEFAULT_ADAPTER, check_default_adapter
 from ..enumerate.rng import DeferredToken, lattice_for
 from .adapters.base import PRECISIONS, at_precision, float_precision, lowest, precision_of
 from .randomness._fast_path import fast_paths
@@ -266,7 +267,7 @@ def _flat_signature(args: tuple, kwargs: dict) -> tuple | None:
     return tuple(sig), tuple(kwargs)
 
 
-def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | None = None,
+def audit_sampler(sampler: Callable, *, adapter: Any = None, target: Model | None = None,
                   draft: Model | None = None, proposer: Any = None, prompt: Sequence[int] = (), tokens: int | None = None,
                   rng_model: str = "native", expected: Model | None = None, reference: bool | None = None,
                   tolerance: Any = ROUNDING_TOLERANCE, budget: Budget | None = None, search: bool = False,
@@ -311,6 +312,12 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
     bounds the whole audit: its ``seconds`` are shared by the sampler's, the reference's and the
     exact rule's enumerations.
 
+    ``adapter`` (a name or an :class:`~exactspec.samplers.Adapter`): how a step becomes the sampler's
+    arguments. Left out, it is ``"numpy"``, checked when the sampler crashes: if it raises on its
+    first call there and another registered adapter runs it, :class:`~exactspec.errors.AdapterMismatch`
+    (exit 2) names the adapters that fit instead of a crash being reported
+    (:mod:`exactspec.samplers.adapter_fit`).
+
     Every randomness source the sampler can reach is intercepted while it runs, for every
     adapter (:mod:`exactspec.samplers.randomness.interception`): the adapter's ``rng``, Python's ``random``
     and numpy's legacy global functions, and torch's (when torch is imported). A draw the audit
@@ -345,7 +352,8 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
             del given["progress"]                   # the search's own default
         return _SEARCH[0](sampler, **given)
     reference = True if reference is None else bool(reference)
-    adapter = get_adapter(adapter)
+    explicit = adapter is not None
+    adapter = get_adapter(DEFAULT_ADAPTER if adapter is None else adapter)
     adapter.check_rng_model(rng_model)      # a model the adapter cannot enumerate: refused, never replaced
     name = getattr(sampler, "__name__", "sampler")
     tol = to_rational(tolerance, "audit_sampler tolerance")
@@ -367,12 +375,21 @@ def audit_sampler(sampler: Callable, *, adapter: Any = "numpy", target: Model | 
     if precision is not None and precision not in PRECISIONS:
         raise ExactSpecError(f"audit_sampler precision must be one of {', '.join(PRECISIONS)} (or None: detected), "
                              f"got {precision!r}")
-    with intercepting() as session, _one_torch_thread():
-        report = _audit_sampler(sampler, adapter, name, inputs, expected, _Shared(budget), tol, reference,
-                                precision, bool(cache), on_error, progress)
-        if session.approximations:   # stated in the report and its warnings, never hidden in a verdict
-            report.extra["approximations"] = dict(session.approximations)
-        return report
+    fit = dict(target=inputs.target, draft=inputs.draft, proposer=inputs.proposer, prompt=inputs.prompt,
+               rng_model=rng_model)
+    try:
+        with intercepting() as session, _one_torch_thread():
+            report = _audit_sampler(sampler, adapter, name, inputs, expected, _Shared(budget), tol, reference,
+                                    precision, bool(cache), on_error, progress)
+            if session.approximations:   # stated in the report and its warnings, never hidden in a verdict
+                report.extra["approximations"] = dict(session.approximations)
+    except RuleError as exc:   # under the default adapter: one that cannot call the sampler is a usage error
+        if not explicit:
+            check_default_adapter(sampler, adapter, failure=exc, **fit)
+        raise
+    if not explicit and report.extra.get("error_probability", "0") != "0":     # crashes recorded: the same check
+        check_default_adapter(sampler, adapter, **fit)
+    return report
 
 
 def _stand_in(step: Any, rng: Any) -> list[int]:  # pragma: no cover - validated, never run

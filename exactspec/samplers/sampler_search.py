@@ -46,9 +46,10 @@ from ..counterexamples.searching import (ERROR_SAMPLES, _cell_instances, _cell_s
 from ..counterexamples.space import SearchInstance, Space
 from ..enumerate import Budget
 from ..enumerate.step import check_budget
-from ..errors import BudgetExceeded, ExactSpecError, InexactArithmetic, UnsupportedRandomness
+from ..errors import BudgetExceeded, ExactSpecError, InexactArithmetic, RuleError, UnsupportedRandomness
 from ..report import AuditReport
 from . import sampler_audit as _sampler_audit
+from .adapter_fit import DEFAULT_ADAPTER, check_default_adapter
 from .randomness._fast_path import fast_paths
 from .randomness.interception import intercepting
 
@@ -493,7 +494,7 @@ def sampler_reference(sampler: Any) -> str:
         return ""
 
 
-def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None = None, proposer: Any = None,
+def search_sampler(sampler: Any, *, adapter: Any = None, space: Space | None = None, proposer: Any = None,
                    rng_model: str = "native", seed: int = 0, budget: float | None = None,
                    max_instances: int | None = None, progress: Callable[[int, float], None] | bool | None = None,
                    instance_budget: Budget | None = None, workers: int | str | None = parallel.AUTO,
@@ -513,6 +514,10 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
     for a sampler no test can import (a lambda, a closure, ``__main__``) ``sampler_ref`` is ``""``
     and ``to_pytest()`` raises an :class:`~exactspec.ExactSpecError` saying so. ``audit_kwargs`` go
     to every :func:`exactspec.audit_sampler` call unchanged (the generated test does not repeat them).
+    ``adapter`` left out is ``"numpy"``, checked when the search finds a crash: a sampler that raises on
+    its first call there while another registered adapter runs it is an
+    :class:`~exactspec.errors.AdapterMismatch` naming those adapters, not a crash counterexample
+    (:mod:`exactspec.samplers.adapter_fit`).
 
     ``workers`` / ``executor`` / ``chunk_size``: the instances are audited in chunks on worker processes
     (``0``: every core; ``1``: this process, through the chunked path), the sampler sent as its
@@ -545,7 +550,8 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
             raise ExactSpecError(f"search_sampler: the sampler must be a function or 'module:function', got "
                                  f"{type(sampler).__name__}")
         ref = sampler_reference(sampler)
-    adapter = get_adapter(adapter)
+    explicit = adapter is not None
+    adapter = get_adapter(DEFAULT_ADAPTER if adapter is None else adapter)
     if proposer is not None and (hasattr(proposer, "expansion") != (adapter.family == "tree")):
         raise ExactSpecError(f"search_sampler: the {adapter.name} adapter verifies {adapter.family}s; the proposer "
                              f"{getattr(proposer, 'describe', lambda: proposer)()} is not a {adapter.family} proposer")
@@ -565,11 +571,18 @@ def search_sampler(sampler: Any, *, adapter: Any = "numpy", space: Space | None 
             adapter, "needs_torch", False) else SAMPLER_INSTANCE_SECONDS, budget, max_instances, progress)
     kw = dict(space=space, name=name, seed=seed, budget=budget, max_instances=max_instances, progress=progress,
               instance_budget=instance_budget)
-    if parallel.parallel_requested(executor, workers):   # each chunk patches on its worker; the shrink here
-        found = search_instances(audit_one, workers=workers, executor=executor, chunk_size=chunk_size, **kw)
-    else:
-        with _patched_once(adapter):
-            found = search_instances(audit_one, **kw)
+    try:
+        if parallel.parallel_requested(executor, workers):   # each chunk patches on its worker; the shrink here
+            found = search_instances(audit_one, workers=workers, executor=executor, chunk_size=chunk_size, **kw)
+        else:
+            with _patched_once(adapter):
+                found = search_instances(audit_one, **kw)
+    except RuleError as exc:   # under the default adapter: one that cannot call the sampler is a usage error
+        if not explicit:
+            check_default_adapter(sampler, adapter, failure=exc, rng_model=rng_model)
+        raise
+    if not explicit and isinstance(found, Counterexample) and found.kind == "crash":    # not a crash: a usage error
+        check_default_adapter(sampler, adapter, rng_model=rng_model)
     if isinstance(found, Counterexample):
         if found.kind == "crash":
             return replace(found, sampler_ref=ref, adapter=adapter.name, rng_model=rng_model,
@@ -668,7 +681,7 @@ def _patched_once(adapter: Any) -> Iterator[None]:
         yield
 
 
-def search_from_audit_sampler(sampler: Any, *, adapter: Any = "numpy", proposer: Any = None,
+def search_from_audit_sampler(sampler: Any, *, adapter: Any = None, proposer: Any = None,
                               rng_model: str = "native", budget: Budget | None = None, target: Any = None,
                               draft: Any = None, prompt: Any = (), tokens: Any = None, expected: Any = None,
                               reference: bool = False, tolerance: Any = None, **more: Any

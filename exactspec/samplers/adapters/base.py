@@ -39,11 +39,20 @@ __all__ = ["Adapter", "PRECISIONS", "float_precision", "precision_of", "cast_flo
 def precision_of(x: Any) -> str | None:
     """The float precision of one numpy array or scalar or torch tensor (None for anything else).
 
+    A ``types.SimpleNamespace`` is read by its ``dtype`` attribute (how :meth:`Adapter.declared_precision`
+    asks about a dtype); one without a ``dtype`` (sampling metadata a vLLM-style sampler is handed) has none.
+
     >>> precision_of(np.float32(0.5)), precision_of(np.zeros(2)), precision_of(0.5), precision_of(np.arange(2))
     ('float32', 'float64', None, None)
+    >>> precision_of(SimpleNamespace(all_greedy=False)) is None
+    True
     """
-    if isinstance(x, (np.ndarray, np.generic)) or (isinstance(x, SimpleNamespace) and hasattr(x, "dtype")):
+    if isinstance(x, (np.ndarray, np.generic)):
         dtype = x.dtype
+    elif isinstance(x, SimpleNamespace):
+        dtype = getattr(x, "dtype", None)
+        if dtype is None:
+            return None
     else:
         torch = sys.modules.get("torch")
         if torch is None or not isinstance(x, torch.Tensor):

@@ -38,7 +38,7 @@ from .base import Adapter
 from ..randomness.interception import FLOAT64_LATTICE, native_uniform
 from ..randomness.numpy_rng import EnumGenerator
 
-__all__ = ["Adapter", "NumpyChainAdapter", "numpy_chain", "reference_numpy_chain", "NumpyTreeAdapter", "numpy_tree",
+__all__ = ["Adapter", "ADAPTER_NAMES", "NumpyChainAdapter", "numpy_chain", "reference_numpy_chain", "NumpyTreeAdapter", "numpy_tree",
            "reference_numpy_tree", "get_adapter", "ADAPTERS"]
 
 
@@ -122,6 +122,9 @@ class NumpyChainAdapter(Adapter):
 
 numpy_chain = NumpyChainAdapter()
 ADAPTERS = {"numpy": numpy_chain}
+#: every adapter name :func:`get_adapter` knows (the torch ones need torch), in the order messages list them
+ADAPTER_NAMES = ("numpy", "numpy-tree", "transformers", "vllm", "flashinfer", "vllm-v1", "torch-tree", "sglang",
+                 "sglang-tree-greedy")
 
 
 def get_adapter(adapter: Any) -> Adapter:
@@ -161,7 +164,7 @@ def get_adapter(adapter: Any) -> Adapter:
     try:
         return ADAPTERS[adapter]
     except (KeyError, TypeError):
-        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of numpy, numpy-tree, transformers, vllm, flashinfer, vllm-v1, torch-tree, sglang, sglang-tree-greedy or pass an "
+        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of {', '.join(ADAPTER_NAMES)} or pass an "
                              "es.samplers.Adapter") from None
 
 

@@ -63,11 +63,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 from ..._heap import frozen
 from ...enumerate.rng import LATTICES, NATIVE, Lattice, PathRng
-from ...errors import ExactSpecError, UnsupportedRandomness
+from ...errors import ExactSpecError, InterceptionError, UnsupportedRandomness
 from . import _fast_path
 from .lazy_values import APPROXIMATIONS, lazy
 
-__all__ = ["intercepting", "bind", "watch", "current_rng", "private_generators", "EnumRandom", "user_site",
+__all__ = ["intercepting", "bind", "watch", "current_rng", "private_generators", "EnumRandom", "user_site", "deliberate",
+           "own_failure",
            "uniform_law", "fisher_yates"]
 
 # -- per-thread state ------------------------------------------------------------------------------------
@@ -241,14 +242,94 @@ def _internal(frame: Any) -> bool:
     return False
 
 
-def _dispatcher(original: Any, impl: Callable, source: str | None) -> Callable:
+def deliberate(exc: BaseException) -> BaseException:
+    """Mark an exception the interception raises on purpose, as the function it stands in for would: the audited
+    code's error (``torch.multinomial`` on a 3-d tensor), never exactspec's (:func:`own_failure`).
+
+    >>> getattr(deliberate(ValueError("empty range for randrange()")), "_exactspec_deliberate")
+    True
+    """
+    exc._exactspec_deliberate = True      # type: ignore[attr-defined]
+    return exc
+
+
+#: top-level modules whose frames between exactspec's code and an exception are transparent (the libraries it calls)
+_TRANSPARENT = frozenset(getattr(sys, "stdlib_module_names", ())) | {"torch", "numpy", "mpmath", "sympy", "gmpy2",
+                                                                       "flint"}
+
+
+def _raised_in_exactspec(exc: BaseException) -> bool:
+    """Whether the innermost frame of ``exc``'s traceback outside the libraries exactspec calls is exactspec's own
+    (its bug zoo excepted: audited code), rather than code of the caller's (a tensor subclass, a sequence type)."""
+    ours = False
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_globals.get("__name__", "")
+        name = name if isinstance(name, str) else ""
+        if name == "exactspec" or name.startswith("exactspec."):
+            ours = not name.startswith("exactspec.bugzoo")
+        elif name.partition(".")[0] not in _TRANSPARENT:
+            ours = False
+        tb = tb.tb_next
+    return ours
+
+
+def _dtypes(args: tuple, kwargs: dict) -> str:
+    """The dtypes of a call's tensor and array arguments (and its ``dtype=``), or the types of its arguments."""
+    found: list[str] = []
+    for x in (*args, *kwargs.values()):
+        dt = getattr(x, "dtype", None) if not isinstance(x, type) else None
+        if dt is None and type(x).__name__ == "dtype":
+            dt = x
+        if dt is not None:
+            name = str(dt).replace("torch.", "")
+            if name not in found:
+                found.append(name)
+    if found:
+        return ", ".join(found)
+    return "arguments of type (" + ", ".join(type(x).__name__ for x in (*args, *kwargs.values())) + ")"
+
+
+def own_failure(what: str, args: tuple, kwargs: dict, exc: BaseException) -> InterceptionError | None:
+    """The :class:`~exactspec.errors.InterceptionError` to raise for ``exc``, raised while the interception stood in
+    for ``what``; None when ``exc`` is not exactspec's failure (re-raise it as it is).
+
+    exactspec's failure: raised in exactspec's own frames (:func:`_raised_in_exactspec`), not on purpose
+    (:func:`deliberate`), and not one of exactspec's own exception types (its typed errors, its control flow).
+
+    >>> def bug():
+    ...     return None.numpy()
+    >>> try:
+    ...     bug()
+    ... except AttributeError as exc:
+    ...     print(own_failure("torch.multinomial", (), {}, exc).operation)
+    torch.multinomial
+    >>> own_failure("random.choice", ([],), {}, deliberate(IndexError("Cannot choose from an empty sequence"))) is None
+    True
+    """
+    if getattr(exc, "_exactspec_deliberate", False) or isinstance(exc, (MemoryError, RecursionError)):
+        return None
+    module = type(exc).__module__
+    if module == "exactspec" or module.startswith("exactspec.") or not _raised_in_exactspec(exc):
+        return None
+    return InterceptionError(what, _dtypes(args, kwargs), exc, user_site(3))
+
+
+def _dispatcher(original: Any, impl: Callable, source: str | None, what: str = "") -> Callable:
     counter = _FOREIGN[source] if source else None
+    what = what or getattr(original, "__qualname__", "") or getattr(original, "__name__", "a random function")
 
     def dispatch(*args: Any, **kwargs: Any) -> Any:
         if _BRANCH.get() is not None:
             if _internal(sys._getframe(1)):      # e.g. a seeded model table built lazily inside the sampler call
                 return original(*args, **kwargs)
-            return impl(*args, **kwargs)
+            try:
+                return impl(*args, **kwargs)
+            except Exception as exc:
+                failed = own_failure(what, args, kwargs, exc)
+                if failed is None:
+                    raise
+                raise failed from exc
         if counter is None:
             return original(*args, **kwargs)
         next(counter)
@@ -271,15 +352,22 @@ class ClassProxy:
     ``isinstance``, ``issubclass``, subclassing and attribute access go to the real class.
     """
 
-    def __init__(self, original: type, impl: Callable) -> None:
+    def __init__(self, original: type, impl: Callable, what: str = "") -> None:
         self._exactspec_original = original
         self._impl = impl
+        self._what = what or getattr(original, "__qualname__", "a random generator")
         for attr in ("__name__", "__qualname__", "__module__", "__doc__"):
             object.__setattr__(self, attr, getattr(original, attr, None))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if _BRANCH.get() is not None and not _internal(sys._getframe(1)):
-            return self._impl(*args, **kwargs)
+            try:
+                return self._impl(*args, **kwargs)
+            except Exception as exc:
+                failed = own_failure(self._what, args, kwargs, exc)
+                if failed is None:
+                    raise
+                raise failed from exc
         return self._exactspec_original(*args, **kwargs)
 
     def __instancecheck__(self, obj: Any) -> bool:
@@ -324,12 +412,19 @@ def _install(specs: Sequence[tuple]) -> None:
         had = name in vars(owner)
         original = getattr(owner, name)
         source = spec[3] if len(spec) > 3 else None
+        what = f"{_owner_name(owner)}.{name}"
         if source == "class":
-            replacement: Any = ClassProxy(original, impl)
+            replacement: Any = ClassProxy(original, impl, what)
         else:
-            replacement = _dispatcher(original, impl, source)
+            replacement = _dispatcher(original, impl, source, what)
         setattr(owner, name, replacement)
         _INSTALLED.append((owner, name, original, had))
+
+
+def _owner_name(owner: Any) -> str:
+    """How an error names the module or class a patched function belongs to: ``torch``, ``Tensor``, ``numpy.random``."""
+    name = getattr(owner, "__name__", None) or type(owner).__name__
+    return "Tensor" if name == "TensorBase" else name
 
 
 def _restore() -> None:
@@ -832,7 +927,7 @@ def _index(x: Any, what: str) -> int:
     except TypeError:
         if isinstance(x, float) and x == int(x):
             return int(x)
-        raise ValueError(f"non-integer argument {x!r} for {what}") from None
+        raise deliberate(ValueError(f"non-integer argument {x!r} for {what}")) from None
 
 
 class EnumRandom:
@@ -868,7 +963,7 @@ class EnumRandom:
         r = range(_index(start, what)) if stop is None else range(_index(start, what), _index(stop, what),
                                                                    _index(step, what))
         if not r:
-            raise ValueError("empty range for randrange()")
+            raise deliberate(ValueError("empty range for randrange()"))
         return r[below(self._rng, len(r), what)]
 
     def randint(self, a: Any, b: Any) -> int:
@@ -878,7 +973,7 @@ class EnumRandom:
     def choice(self, seq: Sequence[Any]) -> Any:
         """A uniform element of a non-empty sequence."""
         if not len(seq):
-            raise IndexError("Cannot choose from an empty sequence")
+            raise deliberate(IndexError("Cannot choose from an empty sequence"))
         return seq[below(self._rng, len(seq), f"{self._owner}.choice")]
 
     def shuffle(self, x: Any) -> None:
@@ -889,20 +984,20 @@ class EnumRandom:
     def sample(self, population: Sequence[Any], k: int, *, counts: Any = None) -> list:
         """``k`` distinct positions of ``population``, uniform over ordered selections."""
         if not isinstance(population, collections.abc.Sequence):
-            raise TypeError("Population must be a sequence.  For dicts or sets, use sorted(d).")
+            raise deliberate(TypeError("Population must be a sequence.  For dicts or sets, use sorted(d)."))
         n = len(population)
         if counts is not None:
             cum = list(accumulate(counts))
             if len(cum) != n:
-                raise ValueError("The number of counts does not match the population")
+                raise deliberate(ValueError("The number of counts does not match the population"))
             total = cum.pop()
             if not isinstance(total, int):
-                raise TypeError("Counts must be integers")
+                raise deliberate(TypeError("Counts must be integers"))
             if total <= 0:
-                raise ValueError("Total of counts must be greater than zero")
+                raise deliberate(ValueError("Total of counts must be greater than zero"))
             return [population[bisect_right(cum, s)] for s in self.sample(range(total), k)]
         if not 0 <= k <= n:
-            raise ValueError("Sample larger than population or is negative")
+            raise deliberate(ValueError("Sample larger than population or is negative"))
         pool, out = list(population), []
         for i in range(k):
             j = below(self._rng, n - i, f"{self._owner}.sample")
@@ -919,14 +1014,14 @@ class EnumRandom:
                 return [population[self._threshold(n, [i + 1 for i in range(n - 1)])] for _ in range(k)]
             cum_weights = list(accumulate(weights))
         elif weights is not None:
-            raise TypeError("Cannot specify both weights and cumulative weights")
+            raise deliberate(TypeError("Cannot specify both weights and cumulative weights"))
         if len(cum_weights) != n:
-            raise ValueError("The number of weights does not match the population")
+            raise deliberate(ValueError("The number of weights does not match the population"))
         total = cum_weights[-1] + 0.0
         if total <= 0.0:
-            raise ValueError("Total of weights must be greater than zero")
+            raise deliberate(ValueError("Total of weights must be greater than zero"))
         if total != total or total in (float("inf"), float("-inf")):
-            raise ValueError("Total of weights must be finite")
+            raise deliberate(ValueError("Total of weights must be finite"))
         return [population[self._threshold(total, cum_weights[:n - 1])] for _ in range(k)]
 
     def _threshold(self, scale: Any, cuts: Sequence[Any]) -> int:
@@ -941,7 +1036,7 @@ class EnumRandom:
         """A uniform integer of ``k`` bits (``k`` at most 16)."""
         k = _index(k, f"{self._owner}.getrandbits")
         if k < 0:
-            raise ValueError("number of bits must be non-negative")
+            raise deliberate(ValueError("number of bits must be non-negative"))
         return 0 if k == 0 else below(self._rng, 1 << k, f"{self._owner}.getrandbits({k})")
 
     def seed(self, *args: Any, **kwargs: Any) -> None:

@@ -67,6 +67,7 @@ import numpy as np
 from . import _fast_path
 from . import joint_draws as _joint
 from ...enumerate.rng import PathRng
+from .interception import deliberate
 
 try:
     import torch
@@ -191,9 +192,9 @@ def exact_rows(w: np.ndarray) -> tuple[list, int]:
     if hit is None:
         rows = w.reshape(-1, w.shape[-1])
         if not np.isfinite(rows).all():
-            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+            raise deliberate(RuntimeError("probability tensor contains either `inf`, `nan` or element < 0"))
         if (rows < 0).any() or (rows.sum(axis=-1) <= 0).any():
-            raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+            raise deliberate(RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)"))
         hit = ([exact_row(row) for row in rows], int((rows > 0).sum(axis=-1).min()))
         if len(_MATRICES) > 1 << 16:
             _MATRICES.clear()

@@ -1175,7 +1175,7 @@ if torch is not None:
             table, positive, shape = {}, None, None
             for values in itertools.product(*domains):
                 w = fn(dict(zip(keys, values)))
-                arr = w.detach().cpu().numpy().astype(np.float64, copy=False)
+                arr = w.detach().cpu().to(torch.float64).numpy()   # exact for every float dtype (bfloat16: no .numpy())
                 if arr.ndim not in (1, 2) or not np.isfinite(arr).all() or (arr < 0).any() or \
                         (arr.reshape(-1, arr.shape[-1]).sum(axis=-1) <= 0).any():
                     table = None
@@ -1214,7 +1214,7 @@ if torch is not None:
             return hit[1]
         table, positive = {}, None
         for key, t in g.worlds.items():
-            arr = t.detach().cpu().numpy().astype(np.float64, copy=False)
+            arr = t.detach().cpu().to(torch.float64).numpy()   # exact for every float dtype (bfloat16: no .numpy())
             arr = arr.reshape(-1, arr.shape[-1]) if arr.ndim else arr.reshape(1, 1)
             if not np.isfinite(arr).all() or (arr < 0).any() or (arr.sum(axis=-1) <= 0).any():
                 table = None

@@ -38,7 +38,7 @@ from ...enumerate.rng import LATTICES, Uniform
 from ...errors import UnsupportedRandomness
 from ...fields import _caller
 from ._fast_path import fast_paths
-from .interception import FLOAT64_LATTICE, current_rng, fisher_yates, native_uniform, unsupported
+from .interception import FLOAT64_LATTICE, current_rng, deliberate, fisher_yates, native_uniform, unsupported
 from .lazy_values import exponential, gumbel, lazy
 
 __all__ = ["EnumGenerator", "EnumLegacy", "legacy_specs"]
@@ -115,7 +115,7 @@ class EnumGenerator:
             low, high = 0, low
         n = int(high) - int(low) + (1 if endpoint else 0)
         if n < 1:
-            raise ValueError(f"integers: empty range [{low}, {high}{']' if endpoint else ')'}")
+            raise deliberate(ValueError(f"integers: empty range [{low}, {high}{']' if endpoint else ')'}"))
         from fractions import Fraction
         law = tuple(Fraction(1, n) for _ in range(n))
         return self._fill(size, lambda: int(low) + self._rng.categorical(law))
@@ -141,9 +141,9 @@ class EnumGenerator:
                 observe(p)
         pf = np.asarray(p, dtype=np.float64)
         if pf.shape != (len(pool),) or np.any(pf < 0) or not np.isfinite(pf).all():
-            raise ValueError("probabilities are not non-negative, finite and of the right length")
+            raise deliberate(ValueError("probabilities are not non-negative, finite and of the right length"))
         if abs(float(pf.sum()) - 1.0) > atol:
-            raise ValueError("probabilities do not sum to 1")
+            raise deliberate(ValueError("probabilities do not sum to 1"))
         cdf = np.cumsum(pf)
         cdf /= cdf[-1]
 
@@ -350,7 +350,7 @@ def _searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None) -> Any
         if sorter is not None:
             bounds = bounds[np.asarray(sorter)]
         if bounds.ndim != 1:
-            raise ValueError("object too deep for desired array")
+            raise deliberate(ValueError("object too deep for desired array"))
 
         def index(u: Any) -> int:
             k = 0

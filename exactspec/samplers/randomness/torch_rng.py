@@ -65,8 +65,8 @@ import numpy as np
 
 from ...enumerate.rng import LATTICES, Lattice, PathRng
 from ...errors import ExactSpecError, UnsupportedRandomness
-from .interception import (below, bind, current_rng, current_session, fisher_yates, generator_state, intercepting,
-                           native_uniform, note_dtype, unsupported, user_site)
+from .interception import (below, bind, current_rng, current_session, deliberate, fisher_yates, generator_state,
+                           intercepting, native_uniform, note_dtype, unsupported, user_site)
 from .lazy_draws import LazyCategoricalTensor, PendingDraw, exact_rows, lazy_multinomial
 from .lazy_worlds import LazyWorldsTensor, deferring, entry_decision, multinomial_of_worlds, value_of
 from .lazy_worlds import live as _worlds_live
@@ -1132,19 +1132,19 @@ def _multinomial(probs: Any, num_samples: int, replacement: bool = False, **kwar
         deferred = multinomial_of_worlds(_rng(), probs, num_samples, bool(replacement))
         if deferred is not None:
             return deferred
-    w = probs.detach().cpu().numpy().astype(np.float64, copy=False)
+    w = probs.detach().cpu().to(torch.float64).numpy()    # exact for every float dtype (bfloat16 has no numpy)
     if w.ndim not in (1, 2):
-        raise RuntimeError(f"prob_dist must be 1 or 2 dim, got {w.ndim}")
+        raise deliberate(RuntimeError(f"prob_dist must be 1 or 2 dim, got {w.ndim}"))
     rows, positive = exact_rows(w)
     if not replacement and num_samples > positive:
-        raise RuntimeError("multinomial: not enough categories to sample without replacement")
+        raise deliberate(RuntimeError("multinomial: not enough categories to sample without replacement"))
     shape = w.shape[:-1] + (num_samples,) if w.ndim > 1 else (num_samples,)
     return lazy_multinomial(_rng(), rows, num_samples, bool(replacement), shape)
 
 
 def _int_tensor(low: int, high: int, shape: tuple, dtype: Any, what: str) -> Any:
     if high <= low:
-        raise RuntimeError(f"{what}: expects 'from' to be less than 'to', but got from={low} >= to={high}")
+        raise deliberate(RuntimeError(f"{what}: expects 'from' to be less than 'to', but got from={low} >= to={high}"))
     rng = _rng()
     out = np.empty(shape, dtype=np.int64)
     for idx in np.ndindex(*shape):
