@@ -94,11 +94,22 @@ def numpy_gumbel_f32(draft_ids, draft_probs, target_probs, rng):
     return out
 
 
-def test_numpy_float32_gumbel_is_lossless_even_with_precision_float32():
+def test_numpy_float32_gumbel_is_never_biased_and_lossless_where_its_rounding_can_be_measured():
+    # numpy casts cannot be lifted: the bounds decide, against what rounding costs the correct reference here. On
+    # ONE the reference rounds all but exactly (measured 3.7e-17) while the Gumbel race's float32 logs do not: no bias can be told
+    # from that rounding, so undecided (a residual epsilon of the same size reads undecided there too, never lossless)
     r = es.audit_sampler(numpy_gumbel_f32, precision="float32", **ONE)
     b = r.extra["float_boundary"]
-    assert r.verdict == "lossless" and b["forced"] is True and 0 < r.tv <= F(b["allowance"])
+    assert r.verdict == "undecided" and b["forced"] is True and 0 < r.tv <= F(b["allowance"])
     assert r.extra["precision"] == "float32" and r.extra["precision_from"] == "given"
+    assert F(r.extra["measured_rounding"]["reference_tv"]) < F64_ALLOWANCE      # the reference: all but exact
+    # on an instance where float32 rounding costs the reference something, the race is within it: lossless
+    p = es.models.context_free((F(1, 2), F(1, 3), F(1, 6)))
+    q = es.models.context_free((F(1, 5), F(1, 5), F(3, 5)))
+    ok = es.audit_sampler(numpy_gumbel_f32, precision="float32", target=p, draft=q, proposer=es.drafts.chain(1),
+                          tokens=1, progress=False)
+    assert ok.verdict == "lossless" and F(ok.extra["measured_rounding"]["reference_tv"]) > 0
+    assert ok.tv <= 4 * F(ok.extra["measured_rounding"]["reference_tv"])
 
 
 @pytest.mark.parametrize("sampler, adapter", [(f, a) for f, a, claim in z.ZOO if claim == "lossless"])
