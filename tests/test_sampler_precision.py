@@ -280,8 +280,8 @@ def test_a_given_precision_hands_a_torch_sampler_tensors_of_that_dtype():
         from exactspec.bugzoo.torch_samplers import chain
         handed.add((target_probs.dtype, draft_probs.dtype))
 
-        def recover(p, q):
-            return torch.multinomial(torch.clamp(p - q, min=0).double(), 1)[0]
+        def recover(p, q):      # vLLM-style: the residual and its draw in the dtype handed (bfloat16)
+            return torch.multinomial(torch.clamp(p - q, min=0), 1)[0]
         return chain(target_probs, draft_probs, draft_token_ids, bonus_token_ids, recover)
     p, q = es.models.context_free((F(1, 2), F(3, 10), F(1, 5))), es.models.context_free((F(1, 5), F(1, 5), F(3, 5)))
     r = es.audit_sampler(noting, adapter="vllm", precision="bfloat16", target=p, draft=q,

@@ -114,6 +114,8 @@ def test_a_loop_drafting_with_multinomial_audits_in_bfloat16():
         r = es.audit_loop(loop, target=p, draft=q, prompt=(0,), tokens=1, dtype=dtype)
         assert r.extra["dtype"] == str(dtype).replace("torch.", "")
         assert F(r.extra["tv_float64"]) <= F(1, 2 ** 40)        # the algorithm is exact; half rounding aside
+        # and the verdict is held to half precision's rounding, not float32's cap (it read a "precision defect")
+        assert r.verdict == "lossless" and r.extra["float_boundary"]["precision"] == str(dtype).replace("torch.", "")
 
 
 # -- exactspec's own failures are exactspec's -------------------------------------------------------------------

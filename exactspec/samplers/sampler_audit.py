@@ -520,7 +520,7 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
         return decide(precision=prec, own_tv=report.tv, own_violations=False, f64_tv=None, f64_violations=False,
                       forced=False, tolerance=tolerance, tolerance_from=tolerance_from, allowance=tolerance)
     import sys
-    torch_code = "torch" in sys.modules
+    torch_code = "torch" in sys.modules and adapter.watch_operations
     adapter64 = adapter.with_precision("float64")
     fn = sampler if adapter64 is not None else at_precision(sampler, "float64")
     model = ("native-float64" if inputs.rng_model == "native" else

@@ -179,6 +179,9 @@ class Adapter:
     precision: str | None = None
     #: whether ``call`` depends on nothing but the step's drafts and laws and the rng (sampler calls cached)
     cacheable = True
+    #: whether the sampler's own torch operations are watched for casts and lifted to float64 by the float boundary
+    #: (False for kernels handed their uniforms: their arithmetic is the kernel's, their fills the adapter's)
+    watch_operations = True
 
     @property
     def reference_rule(self) -> Any:

@@ -167,6 +167,7 @@ class KernelAdapter(Adapter):
 
     #: whether the kernel's law includes exponential races followed to float32 resolution
     races = False
+    watch_operations = False
     #: the dtype the uniforms are handed in (None: the adapter's declared precision)
     uniform_dtype: str | None = None
 
