@@ -272,5 +272,9 @@ def test_the_default_search_follows_the_claim(entry):
     found = search(entry)
     if entry.claim == "correct":
         assert isinstance(found, es.EmptySearch), (entry.name, str(found))
+    elif entry.name == "bf16_uniforms":
+        # uniforms drawn in bfloat16: the generator's own rounding (a 2**-8 grid, P(u = 0) = 32769 * 2**-24), which a
+        # run at float64 cannot separate from bias; as its single audit, undecided (exit 3, never empty), not found
+        assert isinstance(found, es.IncompleteSearch) and "undecided" in found.reason, (entry.name, str(found))
     else:
         assert isinstance(found, es.Counterexample), (entry.name, str(found))

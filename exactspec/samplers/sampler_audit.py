@@ -542,10 +542,10 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
         again = True      # float64 inputs and generator already, but a torch operation may cast down: watched
     if not again:
         # the first run already had float64 inputs and generator, its dtypes noted: it is the float64 run
-        f64, seen64, sites64 = report, set(calls.seen), dict(calls.sites)
+        f64, seen64, sites64 = report, set(calls.seen or ()), dict(calls.sites)
     else:
         f64, calls64, sites64 = run64("float64 run", False)
-        seen64 = calls64.seen
+        seen64 = calls64.seen or set()
         extra["float64_sampler_calls"] = calls64.runs
         if calls64.hits:
             extra["float64_cached_calls"] = calls64.hits
@@ -600,7 +600,7 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
         except Exception as exc:     # noqa: BLE001  a cast the code needs coarse (a bit view): bounds decide
             extra["lifted_run"] = {"completed": False, "why": f"{type(exc).__name__}: {exc}"}
         else:
-            still = lowest(p for p in calls_l.seen if coarser_than_float64(p))
+            still = lowest(p for p in (calls_l.seen or ()) if coarser_than_float64(p))
             extra["lifted_run"] = {"completed": True, "tv": str(lifted.tv), "casts_lifted": dict(lifts),
                                    "still_coarse": still or "none",
                                    **({"still_coarse_at": sites_l.get(still, "at a draw")} if still else {})}
