@@ -77,3 +77,40 @@ def test_the_draws_own_tensors_are_the_generator_models_not_the_codes():
     q = es.models.context_free(("1/6", "1/2", "1/3"))
     r = es.audit_sampler(chain64, adapter="vllm", target=p, draft=q, proposer=es.drafts.chain(1), tokens=1)
     assert r.verdict == "biased" and r.extra.get("forced_precision") is None
+
+
+# -- lifting: the audited code's casts made float64 (issue 35) ----------------------------------------------------------
+from exactspec.samplers.randomness.precision_watch import lifting  # noqa: E402
+
+
+def test_lifting_makes_every_cast_to_a_coarser_float_dtype_float64_and_says_where():
+    lifted = []
+    with lifting(lambda p, site: lifted.append((p, site))):
+        out = [X64.float(), X64.half(), X64.bfloat16(), X64.to(torch.float32), X64.to("cpu", torch.float16),
+               X64.type(torch.float32), torch.softmax(X64, -1, dtype=torch.float32), torch.zeros(2),
+               torch.tensor([0.5]), torch.full((2,), 0.3), X64.to(torch.tensor([1.0], dtype=torch.float16))]
+    assert [t.dtype for t in out] == [torch.float64] * len(out)
+    assert {p for p, _ in lifted} == {"float32", "float16", "bfloat16"}
+    assert all(site.startswith(__file__ + ":") for _, site in lifted)
+    assert X64.float().dtype == torch.float32                 # nothing outside the block is lifted
+
+
+def test_lifting_leaves_integers_and_float64_alone_and_never_draws_twice():
+    with lifting():
+        assert torch.arange(3).dtype == torch.int64 and (X64 * 2).dtype == torch.float64
+        g = torch.Generator().manual_seed(0)
+        before = g.get_state().clone()
+        torch.rand(2, generator=g)                          # a random factory: not called again at float64
+        once = g.get_state().clone()
+    g2 = torch.Generator().manual_seed(0)
+    torch.rand(2, generator=g2)
+    assert not torch.equal(before, once) and torch.equal(once, g2.get_state())
+
+
+def test_a_numpy_float32_scalar_meeting_float64_is_seen():
+    import numpy as np
+    sites = {}
+    seen = []
+    with watching(seen.append, sites):
+        X64 / np.float32(0.7)
+    assert seen == ["float32"] and sites["float32"].startswith(__file__ + ":")

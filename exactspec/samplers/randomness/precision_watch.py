@@ -254,7 +254,8 @@ def lifting(lifted: Callable[[str, str], None] | None = None) -> Iterator[None]:
             result = func(*args, **kwargs)
             if isinstance(result, torch.Tensor) and result.is_floating_point() and \
                     result.dtype == torch.get_default_dtype() and result.dtype != torch.float64 and \
-                    "dtype" not in kwargs and not _has_float_tensor(args) and "out" not in kwargs:
+                    "dtype" not in kwargs and not _has_float_tensor(args) and "out" not in kwargs and \
+                    not _random(func, result):
                 # a factory of the default (float32) dtype: made float64 instead
                 try:
                     again = func(*args, **kwargs, dtype=torch.float64)
@@ -276,6 +277,19 @@ def _lift_arg(a: Any, torch: Any, note: Callable[[Any], None]) -> Any:
             note(a)
         return b
     return a
+
+
+#: the names of torch's random factories and fills: never called twice (a second call is a second draw)
+_RANDOM = ("rand", "normal", "bernoulli", "multinomial", "exponential", "poisson", "uniform", "cauchy", "geometric",
+           "log_normal", "random")
+
+
+def _random(func: Any, result: Any) -> bool:
+    """Whether ``func`` draws (its result one of the draws' own tensors, or its name a random factory's)."""
+    if type(result).__module__.startswith("exactspec."):
+        return True
+    name = getattr(func, "__name__", "") or ""
+    return name.lstrip("_").startswith(_RANDOM)
 
 
 def _has_float_tensor(args: Any, depth: int = 2) -> bool:
