@@ -205,7 +205,10 @@ def test_a_cast_before_torch_multinomial_is_seen_in_the_float64_run():
     p, q = es.models.context_free((F(1, 2), F(3, 10), F(1, 5))), es.models.context_free((F(1, 5), F(1, 5), F(3, 5)))
     r = es.audit_sampler(cast_multinomial, adapter="vllm", target=p, draft=q, proposer=es.drafts.chain(1), tokens=1)
     b = r.extra["float_boundary"]
-    assert b["forced"] is True and F(b["f64_tv"]) > F64_ALLOWANCE and r.verdict == "lossless"
+    # the float64 run lifts that cast as it goes (a float32 meeting float64 there was rounding, ~1e-8): it is the
+    # algorithm at float64, within float64 rounding
+    assert b["forced"] is True and r.verdict == "lossless" and r.tv > F64_ALLOWANCE
+    assert F(b["f64_tv"]) <= F64_ALLOWANCE and "float32" in r.extra["lifted_run"]["casts_lifted"]
 
 
 def test_a_float32_mask_among_the_adapters_tensors_is_not_a_cast():

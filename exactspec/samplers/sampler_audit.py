@@ -536,6 +536,8 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
         return r, c, sites
 
     lifts: dict = {}
+    f64: AuditReport | None = None
+    lifted_run: AuditReport | None = None
     again = not (adapter64 is adapter and not coarse_generator and calls.seen is not None)
     if not again and torch_code and not report.support_violations and \
             tolerance < report.tv <= rounding_allowance("bfloat16", vocab=inputs.target.vocab, positions=1):
@@ -544,8 +546,32 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
         # the first run already had float64 inputs and generator, its dtypes noted: it is the float64 run
         f64, seen64, sites64 = report, set(calls.seen or ()), dict(calls.sites)
     else:
-        f64, calls64, sites64 = run64("float64 run", False)
-        seen64 = calls64.seen or set()
+        # torch code: the float64 run lifts the sampler's casts to a coarser float dtype as it goes; when it lifted
+        # some and met nothing coarser, it is the algorithm at float64 and decides alone; when something coarser is
+        # still met (a numpy cast, a constant made before the call), the plain float64 run is run for the bounds
+        lifted64 = None
+        if torch_code:
+            try:
+                lifted64, calls64, sites64 = run64("float64 run, its casts lifted to float64", True)
+            except (BudgetExceeded, KeyboardInterrupt):
+                raise
+            except Exception as exc:     # noqa: BLE001  a cast the code needs coarse (a bit view): the plain run
+                extra["lifted_run"] = {"completed": False, "why": f"{type(exc).__name__}: {exc}"}
+        if lifted64 is not None:
+            still = lowest(p for p in (calls64.seen or ()) if coarser_than_float64(p))
+            if lifts:
+                extra["lifted_run"] = {"completed": True, "tv": str(lifted64.tv), "casts_lifted": dict(lifts),
+                                       "still_coarse": still or "none",
+                                       **({"still_coarse_at": sites64.get(still, "at a draw")} if still else {})}
+            if still is None and lifts and adapter64 is not None:
+                lifted_run = lifted64
+            if still is None or not lifts:       # nothing lifted: the plain float64 run itself
+                f64 = lifted64
+        if f64 is None:
+            f64, calls64, sites64 = run64("float64 run", False)
+        assert f64 is not None
+        seen64 = set(calls64.seen or ()) | set(lifts)
+        sites64 = {**{p: site for p, site in lifts.items()}, **sites64}
         extra["float64_sampler_calls"] = calls64.runs
         if calls64.hits:
             extra["float64_cached_calls"] = calls64.hits
@@ -588,24 +614,7 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
                             "inputs": "float64" if adapter64 is not None else
                             f"{prec} laws cast to float64 (the {adapter.name} adapter cannot hand float64)",
                             "coarsest_dtype_seen": coarse64 or "none"}
-    lifted_run = None
     seen_as_dtype = coarse64 is not None and coarse64 in seen64      # not by value, not by its rounded inputs
-    if forced and torch_code and seen_as_dtype and not f64.support_violations and f64.tv > tolerance:
-        # the code casts down: run it once more with its casts lifted to float64; when nothing coarser is met then,
-        # that run is the same algorithm at float64, and rounding and bias separate exactly
-        try:
-            lifted, calls_l, sites_l = run64("casts lifted to float64", True)
-        except (BudgetExceeded, KeyboardInterrupt):
-            raise
-        except Exception as exc:     # noqa: BLE001  a cast the code needs coarse (a bit view): bounds decide
-            extra["lifted_run"] = {"completed": False, "why": f"{type(exc).__name__}: {exc}"}
-        else:
-            still = lowest(p for p in (calls_l.seen or ()) if coarser_than_float64(p))
-            extra["lifted_run"] = {"completed": True, "tv": str(lifted.tv), "casts_lifted": dict(lifts),
-                                   "still_coarse": still or "none",
-                                   **({"still_coarse_at": sites_l.get(still, "at a draw")} if still else {})}
-            if still is None and adapter64 is not None:
-                lifted_run = lifted
     lowest_met = lowest(met) or "float64"
     if met:
         where = sites.get(lowest_met) or ("the inputs the adapter hands" if lowest_met == prec else "unknown")

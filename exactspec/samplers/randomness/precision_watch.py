@@ -132,6 +132,22 @@ def unwatched(fn: Callable) -> Callable:
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: exactspec's own bug zoo is audited code, not exactspec's
+_ZOO = os.path.join(_PACKAGE, "bugzoo")
+
+
+def _called_by_exactspec() -> bool:
+    """Whether the torch operation being handled was called by exactspec's machinery (the watch's own frames, which
+    hand the operation on, looked through)."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename == __file__:
+        f = f.f_back      # type: ignore[assignment]
+    return f is not None and _ours(f.f_code.co_filename)
+
+
+def _ours(filename: str) -> bool:
+    """Whether a frame's file is exactspec's own machinery (its bug zoo is audited code like any other)."""
+    return filename.startswith(_PACKAGE) and not filename.startswith(_ZOO)
 
 
 def user_site(skip: int = 1) -> str:
@@ -143,7 +159,7 @@ def user_site(skip: int = 1) -> str:
     f = sys._getframe(skip)
     while f is not None:
         name = f.f_code.co_filename
-        if not (name.startswith(_PACKAGE) or f"{os.sep}torch{os.sep}" in name or name.startswith("<frozen")):
+        if not (_ours(name) or f"{os.sep}torch{os.sep}" in name or name.startswith("<frozen")):
             return f"{name}:{f.f_lineno}"
         f = f.f_back      # type: ignore[assignment]
     return "unknown"
@@ -229,8 +245,8 @@ def lifting(lifted: Callable[[str, str], None] | None = None) -> Iterator[None]:
     class _Lift(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             kwargs = dict(kwargs or {})
-            if getattr(_LOCAL, "suspended", 0):
-                return func(*args, **kwargs)
+            if getattr(_LOCAL, "suspended", 0) or _called_by_exactspec():
+                return func(*args, **kwargs)        # exactspec's own tensors (the draws') are not the code's casts
             if func in tensor_casts:
                 if args and isinstance(args[0], torch.Tensor) and args[0].is_floating_point():
                     note({"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}[tensor_casts[func]])
