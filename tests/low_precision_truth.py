@@ -163,6 +163,29 @@ def p_less_rounded(x: Fraction, fmt: str) -> Fraction:
     return Fraction(_first_at_least(x, fmt) + wrapped, n)
 
 
+def _first_above(x: Fraction, fmt: str) -> int:
+    """The first k in 0 .. 2**24 with rnd(k * 2**-24, fmt) > x (rounding is monotone)."""
+    lo, hi = 0, 1 << 24
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if rnd(Fraction(mid, 1 << 24), fmt) > x:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def p_less_equal_rounded(x: Fraction, fmt: str) -> Fraction:
+    """P(u <= x) for torch's CPU ``rand`` in ``fmt`` (16-bit), as :func:`p_less_rounded` (1.0 mapped to 0)."""
+    n = 1 << 24
+    if x < 0:
+        return Fraction(0)
+    if x >= 1:
+        return Fraction(1)
+    wrapped = n - _first_at_least(Fraction(1), fmt)
+    return Fraction(_first_above(x, fmt) + wrapped, n)
+
+
 # -- laws ------------------------------------------------------------------------------------------------------
 
 def normalize(w: Sequence[Fraction]) -> Law:
@@ -619,6 +642,7 @@ TRUTH: dict = {
     "f16_residual_wrong_sum": _s(v_f16_residual_wrong_sum),
     "bf16_resample_target": _s(_vllm_std("bfloat16", weights=lambda p, q: p)),
     "bf16_uniforms": _s(_vllm_std("bfloat16", ratio_cmp=lambda r: p_less_rounded(r, "bfloat16"))),
+    "bf16_uniforms_accept_le": _s(_vllm_std("bfloat16", ratio_cmp=lambda r: p_less_equal_rounded(r, "bfloat16"))),
     "f16_sum_not_cumprod": _s(v_f16_sum_not_cumprod, gamma=2),
     "np32_item_compare": _s(_numpy_std("float32"), numpy_rows),
     "np16_choice": _s(_numpy_std("float16"), numpy_rows),
@@ -649,11 +673,11 @@ POWER = {"np32_temperature": 2, "np16_temperature_both": 2, "tf_f16_bonus_untemp
 #: the instance each entry is audited on: correct entries where rounding shows, buggy ones where the bug does
 SHOWCASE = {name: "A" for name in TRUTH}
 SHOWCASE.update({n: "D" for n in ("f32_residual_eps", "bf16_residual_eps", "bf16_residual_abs",
-                                  "f16_residual_wrong_sum", "bf16_resample_target", "bf16_uniforms",
+                                  "f16_residual_wrong_sum", "bf16_resample_target",
                                   "f16_sum_not_cumprod", "np32_shared_uniform", "np16_temperature_both",
                                   "np16_residual_eps", "tf_f16_bonus_untempered", "loop_bf16_residual_eps",
                                   "loop_f16_temperature_draft_only", "loop_f32_bonus_from_draft")})
-SHOWCASE.update({n: "Z" for n in ("f16_accept_le", "np32_accept_le")})
+SHOWCASE.update({n: "Z" for n in ("f16_accept_le", "np32_accept_le", "bf16_uniforms_accept_le")})
 SHOWCASE.update({n: "DP" for n in ("bf16_bonus_from_last_draft", "tf_bf16_bonus_from_last_draft",
                                    "tf_f32_residual_next_position")})
 

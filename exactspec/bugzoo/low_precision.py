@@ -338,9 +338,9 @@ def bf16_resample_target(target_probs: Any, draft_probs: Any, draft_token_ids: A
     return _vllm(target_probs, draft_probs, draft_token_ids, bonus_token_ids, accept, recover)
 
 
-def bf16_uniforms(target_probs: Any, draft_probs: Any, draft_token_ids: Any, bonus_token_ids: Any) -> Any:
-    """Buggy, bfloat16: the acceptance uniforms drawn in bfloat16 (``torch.rand(B, k, dtype=torch.bfloat16)``): 0 has
-    probability ~2**-9 and the acceptance is off by up to ~2**-9, whatever the precision of the laws."""
+def _bf16_uniforms(target_probs: Any, draft_probs: Any, draft_token_ids: Any, bonus_token_ids: Any,
+                   accept: Callable[[Any, Any], Any]) -> Any:
+    """vLLM-style verification in bfloat16 with its acceptance uniforms drawn in bfloat16 too."""
     import torch
     bf = torch.bfloat16
     batch, k, _ = target_probs.shape
@@ -350,7 +350,7 @@ def bf16_uniforms(target_probs: Any, draft_probs: Any, draft_token_ids: Any, bon
         for j in range(k):
             x = int(draft_token_ids[b, j])
             p, q = target_probs[b, j].to(bf), draft_probs[b, j].to(bf)
-            if u[b, j] < p[x] / q[x]:
+            if accept(u[b, j], p[x] / q[x]):
                 out[b, j] = x
                 continue
             out[b, j] = int(_race(torch.clamp(p - q, min=0)))
@@ -358,6 +358,19 @@ def bf16_uniforms(target_probs: Any, draft_probs: Any, draft_token_ids: Any, bon
         else:
             out[b, k] = bonus_token_ids[b, 0]
     return out
+
+
+def bf16_uniforms(target_probs: Any, draft_probs: Any, draft_token_ids: Any, bonus_token_ids: Any) -> Any:
+    """Correct up to bfloat16 rounding: the acceptance uniforms drawn in bfloat16 (``torch.rand(B, k,
+    dtype=torch.bfloat16)``), a coin off by up to ~2**-9, as rounding the laws to bfloat16 is. A generator's
+    precision is its rng model's (the float64 run draws these at float64): the generator's rounding, not bias."""
+    return _bf16_uniforms(target_probs, draft_probs, draft_token_ids, bonus_token_ids, lambda u, r: u < r)
+
+
+def bf16_uniforms_accept_le(target_probs: Any, draft_probs: Any, draft_token_ids: Any, bonus_token_ids: Any) -> Any:
+    """Buggy, bfloat16: as :func:`bf16_uniforms` with ``u <= p/q``: a bfloat16 uniform is exactly 0 with probability
+    32769 * 2**-24 (about 2**-9), so a draft the target never emits is accepted that often."""
+    return _bf16_uniforms(target_probs, draft_probs, draft_token_ids, bonus_token_ids, lambda u, r: u <= r)
 
 
 def f16_sum_not_cumprod(target_probs: Any, draft_probs: Any, draft_token_ids: Any, bonus_token_ids: Any) -> Any:
@@ -698,7 +711,8 @@ ZOO: list[Entry] = [
     Entry(bf16_bonus_from_last_draft, "vllm", "bfloat16", "buggy", "bonus drawn from the last draft position"),
     Entry(f16_residual_wrong_sum, "vllm", "float16", "buggy", "residual normalised by the target's sum, inverse CDF"),
     Entry(bf16_resample_target, "vllm", "bfloat16", "buggy", "recovered token drawn from the target, not the residual"),
-    Entry(bf16_uniforms, "vllm", "bfloat16", "buggy", "acceptance uniforms drawn in bfloat16 (P(u = 0) ~ 2**-9)"),
+    Entry(bf16_uniforms, "vllm", "bfloat16", "correct", "acceptance uniforms drawn in bfloat16: the generator's rounding"),
+    Entry(bf16_uniforms_accept_le, "vllm", "bfloat16", "buggy", "bfloat16 uniforms and u <= p/q (P(u = 0) ~ 2**-9)"),
     Entry(f16_sum_not_cumprod, "vllm", "float16", "buggy", "accepted prefix by sum() instead of cumprod (gamma 2)"),
     # numpy adapter (float64 arrays handed over)
     Entry(np32_item_compare, "numpy", "numpy-float32", "correct", "float32 laws, ratio compared via .item()"),
