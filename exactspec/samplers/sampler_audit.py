@@ -488,7 +488,7 @@ def _watched(sampler: Callable, seen: set, sites: dict | None = None, lift: bool
     torch operations; with ``lift``, its casts to a coarser float dtype lifted to float64 (``lifted`` told of each)."""
     @functools.wraps(sampler)
     def watched(*args: Any, **kwargs: Any) -> Any:
-        with (lifting(lifted) if lift else contextlib.nullcontext()), watching(seen.add, sites):
+        with lifting(lifted, seen.add, sites) if lift else watching(seen.add, sites):
             return sampler(*args, **kwargs)
     return watched
 

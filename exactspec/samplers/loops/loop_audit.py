@@ -944,8 +944,8 @@ class _Branches:
         ids = torch.tensor([list(self.prompt_t)], dtype=torch.long)
         try:
             with watch(rng, name, self.private, self.session), \
-                    (lifting(self.lifted.setdefault) if self.lift else contextlib.nullcontext()), \
-                    (watching(run.seen.add, run.precision_sites) if self.watch else contextlib.nullcontext()):
+                    (lifting(self.lifted.setdefault, run.seen.add, run.precision_sites) if self.lift else
+                     watching(run.seen.add, run.precision_sites) if self.watch else contextlib.nullcontext()):
                 try:
                     res = fn(t_lm, d_lm, ids)
                     outs, n_new = _tokens_of(res, self.prompt_t, self.output, self.tokens, self.vocab, name,

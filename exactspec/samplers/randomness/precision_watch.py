@@ -210,7 +210,8 @@ def _lift_dtype(x: Any, torch: Any) -> Any:
 
 
 @contextlib.contextmanager
-def lifting(lifted: Callable[[str, str], None] | None = None) -> Iterator[None]:
+def lifting(lifted: Callable[[str, str], None] | None = None, note: Callable[[str], None] | None = None,
+            sites: dict | None = None) -> Iterator[None]:
     """Run torch code with every cast it makes to a float dtype coarser than float64 lifted to float64.
 
     The audited code's own casts (``.float()``, ``.half()``, ``.bfloat16()``, ``.to(dtype)``, ``.type(dtype)``,
@@ -218,8 +219,9 @@ def lifting(lifted: Callable[[str, str], None] | None = None) -> Iterator[None]:
     tensors instead, so the code runs at float64 what it would run coarser: *algorithmic* bias is what stays
     then (:mod:`exactspec.samplers.float_boundary`). What the block cannot lift (a float32 constant made
     before it, a numpy float32 scalar, a numpy cast) is still rounded: the watch (:func:`watching`) sees it.
-    ``lifted(precision, site)`` is called for each cast lifted (the first of each precision and site).
-    The lift is this block's and this thread's (a torch function mode): nothing outside it changes.
+    ``lifted(precision, site)`` is called for each precision lifted (at its first site). ``note`` / ``sites``:
+    the block is also watched, as :func:`watching` would (one mode doing both). The lift is this block's and this
+    thread's (a torch function mode): nothing outside it changes.
 
     >>> import torch
     >>> with lifting():
@@ -233,39 +235,42 @@ def lifting(lifted: Callable[[str, str], None] | None = None) -> Iterator[None]:
     to, type_ = torch.Tensor.to, torch.Tensor.type
     noted: set = set()
 
-    def note(dtype: Any) -> None:
+    def note_lift(dtype: Any) -> None:
         if lifted is None:
             return
         name = _NAMES.get(str(dtype), str(dtype))
-        site = user_site(3)
-        if (name, site) not in noted:
-            noted.add((name, site))
-            lifted(name, site)
+        if name not in noted:
+            noted.add(name)
+            lifted(name, user_site(3))
 
     class _Lift(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             kwargs = dict(kwargs or {})
-            if getattr(_LOCAL, "suspended", 0) or _called_by_exactspec():
-                return func(*args, **kwargs)        # exactspec's own tensors (the draws') are not the code's casts
+            if getattr(_LOCAL, "suspended", 0):
+                return func(*args, **kwargs)
+            if _called_by_exactspec():              # exactspec's own tensors (the draws') are not the code's casts
+                return watched(args, kwargs, func(*args, **kwargs))
             if func in tensor_casts:
                 if args and isinstance(args[0], torch.Tensor) and args[0].is_floating_point():
-                    note({"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}[tensor_casts[func]])
-                    return torch.Tensor.double(args[0], **kwargs)
+                    note_lift({"float": torch.float32, "half": torch.float16,
+                               "bfloat16": torch.bfloat16}[tensor_casts[func]])
+                    result = torch.Tensor.double(args[0], **kwargs)
+                    return watched(args, kwargs, result)
                 return func(*args, **kwargs)
             if func is to or func is type_:
                 rest = list(args[1:])
                 for i, a in enumerate(rest):
                     b = _lift_dtype(a, torch)
                     if b is not a:
-                        note(a.dtype if isinstance(a, torch.Tensor) else a)
+                        note_lift(a.dtype if isinstance(a, torch.Tensor) else a)
                         rest[i] = b
                 args = (args[0], *rest)
             else:
-                args = tuple(_lift_arg(a, torch, note) for a in args)
+                args = tuple(_lift_arg(a, torch, note_lift) for a in args)
             if "dtype" in kwargs:
                 b = _lift_dtype(kwargs["dtype"], torch)
                 if b is not kwargs["dtype"]:
-                    note(kwargs["dtype"])
+                    note_lift(kwargs["dtype"])
                     kwargs["dtype"] = b
             result = func(*args, **kwargs)
             if isinstance(result, torch.Tensor) and result.is_floating_point() and \
@@ -276,10 +281,18 @@ def lifting(lifted: Callable[[str, str], None] | None = None) -> Iterator[None]:
                 try:
                     again = func(*args, **kwargs, dtype=torch.float64)
                 except TypeError:
-                    return result
-                note(result.dtype)
-                return again
-            return result
+                    return watched(args, kwargs, result)
+                note_lift(result.dtype)
+                return watched(args, kwargs, again)
+            return watched(args, kwargs, result)
+
+    def watched(args: tuple, kwargs: dict, result: Any) -> Any:
+        if note is not None:
+            for p in coarse_meeting_float64(args, kwargs, result):
+                note(p)
+                if sites is not None and p not in sites:
+                    sites[p] = user_site(3)
+        return result
 
     with _Lift():
         yield
