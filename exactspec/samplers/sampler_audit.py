@@ -216,9 +216,9 @@ class _Calls:
 
 
 def _significant_bits(x: float) -> int:
-    """The significant bits of a float: 1 for 0.5, 24 for a float32 number that needs all of float32's, 53 for 0.1.
+    """The significant bits of a float: 1 for 0.5, 24 for a float32 number that needs all of float32's, 53 for 1/3.
 
-    >>> _significant_bits(0.5), _significant_bits(float(np.float32(0.1))), _significant_bits(0.1)
+    >>> _significant_bits(0.5), _significant_bits(float(np.float32(0.1))), _significant_bits(1 / 3)
     (1, 24, 53)
     """
     try:

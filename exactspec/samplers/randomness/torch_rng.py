@@ -1005,7 +1005,8 @@ def _fresh(kwargs: dict) -> None:
                               "this audit: it is re-seeded inside the sampler, so its draws repeat from call to call "
                               "and are not random; exactspec will not audit them as random draws")
         session.generator_states.add((id(gen), state))
-    _REAL_UNIFORM_(torch.empty(1, device=gen.device), generator=gen)
+    with torch._C.DisableTorchFunction():   # the real fill: no torch function mode of the audit's (the precision
+        _REAL_UNIFORM_(torch.empty(1, device=gen.device), generator=gen)   # watch) may route it to the patched one
     if session is not None:
         session.own_moves.setdefault(id(gen), {})[state] = generator_state(gen)
 
