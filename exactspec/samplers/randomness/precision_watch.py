@@ -183,14 +183,20 @@ def watching(note: Callable[[str], None], sites: dict | None = None) -> Iterator
         def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             result = func(*args, **(kwargs or {}))
             if not getattr(_LOCAL, "suspended", 0):
-                for p in coarse_meeting_float64(args, kwargs, result):
-                    note(p)
-                    if sites is not None and p not in sites:
-                        sites[p] = user_site(2)
+                _note_coarse(args, kwargs, result, note, sites)
             return result
 
     with _Watch():
         yield
+
+
+def _note_coarse(args: tuple, kwargs: dict | None, result: Any, note: Callable[[str], None],
+                 sites: dict | None) -> None:
+    """Tell ``note`` of each coarser precision meeting float64 data in one operation, and ``sites`` where first."""
+    for p in coarse_meeting_float64(args, kwargs, result):
+        note(p)
+        if sites is not None and p not in sites:
+            sites[p] = user_site(3)
 
 
 #: the Tensor methods that cast to one coarser float dtype, and the float64 method lifting them
@@ -288,10 +294,7 @@ def lifting(lifted: Callable[[str, str], None] | None = None, note: Callable[[st
 
     def watched(args: tuple, kwargs: dict, result: Any) -> Any:
         if note is not None:
-            for p in coarse_meeting_float64(args, kwargs, result):
-                note(p)
-                if sites is not None and p not in sites:
-                    sites[p] = user_site(3)
+            _note_coarse(args, kwargs, result, note, sites)
         return result
 
     with _Lift():
