@@ -8,6 +8,8 @@
 (Fraction(4, 5), Fraction(1, 5))
 """
 
+from typing import Any
+
 from . import drafts, laws, models, rules, theory
 from ._audit import audit
 from .assertions import HorizonWarning, LossAssertionError, assert_lossless
@@ -39,7 +41,7 @@ _LAZY = {"strategies": (".strategies", None), "trees": (".trees", None), "sample
          "audit_statistically": (".statistical", "audit_statistically")}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     where = _LAZY.get(name)
     if where is None:
         raise AttributeError(f"module 'exactspec' has no attribute {name!r}")
@@ -50,7 +52,7 @@ def __getattr__(name: str):
     return value
 
 
-def __dir__() -> list:
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 __all__ = ["audit", "prove", "Proof", "Refutation", "audit_sampler", "audit_loop", "stand_in", "HorizonWarning", "Counterexample", "EmptySearch", "IncompleteSearch", "audit_statistically", "statistical", "samplers", "published", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "Step", "TreeStep", "Rng", "models", "drafts", "rules", "laws",

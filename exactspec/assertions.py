@@ -14,6 +14,7 @@ import warnings
 from typing import Any, Callable, Sequence
 
 from ._audit import audit
+from .errors import IncompleteCheckError, LossAssertionError
 from .models import Model
 from .rules import as_rule
 
@@ -23,28 +24,6 @@ __all__ = ["assert_lossless", "assert_sampler_lossless", "assert_loop_lossless",
 
 class HorizonWarning(UserWarning):
     """An assertion passed over a horizon that never observes some positions of a step."""
-
-
-class LossAssertionError(AssertionError):
-    """Raised by :func:`assert_lossless`; carries the report and, when found, the minimal counterexample."""
-
-    def __init__(self, message: str, report: Any, counterexample: Any) -> None:
-        super().__init__(message)
-        self.report, self.counterexample = report, counterexample
-        #: what the check returned: the report (one instance) or the search result (a Counterexample, an
-        #: IncompleteSearch); None when the check stopped on a budget
-        self.result: Any = report if report is not None else counterexample
-
-
-class IncompleteCheckError(LossAssertionError):
-    """Raised by :func:`assert_sampler_lossless` / :func:`assert_loop_lossless` when the check did not finish.
-
-    A search that did not cover its space (a time budget, ``max_instances``, instances it could
-    not decide), an audit past its budget, or a verdict the audit could not decide (the CLI's
-    exit 3): nothing was proven, so the assertion fails, never passes. ``result`` is the
-    :class:`~exactspec.counterexamples.IncompleteSearch` (or the report; None for a budget error,
-    kept as ``__cause__``).
-    """
 
 
 def assert_lossless(rule: Any, *, target: Model, draft: Model | None = None, proposer: Any = None,

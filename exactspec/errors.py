@@ -7,6 +7,7 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -24,7 +25,43 @@ class ExactSpecError(Exception):
     exit_code = 2
 
 
-class InvalidDistribution(ExactSpecError, ValueError):
+class InvalidArgument(ExactSpecError):
+    """An argument of a public function or command is wrong: names the argument and what was wrong with it.
+
+    Never raised itself: an invalid argument is an :class:`InvalidValue` (also a ``ValueError``) or an
+    :class:`InvalidType` (also a ``TypeError``), so code that catches the builtin error catches it too.
+    Exit code 2.
+
+    >>> import exactspec as es
+    >>> try:
+    ...     es.models.context_free(("1/2", "1/3"))
+    ... except es.errors.InvalidArgument as e:
+    ...     print(type(e).__name__, isinstance(e, ValueError), e.exit_code)
+    InvalidDistribution True 2
+    """
+
+    exit_code = 2
+
+
+class InvalidValue(InvalidArgument, ValueError):
+    """An argument has the right type but a value exactspec cannot use (out of range, unknown name, ...).
+
+    >>> import exactspec as es
+    >>> issubclass(es.errors.InvalidValue, ValueError), issubclass(es.errors.InvalidValue, es.ExactSpecError)
+    (True, True)
+    """
+
+
+class InvalidType(InvalidArgument, TypeError):
+    """An argument has a type exactspec cannot use (a float where exact numbers are needed, ...).
+
+    >>> import exactspec as es
+    >>> issubclass(es.errors.InvalidType, TypeError), issubclass(es.errors.InvalidType, es.ExactSpecError)
+    (True, True)
+    """
+
+
+class InvalidDistribution(InvalidValue):
     """A distribution has the wrong length, a negative/NaN/infinite entry, or does not sum to 1.
 
     >>> import exactspec as es
@@ -35,7 +72,7 @@ class InvalidDistribution(ExactSpecError, ValueError):
     """
 
 
-class InexactArithmetic(ExactSpecError, TypeError):
+class InexactArithmetic(InvalidType):
     """A float reached exact arithmetic without the caller asking for exact conversion.
 
     >>> import exactspec as es
@@ -163,6 +200,8 @@ class UnsupportedRngModel(UnsupportedRandomness, ValueError):
     def __init__(self, message: str, *, adapter: str = "", rng_model: str = "") -> None:
         super().__init__(message)
         self.adapter, self.rng_model = adapter, rng_model
+
+
 class InterceptionError(UnsupportedRandomness):
     """exactspec's own interception of a random draw failed (not the audited code): names the operation and dtype.
 
@@ -187,7 +226,7 @@ class InterceptionError(UnsupportedRandomness):
                          "exactspec: please report it)")
 
 
-class AdapterMismatch(ExactSpecError, TypeError):
+class AdapterMismatch(InvalidType):
     """The default adapter cannot drive a sampler that another registered adapter can: a usage error (exit 2).
 
     Raised by ``es.audit_sampler``, ``es.samplers.search_sampler`` and ``exactspec audit-sampler``
@@ -213,3 +252,138 @@ class AdapterMismatch(ExactSpecError, TypeError):
             f"{'s' if len(fits) > 1 else ''}: pass adapter={first!r} (on the command line: --adapter {first}). "
             f"If it is written for the {adapter} adapter, pass adapter={adapter!r} explicitly and the crash is "
             "audited as the sampler's")
+
+
+class ReleaseUnsupported(ExactSpecError):
+    """A vLLM release whose audited module is not in its wheel (the message says what changed).
+
+    >>> ReleaseUnsupported.exit_code
+    2
+    """
+
+    exit_code = 2
+
+
+class UnsupportedSymbolic(UnsupportedRandomness):
+    """The rule did something with a symbolic probability that the prover cannot follow exactly.
+
+    Names the operation and the rule's line (``float()``, ``exp``/``log``, ``**`` by a non-integer,
+    use as an index, ...). Exit code 2: never a verdict.
+
+    >>> UnsupportedSymbolic.exit_code
+    2
+    """
+
+
+class UnhashableSymbolic(UnsupportedSymbolic, TypeError):
+    """A symbolic probability was hashed (a set or a dict key): whether two are equal depends on the cell.
+
+    Also a ``TypeError``, as hashing an unhashable object is in Python; exit code 2, never a verdict.
+
+    >>> issubclass(UnhashableSymbolic, TypeError)
+    True
+    """
+
+
+class SolverUnknown(ExactSpecError):
+    """z3 could not decide a constraint set within its per-check timeout (the proof gives up: exit 3).
+
+    >>> SolverUnknown.exit_code
+    3
+    """
+
+    exit_code = 3
+
+
+class AbstractionRefused(UnsupportedSymbolic):
+    """The rule did something the vocabulary abstraction of ``vocab="all"`` cannot follow soundly (exit 2).
+
+    The message names the operation and the rule's line; prove the rule at a given vocabulary instead.
+
+    >>> issubclass(AbstractionRefused, UnsupportedSymbolic), AbstractionRefused.exit_code
+    (True, 2)
+    """
+
+
+class AbstractionDisagrees(ExactSpecError):
+    """The all-vocabulary abstraction and an exact check disagree: an internal error of the prover (exit 3).
+
+    Raised by the tripwire before a ``vocab="all"`` proof is reported, when an exact audit at a small
+    vocabulary finds a bias, or the concrete prover refutes the rule, where the abstraction proved
+    it. Never a verdict: ``instance`` holds the instance that disagrees, to replay and report.
+
+    >>> AbstractionDisagrees("x", instance=(1, 2)).instance
+    (1, 2)
+    """
+
+    exit_code = 3
+
+    def __init__(self, message: str, instance: Any = None) -> None:
+        super().__init__(message)
+        self.instance = instance
+
+
+class NotPicklable(ExactSpecError):
+    """A rule, sampler or model cannot be sent to worker processes (a lambda or closure without cloudpickle).
+
+    >>> issubclass(NotPicklable, ExactSpecError), NotPicklable.exit_code
+    (True, 2)
+    """
+
+    exit_code = 2
+
+
+class WorkersLost(ExactSpecError):
+    """Chunks of a parallel job were not covered: their workers died more often than the retries allowed.
+
+    ``missing`` names each chunk that was not covered, with the reason. Exit code 3: the job is
+    incomplete (never read as a pass).
+
+    >>> err = WorkersLost("check: 1 of 25 configurations not covered", missing=("speculative_sampling: KilledWorker",))
+    >>> err.exit_code, err.missing
+    (3, ('speculative_sampling: KilledWorker',))
+    """
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, missing: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.missing = tuple(missing)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_lost, (str(self), self.missing))
+
+
+def _rebuild_lost(message: str, missing: tuple[str, ...]) -> WorkersLost:
+    return WorkersLost(message, missing=missing)
+
+
+class LossAssertionError(AssertionError):
+    """Raised by ``assert_lossless`` and its siblings; carries the report and, when found, the minimal counterexample.
+
+    An ``AssertionError`` (so pytest shows it as a failed assertion), not an :class:`ExactSpecError`.
+
+    >>> err = LossAssertionError("biased", report=None, counterexample="witness")
+    >>> err.result
+    'witness'
+    """
+
+    def __init__(self, message: str, report: Any, counterexample: Any) -> None:
+        super().__init__(message)
+        self.report, self.counterexample = report, counterexample
+        #: what the check returned: the report (one instance) or the search result (a Counterexample, an
+        #: IncompleteSearch); None when the check stopped on a budget
+        self.result: Any = report if report is not None else counterexample
+
+
+class IncompleteCheckError(LossAssertionError):
+    """Raised by ``assert_sampler_lossless`` / ``assert_loop_lossless`` when the check did not finish.
+
+    A search that did not cover its space (a time budget, ``max_instances``, instances it could
+    not decide), an audit past its budget, or a verdict the audit could not decide (the CLI's
+    exit 3): nothing was proven, so the assertion fails, never passes. ``result`` is the
+    ``IncompleteSearch`` (or the report; None for a budget error, kept as ``__cause__``).
+
+    >>> issubclass(IncompleteCheckError, LossAssertionError)
+    True
+    """

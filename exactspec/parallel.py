@@ -61,7 +61,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
-from .errors import ExactSpecError
+from .errors import ExactSpecError, NotPicklable, WorkersLost
 
 __all__ = ["run_chunks", "ChunkRun", "executor_for", "resolve_workers", "portable", "load_portable",
            "derive_seed", "NotPicklable", "WorkersLost", "chunked", "terminal_progress", "DEFAULT_RETRIES",
@@ -84,41 +84,6 @@ AUTO = "auto"
 #: (about a second each), so the bar there is :data:`AUTO_MIN_SECONDS_SPAWN`
 AUTO_MIN_SECONDS = 2.0
 AUTO_MIN_SECONDS_SPAWN = 8.0
-
-
-class NotPicklable(ExactSpecError):
-    """A rule, sampler or model cannot be sent to worker processes (a lambda or closure without cloudpickle).
-
-    >>> issubclass(NotPicklable, ExactSpecError), NotPicklable.exit_code
-    (True, 2)
-    """
-
-    exit_code = 2
-
-
-class WorkersLost(ExactSpecError):
-    """Chunks of a parallel job were not covered: their workers died more often than the retries allowed.
-
-    ``missing`` names each chunk that was not covered, with the reason. Exit code 3: the job is
-    incomplete (never read as a pass).
-
-    >>> err = WorkersLost("check: 1 of 25 configurations not covered", missing=("speculative_sampling: KilledWorker",))
-    >>> err.exit_code, err.missing
-    (3, ('speculative_sampling: KilledWorker',))
-    """
-
-    exit_code = 3
-
-    def __init__(self, message: str, *, missing: Sequence[str] = ()) -> None:
-        super().__init__(message)
-        self.missing = tuple(missing)
-
-    def __reduce__(self) -> tuple:
-        return (_rebuild_lost, (str(self), self.missing))
-
-
-def _rebuild_lost(message: str, missing: tuple) -> WorkersLost:
-    return WorkersLost(message, missing=missing)
 
 
 # -- seeds and chunking -------------------------------------------------------------------------------

@@ -38,7 +38,8 @@ from contextvars import ContextVar
 from fractions import Fraction
 from typing import Any, Callable
 
-from ..errors import ExactSpecError, InvalidDistribution, RuleError
+from ..errors import (AbstractionDisagrees, AbstractionRefused, ExactSpecError, InvalidDistribution, RuleError,
+                      UnsupportedSymbolic)
 from ._field import (ALL, NEG, OPS, POS, ZERO, Decider, SharedSolver, SolverUnknown, Space, SymField, SymNum,
                      UnsupportedSymbolic, _NONZERO, _is_linear, _op, _set_qq, where)
 from . import _field
@@ -49,28 +50,6 @@ __all__ = ["AbstractionRefused", "AbstractionDisagrees", "prove_all_vocab"]
 MAX_PREDICATES = 6
 #: the most tokens one branch may draw from one class (the symbols are made up front; more restarts with more)
 MAX_DRAWS = 8
-
-
-class AbstractionRefused(UnsupportedSymbolic):
-    """The rule did something the vocabulary abstraction of ``vocab="all"`` cannot follow soundly (exit 2).
-
-    The message names the operation and the rule's line; prove the rule at a given vocabulary instead.
-    """
-
-
-class AbstractionDisagrees(ExactSpecError):
-    """The all-vocabulary abstraction and an exact check disagree: an internal error of the prover (exit 3).
-
-    Raised by the tripwire (:func:`_tripwire`) before a ``vocab="all"`` proof is reported, when an exact audit
-    at a small vocabulary finds a bias, or the concrete prover refutes the rule, where the abstraction proved
-    it. Never a verdict: ``instance`` holds the instance that disagrees, to replay and report.
-    """
-
-    exit_code = 3
-
-    def __init__(self, message: str, instance: Any = None) -> None:
-        super().__init__(message)
-        self.instance = instance
 
 
 #: the theorem a ``vocab="all"`` proof states (its summary and JSON carry it)

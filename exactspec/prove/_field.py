@@ -21,7 +21,8 @@ from fractions import Fraction
 from math import gcd, lcm
 from typing import Any
 
-from ..errors import ExactSpecError, InexactArithmetic, UnsupportedRandomness
+from ..errors import (ExactSpecError, InexactArithmetic, SolverUnknown, UnhashableSymbolic, UnsupportedRandomness,
+                      UnsupportedSymbolic)
 from ..fields import Field
 from ..models import Model
 
@@ -76,27 +77,6 @@ ALL = frozenset((NEG, ZERO, POS))
 OPS = {"<": frozenset((NEG,)), "<=": frozenset((NEG, ZERO)), "==": frozenset((ZERO,)),
        "!=": frozenset((NEG, POS)), ">": frozenset((POS,)), ">=": frozenset((ZERO, POS))}
 _FLIP = {NEG: POS, POS: NEG, ZERO: ZERO}
-
-
-class UnsupportedSymbolic(UnsupportedRandomness):
-    """The rule did something with a symbolic probability that the prover cannot follow exactly.
-
-    Names the operation and the rule's line (``float()``, ``exp``/``log``, ``**`` by a non-integer,
-    use as an index, ...). Exit code 2: never a verdict.
-    """
-
-
-class UnhashableSymbolic(UnsupportedSymbolic, TypeError):
-    """A symbolic probability was hashed (a set or a dict key): whether two are equal depends on the cell.
-
-    Also a ``TypeError``, as hashing an unhashable object is in Python; exit code 2, never a verdict.
-    """
-
-
-class SolverUnknown(ExactSpecError):
-    """z3 could not decide a constraint set within its per-check timeout (the proof gives up: exit 3)."""
-
-    exit_code = 3
 
 
 def where() -> str:

@@ -33,13 +33,7 @@ import sys
 import tempfile
 import zipfile
 
-from ..errors import ExactSpecError
-
-class ReleaseUnsupported(ExactSpecError):
-    """A vLLM release whose audited module is not in its wheel (the message says what changed)."""
-
-    exit_code = 2
-
+from ..errors import ExactSpecError, ReleaseUnsupported
 
 #: the release audited by default: the newest vLLM built for torch 2.13 (this project's torch); its Triton is 3.7.1
 DEFAULT_VERSION = "0.32.0"
