@@ -9,9 +9,10 @@ Fraction(0, 1)
 
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from ._audit import audit
 from .errors import IncompleteCheckError, LossAssertionError
@@ -42,12 +43,37 @@ def _ours(excinfo: Any) -> bool:
     return isinstance(getattr(excinfo, "value", None), (LossAssertionError, ExactSpecError))
 
 
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
+
+
+def _user_facing(fn: _Fn) -> _Fn:
+    """``fn`` raising exactspec's own errors from the user's call, not from the library frames that found them.
+
+    An :class:`~exactspec.errors.ExactSpecError` (a refused argument, a model that is no law, a rule or
+    sampler that raised: its message names what and where) keeps its type, message and cause; only the
+    frames between this call and its raise are dropped, so pytest shows the user's line and the
+    message. A failed check (:class:`LossAssertionError`) passes unchanged, its frames hidden by
+    :func:`_ours`.
+    """
+    from .errors import ExactSpecError
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = _ours     # pytest: the user's line and the message, not this frame
+        try:
+            return fn(*args, **kwargs)
+        except ExactSpecError as exc:
+            raise exc.with_traceback(None)    # the same error, raised here: its cause and message kept
+    return call  # type: ignore[return-value]
+
+
 def _tv_text(report: Any) -> str:
     """The report's TV as exact text, or to 6 digits when the exact value is too long to read on one line."""
     tv = report.field.to_str(report.tv)
     return tv if len(tv) < 40 else f"~{float(report.tv):.6g} (exact value in the report below)"
 
 
+@_user_facing
 def assert_lossless(rule: Any, *, target: Model, draft: Model | None = None, proposer: Any = None,
                     prompt: Sequence[int] = (), tokens: int | None = None, decoding: str | None = None,
                     expected: Model | None = None, field: str = "fraction", search: bool = True,
@@ -223,6 +249,7 @@ def _budget_spent(exc: Exception, what: str) -> IncompleteCheckError:
                                 f"proven and this assertion fails (an incomplete check never passes): {exc}", None, None)
 
 
+@_user_facing
 def assert_sampler_lossless(sampler: Any, *, adapter: Any = None, search: bool = True, proposer: Any = None,
                             space: Any = None, vocab: int | None = None, gamma: int | None = None,
                             tokens: int | None = None, budget: Any = None, max_instances: int | None = None,
@@ -306,6 +333,7 @@ def assert_sampler_lossless(sampler: Any, *, adapter: Any = None, search: bool =
     return _judge(result, what)
 
 
+@_user_facing
 def assert_loop_lossless(loop: Any, *, search: bool = True, space: Any = None, vocab: int | None = None,
                          tokens: int | None = None, budget: Any = None, max_instances: int | None = None,
                          seed: int = 0, target: Model | None = None, draft: Model | None = None,

@@ -2,8 +2,9 @@
 
 Issue 36: a failing ``assert_sampler_lossless`` printed about 60 lines, a third of them exactspec's own
 source (``_judge``'s body). The assertion functions now hide their frames (``__tracebackhide__``) for
-exactspec's own failures, so pytest shows the test's line and the summary: verdict, TV, instance,
-witness and how to reproduce.
+exactspec's own failures, and an ``ExactSpecError`` found deep in the audit is raised from the user's
+call, so pytest shows the test's line and the summary: verdict, TV, instance, witness and how to
+reproduce.
 """
 
 from __future__ import annotations
@@ -34,13 +35,16 @@ def test_loop():
 
 def test_refused_argument():
     es.assert_sampler_lossless(zoo.correct, vocab=1)
+
+def test_refused_inside_the_audit():
+    es.assert_lossless(es.rules.speculative_sampling, target=P, draft=Q, proposer=es.drafts.chain(1), tokens=0)
 """
 
 
 def _run(pytester):
     pytester.makepyfile(test_user=FAILING)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(failed=5)
+    result.assert_outcomes(failed=6)
     return "\n".join(result.outlines)
 
 
@@ -51,7 +55,7 @@ def test_failures_show_the_users_line_and_a_short_complete_summary_not_exactspec
     assert package not in out and "assertions.py" not in out
     assert "def _judge" not in out and "raise LossAssertionError" not in out and "__tracebackhide__" not in out
     # every failure points at the user's own line
-    for line in (8, 11, 15, 18, 21):
+    for line in (8, 11, 15, 18, 21, 24):
         assert f"test_user.py:{line}: " in out
     # the summaries: verdict, exact TV, instance, witness, how to reproduce
     assert ("sampler shared_uniform (adapter numpy) is biased: an exact search over small instances found this "
@@ -64,12 +68,13 @@ def test_failures_show_the_users_line_and_a_short_complete_summary_not_exactspec
     assert "greedy_match_sampled is not lossless: exact TV 1/5 (decoding sample)" in out
     assert "loop bonus_from_draft is biased" in out and "def test_bonus_from_draft_keeps_the_target_law" in out
     assert "assert_sampler_lossless: vocab must be an int >= 2, got 1" in out
+    assert "ExactSpecError: tokens must be an int >= 1, got 0" in out    # raised deep in the audit, shown here
     # short: each failure is the test's source, the message ("E" lines) and the location
     failures = out.split("short test summary info")[0]
     blocks = re.split(r"\n_{5,} (test_\w+) _{5,}\n", failures)
     sections = dict(zip(blocks[1::2], blocks[2::2]))
     assert set(sections) == {"test_sampler_search", "test_sampler_one_instance", "test_rule", "test_loop",
-                             "test_refused_argument"}
+                             "test_refused_argument", "test_refused_inside_the_audit"}
     for name, text in sections.items():
         shown = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("E ") and ln.strip() != "E"]
         assert len(shown) <= 6, (name, shown)
