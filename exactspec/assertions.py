@@ -106,9 +106,11 @@ def assert_lossless(rule: Any, *, target: Model, draft: Model | None = None, pro
     if report.lossless:
         if report.scope.get("note") and not report.scope.get("complete", True):
             import warnings
-            warnings.warn(HorizonWarning(f"assert_lossless({rule.name}): {report.scope['note']}"), stacklevel=2)
+            warnings.warn(HorizonWarning(f"assert_lossless({rule.name}): {report.scope['note']}"),
+                          stacklevel=3)   # the user's call: past this function and _user_facing's wrapper
         return report
-    lines = [f"{rule.name} is not lossless: exact TV {_tv_text(report)} (decoding {report.instance['decoding']})", report.summary()]
+    lines = [f"{rule.name} is not lossless: exact TV {_tv_text(report)} (decoding {report.instance['decoding']})",
+             report.summary()]
     ce = None
     if search:
         from .counterexamples import search as find
@@ -203,7 +205,7 @@ def _regression(result: Any) -> list[str]:
         return ["", f"(no regression test: {exc})"]
 
 
-def _judge(result: Any, what: str, *, stacklevel: int = 3) -> Any:
+def _judge(result: Any, what: str, *, stacklevel: int = 4) -> Any:
     """Pass (return ``result``) only on a complete check that found no bias (exit code 0); otherwise raise.
 
     Decided by the result's ``exit_code``, as the CLI is: 0 passes, 1 (a bias) raises

@@ -78,3 +78,24 @@ def test_failures_show_the_users_line_and_a_short_complete_summary_not_exactspec
     for name, text in sections.items():
         shown = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("E ") and ln.strip() != "E"]
         assert len(shown) <= 6, (name, shown)
+
+
+def test_a_horizon_warning_points_at_the_users_line():
+    import warnings
+    from fractions import Fraction as F
+
+    import pytest
+
+    import exactspec as es
+    from exactspec.assertions import HorizonWarning
+    from exactspec.bugzoo import numpy_samplers as zoo
+    p, q = es.models.context_free((F(3, 5), F(2, 5))), es.models.context_free((F(1, 2), F(1, 2)))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        es.assert_lossless(es.rules.speculative_sampling, target=p, draft=q, proposer=es.drafts.chain(1), tokens=1)
+        es.assert_sampler_lossless(zoo.correct, search=False, target=p, draft=q, proposer=es.drafts.chain(1),
+                                   tokens=1)
+    horizon = [w for w in seen if issubclass(w.category, HorizonWarning)]
+    assert len(horizon) == 2 and all(w.filename == __file__ for w in horizon), [(w.filename, w.lineno) for w in seen]
+    with pytest.raises(es.LossAssertionError):      # the warning is no pass: the check itself still decides
+        es.assert_sampler_lossless(zoo.shared_uniform, search=False, target=p, draft=q, proposer=es.drafts.chain(2))
