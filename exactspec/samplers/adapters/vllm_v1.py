@@ -66,7 +66,10 @@ class VllmRejectionAdapter(KernelAdapter):
     """``rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
     target_logits, bonus_token_ids, sampling_metadata, ...)`` as vLLM v1 defines it, or a ``RejectionSampler``
     module: a batch of requests with ``gamma`` drafts each, target laws as float32 logits (``log p``), draft
-    laws as float32 probabilities (or None), output ``[batch, gamma + 1]`` padded with -1 (see the module)."""
+    laws as float32 probabilities (or None), output ``[batch, gamma + 1]`` padded with -1 (see the module). The
+    ``bonus_token_ids`` handed to ``rejection_sample`` hold the placeholder id ``V``: where the output holds it, the
+    adapter draws the bonus token (the target's law at position ``gamma``; its argmax for a greedy request).
+    Shapes and dtypes of every argument: docs/adapters.md."""
 
     name = "vllm-v1"
     family = "chain"
