@@ -27,7 +27,7 @@ def _cmd_audit_loop(args: Any) -> int:
     if args.dtype is not None and args.precision is not None and args.dtype != args.precision:
         raise ExactSpecError(f"--dtype {args.dtype} and --precision {args.precision} disagree: they name the same "
                              "thing (the stand-ins' dtype); pass one")
-    from ..samplers.float_boundary import F64_ALLOWANCE
+    from ..samplers.rounding import F64_ALLOWANCE
     tolerance = F64_ALLOWANCE if args.tolerance is None else args.tolerance
     import torch
     from ..samplers.loops.loop_audit import _loop_space, audit_loop

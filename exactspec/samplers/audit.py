@@ -32,13 +32,13 @@ from ..models import Model
 from ..report import AuditReport
 from ..rules import Rule
 from .adapters.registry import get_adapter
-from .adapter_fit import DEFAULT_ADAPTER, check_default_adapter
+from .adapters.fit import DEFAULT_ADAPTER, check_default_adapter
 from ..enumerate.rng import DeferredToken, lattice_for
 from .adapters.base import PRECISIONS, at_precision, float_precision, lowest, precision_of
 from .randomness._fast_path import fast_paths
 from .randomness.precision_watch import lifting, user_site, watching
-from .float_boundary import (F64_ALLOWANCE, ROUNDING_CAP, Boundary, coarser_than_float64, decide, rounding_cap,
-                             rounding_allowance)
+from .rounding import (F64_ALLOWANCE, ROUNDING_CAP, Boundary, coarser_than_float64, decide, rounding_cap,
+                       rounding_allowance)
 from .randomness.interception import (FLOAT64_LATTICE, current_session, describe_rng_model, intercepting, private_generators,
                            watch)
 
@@ -49,7 +49,7 @@ __all__ = ["audit_sampler", "ROUNDING_TOLERANCE"]
 ROUNDING_TOLERANCE = F64_ALLOWANCE
 
 
-#: the search behind ``audit_sampler(search=True)``; :mod:`exactspec.samplers.sampler_search` installs it
+#: the search behind ``audit_sampler(search=True)``; :mod:`exactspec.samplers.search` installs it
 #: when imported (``exactspec.samplers`` imports it), so this module does not import the search above it
 _SEARCH: list[Callable[..., Any]] = []
 
@@ -278,7 +278,7 @@ def audit_sampler(sampler: Callable, *, adapter: Any = None, target: Model | Non
     The report's law is the exact law of the implementation as it computes in its own floating
     point (the adapter hands it the laws as float arrays). Rounding is told from bias by one
     definition, algorithmic bias is what stays at higher precision
-    (:mod:`exactspec.samplers.float_boundary`): a sampler computing coarser than float64 (the
+    (:mod:`exactspec.samplers.rounding`): a sampler computing coarser than float64 (the
     ``precision`` given -- the sampler is then handed its laws in that dtype -- else the one the adapter declares,
     else the coarsest float dtype seen
     handed to it or compared with its uniforms) runs a second time on float64 inputs
@@ -316,7 +316,7 @@ def audit_sampler(sampler: Callable, *, adapter: Any = None, target: Model | Non
     arguments. Left out, it is ``"numpy"``, checked when the sampler crashes: if it raises on its
     first call there and another registered adapter runs it, :class:`~exactspec.errors.AdapterMismatch`
     (exit 2) names the adapters that fit instead of a crash being reported
-    (:mod:`exactspec.samplers.adapter_fit`).
+    (:mod:`exactspec.samplers.adapters.fit`).
 
     Every randomness source the sampler can reach is intercepted while it runs, for every
     adapter (:mod:`exactspec.samplers.randomness.interception`): the adapter's ``rng``, Python's ``random``
@@ -342,7 +342,7 @@ def audit_sampler(sampler: Callable, *, adapter: Any = None, target: Model | Non
 
     ``search=True``: no single instance but an exact search over small ones, returning a minimal
     Counterexample (of kind ``"crash"`` when the sampler raises on some instance), an EmptySearch
-    or an IncompleteSearch (:mod:`exactspec.samplers.sampler_search`).
+    or an IncompleteSearch (:mod:`exactspec.samplers.search`).
     """
     check_budget(budget, "audit_sampler")
     if search:  # the search chooses target, draft, prompt and tokens; it audits each instance through here
@@ -369,7 +369,7 @@ def audit_sampler(sampler: Callable, *, adapter: Any = None, target: Model | Non
                             expected=expected, rng_model=rng_model, backend="python",
                             rule=Rule(_stand_in, name=name, family=adapter.family, claim="lossless"))
     if getattr(adapter, "needs_torch", False):
-        from .randomness import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
+        from .torch_draws import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
     if on_error not in ("raise", "record"):
         raise ExactSpecError(f"audit_sampler on_error must be 'raise' or 'record', got {on_error!r}")
     if precision is not None and precision not in PRECISIONS:
@@ -507,7 +507,7 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
     Then a third run lifts the sampler's own casts to float64 (:func:`~.randomness.precision_watch.lifting`): when
     nothing coarser is met any more, that run is the algorithm at float64 and decides alone (bias and rounding
     separated exactly); otherwise (a cast it cannot lift: numpy, a constant made before the call) the verdict is
-    :func:`~.float_boundary.decide`'s size-derived bounds at the coarsest precision met. ``used``: the (generator,
+    :func:`~.rounding.decide`'s size-derived bounds at the coarsest precision met. ``used``: the (generator,
     lattice) pairs the first run drew from under the ``native`` model. ``tolerance_from``: what
     ``tolerance`` stands for (float64 rounding, or the floor the adapter resolves to), passed to ``decide``.
     """

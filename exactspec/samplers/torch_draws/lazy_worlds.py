@@ -61,8 +61,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _fast_path
-from . import joint_draws as _joint
+from ..randomness import _fast_path
+from ..randomness import joint_draws as _joint
 from .lazy_draws import PendingDraw, exact_rows
 
 try:
@@ -92,7 +92,7 @@ def deferring() -> bool:
 def domain(cell: tuple) -> list | None:
     """The values a pending draw's entry ``cell = (draw, sample)`` can take (its value once drawn); None: unknown.
 
-    >>> from exactspec.samplers.randomness.lazy_draws import exact_row
+    >>> from exactspec.samplers.torch_draws.lazy_draws import exact_row
     >>> domain((PendingDraw(None, *exact_row([1.0, 0.0, 2.0]), 1, True), 0))
     [0, 2]
     """

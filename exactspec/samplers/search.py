@@ -48,8 +48,8 @@ from ..enumerate import Budget
 from ..enumerate.step import check_budget
 from ..errors import BudgetExceeded, ExactSpecError, InexactArithmetic, RuleError, UnsupportedRandomness
 from ..report import AuditReport
-from . import sampler_audit as _sampler_audit
-from .adapter_fit import DEFAULT_ADAPTER, check_default_adapter
+from . import audit as _sampler_audit
+from .adapters.fit import DEFAULT_ADAPTER, check_default_adapter
 from .randomness._fast_path import fast_paths
 from .randomness.interception import intercepting
 
@@ -517,7 +517,7 @@ def search_sampler(sampler: Any, *, adapter: Any = None, space: Space | None = N
     ``adapter`` left out is ``"numpy"``, checked when the search finds a crash: a sampler that raises on
     its first call there while another registered adapter runs it is an
     :class:`~exactspec.errors.AdapterMismatch` naming those adapters, not a crash counterexample
-    (:mod:`exactspec.samplers.adapter_fit`).
+    (:mod:`exactspec.samplers.adapters.fit`).
 
     ``workers`` / ``executor`` / ``chunk_size``: the instances are audited in chunks on worker processes
     (``0``: every core; ``1``: this process, through the chunked path), the sampler sent as its
@@ -676,7 +676,7 @@ def _patched_once(adapter: Any) -> Iterator[None]:
         yield
         return
     if getattr(adapter, "needs_torch", False):
-        from .randomness import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
+        from .torch_draws import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
     with intercepting(), _sampler_audit._one_torch_thread():
         yield
 

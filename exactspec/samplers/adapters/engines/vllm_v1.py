@@ -42,11 +42,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ...errors import ExactSpecError
-from ...protocols import Rng, Step
-from ..randomness.interception import bind
-from ..randomness.planned import DrawPlan, planned_draws
-from .explicit_uniforms import KernelAdapter, _kernel_lattice, _race_law, _suggested_thresholds, _uniform_cells
+from ....errors import ExactSpecError
+from ....protocols import Rng, Step
+from ...randomness.interception import bind
+from ...randomness.planned import DrawPlan, planned_draws
+from ..explicit_uniforms import KernelAdapter, _kernel_lattice, _race_law, _suggested_thresholds, _uniform_cells
 
 __all__ = ["VllmRejectionAdapter", "vllm_rejection"]
 
@@ -115,7 +115,7 @@ class VllmRejectionAdapter(KernelAdapter):
     def resolution(self, rng_model: str) -> str:
         return (f"vLLM's uniforms on the lattice {self.lattice_note(rng_model)}, breakpoints located exactly; its "
                 "exponentials as an ideal race, each weight ratio to one float32 ulp (the float64 run is held to that: "
-                "TV 2**-23 a race; see exactspec.samplers.adapters.vllm_v1)")
+                "TV 2**-23 a race; see exactspec.samplers.adapters.engines.vllm_v1)")
 
     def with_precision(self, precision: str) -> "VllmRejectionAdapter":
         """This adapter handing its logits and draft laws in ``precision`` (the float64 run of a float32 audit).

@@ -20,7 +20,7 @@ branch forks in the same order (the enumeration's replay stays deterministic). D
 replacement of several samples from one row are drawn together, in sample order, on the first
 read of any of them.
 
-The argmax of a batch of exponential or Gumbel races (:mod:`exactspec.samplers.randomness.torch_rng`) is such a
+The argmax of a batch of exponential or Gumbel races (:mod:`exactspec.samplers.torch_draws.torch_rng`) is such a
 tensor too, one pending draw per row from its race's law. Operations that pick entries by position
 keep the picked entries pending when their other operands are ordinary integer tensors or numbers:
 ``cat``/``stack``, ``gather``/``index_select``/``take_along_dim``/``take`` with real indices,
@@ -37,7 +37,7 @@ switch ``_fast_path.DEFER_LAST``). Into any other tensor, a write reads the entr
 
 Once read, the tensor holds its values in its own storage, and every later operation (in-place
 ones included) is an ordinary torch operation on those values. An operation that mixes it with
-another lazy tensor type (lazy uniforms, masks, races of :mod:`exactspec.samplers.randomness.torch_rng`)
+another lazy tensor type (lazy uniforms, masks, races of :mod:`exactspec.samplers.torch_draws.torch_rng`)
 reads it first and leaves the operation to that type.
 
 >>> import torch
@@ -45,7 +45,7 @@ reads it first and leaves the operation to that type.
 >>> from exactspec.enumerate.rng import enumerate_program
 >>> from exactspec.fields import get_field
 >>> from exactspec.samplers.randomness.interception import bind, intercepting
->>> from exactspec.samplers.randomness import torch_rng  # noqa: F401  (patches torch in audits)
+>>> from exactspec.samplers.torch_draws import torch_rng  # noqa: F401  (patches torch in audits)
 >>> def program(rng):
 ...     with bind(rng):
 ...         unread = torch.multinomial(torch.tensor([0.5, 0.5]), 1)     # never read: no fork
@@ -64,10 +64,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import _fast_path
-from . import joint_draws as _joint
+from ..randomness import _fast_path
+from ..randomness import joint_draws as _joint
 from ...enumerate.rng import PathRng
-from .interception import deliberate
+from ..randomness.interception import deliberate
 
 try:
     import torch
