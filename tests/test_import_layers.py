@@ -185,7 +185,7 @@ def test_the_interception_and_the_generators_form_no_circle():
 SAMPLERS = "exactspec.samplers"
 RANDOMNESS, ADAPTERS, LOOPS = f"{SAMPLERS}.randomness", f"{SAMPLERS}.adapters", f"{SAMPLERS}.loops"
 TORCH_DRAWS = f"{SAMPLERS}.torch_draws"
-AUDIT = (f"{SAMPLERS}.audit", f"{SAMPLERS}.search", f"{SAMPLERS}.rounding")
+AUDIT = (f"{SAMPLERS}.audit", f"{SAMPLERS}.search", f"{SAMPLERS}.instance", f"{SAMPLERS}.rounding")
 
 #: (who, must not import, why)
 LAYERS = [
@@ -197,6 +197,9 @@ LAYERS = [
      "the torch draws sit below the adapters, the loop audit and the sampler audit"),
     ((ADAPTERS,), (LOOPS, *AUDIT), "the adapters sit below the loop audit and the sampler audit"),
     (AUDIT, (LOOPS,), "the sampler audit and search sit below the whole-loop audit (which uses them)"),
+    ((f"{SAMPLERS}.instance", f"{SAMPLERS}.rounding"), (f"{SAMPLERS}.search", f"{SAMPLERS}.audit"),
+     "the one-instance audit sits below the search and audit_sampler (which use it)"),
+    ((f"{SAMPLERS}.search",), (f"{SAMPLERS}.audit",), "the search sits below audit_sampler (search=True uses it)"),
     (("exactspec.protocols",), ("exactspec",), "the rule API protocols import nothing from exactspec"),
 ]
 

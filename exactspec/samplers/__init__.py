@@ -9,9 +9,10 @@ The layers, each importing only from the ones before it (no circle between them)
 - :mod:`exactspec.samplers.adapters`: one base class below the registry and the adapters (numpy,
   torch, declarative, tree; the published engines' in :mod:`exactspec.samplers.adapters.engines`),
   and the check that an adapter fits a sampler (:mod:`exactspec.samplers.adapters.fit`);
-- what a user calls: the sampler audit (:mod:`exactspec.samplers.audit`), the search over small
-  instances (:mod:`exactspec.samplers.search`), and the rounding-or-bias decision they share with
-  the loop audit (:mod:`exactspec.samplers.rounding`);
+- what a user calls: ``audit_sampler`` (:mod:`exactspec.samplers.audit`) over the search over small
+  instances (:mod:`exactspec.samplers.search`) over the audit of one instance
+  (:mod:`exactspec.samplers.instance`), and the rounding-or-bias decision they share with the loop
+  audit (:mod:`exactspec.samplers.rounding`);
 - :mod:`exactspec.samplers.loops`: the stand-in models and the whole-loop audit, built on the sampler audit.
 
 The torch adapters (``TransformersChainAdapter``, ``VllmChainAdapter``, ``TorchTreeAdapter``,

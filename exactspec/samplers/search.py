@@ -48,7 +48,7 @@ from ..enumerate import Budget
 from ..enumerate.step import check_budget
 from ..errors import BudgetExceeded, ExactSpecError, InexactArithmetic, RuleError, UnsupportedRandomness
 from ..report import AuditReport
-from . import audit as _sampler_audit
+from .instance import audit_instance
 from .adapters.fit import DEFAULT_ADAPTER, check_default_adapter
 from .randomness._fast_path import fast_paths
 from .randomness.interception import intercepting
@@ -539,7 +539,6 @@ def search_sampler(sampler: Any, *, adapter: Any = None, space: Space | None = N
     True
     """
     from .adapters.registry import get_adapter
-    audit_sampler = _sampler_audit.audit_sampler
     if isinstance(sampler, str):
         from .._loading import load_object as _load
         ref = sampler
@@ -592,7 +591,7 @@ def search_sampler(sampler: Any, *, adapter: Any = None, space: Space | None = N
 
 
 class _SamplerAudit:
-    """``audit_one`` of :func:`search_sampler`: one instance audited by :func:`exactspec.audit_sampler`.
+    """``audit_one`` of :func:`search_sampler`: one instance audited as :func:`exactspec.audit_sampler` audits it.
 
     ``for_workers()`` is what a worker process rebuilds it from (the sampler's ``module:function``, the
     adapter's name when the registry gives it back); ``session()`` keeps the random functions patched
@@ -603,8 +602,8 @@ class _SamplerAudit:
         self.sampler, self.ref, self.adapter, self.rng_model, self.options = sampler, ref, adapter, rng_model, options
 
     def __call__(self, inst: dict) -> AuditReport:
-        return _sampler_audit.audit_sampler(self.sampler, adapter=self.adapter, rng_model=self.rng_model,
-                                            progress=False, **self.options, **inst)
+        return audit_instance(self.sampler, adapter=self.adapter, rng_model=self.rng_model, progress=False,
+                              **self.options, **inst)
 
     def session(self) -> Any:
         return _patched_once(self.adapter)
@@ -677,7 +676,7 @@ def _patched_once(adapter: Any) -> Iterator[None]:
         return
     if getattr(adapter, "needs_torch", False):
         from .torch_draws import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
-    with intercepting(), _sampler_audit._one_torch_thread():
+    with intercepting(), one_torch_thread():
         yield
 
 
@@ -716,5 +715,3 @@ def search_from_audit_sampler(sampler: Any, *, adapter: Any = None, proposer: An
                           instance_budget=None if budget is None else Budget(
                               paths=budget.paths, depth=budget.depth, outcomes=budget.outcomes), **more)
 
-
-_sampler_audit._SEARCH[:] = [search_from_audit_sampler]
