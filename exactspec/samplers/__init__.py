@@ -37,9 +37,6 @@ from .audit import ROUNDING_TOLERANCE, audit_sampler
 from .search import sampler_space, search_instances, search_sampler
 from .loops.stand_in import stand_in
 from .randomness import interception as _interception
-from .. import statistical as _statistical
-
-_statistical.resolve_adapters_with(get_adapter)   # the statistical audit, below this layer, resolves adapter names
 
 
 def _torch_specs() -> list[tuple]:
