@@ -72,7 +72,7 @@ def _row(job: str, ref: str, adapter: str, target_s: float, quick: bool) -> dict
 def _loop_row(quick: bool) -> dict[str, Any]:
     import exactspec as es
     from exactspec.bugzoo import loops
-    from exactspec.samplers.loops.loop_audit import _loop_space
+    from exactspec.samplers.loops.loop_audit import loop_space as _loop_space
     space = _loop_space(None, None).with_(vocabs=(2,))
     if quick:
         space = space.with_(tokens=(1, 2))

@@ -113,7 +113,7 @@ def _small_space(space: Any, family: str, vocab: int | None, gamma: int | None, 
         return None
     if space is None:
         if loop:
-            from .samplers.loops.loop_audit import _loop_space
+            from .samplers.loops.loop_audit import loop_space as _loop_space
             space = _loop_space(None, tokens)
         else:
             from .samplers.search import sampler_space

@@ -127,7 +127,7 @@ def test_a_long_sampler_search_takes_every_core_by_default(pools, long_enough):
 def test_a_long_loop_search_takes_every_core_by_default(pools, long_enough):
     pytest.importorskip("torch")
     from exactspec.bugzoo import loops
-    from exactspec.samplers.loops.loop_audit import _loop_space
+    from exactspec.samplers.loops.loop_audit import loop_space as _loop_space
     space = _loop_space(None, None).with_(vocabs=(2,), tokens=(1,), random_points=1)
     default = es.audit_loop(loops.bonus_from_draft, search=True, space=space, progress=False)
     assert pools == [CORES]

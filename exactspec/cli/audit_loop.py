@@ -30,7 +30,7 @@ def _cmd_audit_loop(args: Any) -> int:
     from ..samplers.rounding import F64_ALLOWANCE
     tolerance = F64_ALLOWANCE if args.tolerance is None else args.tolerance
     import torch
-    from ..samplers.loops.loop_audit import _loop_space, audit_loop
+    from ..samplers.loops.loop_audit import audit_loop, loop_space as _loop_space
     options = dict(kind=args.kind, dtype=getattr(torch, args.precision or args.dtype or "float64"),
                    output=args.output, on_error=args.on_error, reference=args.reference, tolerance=tolerance,
                    rng_model=args.rng_model)

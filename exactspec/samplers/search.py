@@ -566,7 +566,7 @@ def search_sampler(sampler: Any, *, adapter: Any = None, space: Space | None = N
 
     audit_one = _SamplerAudit(sampler, ref, adapter, rng_model, options)
     if isinstance(workers, str) and workers == parallel.AUTO:
-        workers = _auto_workers(audit_one, space, TORCH_SAMPLER_INSTANCE_SECONDS if getattr(
+        workers = search_workers(audit_one, space, TORCH_SAMPLER_INSTANCE_SECONDS if getattr(
             adapter, "needs_torch", False) else SAMPLER_INSTANCE_SECONDS, budget, max_instances, progress)
     kw = dict(space=space, name=name, seed=seed, budget=budget, max_instances=max_instances, progress=progress,
               instance_budget=instance_budget)
@@ -651,11 +651,17 @@ class _ShippedAudit:
         return _SamplerAudit(parallel.load_portable(sampler), "", adapter, rng_model, parallel.load_portable(options))
 
 
-def _auto_workers(audit_one: Callable[[dict], AuditReport], space: Space, each: float, budget: float | None,
-                  max_instances: int | None, progress: Any = None) -> int | None:
-    """``workers="auto"``: every core for a search estimated long enough (``each`` seconds an instance in this
-    process), when its audit can go to workers (a lambda or closure without cloudpickle cannot) and ``progress``
-    is not a function (:func:`exactspec.parallel.auto_stays_here`); None (this process) otherwise."""
+def search_workers(audit_one: Callable[[dict], AuditReport], space: Space, each: float, budget: float | None,
+                   max_instances: int | None, progress: Any = None) -> int | None:
+    """The workers of ``workers="auto"`` for a search of ``audit_one`` over ``space``: a count, or None (this process).
+
+    Every core for a search estimated long enough (``each`` seconds an instance in this process), when its
+    audit can go to workers (a lambda or closure without cloudpickle cannot) and ``progress`` is not a
+    function (:func:`exactspec.parallel.auto_stays_here`); None (this process) otherwise.
+
+    >>> search_workers(lambda inst: None, sampler_space(), each=0.0, budget=None, max_instances=None) is None
+    True
+    """
     planned = sum(_cell_sizes(space, space.cells()))
     planned = planned if max_instances is None else min(planned, max_instances)
     workers = parallel.auto_workers(parallel.AUTO, planned * each, budget)

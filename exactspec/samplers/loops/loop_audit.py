@@ -1098,8 +1098,15 @@ class _LoopAudit:
         return self._with(parallel.load_portable(self.fn), parallel.load_portable(self.reference))
 
 
-def _loop_space(space: Any, tokens: int | None) -> Any:
-    """The space of a loop search: every instance gets the prompt ``(0,)`` (loops need a context to start from)."""
+def loop_space(space: Any, tokens: int | None) -> Any:
+    """The space of a loop search: every instance gets the prompt ``(0,)`` (loops need a context to start from).
+
+    ``space`` None gives the default (one draft shape, horizons 1..4 or ``tokens``); an exactspec
+    :class:`~exactspec.counterexamples.space.Space` is taken as it is, with the prompt added.
+
+    >>> loop_space(None, 2).describe().split(";")[0]
+    'vocab 2..4, tokens 2..2, prompt (0,), families context_free, per_position, table'
+    """
     import dataclasses
 
     from ...counterexamples.space import Space
@@ -1140,7 +1147,7 @@ def _search(fn: Callable, name: str, *, tokens: int | None, kind: str, dtype: An
     import dataclasses
 
     from ...counterexamples.counterexample import Counterexample, _loop_options
-    from ..search import _auto_workers, sampler_reference, search_instances
+    from ..search import sampler_reference, search_instances, search_workers as _auto_workers
     where = "audit_loop(search=True)"
     _check_options(where, tokens=tokens, kind=kind, output=output, on_error=on_error, worst=worst)
     tol = to_rational(tolerance, f"{where} tolerance")
@@ -1158,7 +1165,7 @@ def _search(fn: Callable, name: str, *, tokens: int | None, kind: str, dtype: An
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ExactSpecError(f"{where}: dtype must be a torch floating dtype such as torch.float64, got {dtype!r}")
     opts = dict(options)
-    space = _loop_space(opts.pop("space", None), tokens)
+    space = loop_space(opts.pop("space", None), tokens)
     if isinstance(budget, Budget):
         if "instance_budget" in opts:
             raise ExactSpecError(f"{where}: pass the per-audit limits either in budget= (an es.Budget) or in "
