@@ -1,5 +1,9 @@
 """``audit_loop``: the exact law of a whole generation loop (drafting included) run on stand-in models.
 
+It is kept as one module: ``audit_loop``, its float-boundary run, its per-branch runner and its search
+share the loop's options and that runner; the stand-ins, the workers and the torch module behind the
+stand-ins are modules of their own.
+
 Much published speculative decoding has no verification function with a fixed signature: the
 draft loop, the target call, the acceptance test and the bonus token live in one function
 (litgpt's ``speculative_decoding``/``generate``, lucidrains' ``speculative_decoding(net,

@@ -1,5 +1,10 @@
 """Thread-safe interception of every randomness source a sampler can reach while it is audited.
 
+It is kept as one module: the patching of the global functions, the branch each thread is bound to
+and the detection of escaping draws share one lock, one table of installed patches and the frame walk
+that tells exactspec's own draws from the audited code's; split, each part would reach into the others'
+state.
+
 While at least one audit runs (:func:`intercepting`), the global random functions of Python's
 ``random``, of ``numpy.random`` (the legacy global functions) and, when torch is already
 imported, of ``torch`` are replaced by *dispatchers*: patched once under a module lock, counted

@@ -1,5 +1,8 @@
 """Lazy categorical draws: ``torch.multinomial`` inside an audit forks the enumeration only when its value is read.
 
+It is kept as one module: the pending draw and the tensor subclass that holds pending draws are one type
+seen from Python and from torch; the subclass's dispatch reshapes, joins and forces the draws' cells.
+
 Generation loops draw more than they use: litgpt's ``sample`` draws a token at every target
 position and keeps only the probabilities, transformers draws and may discard, a prefill draws
 a token nobody reads. Drawing eagerly would fork the enumeration on every such draw and

@@ -1,5 +1,8 @@
 """Values computed from pending draws: a whole-loop audit's stand-ins read no token they are fed.
 
+It is kept as one module: the worlds tensor's torch dispatch is one table of how each operation maps a
+value per world, and the decisions that fork on an answer read that table's results.
+
 A generate loop feeds the tokens it drew back into its models before it knows whether it keeps
 them: litgpt's draft model reads draft ``i`` to propose ``i + 1``, the target scores every draft in
 one call, and only then does verification decide how many drafts stand. A stand-in that read each

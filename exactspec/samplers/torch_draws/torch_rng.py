@@ -1,5 +1,9 @@
 """PyTorch interception: inside :func:`intercept_torch`, torch's random draws fork the exact enumeration.
 
+It is kept as one module: the lazy uniform, race and mask tensors turn into one another under torch
+operations (a uniform compared is a mask, exponentials divided into weights a race) through one dispatch,
+and the patched random functions listed by :func:`torch_specs` build them.
+
 ``torch.rand``, ``torch.rand_like``, ``Tensor.uniform_``, ``torch.bernoulli`` (and
 ``Tensor.bernoulli``, ``Tensor.bernoulli_``), ``torch.multinomial`` (function and method),
 ``Tensor.exponential_`` (followed into the exponential race ``argmax(w / E)``, a draw from
