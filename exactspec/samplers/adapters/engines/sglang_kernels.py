@@ -48,7 +48,7 @@ import numpy as np
 from ....errors import ExactSpecError, UnsupportedRandomness
 from ....protocols import Rng, Step
 from ..base import Adapter
-from ..explicit_uniforms import KernelAdapter, _kernel_lattice, reference_flashinfer_style
+from ..explicit_uniforms import KernelAdapter, kernel_lattice, reference_flashinfer_style
 from .triton_kernels import RowCache, interpreted, load_published_module
 
 __all__ = ["SGLANG_VERSION", "CHAIN_FILE", "TREE_FILE", "TREE_STUBS", "sglang_chain_kernel", "published_chain",
@@ -386,7 +386,7 @@ class SglangChainAdapter(KernelAdapter):
 
     def call(self, sampler: Callable, step: Step, rng: Rng) -> list[int]:
         import torch
-        lat = _kernel_lattice(rng, self.precision, self.name)
+        lat = kernel_lattice(rng, self.precision, self.name)
         drafts, q, p = self.chain_arrays(step)
         key = (sampler, lat.name, tuple(int(x) for x in drafts), p.tobytes(), q.tobytes())
         law = self._memo.get(key)
