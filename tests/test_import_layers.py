@@ -328,6 +328,7 @@ def test_the_interception_knows_its_own_files_and_modules_where_they_are():
     # libraries on exactspec's behalf are named by path and module name: a move must carry them along
     from exactspec.samplers.randomness import interception as I
     assert all(pathlib.Path(f).is_file() for f in I._OWN)
+    assert all(pathlib.Path(f).is_file() for f in es.fields._SAMPLER_LAYER) and len(es.fields._SAMPLER_LAYER) == 5
     assert pathlib.Path(I._ENGINE).is_dir() and pathlib.Path(I._ENGINE, "rng.py").is_file()
     assert pathlib.Path(I._FIELDS).is_file()
     assert all(importlib.util.find_spec(m) is not None for m in I._LIBRARY_CALLERS)
