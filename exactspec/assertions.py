@@ -164,10 +164,10 @@ def _small_space(space: Any, family: str, vocab: int | None, gamma: int | None, 
         return None
     if space is None:
         if loop:
-            from .samplers.loops.loop_audit import _loop_space
+            from .samplers.loops.loop_audit import loop_space as _loop_space
             space = _loop_space(None, tokens)
         else:
-            from .samplers.sampler_search import sampler_space
+            from .samplers.search import sampler_space
             space = sampler_space(family)
     changes: dict = {}
     if vocab is not None:
@@ -260,8 +260,8 @@ def assert_sampler_lossless(sampler: Any, *, adapter: Any = None, search: bool =
     """Assert that a third-party sampler is lossless (up to float rounding) over small instances; return the result.
 
     By default (``search=True``) this is ``exactspec audit-sampler``'s check: an exact search
-    (:func:`exactspec.samplers.sampler_search.search_sampler`) over the small instances of
-    :func:`~exactspec.samplers.sampler_search.sampler_space` for the adapter's family, each
+    (:func:`exactspec.samplers.search.search_sampler`) over the small instances of
+    :func:`~exactspec.samplers.search.sampler_space` for the adapter's family, each
     audited by :func:`exactspec.audit_sampler` through ``adapter`` (left out: numpy, checked as
     ``audit_sampler`` checks it: a sampler only another adapter can call raises
     :class:`~exactspec.errors.AdapterMismatch`). It passes, returning the
@@ -312,7 +312,7 @@ def assert_sampler_lossless(sampler: Any, *, adapter: Any = None, search: bool =
                 raise ExactSpecError(f"{where}: {'= and '.join(given)}= do{'es' if len(given) == 1 else ''} not apply "
                                      "to the search (it chooses the laws and prompts): pass search=False to assert "
                                      "one instance")
-            from .samplers.sampler_search import search_sampler
+            from .samplers.search import search_sampler
             seconds, limits = _budget_parts(budget, where)
             result = search_sampler(sampler, adapter=chosen, proposer=proposer, seed=seed, budget=seconds,
                                     space=_small_space(space, adapter.family, vocab, gamma, tokens, where),

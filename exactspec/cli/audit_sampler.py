@@ -20,7 +20,7 @@ def _sampler_search_space(args: Any, family: str) -> Any:
     import itertools
     import math
     from ..drafts import chain, tree
-    from ..samplers.sampler_search import sampler_space
+    from ..samplers.search import sampler_space
     if args.order != 1:
         raise ExactSpecError("--order applies with --instance (the search covers context-free, per-position and "
                              "order-1 models)")
@@ -61,7 +61,7 @@ def _cmd_audit_sampler(args: Any) -> int:
     precision = {k: v for k, v in (("precision", args.precision), ("tolerance", args.tolerance)) if v is not None}
     if not args.instance:  # the default: an exact search over small instances, exit codes as `search`
         from .. import parallel
-        from ..samplers.sampler_search import search_sampler
+        from ..samplers.search import search_sampler
         space = _sampler_search_space(args, adapter.family)
         workers = parallel.AUTO if args.workers is None else args.workers   # default: every core for a long search
         found = search_sampler(sampler, adapter=given, space=space, rng_model=args.rng_model, seed=args.seed,

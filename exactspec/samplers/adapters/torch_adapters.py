@@ -17,8 +17,8 @@ from ...enumerate.rng import PathRng
 from ...laws import memoised
 from ...protocols import Rng, Step
 from ..randomness._fast_path import fast_paths
-from ..randomness.lazy_draws import LazyCategoricalTensor, PendingDraw, as_array, tokens_deferring_last
-from ..randomness.torch_rng import bind
+from ..torch_draws.lazy_draws import LazyCategoricalTensor, PendingDraw, as_array, tokens_deferring_last
+from ..torch_draws.torch_rng import bind
 from .base import Adapter
 
 __all__ = ["TransformersChainAdapter", "transformers_chain", "reference_transformers_style", "VllmChainAdapter",
