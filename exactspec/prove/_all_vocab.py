@@ -574,8 +574,6 @@ def _remember(poly: Any, hit: tuple, registry: dict) -> tuple:
 class _AbsDecider(Decider):
     def __init__(self, *a: Any, **k: Any) -> None:
         super().__init__(*a, **k)
-        if self._shared is None:
-            raise ExactSpecError("vocab='all' needs the prover's shared solver (_field.SHARED_SOLVER)")
         self.member_signs: dict = {}   # a factor in a class's token symbols -> its sign at every token of the class
         self.assumed: frozenset = frozenset()   # the classes the running branch drew from
         self._assuming: dict = {}

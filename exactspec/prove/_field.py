@@ -112,22 +112,10 @@ def active() -> "Decider":
     return _ACTIVE[-1]
 
 
-#: one z3 solver per proof in each process: every constraint met is asserted once, behind a literal, and a cell
-#: is checked under the literals of its constraints (no solver per cell, no push/pop); an infeasible check leaves
-#: its unsat core, which answers the same question on any later cell whose constraints imply the core's, without z3
-#: (False: the old path, a fresh solver per cell)
-SHARED_SOLVER = True
-#: ask z3 whether a difference's numerator can be non-zero on a cell without factoring it first (False: factor)
-UNFACTORED = True
 #: cells one shared solver serves before a new one is made (its literals pile up: a long-lived solver slows down)
 SHARED_CELLS = 16
 #: a shared solver's time per check (ms); past it the check is asked again on a new solver with ``check_ms``
 SHARED_CHECK_MS = 500
-
-
-#: ask a question whose constraints are all linear (the cell's and its own) of z3's linear-arithmetic solver
-#: (simplex; the same answer, found faster than nlsat finds it) (False: the old path, nlsat for every question)
-LINEAR_SOLVER = True
 
 
 def _is_linear(poly: Any) -> bool:
@@ -147,9 +135,17 @@ def _is_linear(poly: Any) -> bool:
 
 
 class SharedSolver:
-    """The z3 solver of one proof: the simplex asserted, each constraint behind a literal, unsat cores kept."""
+    """The z3 solver of one proof: the simplex asserted, each constraint behind a literal, unsat cores kept.
 
-    #: questions whose constraints are all linear go to a linear-arithmetic solver (see ``LINEAR_SOLVER``)
+    One z3 solver per proof in each process: every constraint met is asserted once, behind a literal, and a
+    cell is checked under the literals of its constraints (no solver per cell, no push/pop); an infeasible
+    check leaves its unsat core, which answers the same question on any later cell whose constraints imply
+    the core's, without z3. A question whose constraints are all linear (the cell's and its own) goes to
+    z3's linear-arithmetic solver (simplex: the same answer, found faster than nlsat finds it).
+    """
+
+    #: questions whose constraints are all linear go to a linear-arithmetic solver first (a subclass with a
+    #: linear solver of its own says False)
     linear_first = True
 
     def __init__(self, space: "Space") -> None:
@@ -203,8 +199,8 @@ class SharedSolver:
         return self._linear
 
     def _all_linear(self, known: dict, question: Any) -> bool:
-        """Whether the question and every constraint of the cell are linear (and the linear solver is on)."""
-        if not (LINEAR_SOLVER and self.linear_first):
+        """Whether the question and every constraint of the cell are linear (and this solver asks simplex first)."""
+        if not self.linear_first:
             return False
         if not all(_is_linear(p) for p in (question[1] if question[0] == "!=0" else (question[0],))):
             return False
@@ -270,14 +266,6 @@ class Decider:
     cell goes on with one side and ``pending`` receives the constraints of the other.
     """
 
-    #: answer atoms already decided on the cell from their known signs (False: ask z3 every time; the benchmark's
-    #: baseline)
-    use_cache = True
-    #: keep a rational point of the cell: the side of an atom it lies on needs no z3 check (False: baseline)
-    use_point = True
-    #: decide an atom on its irreducible factors whose sign the cell does not fix yet (False: baseline)
-    use_factors = True
-
     def __init__(self, space: "Space", start: list, pending: list, stats: dict, point: dict | None = None) -> None:
         self.space, self.pending, self.stats = space, pending, stats
         #: a rational point known to lie in the cell (or None): the side of an atom it lies on needs no z3 check
@@ -286,22 +274,13 @@ class Decider:
         self.order: list = []          # the constraints of this cell in the order they were decided
         import z3
         self.z3 = z3
-        if SHARED_SOLVER:
-            self._shared = space.shared_solver()
-            self._shared.cells += 1
-            if self._shared.cells > SHARED_CELLS:
-                self._shared.fresh()
-            self.solver = self._shared.solver
-            for poly, signs in space.base:
-                self.known[poly] = self.known.get(poly, ALL) & signs
-            for poly, signs in start:
-                self._add(poly, signs)
-            return
-        self._shared = None
-        self.solver = z3.SolverFor(space.logic, ctx=space.ctx) if space.logic else z3.Solver(ctx=space.ctx)
-        self.solver.set("timeout", space.check_ms)
+        self._shared = space.shared_solver()
+        self._shared.cells += 1
+        if self._shared.cells > SHARED_CELLS:
+            self._shared.fresh()
+        self.solver = self._shared.solver
         for poly, signs in space.base:
-            self._add(poly, signs, record=False)
+            self.known[poly] = self.known.get(poly, ALL) & signs
         for poly, signs in start:
             self._add(poly, signs)
 
@@ -312,36 +291,21 @@ class Decider:
     def __exit__(self, *exc: Any) -> None:
         _ACTIVE.pop()
 
-    def _add(self, poly: Any, signs: frozenset, record: bool = True) -> None:
+    def _add(self, poly: Any, signs: frozenset) -> None:
         old = self.known.get(poly, ALL)
         new = old & signs
         if new == old:
             return
         self.known[poly] = new
-        if record:
-            self.order.append((poly, new))
-        if self._shared is None:
-            self.solver.add(self.space.z3_sign(poly, new))
+        self.order.append((poly, new))
 
     def feasible(self, poly: Any, signs: frozenset, model: bool = False) -> Any:
         """Whether the cell meets ``sign(poly) in signs``; with ``model``, (that, a rational point there or None)."""
-        s = self.solver
         pt = None
-        if self._shared is not None:
-            r = self._shared.check(self.known, (poly, signs), self.stats)
-            self.solver = s = self._shared.solver   # a new one when the check was asked again
-            if model and r == self.z3.sat:
-                pt = self.space.rational_model(self._shared.model())
-        else:
-            s.push()
-            try:
-                s.add(self.space.z3_sign(poly, signs))
-                self.stats["z3 checks"] = self.stats.get("z3 checks", 0) + 1
-                r = s.check()
-                if model and r == self.z3.sat:
-                    pt = self.space.rational_model(s.model())
-            finally:
-                s.pop()
+        r = self._shared.check(self.known, (poly, signs), self.stats)
+        self.solver = s = self._shared.solver   # a new one when the check was asked again
+        if model and r == self.z3.sat:
+            pt = self.space.rational_model(self._shared.model())
         if r == self.z3.sat:
             return (True, pt) if model else True
         if r == self.z3.unsat:
@@ -359,8 +323,7 @@ class Decider:
             return False
         if num.is_ground:
             return True
-        if UNFACTORED and self._shared is not None and \
-                not any(s == _ZERO_ONLY and _divides(p, num) for p, s in self.known.items()):
+        if not any(s == _ZERO_ONLY and _divides(p, num) for p, s in self.known.items()):
             # no polynomial known to be 0 here divides num, so none of its factors is: z3 gets num != 0 as it
             # is (the same question as its factors' conjunction, without factoring num)
             r = self._shared.check(self.known, ("!=0", (num.monic(),)), self.stats)
@@ -380,19 +343,8 @@ class Decider:
             if self.known.get(m, ALL) == frozenset((ZERO,)):
                 return False
             parts.append(m)
-        s = self.solver
-        if self._shared is not None:
-            r = self._shared.check(self.known, ("!=0", tuple(parts)), self.stats)
-            self.solver = s = self._shared.solver
-        else:
-            s.push()
-            try:
-                for m in parts:
-                    s.add(self.space.z3_sign(m, frozenset((NEG, POS))))
-                self.stats["z3 checks"] = self.stats.get("z3 checks", 0) + 1
-                r = s.check()
-            finally:
-                s.pop()
+        r = self._shared.check(self.known, ("!=0", tuple(parts)), self.stats)
+        self.solver = s = self._shared.solver
         if r == self.z3.sat:
             return True
         if r == self.z3.unsat:
@@ -410,8 +362,6 @@ class Decider:
         eqs = [p for p, s in self.known.items() if s == _ZERO_ONLY]
         if not eqs:
             return frac.numer, frac.denom
-        if not CACHE_REDUCE:
-            return self._reduce(frac, eqs, False)
         key = (frac, tuple(eqs))
         hit = _memo().reduced.get(key)
         if hit is None or (hit[1] is None and not numer_only):
@@ -431,17 +381,17 @@ class Decider:
         if not eqs:
             return poly
         key = (poly, eqs)
-        hit = _memo().reduced_polys.get(key) if CACHE_REDUCE else None
+        hit = _memo().reduced_polys.get(key)
         if hit is not None:
             return hit
         subs = _memo().substitutions.get(eqs)
         if subs is None:
             subs = _memo().substitutions[eqs] = self._substitution(list(eqs))
         hit = _compose(poly, subs) if subs else poly
-        if CACHE_REDUCE:   # the cells of a proof meet the same differences under the same equalities again
-            if len(_memo().reduced_polys) >= _OPS_LIMIT:
-                _memo().reduced_polys.clear()
-            _memo().reduced_polys[key] = hit
+        # the cells of a proof meet the same differences under the same equalities again
+        if len(_memo().reduced_polys) >= _OPS_LIMIT:
+            _memo().reduced_polys.clear()
+        _memo().reduced_polys[key] = hit
         return hit
 
     def _substitution(self, eqs: list) -> list:
@@ -512,31 +462,31 @@ class Decider:
         poly, sign = hit
         if poly is None:
             return sign in OPS[op]
-        if self.use_factors:   # drop the factors whose sign the cell already fixes (denominators, mostly)
-            csign, facs = _factors(poly)
-            sign *= csign
-            rest = []
-            for f, e in facs:
-                k = self.known.get(f, ALL)
-                if k == _POS_ONLY or (e % 2 == 0 and ZERO not in k):
-                    continue
-                if k == _NEG_ONLY:
-                    sign = -sign if e % 2 else sign
-                    continue
-                rest.append((f, e))
-            if not rest:
-                return sign in OPS[op]
-            poly = rest[0][0] if len(rest) == 1 and rest[0][1] == 1 else _product(rest)
+        # drop the factors whose sign the cell already fixes (denominators, mostly)
+        csign, facs = _factors(poly)
+        sign *= csign
+        rest = []
+        for f, e in facs:
+            k = self.known.get(f, ALL)
+            if k == _POS_ONLY or (e % 2 == 0 and ZERO not in k):
+                continue
+            if k == _NEG_ONLY:
+                sign = -sign if e % 2 else sign
+                continue
+            rest.append((f, e))
+        if not rest:
+            return sign in OPS[op]
+        poly = rest[0][0] if len(rest) == 1 and rest[0][1] == 1 else _product(rest)
         want = OPS[op] if sign == POS else frozenset(_FLIP[s] for s in OPS[op])
         self.stats["atoms seen"] = self.stats.get("atoms seen", 0) + 1
-        known = self.known.get(poly, ALL) if self.use_cache else ALL
+        known = self.known.get(poly, ALL)
         yes, no = known & want, known - want
         if not no:
             return True
         if not yes:
             return False
         self.space.atoms.add(poly)
-        point = self.point if self.use_point else None
+        point = self.point
         s0 = None if point is None else self.space.sign_at(poly, point)
         if s0 is not None and s0 in yes:      # the known point shows ``yes`` feasible: one z3 check
             yes_ok, yes_pt = True, point
@@ -729,31 +679,19 @@ class SymNum:
 #: results of arithmetic on rational functions, shared by every cell of one proof (the same computations
 #: recur in every cell: only the decisions differ); cleared by each new Space
 _OPS_LIMIT = 500_000
-_FUNCS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}
-
-
-CACHE_OPS = True   # False: recompute every operation (the benchmark's baseline)
-#: keep atoms' sign polynomials and factorisations across new operations (False: the old path, which cleared
-#: them at every operation not met before)
-SHARE_ATOMS = True
-#: keep each constraint's z3 expression for the whole proof (False: the old path, rebuilt at every use)
-CACHE_Z3 = True
 
 
 def _op(tag: str, a: Any, b: Any) -> Any:
-    if not CACHE_OPS:
-        return (_FAST if FAST_ARITH else _FUNCS)[tag](a, b)
+    """``a tag b`` for rational functions (``+ - * /``), memoised for the proof (the atoms' signs and factors
+    are kept across new operations; everything is dropped together past ``_OPS_LIMIT`` operations)."""
     key = (tag, a, b)
     memo = _memo()
     hit = memo.ops.get(key)
     if hit is None:
-        hit = (_FAST if FAST_ARITH else _FUNCS)[tag](a, b)
+        hit = _FAST[tag](a, b)
         if len(memo.ops) >= _OPS_LIMIT:
             memo.ops.clear()
             memo.gcds.clear()
-            memo.atoms.clear()
-            memo.factors.clear()
-        elif not SHARE_ATOMS:   # the old path: every new operation dropped the atoms' signs and factors
             memo.atoms.clear()
             memo.factors.clear()
         memo.ops[key] = hit
@@ -761,10 +699,9 @@ def _op(tag: str, a: Any, b: Any) -> Any:
 
 
 # -- rational-function arithmetic with small gcds ----------------------------------------------------------
-#: add, subtract, multiply and divide rational functions with gcds of the factors instead of the whole products
-#: (cross-cancellation; Henrici's sums; known-coprime cases skipped), normalised as sympy normalises: the result
-#: is sympy's own, equal and printed the same (False: sympy's operations, the old path)
-FAST_ARITH = True
+# add, subtract, multiply and divide rational functions with gcds of the factors instead of the whole products
+# (cross-cancellation; Henrici's sums; known-coprime cases skipped), normalised as sympy normalises: the result
+# is sympy's own, equal and printed the same (tests/test_prove_arith.py checks it against sympy's operations)
 
 
 def _variables_of(poly: Any) -> int:
@@ -808,8 +745,6 @@ def _exact_quotient(f: Any, g: Any) -> Any:
 
 def _divides(g: Any, f: Any) -> bool:
     """Whether the non-zero polynomial ``g`` divides ``f`` (``f % g`` is 0; :func:`_exact_quotient` stops early)."""
-    if not FAST_ARITH:
-        return (f % g).is_zero
     return not f or _exact_quotient(f, g) is not None
 
 
@@ -961,11 +896,6 @@ _FAST = {"+": _fast_add, "-": lambda a, b: _fast_add(a, b, True), "*": _fast_mul
 
 
 _POS_ONLY, _NEG_ONLY, _ZERO_ONLY, _NONZERO = frozenset((POS,)), frozenset((NEG,)), frozenset((ZERO,)), frozenset((NEG, POS))
-#: ``Decider.reduce`` results by (rational function, the cell's equalities in order), shared by the cells of a proof
-#: the composed substitution of each set of equalities (``Decider.reduce_poly``), cleared with the field
-#: ``Decider.reduce_poly`` results by (polynomial, the cell's equalities in order), cleared with the field
-#: keep those results (False: the old path, which substituted again in every cell)
-CACHE_REDUCE = True
 
 
 def _factors(poly: Any) -> tuple:
@@ -982,10 +912,6 @@ def _factors(poly: Any) -> tuple:
             out.append((_intern(f.monic()), e))
         hit = _memo().factors[poly] = (POS if c > 0 else NEG, out)
     return hit
-
-
-#: one object for each factor met (dictionaries keyed by factors then find them by identity, not by comparing
-#: their terms); cleared with the field
 
 
 def _intern(poly: Any) -> Any:
@@ -1024,11 +950,6 @@ def _nonzero(f: Any) -> None:
         raise ZeroDivisionError(f"division by a symbolic quantity that is 0 on this cell (at {where()})")
 
 
-#: substitute the cells' equalities with :func:`_compose` (False: sympy's ``compose``, the old path)
-FAST_COMPOSE = True
-#: powers of the affine functions substituted (``_compose``), shared by the cells of a proof (cleared with the field)
-
-
 def _power(g: Any, n: int) -> Any:
     """``g ** n`` (``n >= 1``), memoised for the proof."""
     key = (g, n)
@@ -1047,8 +968,6 @@ def _compose(poly: Any, subs: list) -> Any:
     The terms are grouped by their exponents of the replaced generators, so each product of powers of the
     ``g`` (kept for the proof) multiplies its group once.
     """
-    if not FAST_COMPOSE:
-        return poly.compose(subs)
     ring = poly.ring
     index = {x: i for i, x in enumerate(ring.gens)}
     idx = [index[x] for x, _g in subs]
@@ -1081,22 +1000,18 @@ def _compose(poly: Any, subs: list) -> Any:
 
 
 _QQ: Any = None
-#: rational constants as constant rational functions (each converted once per proof; cleared with the field)
-#: keep constants converted (False: the old path, which converted each one at every use)
-CACHE_CONSTANTS = True
 
 
 def _constant(x: Any) -> Any:
     """An int or Fraction as a constant of the current field, memoised."""
     memo = _memo()
-    hit = memo.constants.get(x) if CACHE_CONSTANTS else None
+    hit = memo.constants.get(x)
     if hit is None:
         K = memo.K
         hit = K(int(x)) if type(x) is not Fraction else K(_QQ(x.numerator, x.denominator))
-        if CACHE_CONSTANTS:
-            if len(memo.constants) >= _OPS_LIMIT:
-                memo.constants.clear()
-            memo.constants[x] = hit
+        if len(memo.constants) >= _OPS_LIMIT:
+            memo.constants.clear()
+        memo.constants[x] = hit
     return hit
 
 
@@ -1232,9 +1147,9 @@ class Space:
         return hit
 
     def z3_sign(self, poly: Any, signs: frozenset) -> Any:
-        """The z3 constraint ``sign(poly) in signs`` (built once per proof unless ``CACHE_Z3`` is off)."""
+        """The z3 constraint ``sign(poly) in signs`` (built once per proof)."""
         key = (poly, signs)
-        hit = self._signcache.get(key) if CACHE_Z3 else None
+        hit = self._signcache.get(key)
         if hit is None:
             import z3
             e = self.z3_poly(poly)
@@ -1242,8 +1157,7 @@ class Space:
                 hit = z3.BoolVal(False, self.ctx)
             else:
                 hit = z3.Or([e < 0 if s == NEG else e == 0 if s == ZERO else e > 0 for s in sorted(signs)])
-            if CACHE_Z3:
-                self._signcache[key] = hit
+            self._signcache[key] = hit
         return hit
 
     def show(self, poly: Any, signs: frozenset) -> str:

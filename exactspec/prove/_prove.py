@@ -15,10 +15,9 @@ import contextvars
 import json
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field as dc_field
 from fractions import Fraction
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from ..errors import BudgetExceeded, ExactSpecError, RuleError
 from ._field import _memo, _set_qq
@@ -425,9 +424,6 @@ def _prove(rule: Any, *, proposer: Any, vocab: "int | str", tokens: int, family:
 PARALLEL_MIN_VARIABLES = 6
 #: subtrees of cells handed to the workers, per worker (more: better balance, more cells run before the split)
 CHUNKS_PER_WORKER = 16
-#: without a time limit, run the first cells (the split) in this process before the workers start, so they
-#: inherit its caches (False: in a worker, as under a time limit)
-LOCAL_EXPAND = True
 
 
 @dataclass(frozen=True)
@@ -517,28 +513,25 @@ def _run_cell(su: _Setup, start: list, point: Any, pending: list, stats: dict, d
         for o in sorted(set(out) | set(expected)):
             a = fld.check(out.get(o, 0), "an output probability").f
             b = fld.check(expected.get(o, 0), "an expected probability").f
-            if FAST_DIFFERENCE:
-                # a - b vanishes on the cell iff a.numer * b.denom - b.numer * a.denom does once the cell's
-                # equalities are substituted: it is a - b's numerator times a divisor of the denominators
-                # (non-zero on the cell, so on the affine span of its equalities too): no gcd needed
-                raws = _memo().raw
-                raw = raws.get((a, b))
-                if raw is None:
-                    raw = a.numer * b.denom - b.numer * a.denom
-                    if len(raws) >= 500_000:
-                        raws.clear()
-                    raws[(a, b)] = raw
-                if raw.is_zero:
-                    continue
-                stats["reductions"] = stats.get("reductions", 0) + 1
-                if dec.reduce_poly(raw).is_zero:
-                    continue
+            # a - b vanishes on the cell iff a.numer * b.denom - b.numer * a.denom does once the cell's
+            # equalities are substituted: it is a - b's numerator times a divisor of the denominators
+            # (non-zero on the cell, so on the affine span of its equalities too): no gcd needed
+            raws = _memo().raw
+            raw = raws.get((a, b))
+            if raw is None:
+                raw = a.numer * b.denom - b.numer * a.denom
+                if len(raws) >= 500_000:
+                    raws.clear()
+                raws[(a, b)] = raw
+            if raw.is_zero:
+                continue
+            stats["reductions"] = stats.get("reductions", 0) + 1
+            if dec.reduce_poly(raw).is_zero:
+                continue
             d = a - b
             if d.numer.is_zero:
                 continue
             num, _den = dec.reduce(d, numer_only=True)   # the cell's linear equalities substituted
-            if not FAST_DIFFERENCE:
-                stats["reductions"] = stats.get("reductions", 0) + 1
             if num.is_zero:
                 continue
             # denominators are non-zero on the cell: d != 0 there iff its numerator is
@@ -609,8 +602,6 @@ def _expand(su: _Setup, target: int, stats: dict, deadline: float | None, timeou
 def _workers_for(workers: Any, family: str, vocab: int, tokens: int, timeout: Any) -> int | None:
     """How many worker processes run the proof (None: in this process, the sequential path)."""
     from .. import parallel
-    if _LEGACY:
-        return None
     if workers is not None:
         n = parallel.resolve_workers(workers)
         return None if n == 1 else n
@@ -705,7 +696,7 @@ def _prove_in_workers(job: _Job, sent: _Job, n: int, rule_name: str, family_sour
     (:func:`_expand`); the subtrees then run depth first on every worker, merged in the order of
     the sequential run, so the cells, the counts and the first refuted cell are the sequential
     run's. Without a time limit the first cells run in this process, before the workers start:
-    they inherit its computations (``LOCAL_EXPAND``); with one, they run in a worker and this
+    they inherit its computations; with one, they run in a worker and this
     process only merges (a time limit stops the workers, never sympy here).
     """
     from .. import parallel
@@ -730,7 +721,7 @@ def _prove_in_workers(job: _Job, sent: _Job, n: int, rule_name: str, family_sour
 
     global _CURRENT
     local = None
-    if n > 1 and timeout is None and LOCAL_EXPAND:
+    if n > 1 and timeout is None:
         # the first cells here; the workers, forked next, start from this process's setup and its caches
         su = _Setup(job, job.rule, job.proposer)
         stats: dict = {}
@@ -807,34 +798,6 @@ def _prove_in_workers(job: _Job, sent: _Job, n: int, rule_name: str, family_sour
                  seconds=time.perf_counter() - t0, stats=stats)
 
 
-# -- the old path (benchmarks) ------------------------------------------------------------------------------
-
-_LEGACY = False
-#: decide ``output - expected == 0`` on a cell from the cross-multiplied numerator (no gcd; False: the old path,
-#: which cancelled the difference first)
-FAST_DIFFERENCE = True
-
-
-@contextmanager
-def legacy_path() -> Iterator[None]:
-    """Run ``es.prove`` as before issue 17 inside this block: in this process, every new cache off (benchmarks)."""
-    global _LEGACY
-    from . import _field
-    global FRESH_WITNESS, FAST_DIFFERENCE
-    names = ("SHARE_ATOMS", "CACHE_CONSTANTS", "CACHE_REDUCE", "CACHE_Z3", "SHARED_SOLVER", "UNFACTORED", "FAST_ARITH",
-             "FAST_COMPOSE", "LINEAR_SOLVER")
-    saved = _LEGACY, FRESH_WITNESS, FAST_DIFFERENCE, {k: getattr(_field, k) for k in names}
-    _LEGACY, FRESH_WITNESS, FAST_DIFFERENCE = True, False, False
-    for k in names:
-        setattr(_field, k, False)
-    try:
-        yield
-    finally:
-        _LEGACY, FRESH_WITNESS, FAST_DIFFERENCE = saved[0], saved[1], saved[2]
-        for k, v in saved[3].items():
-            setattr(_field, k, v)
-
-
 def _as_fraction(v: Any) -> Fraction | None:
     """A z3 rational value as a Fraction (a huge one rounded to 40 digits: every candidate is re-checked by z3)."""
     import z3
@@ -844,12 +807,6 @@ def _as_fraction(v: Any) -> Fraction | None:
         except ValueError:   # beyond Python's int/str digit limit
             return Fraction(v.as_decimal(40).rstrip("?")).limit_denominator(10 ** 12)
     return None
-
-
-#: look for a refutation's witness in a fresh z3 context that holds the cell's constraints only, so the witness
-#: depends on the cell alone: not on what this process solved before, nor on how the cells were split over
-#: workers (False: the old path, on the cell's own solver, whose models depend on the process's z3 history)
-FRESH_WITNESS = True
 
 
 def _cell_solver(space: Space, dec: Decider) -> tuple:
@@ -876,12 +833,13 @@ def _cell_solver(space: Space, dec: Decider) -> tuple:
 
 
 def _rational_point(space: Space, dec: Decider, poly: Any) -> dict | None:
-    """A rational point of the cell where ``poly != 0``, fixing one variable at a time (z3 picks)."""
+    """A rational point of the cell where ``poly != 0``, fixing one variable at a time (z3 picks).
+
+    In a fresh z3 context that holds the cell's constraints only, so the witness depends on the cell alone:
+    not on what this process solved before, nor on how the cells were split over workers.
+    """
     import z3
-    if FRESH_WITNESS or dec._shared is not None:   # a shared solver holds the cell as assumptions only
-        s, zvars, sign, ctx = _cell_solver(space, dec)
-    else:
-        s, zvars, sign, ctx = dec.solver, space.z3vars, space.z3_sign, space.ctx
+    s, zvars, sign, ctx = _cell_solver(space, dec)
     n0 = s.num_scopes()
     s.push()
     try:
