@@ -463,7 +463,16 @@ class PlainResult:
 
     @property
     def proven(self) -> bool:
+        """Whether every cell keeps the law."""
         return self.verdict == "proven"
+
+    def summary(self) -> str:
+        """One line: the verdict, the cells and the seconds."""
+        if self.proven:
+            return (f"plain reference: PROVEN ({self.family}): {len(self.cells)} cell(s), {self.paths} path(s), "
+                    f"{self.atoms} atom(s), {self.seconds:.2f} s")
+        return (f"plain reference: REFUTED ({self.family}) on the cell {{{', '.join(self.cell or [])}}}, outcome "
+                f"{self.outcome}: difference {self.difference}")
 
 
 def prove_plain(rule: Any, *, proposer: Any, vocab: int, tokens: int, family: str | None = None,

@@ -35,7 +35,7 @@ _RESIDUAL_LIMIT = 200_000
 #: set by ``es.prove(vocab="all")`` for the rule code it runs (a context variable: another thread, or code outside
 #: the proof, never sees it): the vocabulary-wide helpers below (``normalize``, ``residual``, ``positive_part``,
 #: ``acceptance``, ``argmax``) over the abstract vocabulary, where a class of unnamed tokens adds its total; see
-#: :mod:`exactspec.prove._all_vocab`. None otherwise
+#: :mod:`exactspec.prove.all_vocab`. None otherwise
 ABSTRACT: ContextVar[Any] = ContextVar("exactspec_abstract_laws", default=None)
 
 

@@ -285,6 +285,9 @@ def _rule_ref(rule: Rule) -> str:
     return ""
 
 
+rule_ref = _rule_ref   # public: the dotted import path of a non-catalog rule ("" for a catalog rule), for es.prove
+
+
 def _counterexample(rule: Rule, inst: SearchInstance, space: Space, clock: _Clock, steps: int,
                     stopped: str = "") -> Counterexample:
     rep = evaluate(rule, inst)
