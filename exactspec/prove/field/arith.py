@@ -21,6 +21,7 @@ from fractions import Fraction
 from math import gcd, lcm
 from typing import Any, Callable
 
+from ...errors import ExactSpecError
 from ..session import current
 from .signs import NEG, POS
 
@@ -357,6 +358,9 @@ def constant(x: Any) -> Any:
     hit = memo.constants.get(x)
     if hit is None:
         K = memo.K
+        if K is None:
+            raise ExactSpecError("a symbolic probability was used outside es.prove (no symbolic field in this "
+                                 "context: another thread, or after the proof)")
         hit = K(int(x)) if type(x) is not Fraction else K(memo.QQ(x.numerator, x.denominator))
         if len(memo.constants) >= OPS_LIMIT:
             memo.constants.clear()
