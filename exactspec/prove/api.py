@@ -25,21 +25,15 @@ def _prove_every_vocab(rule: Any, proposer: Any, tokens: int, family: Any, timeo
                        check_ms: int, workers: Any, progress: Any) -> "Proof | Refutation":
     """``prove(..., vocab="all")``: checks its arguments, then :func:`.all_vocab.prove_all_vocab`."""
     from .all_vocab import prove_all_vocab
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise ExactSpecError(f"prove: tokens must be an int >= 1, got {tokens!r}")
+    _check_int("tokens", tokens, 1)
     if family not in (None, "context_free"):
-        raise ExactSpecError(f"prove: vocab='all' proves the context_free family only, got family={family!r}")
+        raise InvalidValue(f"prove: vocab='all' proves the context_free family only, got family={family!r}")
     if tuple(prompt):
-        raise ExactSpecError("prove: vocab='all' takes no prompt (context-free laws do not read it)")
-    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise ExactSpecError(f"prove: timeout must be a positive number of seconds or None, got {timeout!r}")
+        raise InvalidValue("prove: vocab='all' takes no prompt (context-free laws do not read it)")
+    _check_timeout(timeout)
     if workers not in (None, 1):
-        raise ExactSpecError("prove: vocab='all' runs in this process (workers=None or 1)")
-    if rule.claim == "declared-target":
-        raise ExactSpecError(f"prove: {rule.name} claims a declared target; es.prove checks the target's own law only")
-    proposer = proposer if proposer is not None else _default_proposer(rule)
-    if getattr(proposer, "family", None) != rule.family:
-        raise ExactSpecError(f"prove: rule {rule.name} is a {rule.family} rule but the proposer is {proposer!r}")
+        raise InvalidValue("prove: vocab='all' runs in this process (workers=None or 1)")
+    proposer = _check_rule_and_proposer(rule, proposer)
     res = None
     if timeout is not None:
         # a time limit: one worker process, stopped at the limit (sympy's factorisation or z3 can run long
@@ -98,6 +92,34 @@ def _every_vocab_chunk(task: tuple) -> dict:
     except ExactSpecError as exc:
         return _error_as_data(exc)
     return {"result": res}
+
+
+def _check_int(name: str, v: Any, lo: int) -> None:
+    """``v`` is an int (not a bool) ``>= lo``: else InvalidType or InvalidValue naming ``name``."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise InvalidType(f"prove: {name} must be an int >= {lo}, got {v!r}")
+    if v < lo:
+        raise InvalidValue(f"prove: {name} must be an int >= {lo}, got {v!r}")
+
+
+def _check_timeout(timeout: Any) -> None:
+    """``timeout`` is None or a positive number of seconds: else InvalidType or InvalidValue."""
+    if timeout is None:
+        return
+    if not isinstance(timeout, (int, float)):
+        raise InvalidType(f"prove: timeout must be a positive number of seconds or None, got {timeout!r}")
+    if not timeout > 0:
+        raise InvalidValue(f"prove: timeout must be a positive number of seconds or None, got {timeout!r}")
+
+
+def _check_rule_and_proposer(rule: Any, proposer: Any) -> Any:
+    """The proposer (the rule's default where None) after checking the rule's claim and the families match."""
+    if rule.claim == "declared-target":
+        raise InvalidValue(f"prove: {rule.name} claims a declared target; es.prove checks the target's own law only")
+    proposer = proposer if proposer is not None else _default_proposer(rule)
+    if getattr(proposer, "family", None) != rule.family:
+        raise InvalidValue(f"prove: rule {rule.name} is a {rule.family} rule but the proposer is {proposer!r}")
+    return proposer
 
 
 def _default_proposer(rule: Any) -> Any:
@@ -175,30 +197,26 @@ def _prove(rule: Any, *, proposer: Any, vocab: "int | str", tokens: int, family:
     rule = as_rule(rule)
     if vocab == "all":
         return _prove_every_vocab(rule, proposer, tokens, family, timeout, prompt, check_ms, workers, progress)
-    for name, v, lo in (("vocab", vocab, 2), ("tokens", tokens, 1)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise ExactSpecError(f"prove: {name} must be an int >= {lo}, got {v!r}")
+    _check_int("vocab", vocab, 2)
+    _check_int("tokens", tokens, 1)
     family_source = "given" if family is not None else "default"
     if family is None:
         family = default_family(vocab, tokens)
     if family not in FAMILIES:
-        raise ExactSpecError(f"prove: family must be one of {', '.join(FAMILIES)}, got {family!r}")
-    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise ExactSpecError(f"prove: timeout must be a positive number of seconds or None, got {timeout!r}")
-    if rule.claim == "declared-target":
-        raise ExactSpecError(f"prove: {rule.name} claims a declared target; es.prove checks the target's own law only")
-    proposer = proposer if proposer is not None else _default_proposer(rule)
-    if getattr(proposer, "family", None) != rule.family:
-        raise ExactSpecError(f"prove: rule {rule.name} is a {rule.family} rule but the proposer is {proposer!r}")
+        raise InvalidValue(f"prove: family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    _check_timeout(timeout)
+    proposer = _check_rule_and_proposer(rule, proposer)
     kind = getattr(proposer, "kind", "chain")
     if kind not in ("chain", "tree") or getattr(proposer, "sampled_from", None) is not None:
-        raise ExactSpecError(f"prove: proposer {proposer!r} is not supported (chain or expansion tree proposers "
+        raise InvalidValue(f"prove: proposer {proposer!r} is not supported (chain or expansion tree proposers "
                              "drafting from the draft model)")
     prompt = tuple(prompt)
     if family == "table" and not prompt:
         prompt = (0,)
-    if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in prompt):
-        raise ExactSpecError(f"prove: prompt must be token ids in 0..{vocab - 1}, got {prompt!r}")
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        raise InvalidType(f"prove: prompt must be token ids in 0..{vocab - 1}, got {prompt!r}")
+    if not all(0 <= t < vocab for t in prompt):
+        raise InvalidValue(f"prove: prompt must be token ids in 0..{vocab - 1}, got {prompt!r}")
     decoding = "greedy" if rule.claim == "lossless-greedy" else "sample"
     job = Job(rule=rule, proposer=proposer, vocab=vocab, tokens=tokens, family=family, prompt=prompt,
               decoding=decoding, closed_form=closed_form, check_ms=check_ms, nonce=_nonce())
