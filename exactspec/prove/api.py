@@ -68,9 +68,10 @@ def _every_vocab_in_worker(sent: tuple, tokens: int, timeout: float, check_ms: i
                                   deadline=wall)
     res = run.results.get(0)
     if res is None:
-        if time.time() >= wall:
+        if wall is not None and time.time() >= wall:
             raise BudgetExceeded("seconds", timeout, covered={"cells proven": "unknown (stopped in a worker)"})
         run.require_all("es.prove(vocab='all')")
+        raise AssertionError("es.prove(vocab='all'): the worker's result is missing")   # require_all raised
     _raise_from(res, timeout, {"cells proven": res.get("budget", {}).get("cells proven", 0)}
                 if "budget" in res else {})
     return res["result"]
@@ -94,12 +95,13 @@ def _every_vocab_chunk(task: tuple) -> dict:
     return {"result": res}
 
 
-def _check_int(name: str, v: Any, lo: int) -> None:
-    """``v`` is an int (not a bool) ``>= lo``: else InvalidType or InvalidValue naming ``name``."""
+def _check_int(name: str, v: Any, lo: int) -> int:
+    """``v`` if it is an int (not a bool) ``>= lo``: else InvalidType or InvalidValue naming ``name``."""
     if isinstance(v, bool) or not isinstance(v, int):
         raise InvalidType(f"prove: {name} must be an int >= {lo}, got {v!r}")
     if v < lo:
         raise InvalidValue(f"prove: {name} must be an int >= {lo}, got {v!r}")
+    return v
 
 
 def _check_timeout(timeout: Any) -> None:
@@ -197,8 +199,8 @@ def _prove(rule: Any, *, proposer: Any, vocab: "int | str", tokens: int, family:
     rule = as_rule(rule)
     if vocab == "all":
         return _prove_every_vocab(rule, proposer, tokens, family, timeout, prompt, check_ms, workers, progress)
-    _check_int("vocab", vocab, 2)
-    _check_int("tokens", tokens, 1)
+    vocab = _check_int("vocab", vocab, 2)
+    tokens = _check_int("tokens", tokens, 1)
     family_source = "given" if family is not None else "default"
     if family is None:
         family = default_family(vocab, tokens)

@@ -279,13 +279,15 @@ def _refute(rule: Any, space: Space, dec: Decider, poly: Any, d: Any, o: tuple, 
     laws = {}
     for who in ("p", "q"):
         laws[who] = tuple(tuple(space.value(x.f, point) for x in law) for law in space.laws[who])
+    vocab = space.vocab
+    assert isinstance(vocab, int)   # a concrete vocabulary (the all-vocabulary proof replays its own witness)
     kind = getattr(proposer, "kind", "chain")
     if kind == "chain":
-        inst = SearchInstance(vocab=space.vocab, family=family, target=laws["p"], draft=laws["q"],
+        inst = SearchInstance(vocab=vocab, family=family, target=laws["p"], draft=laws["q"],
                               shape=(proposer.gamma,), tokens=tokens, prompt=prompt, decoding=decoding,
                               proposer_kind="chain", sampling=proposer.sampling, claim=proposer.claim)
     else:
-        inst = SearchInstance(vocab=space.vocab, family=family, target=laws["p"], draft=laws["q"],
+        inst = SearchInstance(vocab=vocab, family=family, target=laws["p"], draft=laws["q"],
                               shape=tuple(proposer.expansion), tokens=tokens, prompt=prompt, decoding=decoding,
                               proposer_kind="tree", sampling=proposer.children, claim=proposer.claim)
     rep = evaluate(rule, inst)
@@ -306,7 +308,7 @@ def _refute(rule: Any, space: Space, dec: Decider, poly: Any, d: Any, o: tuple, 
 
 def forget_symbolic_caches() -> None:
     """Clear sympy's caches (and exactspec's symbolic ones) after an interrupted computation."""
-    from sympy.core.cache import clear_cache
+    from sympy.core.cache import clear_cache  # type: ignore[import-untyped]  # sympy ships no type information
     clear_cache()
     session.current().forget()
 

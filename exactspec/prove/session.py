@@ -32,7 +32,7 @@ class ProofSession:
                  "reduced_polys", "factors", "interned", "powers", "constants", "linear", "raw")
 
     def __init__(self, K: Any = None) -> None:
-        from sympy import QQ
+        from sympy import QQ  # type: ignore[import-untyped]  # sympy ships no type information
         self.K = K
         self.QQ: Any = QQ           # sympy's rationals (the same object for every proof)
         self.deciders: list = []    # the cells being run, innermost last (``field.decider.active``)

@@ -34,7 +34,7 @@ def workers_for(workers: Any, family: str, vocab: int, tokens: int, timeout: Any
         n = parallel.resolve_workers(workers)
         return None if n == 1 else n
     cores = parallel.resolve_workers(0)
-    if variables(family, vocab, tokens) >= PARALLEL_MIN_VARIABLES and cores > 1:
+    if variables(family, vocab, tokens) >= PARALLEL_MIN_VARIABLES and cores is not None and cores > 1:
         return cores
     return 1 if timeout is not None else None   # a time limit: one worker process, so a stop cannot touch this one
 
@@ -93,7 +93,7 @@ def _pack(poly: Any) -> tuple:
 
 def _unpack(space: Space, data: tuple) -> Any:
     R = space.K.ring
-    from sympy import QQ
+    from sympy import QQ  # type: ignore[import-untyped]  # sympy ships no type information
     return R.from_dict({m: QQ(a, b) for m, a, b in data})
 
 

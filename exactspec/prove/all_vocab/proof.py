@@ -277,10 +277,10 @@ def _refute_all(rule: Any, proposer: Any, space: _AbsSpace, dec: Decider, d: Any
             pl += [a / n] * int(n)
             ql += [b / n] * int(n)
         p_law, q_law = pl, ql
-    p_law, q_law = tuple(p_law), tuple(q_law)
+    p_out, q_out = tuple(p_law), tuple(q_law)
     if len(keep) < 2:
-        p_law, q_law = p_law + (Fraction(0),), q_law + (Fraction(0),)
-    return {"cell": cell, "outcome": o, "difference": str(d.as_expr()), "p": p_law, "q": q_law,
+        p_out, q_out = p_out + (Fraction(0),), q_out + (Fraction(0),)
+    return {"cell": cell, "outcome": o, "difference": str(d.as_expr()), "p": p_out, "q": q_out,
             "cells_done": cells_done}
 
 

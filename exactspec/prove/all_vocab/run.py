@@ -9,9 +9,17 @@ from typing import Any
 
 from ...errors import AbstractionRefused, ExactSpecError, InvalidDistribution, RuleError
 from ..field import SymNum, active, where
+from .decider import _AbsDecider
 from .space import _AbsSpace, _space
 from .state import _Control, _DeadBranch, _MoreDraws, _SESSION, _inexact, _refuse
 from .values import AbstractLaw, ClassEntry, NamedToken, UnnamedToken, _Hook, _as_law, _is_zero, _sum_over_class
+
+
+def _decider() -> _AbsDecider:
+    """The abstraction's decider of the cell being run in this context."""
+    dec = active()
+    assert isinstance(dec, _AbsDecider)
+    return dec
 
 
 class _Run:
@@ -52,7 +60,7 @@ class _Run:
         return self.fld.check(x, what)
 
     def categorical(self, law: Any) -> Any:
-        key = (id(law), active().assumed)
+        key = (id(law), _decider().assumed)
         hit = self.supports.get(key)
         if hit is None or hit[0] is not law:
             hit = self.supports[key] = (law, self._support(law))   # the law kept alive with its entry
@@ -64,7 +72,7 @@ class _Run:
             if k > self.draws:
                 raise _MoreDraws()
             self.count[i] = k
-            dec = active()
+            dec = _decider()
             dec.assumed = dec.assumed | {i}   # the branch holds a token of class i: it has one where it weighs
             self.weight = self.weight * SymNum(_space().to_draw(x.f, i, k))
             return UnnamedToken(i, k, self)
@@ -305,7 +313,7 @@ def _enumerate(rule: Any, space: _AbsSpace, proposer: Any, tokens: int) -> tuple
         run = _Run(prefix, pending, fld, c, space.layout.draws, supports)
         session.run, session.inhabited = run, None
         session.hook.residuals.clear()
-        dec = active()
+        dec = _decider()
         dec.assumed = frozenset()
         try:
             emitted, named_only = _run_branch(rule, run, proposer, tree, gamma, p, q, argmax, claim, tokens, c)

@@ -28,13 +28,13 @@ class _Layout:
 
 
 def _uv() -> tuple:
-    import sympy
+    import sympy  # type: ignore[import-untyped]  # sympy ships no type information
     return sympy.Symbol("u"), sympy.Symbol("v")
 
 
 def _total_symbol(who: str, signs: tuple) -> Any:
     """The total ``P`` (``who="p"``) or ``Q`` over the classes whose signs on the first predicates are ``signs``."""
-    import sympy
+    import sympy  # type: ignore[import-untyped]  # sympy ships no type information
     tag = "".join({NEG: "-", ZERO: "0", POS: "+"}[x] for x in signs)
     return sympy.Symbol(f"{who.upper()}[{tag}]")
 
@@ -77,7 +77,7 @@ def _feasible_signs(preds: list) -> list:
 
 
 def _z3_expr(g: Any, zv: dict) -> Any:
-    import sympy
+    import sympy  # type: ignore[import-untyped]  # sympy ships no type information
     import z3
     ctx = next(iter(zv.values())).ctx
     terms = []
@@ -93,7 +93,7 @@ def _z3_expr(g: Any, zv: dict) -> Any:
 
 def _linear_homogeneous(g: Any) -> bool:
     """``g`` is ``a * u + b * v`` with ``a``, ``b`` free of ``u``, ``v`` (so it sums over a class's tokens)."""
-    import sympy
+    import sympy  # type: ignore[import-untyped]  # sympy ships no type information
     u, v = _uv()
     return all(a + b == 1 for a, b in sympy.Poly(g, u, v).monoms())
 
@@ -106,12 +106,13 @@ class _AbsSpace(Space):
     """The symbols of one layout: named entries, class totals, each class's generic and drawn tokens."""
 
     def __init__(self, layout: _Layout, check_ms: int) -> None:   # noqa: C901 - one pass over the symbols
-        from sympy import QQ
-        from sympy.polys.fields import field
+        from sympy import QQ  # type: ignore[import-untyped]  # sympy ships no type information
+        from sympy.polys.fields import field  # type: ignore[import-untyped]  # sympy ships no type information
         import z3
         self.layout = layout
         c, m, K = layout.named, len(layout.classes), layout.draws
-        self.vocab, self.positions, self.check_ms = "all", 1, check_ms
+        self.vocab: int | str = "all"
+        self.positions, self.check_ms = 1, check_ms
         self.logic = "QF_NRA"
         names = [f"p_{a}" for a in range(c)] + [f"P_C{i}" for i in range(m)] + \
                 [f"q_{a}" for a in range(c)] + [f"Q_C{i}" for i in range(m)]
@@ -191,7 +192,7 @@ class _AbsSpace(Space):
 
     def _instantiate(self, g: Any, a: Any, b: Any) -> Any:
         """The predicate ``g`` at a token with probabilities ``a``, ``b`` (field elements), in this layout's symbols."""
-        import sympy
+        import sympy  # type: ignore[import-untyped]  # sympy ships no type information
         u, v = _uv()
         env = {u: a, v: b}
         for x in g.free_symbols:
@@ -266,7 +267,7 @@ class _AbsSpace(Space):
 
     def predicate(self, poly: Any, i: int) -> Any:
         """``poly`` (class ``i``'s generic token and other symbols) as a layout-independent predicate expression."""
-        import sympy
+        import sympy  # type: ignore[import-untyped]  # sympy ships no type information
         u, v = _uv()
         a0, b0 = self.member_names[(i, 0)]
         c, m = self.layout.named, len(self.layout.classes)

@@ -170,7 +170,7 @@ def _compact_cofactors(f: Any, g: Any) -> tuple:
         return f.cofactors(g)
     small = current().small_rings.get((ring, keep))
     if small is None:
-        from sympy.polys.rings import PolyRing
+        from sympy.polys.rings import PolyRing  # type: ignore[import-untyped]  # sympy ships no type information
         if len(current().small_rings) >= 10_000:
             current().small_rings.clear()
         small = current().small_rings[(ring, keep)] = PolyRing([ring.symbols[i] for i in keep], ring.domain, ring.order)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from fractions import Fraction
+from types import FrameType
 from typing import Any
 
 from ...errors import InexactArithmetic, UnhashableSymbolic, UnsupportedSymbolic
@@ -32,7 +33,7 @@ _SKIP = (_PKG, os.path.join(os.path.dirname(_PKG.rstrip(os.sep)), "enumerate") +
 
 def where() -> str:
     """``file:line in function`` of the first frame outside the prover and the engine."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         name = os.path.abspath(frame.f_code.co_filename)
         lib = os.sep + "mpmath" + os.sep in name or os.sep + "sympy" + os.sep in name

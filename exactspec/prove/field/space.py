@@ -22,10 +22,11 @@ class Space:
     """The free variables, their base constraints (the simplex), z3 translation and readable printing."""
 
     def __init__(self, vocab: int, positions: int, check_ms: int) -> None:
-        from sympy import QQ
-        from sympy.polys.fields import field
+        from sympy import QQ  # type: ignore[import-untyped]  # sympy ships no type information
+        from sympy.polys.fields import field  # type: ignore[import-untyped]  # sympy ships no type information
         import z3
-        self.vocab, self.positions, self.check_ms = vocab, positions, check_ms
+        self.vocab: int | str = vocab   # "all" in the all-vocabulary abstraction's space
+        self.positions, self.check_ms = positions, check_ms
         self.logic = "QF_NRA"   # polynomial constraints over the reals (z3's nlsat; complete, with a timeout per check)
         names = []
         for who in ("p", "q"):
