@@ -1,7 +1,8 @@
 """A plain reference prover: ``es.prove``'s cells the straightforward way, for benchmarks and tests.
 
 It shares no code path with :mod:`exactspec.prove` beyond the engine that runs the rule: its own
-symbolic numbers (sympy's ``FracElement`` arithmetic as it is, nothing memoised), its own decider
+symbolic numbers (sympy's ``FracElement`` arithmetic as it is; each operation's result is kept for the
+proof, as the path before issue 17 kept it, and nothing else is memoised), its own decider
 (a fresh z3 solver for every cell, every question asked of z3's nlsat, atoms factored by sympy at
 every use), its own check of each outcome (``output - expected`` cancelled by sympy, the cell's
 linear equalities substituted with sympy's ``compose``). It decides the same atoms in the same order
@@ -17,7 +18,7 @@ reference proof at a time per thread (its state lives in a context variable).
 >>> res = prove_plain(es.rules.speculative_sampling, proposer=es.drafts.chain(1), vocab=2, tokens=1,
 ...                   family="context_free")
 >>> res.verdict, len(res.cells)
-('proven', 3)
+('proven', 11)
 """
 
 from __future__ import annotations
@@ -41,6 +42,21 @@ ZERO_ONLY = frozenset((ZERO,))
 
 #: the cell being run in this context (one reference proof's decider)
 _CELL: ContextVar["PlainDecider | None"] = ContextVar("prove_baseline_cell", default=None)
+#: the results of the running reference proof's operations, by (operation, operands)
+_OPS: ContextVar["dict | None"] = ContextVar("prove_baseline_ops", default=None)
+_SYMPY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}
+
+
+def _op(tag: str, a: Any, b: Any) -> Any:
+    """``a tag b`` by sympy, kept for the proof (the same operations recur in every cell)."""
+    ops = _OPS.get()
+    if ops is None:
+        return _SYMPY[tag](a, b)
+    key = (tag, a, b)
+    hit = ops.get(key)
+    if hit is None:
+        hit = ops[key] = _SYMPY[tag](a, b)
+    return hit
 
 
 def _decider() -> "PlainDecider":
@@ -73,21 +89,21 @@ class PlainNum:
 
     def __add__(self, o: Any) -> Any:
         o = self._other(o)
-        return NotImplemented if o is NotImplemented else PlainNum(self.f + o)
+        return NotImplemented if o is NotImplemented else PlainNum(_op("+", self.f, o))
 
     __radd__ = __add__
 
     def __sub__(self, o: Any) -> Any:
         o = self._other(o)
-        return NotImplemented if o is NotImplemented else PlainNum(self.f - o)
+        return NotImplemented if o is NotImplemented else PlainNum(_op("-", self.f, o))
 
     def __rsub__(self, o: Any) -> Any:
         o = self._other(o)
-        return NotImplemented if o is NotImplemented else PlainNum(o - self.f)
+        return NotImplemented if o is NotImplemented else PlainNum(_op("-", o, self.f))
 
     def __mul__(self, o: Any) -> Any:
         o = self._other(o)
-        return NotImplemented if o is NotImplemented else PlainNum(self.f * o)
+        return NotImplemented if o is NotImplemented else PlainNum(_op("*", self.f, o))
 
     __rmul__ = __mul__
 
@@ -96,14 +112,14 @@ class PlainNum:
         if o is NotImplemented:
             return NotImplemented
         _nonzero(o)
-        return PlainNum(self.f / o)
+        return PlainNum(_op("/", self.f, o))
 
     def __rtruediv__(self, o: Any) -> Any:
         o = self._other(o)
         if o is NotImplemented:
             return NotImplemented
         _nonzero(self.f)
-        return PlainNum(o / self.f)
+        return PlainNum(_op("/", o, self.f))
 
     def __neg__(self) -> "PlainNum":
         return PlainNum(-self.f)
@@ -125,7 +141,7 @@ class PlainNum:
         o = self._other(o)
         if o is NotImplemented:
             return NotImplemented
-        return _decider().decide(self.f - o, op)
+        return _decider().decide(_op("-", self.f, o), op)
 
     def __lt__(self, o: Any) -> Any:
         return self._cmp(o, "<")
@@ -487,8 +503,6 @@ def prove_plain(rule: Any, *, proposer: Any, vocab: int, tokens: int, family: st
     >>> prove_plain(es.rules.no_bonus, proposer=es.drafts.chain(1), vocab=2, tokens=1).verdict
     'proven'
     """
-    from exactspec.enumerate import Budget
-    from exactspec.enumerate.stream import Engine, greedy_sequence, target_law
     from exactspec.prove import default_family
     from exactspec.rules import as_rule
     t0 = time.perf_counter()
@@ -502,10 +516,24 @@ def prove_plain(rule: Any, *, proposer: Any, vocab: int, tokens: int, family: st
     draft = PlainModel(vocab, space.laws["q"], order, "q", len(prompt))
     greedy = rule.claim == "lossless-greedy"
     fld = space.field
+    pending: list = [([], None)]
+    ops_token = _OPS.set({})
+    try:
+        return _run_cells(rule, proposer, space, target, draft, fld, prompt, tokens, family, closed_form, greedy,
+                          pending, t0, timeout)
+    finally:
+        _OPS.reset(ops_token)
+
+
+def _run_cells(rule: Any, proposer: Any, space: PlainSpace, target: PlainModel, draft: PlainModel, fld: PlainField,
+               prompt: tuple, tokens: int, family: str, closed_form: bool, greedy: bool, pending: list, t0: float,
+               timeout: float | None) -> PlainResult:
+    """The cells of :func:`prove_plain`, depth first (last pushed first)."""
+    from exactspec.enumerate import Budget
+    from exactspec.enumerate.stream import Engine, greedy_sequence, target_law
     stats: dict = {}
     cells: list = []
     paths = 0
-    pending: list = [([], None)]
     while pending:
         if timeout is not None and time.perf_counter() - t0 > timeout:
             raise TimeoutError(f"prove_plain: past {timeout} s ({len(cells)} cells)")
