@@ -138,8 +138,6 @@ def run_cell(su: Setup, start: list, point: Any, pending: list, stats: dict, dea
         return [space.show(p, s) for p, s in dec.order], eng.meter.paths
 
 
-
-
 def dfs(su: Setup, pending: list, stats: dict, deadline: float | None, timeout: Any, t0: float,
          progress: Any = None) -> tuple:
     """Run the cells of ``pending`` and of their forks depth first (last pushed first): ``(cells, paths, ref)``.

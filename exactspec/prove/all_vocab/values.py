@@ -384,7 +384,6 @@ def _as_law(entries: Any, named: int, what: str) -> tuple:
     return _refuse(f"{what} a sequence of {len(entries)} entries, not a law over the abstract vocabulary")
 
 
-
 def _is_zero(e: Any) -> bool:
     if isinstance(e, (int, Fraction)) and not isinstance(e, bool):
         return e == 0

@@ -50,7 +50,6 @@ def op(tag: str, a: Any, b: Any) -> Any:
     return hit
 
 
-
 def is_linear(poly: Any) -> bool:
     """Whether ``poly`` has degree at most 1 (memoised)."""
     linear = current().linear
@@ -349,7 +348,6 @@ def compose(poly: Any, subs: list) -> Any:
             else:
                 del out[m]
     return ring.from_dict(out)
-
 
 
 def constant(x: Any) -> Any:

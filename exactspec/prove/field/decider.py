@@ -148,7 +148,6 @@ class SharedSolver:
         return r
 
 
-
 class _AsFrac:
     """A polynomial seen as a rational function with denominator 1, for :meth:`Decider._reduce`."""
 

@@ -226,7 +226,6 @@ class SymNum:
     __str__ = __repr__
 
 
-
 class SymField(Field):
     """The field of :class:`SymNum`: exact; rational constants become constant rational functions."""
 
