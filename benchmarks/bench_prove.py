@@ -1,50 +1,41 @@
-"""es.prove benchmark: which levers pay, against a straightforward baseline in the same run, and how the
-cost grows with vocab, gamma and tokens.
+"""es.prove benchmark: the prover against a straightforward baseline in the same run, and how the cost grows
+with vocab, gamma and tokens.
 
 Run:  python -m benchmarks.bench_prove          (add --quick to skip vocab 4 and the baseline)
 
-The levers before issue 17 are measured on the path before it (``exactspec.prove._prove.legacy_path()``),
-issue 17's together in the last row (``benchmarks.bench_speed_prove`` times them row by row of the issue).
-The baseline is the same symbolic field with every lever off: the rule's rng form (no closed form),
-a z3 feasibility check on every comparison (no known-sign cache, no rational point of the cell, no
-factoring of atoms) and every rational-function operation recomputed in every cell. The levers are
-then switched on one at a time, in the order listed.
+The baseline is :func:`benchmarks.prove_baseline.prove_plain`: the same cells the plain way (the rule's
+rng form and its closed form alike; sympy's arithmetic, a fresh z3 solver per cell, nothing memoised).
+The rows: the baseline, then ``es.prove`` on the rule's rng form (``closed_form=False``), then
+``es.prove`` as shipped (``benchmarks.bench_speed_prove`` times the issue 17 rows against the same
+baseline).
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
+from typing import Any
 
 import exactspec as es
-from exactspec.prove import _field, _prove
+from benchmarks.prove_baseline import prove_plain
 
-LEVERS = [("closed form (chain_step_law)", "closed_form"), ("known signs of atoms (no z3)", "use_cache"),
-          ("rational point of the cell (one z3 check per atom)", "use_point"),
-          ("arithmetic shared between cells", "CACHE_OPS"), ("factored atoms, known factors dropped", "use_factors"),
-          ("issue 17 levers (bench_speed_prove)", "issue17")]
-
-
-def _set(on: set) -> dict:
-    _field.Decider.use_cache = "use_cache" in on
-    _field.Decider.use_point = "use_point" in on
-    _field.Decider.use_factors = "use_factors" in on
-    _field.CACHE_OPS = "CACHE_OPS" in on
-    return {"closed_form": "closed_form" in on}
+CONFIGURATIONS = [("baseline (plain reference, rng form)", "plain", False),
+                  ("es.prove, rng form (closed_form=False)", "prove", False),
+                  ("es.prove (closed form: chain_step_law)", "prove", True)]
 
 
-def run(rule, gamma: int, vocab: int, tokens: int, on: set, timeout: float) -> tuple:
-    kw = _set(on)
+def run(rule: Any, gamma: int, vocab: int, tokens: int, how: str, closed_form: bool, timeout: float) -> tuple:
+    """``(verdict, seconds, stats)`` of one proof, by ``how`` (``plain``: the reference; ``prove``: es.prove)."""
     t0 = time.perf_counter()
     try:
-        with contextlib.nullcontext() if "issue17" in on else _prove.legacy_path():
+        if how == "plain":
+            res: Any = prove_plain(rule, proposer=es.drafts.chain(gamma), vocab=vocab, tokens=tokens,
+                                   family="context_free", closed_form=closed_form, timeout=timeout)
+        else:
             res = es.prove(rule, proposer=es.drafts.chain(gamma), vocab=vocab, tokens=tokens, timeout=timeout,
-                           family="context_free", **kw)
-    except es.ExactSpecError as exc:
+                           family="context_free", closed_form=closed_form)
+    except (es.ExactSpecError, TimeoutError) as exc:
         return f"gave up ({type(exc).__name__})", time.perf_counter() - t0, {}
-    finally:
-        _set({name for _, name in LEVERS})
     verdict = "proven" if res.proven else "REFUTED"
     stats = dict(getattr(res, "stats", {}))
     stats["cells"] = len(res.cells) if res.proven else "-"
@@ -54,34 +45,29 @@ def run(rule, gamma: int, vocab: int, tokens: int, on: set, timeout: float) -> t
 def main() -> None:
     quick = "--quick" in sys.argv
     ss = es.rules.speculative_sampling
-    run(ss, 1, 2, 1, {name for _, name in LEVERS}, 60)   # warm up imports (sympy, z3)
-    print("== levers: speculative_sampling, vocab 3, gamma 2, 2 tokens (context-free) ==")
+    run(ss, 1, 2, 1, "prove", True, 60)   # warm up imports (sympy, z3)
+    print("== baseline and prover: speculative_sampling, vocab 3, gamma 2, 2 tokens (context-free) ==")
     print(f"{'configuration':58} {'verdict':>10} {'s':>7} {'cells':>6} {'z3 checks':>10}")
-    on: set = set()
-    rows = [("baseline (every lever off)", set())]
-    for label, name in LEVERS:
-        on = on | {name}
-        rows.append(("+ " + label, set(on)))
     base = None
-    for label, conf in rows:
-        if quick and not conf:
+    for label, how, closed_form in CONFIGURATIONS:
+        if quick and how == "plain":
             continue
-        verdict, secs, st = run(ss, 2, 3, 2, conf, 300)
+        verdict, secs, st = run(ss, 2, 3, 2, how, closed_form, 300)
         base = base if base is not None else secs
         print(f"{label:58} {verdict:>10} {secs:7.2f} {str(st.get('cells', '-')):>6} "
               f"{str(st.get('z3 checks', '-')):>10}   x{base / secs:.1f} vs the first row", flush=True)
     print()
-    print("== growth: speculative_sampling, all levers on (context-free; time limit 120 s a row) ==")
+    print("== growth: speculative_sampling, es.prove (context-free; time limit 120 s a row) ==")
     print(f"{'vocab':>5} {'gamma':>5} {'tokens':>6} {'verdict':>10} {'s':>7} {'cells':>6} {'z3 checks':>10}")
     for vocab in (2, 3) if quick else (2, 3, 4):
         for gamma in (1, 2):
             for tokens in (1, 2):
-                verdict, secs, st = run(ss, gamma, vocab, tokens, {name for _, name in LEVERS}, 120)
+                verdict, secs, st = run(ss, gamma, vocab, tokens, "prove", True, 120)
                 print(f"{vocab:5} {gamma:5} {tokens:6} {verdict:>10} {secs:7.2f} {str(st.get('cells', '-')):>6} "
                       f"{str(st.get('z3 checks', '-')):>10}", flush=True)
     if not quick:
         for vocab, gamma, tokens in ((3, 3, 3), (5, 1, 1)):   # a longer chain; and where it stops being practical
-            verdict, secs, st = run(ss, gamma, vocab, tokens, {name for _, name in LEVERS}, 120)
+            verdict, secs, st = run(ss, gamma, vocab, tokens, "prove", True, 120)
             print(f"{vocab:5} {gamma:5} {tokens:6} {verdict:>10} {secs:7.2f} {str(st.get('cells', '-')):>6} "
                   f"{str(st.get('z3 checks', '-')):>10}", flush=True)
 

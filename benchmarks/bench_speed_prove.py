@@ -1,4 +1,4 @@
-"""Issue 17, the prover rows: ``es.prove`` today (the new path) against the path before issue 17, same run.
+"""Issue 17, the prover rows: ``es.prove`` (the new path) against a plain reference prover, same run.
 
 Run:  python -m benchmarks.bench_speed_prove            (add --quick for a shorter run)
 
@@ -11,16 +11,17 @@ each in a fresh child process (a stopped proof may leave sympy unusable in its p
   below): rational-function arithmetic with gcds of the factors (sympy's results), the cells'
   equalities substituted with cached powers, questions whose constraints are all linear asked of
   z3's linear-arithmetic solver;
-- **old**: inside ``exactspec.prove._prove.legacy_path()``: in one process, a fresh z3 solver per cell,
-  the sign and factor caches dropped at every new operation, no memoised constants, substitutions
-  or z3 constraints, the difference cancelled before it is tested, sympy's own arithmetic and
-  substitution, nlsat for every question. Stopped at a cap (``timeout=``)
-  where it is slow: the row then has ``old_s = None`` and ``old_capped_s``.
+- **old**: :func:`benchmarks.prove_baseline.prove_plain`, the straightforward way (the path before
+  issue 17, written out as a plain reference sharing no switch with the product): in one process, a
+  fresh z3 solver per cell, atoms factored at every use, nothing memoised (operations, constants,
+  substitutions, z3 constraints), the difference cancelled before it is tested, sympy's own
+  arithmetic and substitution, nlsat for every question. Stopped at a cap (``timeout=``, looked at
+  between cells) where it is slow: the row then has ``old_s = None`` and ``old_capped_s``.
 
 ``same`` compares the verdicts, the cells (each cell's constraints, in order), the enumerated paths,
-the atoms and the counters (``z3 checks`` plus ``unsat cores reused`` on the new path is the old
-path's ``z3 checks``: the same questions, part of them answered from cores, split between the two
-differently from run to run). A row whose old path
+the atoms and the counters (``z3 checks`` plus ``unsat cores reused`` on the new path is the
+reference's ``z3 checks``: the same questions, part of them answered from cores, split between the
+two differently from run to run). A row whose old path
 was capped compares nothing (``same`` is True only when both finished and agree, else False).
 The figures are wall seconds of the proof alone (imports and a vocab-2 warm-up excluded); the note adds
 the CPU seconds of each (the proof's process and its workers), a figure the machine's load disturbs less.
@@ -44,6 +45,16 @@ ROWS = [
 
 def _key(res: Any) -> dict:
     """What must be identical between the two paths (a digest of the cells instead of the cells)."""
+    from benchmarks.prove_baseline import PlainResult
+    if isinstance(res, PlainResult):
+        if not res.proven:
+            return {"verdict": "refuted", "cell": res.cell, "outcome": list(res.outcome or ()),
+                    "difference": res.difference, "cells_done": res.cells_done}
+        stats = dict(res.stats)
+        questions = stats.pop("z3 checks", 0)
+        cells = hashlib.sha256(json.dumps(res.cells).encode()).hexdigest()
+        return {"verdict": "proven", "cells": cells, "n_cells": len(res.cells), "paths": res.paths,
+                "atoms": res.atoms, "stats": stats, "z3 questions": questions, "family": res.family}
     if not res.proven:
         return {"verdict": "refuted", "cell": res.cell, "outcome": list(res.outcome), "difference": res.difference,
                 "cells_done": res.cells_done}
@@ -61,9 +72,11 @@ def _child(path: str, vocab: int, gamma: int, tokens: int, cap: float | None) ->
     import time
 
     import exactspec as es
-    from exactspec.prove import _prove
+    from benchmarks.prove_baseline import prove_plain
     ss, chain = es.rules.speculative_sampling, es.drafts.chain
     es.prove(ss, proposer=chain(1), vocab=2, tokens=1)   # warm up: imports, sympy and z3 set-up
+    if path == "old":
+        prove_plain(ss, proposer=chain(1), vocab=2, tokens=1)
     def cpu() -> float:
         me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
@@ -71,11 +84,10 @@ def _child(path: str, vocab: int, gamma: int, tokens: int, cap: float | None) ->
     t0 = time.perf_counter()
     try:
         if path == "old":
-            with _prove.legacy_path():
-                res = es.prove(ss, proposer=chain(gamma), vocab=vocab, tokens=tokens, timeout=cap)
+            res: Any = prove_plain(ss, proposer=chain(gamma), vocab=vocab, tokens=tokens, timeout=cap)
         else:
             res = es.prove(ss, proposer=chain(gamma), vocab=vocab, tokens=tokens, timeout=cap)
-    except es.BudgetExceeded:
+    except (es.BudgetExceeded, TimeoutError):
         print(json.dumps({"seconds": None, "capped": cap, "cpu": cpu() - c0}))
         return
     print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": cpu() - c0, "key": _key(res),
@@ -92,7 +104,7 @@ def _run(path: str, vocab: int, gamma: int, tokens: int, cap: float | None) -> d
 
 
 def rows(quick: bool = False) -> list[dict]:
-    """The prover rows of issue 17: new and old path timed in the same run, their results compared.
+    """The prover rows of issue 17: es.prove and the plain reference timed in the same run, results compared.
 
     >>> callable(rows)
     True
@@ -129,7 +141,7 @@ def main() -> None:
         return
     import os
     quick = "--quick" in sys.argv
-    print(f"== es.prove, new path vs the path before issue 17 (load average {os.getloadavg()[0]:.1f}) ==")
+    print(f"== es.prove, new path vs the plain reference prover (load average {os.getloadavg()[0]:.1f}) ==")
     for r in rows(quick):
         old = f"{r['old_s']:.2f} s" if r["old_s"] is not None else f"> {r['old_capped_s']:.0f} s (capped)"
         ratio = (r["old_s"] if r["old_s"] is not None else r["old_capped_s"]) / r["new_s"]

@@ -29,13 +29,14 @@ __all__ = ["to_law", "normalize", "residual", "positive_part", "argmax", "point_
 
 # Identity memo for residuals: within one audit the models hand out the same tuple objects for
 # the same state, so a residual is computed once per (p, q) pair instead of once per branch.
-# Entries keep p and q alive, so an id is never reused while its entry exists.
-_RESIDUALS: dict[tuple, tuple[Any, Any, Any]] = {}
+# Entries keep p and q alive, so an id is never reused while its entry exists. One memo per context
+# (a context variable): an audit or proof in another thread neither reads nor clears this one's.
+_RESIDUALS: ContextVar[dict[tuple, tuple[Any, Any, Any]] | None] = ContextVar("exactspec_residuals", default=None)
 _RESIDUAL_LIMIT = 200_000
 #: set by ``es.prove(vocab="all")`` for the rule code it runs (a context variable: another thread, or code outside
 #: the proof, never sees it): the vocabulary-wide helpers below (``normalize``, ``residual``, ``positive_part``,
 #: ``acceptance``, ``argmax``) over the abstract vocabulary, where a class of unnamed tokens adds its total; see
-#: :mod:`exactspec.prove._all_vocab`. None otherwise
+#: :mod:`exactspec.prove.all_vocab`. None otherwise
 ABSTRACT: ContextVar[Any] = ContextVar("exactspec_abstract_laws", default=None)
 
 
@@ -44,7 +45,7 @@ def clear_memo() -> None:
 
     >>> clear_memo()
     """
-    _RESIDUALS.clear()
+    _RESIDUALS.set({})
 
 
 def _entry(x: Any, i: int, where: str, exact_floats: bool) -> Fraction:
@@ -222,14 +223,18 @@ def memoised(tag: str, a: Any, b: Any, compute: Callable[[], Any]) -> Any:
     >>> memoised("double", p, None, lambda: tuple(2 * x for x in p))
     (2, 0)
     """
+    memo = _RESIDUALS.get()
+    if memo is None:
+        memo = {}
+        _RESIDUALS.set(memo)
     key = (tag, id(a), id(b))
-    hit = _RESIDUALS.get(key)
+    hit = memo.get(key)
     if hit is not None and hit[0] is a and hit[1] is b:
         return hit[2]
     value = compute()
-    if len(_RESIDUALS) >= _RESIDUAL_LIMIT:
-        _RESIDUALS.clear()
-    _RESIDUALS[key] = (a, b, value)
+    if len(memo) >= _RESIDUAL_LIMIT:
+        memo.clear()
+    memo[key] = (a, b, value)
     return value
 
 

@@ -1,11 +1,11 @@
-"""es.prove's faster paths (issue 17) give the old path's results; workers, time limits and witnesses.
+"""es.prove's faster paths (issue 17) give the plain reference's results; workers, time limits and witnesses.
 
-The old path is ``exactspec.prove._prove.legacy_path()``. Identical means: the verdict, every cell
-(its constraints in order), paths, atoms and counters for a proof (``z3 checks`` + ``unsat cores
-reused`` on the new path is the old ``z3 checks``: the same questions); the refuted cell, outcome,
-difference and cells done for a refutation, whose witness replays exactly. The witness itself is
-now found in a fresh z3 context and is the same in every process and split; the old path's
-depended on what the process had solved before (``test_witness_does_not_depend_on_history``).
+The plain reference is ``benchmarks.prove_baseline.prove_plain`` (sympy's arithmetic as it is, a fresh
+z3 solver per cell, nothing memoised). Identical means: the verdict, every cell (its constraints in
+order), paths, atoms and counters for a proof (``z3 checks`` + ``unsat cores reused`` on the prover is
+the reference's ``z3 checks``: the same questions); the refuted cell, outcome, difference and cells done
+for a refutation, whose witness replays exactly. The witness itself is found in a fresh z3 context and
+is the same in every process and split (``test_witness_does_not_depend_on_history``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,14 @@ from fractions import Fraction as F
 import pytest
 
 import exactspec as es
+from benchmarks.prove_baseline import PlainResult, prove_plain
 from exactspec.parallel import resolve_workers
-from exactspec.prove import Proof, Refutation, _field, _prove
+from exactspec.prove import Proof, Refutation
+from exactspec.prove import session
+from exactspec.prove import workers as _prove
+from exactspec.prove.workers import workers_for
+from exactspec.prove.field import Space
+from exactspec.prove.field.arith import op
 
 pytest.importorskip("z3")
 
@@ -47,6 +53,11 @@ CASES = [
 
 
 def _key(res):
+    if isinstance(res, PlainResult):   # the plain reference's verdict: the same fields, no witness
+        if not res.proven:
+            return ("refuted", res.cell, res.outcome, res.difference, res.cells_done, res.family)
+        stats = dict(res.stats)
+        return ("proven", res.cells, res.paths, res.atoms, stats, stats.pop("z3 checks", 0), res.family)
     if isinstance(res, Refutation):
         assert res.report.tv > 0 and res.counterexample.tv == res.report.tv
         return ("refuted", res.cell, res.outcome, res.difference, res.cells_done, res.family)
@@ -65,8 +76,7 @@ def _replays(res) -> None:
 
 @pytest.mark.parametrize("label, rule, proposer, vocab, tokens, family", CASES, ids=[c[0] for c in CASES])
 def test_new_path_matches_the_old_path(label, rule, proposer, vocab, tokens, family):
-    with _prove.legacy_path():
-        old = es.prove(rule, proposer=proposer, vocab=vocab, tokens=tokens, family=family)
+    old = prove_plain(rule, proposer=proposer, vocab=vocab, tokens=tokens, family=family)
     new = es.prove(rule, proposer=proposer, vocab=vocab, tokens=tokens, family=family, workers=1)
     assert _key(new) == _key(old)
     if not new:
@@ -110,12 +120,12 @@ def test_witness_does_not_depend_on_history():
 def test_atoms_signs_survive_new_operations():
     # Fails on the old code: every arithmetic operation not met before emptied the atoms' signs and factors
     # (an indentation slip), so each cell factored its atoms again (vocab 4: 93 s -> 36 s with it fixed).
-    sp = _field.Space(3, 1, 1000)
+    sp = Space(3, 1, 1000)
     p = sp.laws["p"][0]
-    atom = _field._op("-", p[0].f, p[1].f)
-    _field._memo().atoms[atom] = ("marker", 1)
-    _field._op("*", p[0].f, p[2].f)   # a new operation
-    assert _field._memo().atoms.get(atom) == ("marker", 1)
+    atom = op("-", p[0].f, p[1].f)
+    session.current().atoms[atom] = ("marker", 1)
+    op("*", p[0].f, p[2].f)   # a new operation
+    assert session.current().atoms.get(atom) == ("marker", 1)
 
 
 def test_progress_counts_cells():
@@ -133,11 +143,11 @@ def test_progress_counts_cells():
 def test_default_workers():
     # every core from 6 free variables (context-free vocab 4); below, this process (or one worker for a time limit)
     cores = resolve_workers(0)
-    assert _prove._workers_for(None, "context_free", 4, 2, None) == (cores if cores > 1 else None)
-    assert _prove._workers_for(None, "context_free", 3, 2, None) is None
-    assert _prove._workers_for(None, "context_free", 3, 2, 10.0) == 1
-    assert _prove._workers_for(1, "context_free", 4, 2, 10.0) is None
-    assert _prove._workers_for(3, "context_free", 2, 1, None) == 3
+    assert workers_for(None, "context_free", 4, 2, None) == (cores if cores > 1 else None)
+    assert workers_for(None, "context_free", 3, 2, None) is None
+    assert workers_for(None, "context_free", 3, 2, 10.0) == 1
+    assert workers_for(1, "context_free", 4, 2, 10.0) is None
+    assert workers_for(3, "context_free", 2, 1, None) == 3
 
 
 def spin_and_tell(step, rng):

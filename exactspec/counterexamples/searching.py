@@ -271,7 +271,7 @@ def _end_progress(clock: "_Clock") -> None:
         clock.progress.close()
 
 
-def _rule_ref(rule: Rule) -> str:
+def rule_reference(rule: Rule) -> str:
     from ..rules import catalog
     if any(r is rule or r.name == rule.name for r in catalog()):
         return ""
@@ -290,7 +290,7 @@ def _counterexample(rule: Rule, inst: SearchInstance, space: Space, clock: _Cloc
     rep = evaluate(rule, inst)
     return Counterexample(rule=rule.name, claim=rule.claim, instance=inst, output=dict(rep.output),
                           expected=dict(rep.expected), tv=rep.tv, space=space.describe(), audited=clock.audited,
-                          seconds=clock.elapsed(), shrink_steps=steps, rule_ref=_rule_ref(rule),
+                          seconds=clock.elapsed(), shrink_steps=steps, rule_ref=rule_reference(rule),
                           complete=not stopped, stopped=stopped)
 
 

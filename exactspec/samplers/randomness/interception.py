@@ -187,7 +187,9 @@ def current_session() -> "Session | None":
 #: exactspec modules that call libraries on exactspec's own behalf during a branch and never call the audited
 #: code: the exact arithmetic of lazy values (mpmath, and sympy, first imported there), the fields and laws
 _LIBRARY_CALLERS = frozenset({"exactspec.samplers.randomness.lazy_values", "exactspec.fields", "exactspec.laws",
-                              "exactspec._numbers", "exactspec.prove._field"})
+                              "exactspec._numbers", "exactspec.prove.field.arith",
+                              "exactspec.prove.field.numbers", "exactspec.prove.field.decider",
+                              "exactspec.prove.field.space"})
 #: per code object, what a frame running it says about a draw made under it: True (exactspec's own), False
 #: (the audit machinery, which calls the audited code), None (not exactspec's code: look further out)
 _WHOSE: dict[Any, bool | None] = {}
