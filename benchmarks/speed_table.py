@@ -6,11 +6,12 @@ Run:  python -m benchmarks.speed_table            (prints the markdown table)
       python -m benchmarks.speed_table --only loops --write   (re-run some modules; the others' rows
                                                               are read from benchmarks/speed_rows.json)
 
-Each ``bench_speed_<area>`` module exposes ``rows(quick=False)``: one dict per job with the new
-path's seconds (``new_s``), today's path timed in the same run (``old_s``, or ``None`` with
-``old_capped_s`` when it was stopped at a cap), whether the two gave identical laws or results
-(``same``; not read for a row whose old path was stopped), the issue's target (``target_s``) and a note. A row whose two paths disagree makes
-this script exit 1: a faster path that changes a law is a bug, not a speed-up.
+Each ``bench_speed_<area>`` module exposes ``rows(quick=False)``: one dict per job with the product's
+seconds (``new_s``), a plain reference implementation in ``benchmarks/`` timed in the same run (``old_s``, or
+``None`` with ``old_capped_s`` when it was stopped at a cap, or ``None`` alone where the job has none),
+whether the two gave identical laws or results (``same``; not read for a row whose reference was stopped;
+``None`` where there is no reference), the issue's target (``target_s``) and a note. A row whose product and
+reference disagree makes this script exit 1: a faster path that changes a law is a bug, not a speed-up.
 """
 
 from __future__ import annotations
@@ -56,8 +57,10 @@ def _row(r: dict[str, Any]) -> str:
         old_text = _seconds(old)
         ratio = f"{old / r['new_s']:.1f}x" if old and r["new_s"] else "-"
     met = "yes" if r["new_s"] <= r["target_s"] else "no"
-    if _capped(r):
-        same = "identical as far as the old path got" if r["same"] else "not compared (old path stopped)"
+    if r["same"] is None:
+        same = "no plain reference"
+    elif _capped(r):
+        same = "identical as far as the reference got" if r["same"] else "not compared (reference stopped)"
     else:
         same = "identical" if r["same"] else "**DIFFER**"
     return (f"| {r['job']} | {old_text} | {_seconds(r['new_s'])} | {ratio} | <= {_seconds(r['target_s'])} ({met}) "
@@ -94,19 +97,19 @@ def measure(quick: bool = False, only: list[str] | None = None) -> dict[str, Any
 
 def table(saved: dict[str, Any]) -> tuple[str, bool]:
     """The markdown table of the recorded rows, and whether every row's two paths agreed."""
-    lines = ["| job | today's path | new path | ratio | target (met) | laws | instance |",
+    lines = ["| job | plain reference | exactspec | ratio | target (met) | laws | instance |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     ok = True
     runs = []
     for name in sorted(saved):
         entry = saved[name]
         for r in entry["rows"]:
-            ok &= bool(r["same"]) or _capped(r)
+            ok &= r["same"] is None or bool(r["same"]) or _capped(r)
             lines.append(_row(r))
         runs.append(f"`{name}` {entry['when']} ({entry['load']}{', quick' if entry['quick'] else ''})")
     lines.append("")
     lines.append(f"Measured by `python -m benchmarks.speed_table` on {os.cpu_count()} cores, Python "
-                 f"{platform.python_version()}; both paths of a row run in the same process, one after the other. "
+                 f"{platform.python_version()}; a row's product and plain reference run in the same process, one after the other. "
                  f"Runs: {'; '.join(runs)}.")
     return "\n".join(lines), ok
 
