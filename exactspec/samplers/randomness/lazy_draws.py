@@ -32,7 +32,8 @@ it a view), with basic indices (``out[b, n] = tok``), keeps them pending: that t
 pending one whose entries are the written cells and its other entries' known values, drawn when it
 is read. A sampler that only copies a draw into its output thus returns it undrawn, and
 :func:`tokens_deferring_last` hands it to the engine as a
-:class:`~exactspec.enumerate.rng.DeferredToken` that one run stands for. Into any other tensor, a write reads the entries written.
+:class:`~exactspec.enumerate.rng.DeferredToken` that one run stands for. Into any other tensor, a
+write reads the entries written.
 
 Once read, the tensor holds its values in its own storage, and every later operation (in-place
 ones included) is an ordinary torch operation on those values. An operation that mixes it with
