@@ -159,6 +159,100 @@ def baseline_law(fn: Callable, target: Any, draft: Any, *, gamma: int, prompt: t
     return law
 
 
+def _span(*models: Any) -> int | None:
+    """How many trailing tokens of the context the models read (None: all of it)."""
+    orders = [m.order for m in models]
+    return None if any(o is None for o in orders) else max(orders)
+
+
+def _suffix(ctx: tuple, span: int | None) -> tuple:
+    return ctx if span is None else ctx[max(len(ctx) - span, 0):]
+
+
+def memoised_law(fn: Callable, target: Any, draft: Any, *, gamma: int, prompt: tuple, tokens: int,
+                 sampling: str = "sample", claim: str = "draft") -> dict:
+    """:func:`baseline_law` with each sub-law memoised by the context suffix the models read and the tokens left.
+
+    The same plain step (every draft combination, the rule re-run once per branch of its draws), composed
+    backwards; for instances too large for the unmemoised recursion.
+
+    >>> import exactspec as es
+    >>> from fractions import Fraction as F
+    >>> p, q = es.models.context_free((F(3, 5), F(2, 5))), es.models.context_free((F(1, 2), F(1, 2)))
+    >>> memoised_law(es.rules.speculative_sampling.fn, p, q, gamma=1, prompt=(), tokens=2) == \\
+    ...     baseline_law(es.rules.speculative_sampling.fn, p, q, gamma=1, prompt=(), tokens=2)
+    True
+    """
+    span = _span(target, draft)
+    memo: dict = {}
+
+    def sub(ctx: tuple, r: int) -> dict:
+        key = (_suffix(ctx, span), r)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        law: dict = {}
+        for drafts, wd, claims in _all_drafts(draft, ctx, gamma, sampling, claim):
+            for out, wo in _rule_outcomes(fn, _Step(target, draft, ctx, drafts, claims), [], None):
+                if len(out) >= r:
+                    law[out[:r]] = law.get(out[:r], 0) + wd * wo
+                    continue
+                for rest, pr in sub(ctx + out, r - len(out)).items():
+                    law[out + rest] = law.get(out + rest, 0) + wd * wo * pr
+        memo[key] = law
+        return law
+
+    return sub(tuple(prompt), tokens)
+
+
+def baseline_calls(fn: Callable, target: Any, draft: Any, *, gamma: int, prompt: tuple, tokens: int,
+                   sampling: str = "sample", claim: str = "draft") -> tuple[Fraction, Fraction]:
+    """(expected tokens the first, uncut, step emits; expected number of steps until ``tokens`` tokens are out).
+
+    The plain step of :func:`baseline_law`, counting instead of collecting outcomes (the expected steps memoised
+    as :func:`memoised_law` memoises sub-laws).
+
+    >>> import exactspec as es
+    >>> from fractions import Fraction as F
+    >>> p = es.models.context_free((F(1, 2), F(1, 2)))
+    >>> baseline_calls(es.rules.speculative_sampling.fn, p, p, gamma=1, prompt=(), tokens=3)
+    (Fraction(2, 1), Fraction(2, 1))
+    """
+    first: Fraction = Fraction(0)
+    for drafts, wd, claims in _all_drafts(draft, tuple(prompt), gamma, sampling, claim):
+        for out, wo in _rule_outcomes(fn, _Step(target, draft, tuple(prompt), drafts, claims), [], None):
+            first += len(out) * wd * wo
+    span = _span(target, draft)
+    memo: dict = {}
+
+    def steps(ctx: tuple, r: int) -> Fraction:
+        key = (_suffix(ctx, span), r)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        n = Fraction(1)
+        for drafts, wd, claims in _all_drafts(draft, ctx, gamma, sampling, claim):
+            for out, wo in _rule_outcomes(fn, _Step(target, draft, ctx, drafts, claims), [], None):
+                if len(out) < r:
+                    n += wd * wo * steps(ctx + out, r - len(out))
+        memo[key] = n
+        return n
+
+    return first, steps(tuple(prompt), tokens)
+
+
+def baseline_target_law(target: Any, *, prompt: tuple, tokens: int) -> dict:
+    """The target's own law of the first ``tokens`` tokens (one plain sample a step), by the same recursion.
+
+    >>> import exactspec as es
+    >>> from fractions import Fraction as F
+    >>> baseline_target_law(es.models.context_free((F(1, 4), F(3, 4))), prompt=(), tokens=1)
+    {(0,): Fraction(1, 4), (1,): Fraction(3, 4)}
+    """
+    return baseline_law(lambda step, rng: [rng.categorical(step.target(0))], target, target, gamma=0,
+                        prompt=prompt, tokens=tokens)
+
+
 class _TreeStep:
     """A token tree whose node's children are all drawn (through the baseline rng) when first asked for."""
 

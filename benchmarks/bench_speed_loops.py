@@ -1,23 +1,18 @@
-"""Issue 17, whole generate loops: ``es.audit_loop`` on the faster path against the path before it, same run.
+"""Issue 17, whole generate loops: ``es.audit_loop``'s time, branches and floor, same run.
 
 Rows (the issue's wording): transformers' own ``generate`` with an assistant (vocab 4, 3 tokens),
 a harder transformers instance standing in for the README's, and litgpt 0.5.13's ``generate`` at
-gamma 3. Each row audits the loop on the faster path by default (the branches left after
-``SWITCH_AFTER`` seconds shared between this process and forked workers; :data:`RUNS` runs, their
-median is the row's figure and their range is in the note), on the faster path in one process, on
-it with the stand-ins reading every token they are fed (deferred reads off, one process: the
-faster path before :mod:`exactspec.samplers.torch_draws.lazy_worlds`), on it with decisions forking
-on the draws they read rather than on their answers (``lazy_worlds.REFINE`` off, one process), on
-it with the pending draws a decision depends on taken one at a time rather than held jointly
-(``joint_draws.JOINT`` off, one process), and on the old one (``exactspec.samplers.loops.loop_audit._old_path()``: the bookkeeping of pending
-draws, the dispatch of pending tensors, the interception's frame walk and the stand-ins' per-call
-work as they were), old first (after one untimed small audit of the same loop), every module-level
-memo of exact rows emptied before each run. It checks the reports identical (law, verdict, TV, the
-float64 run's figures; the runs of the faster path also the same branches: the old path reads
-every token a branch returns, and forks where the loop iterates over pending draws, so it runs more
-branches for the same law, both counts printed); the forward calls are counted on the run in one
-process. ``note`` also gives the *floor*: the loop's own cost outside any audit (on the same
-stand-ins, torch's generator) times the branches, which no audit that runs the loop once per
+gamma 3. Each row audits the loop by default (the branches left after ``SWITCH_AFTER`` seconds shared
+between this process and forked workers; :data:`RUNS` runs, their median is the row's figure and their
+range is in the note) and in one process (after one untimed small audit of the same loop), every
+module-level memo of exact rows emptied before each run, and checks the reports identical (law,
+verdict, TV, the float64 run's figures, branches). There is no plain reference here (``old_s`` and
+``same`` None; ``same`` False where two runs disagree): the paths these rows were timed against
+(``loop_audit._old_path()``, the stand-ins reading every token, decisions forking on the draws they read,
+the draws one at a time) were deleted in issue 36, and the tests compare the laws with what they
+reported (``tests/test_deferred_reads.py``, ``tests/test_loop_fast_path.py``). The forward calls are
+counted on the run in one process. ``note`` also gives the *floor*: the loop's own cost outside any audit
+(on the same stand-ins, torch's generator) times the branches, which no audit that runs the loop once per
 branch can beat. ``python -m benchmarks.bench_speed_loops`` (``--quick``: smaller instances).
 
 >>> callable(rows)
@@ -35,8 +30,6 @@ from typing import Any, Callable
 import exactspec as es
 from exactspec.errors import BudgetExceeded
 
-#: the most seconds the old path of one row may take (then ``old_s`` is None and ``old_capped_s`` says so)
-OLD_CAP_S = 200.0
 #: runs of the default path per row: the row's figure is their median (a shared machine's load moves one run by
 #: 20-30%), their range is in the note
 RUNS = 5
@@ -74,7 +67,7 @@ def _switch_after() -> float:
 
 
 def _clear_memos() -> None:
-    """Empty the module-level memos of exact rows, so neither path runs on the other's warm caches."""
+    """Empty the module-level memos of exact rows, so no run runs on another's warm caches."""
     from exactspec.samplers.torch_draws import lazy_draws
     from exactspec.samplers.torch_draws import lazy_worlds
     for memo in (lazy_draws._ROWS, lazy_draws._MATRICES, lazy_draws._KNOWN, lazy_worlds._MEMO, lazy_worlds._LOGITS,
@@ -82,19 +75,13 @@ def _clear_memos() -> None:
         memo.clear()
 
 
-def _audit(fn: Callable, kw: dict, old: bool, cap: float | None, workers: Any = "auto") -> tuple[Any, float, float]:
-    """One audit on the faster path (or the old one, always in this process), its wall and CPU seconds (this
-    process's CPU: a worker's is not counted); None for a capped run."""
-    from exactspec.samplers.loops.loop_audit import _old_path
+def _audit(fn: Callable, kw: dict, cap: float | None, workers: Any = "auto") -> tuple[Any, float, float]:
+    """One audit, its wall and CPU seconds (this process's CPU: a worker's is not counted); None for a capped run."""
     _clear_memos()
     budget = es.Budget(seconds=cap) if cap else None
     t0, c0 = time.perf_counter(), time.process_time()
     try:
-        if old:
-            with _old_path():
-                r = es.audit_loop(fn, budget=budget, workers=None, **kw)
-        else:
-            r = es.audit_loop(fn, budget=budget, workers=workers, **kw)
+        r = es.audit_loop(fn, budget=budget, workers=workers, **kw)
     except BudgetExceeded:
         r = None
     return r, time.perf_counter() - t0, time.process_time() - c0
@@ -146,7 +133,7 @@ def _counting_forwards() -> Any:
 
 def _warm_up(fn: Callable, kw: dict) -> None:
     """One small audit of the loop (vocab 2, one token), untimed: first-call costs (imports inside the audited
-    library, the interception's set-up) fall on neither path."""
+    library, the interception's set-up) fall on no timed run."""
     tiny = es.models.context_free(("1/2", "1/2"))
     es.audit_loop(fn, **{**kw, "target": tiny, "draft": tiny, "tokens": 1, "on_error": "record",
                          "tolerance": Fraction(1, 2 ** 20)})
@@ -155,73 +142,37 @@ def _warm_up(fn: Callable, kw: dict) -> None:
 def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> dict:
     floor, plain_forwards = _floor_ms(fn, kw)
     _warm_up(fn, kw)
-    old, old_s, old_cpu = _audit(fn, kw, old=True, cap=OLD_CAP_S)
     with _counting_forwards() as built:      # in this process, so that every forward call is counted here
-        one, one_s, one_cpu = _audit(fn, kw, old=False, cap=None, workers=None)
+        one, one_s, one_cpu = _audit(fn, kw, cap=None, workers=None)
     forwards = sum(lm.total_calls for lm in built)
-    from exactspec.samplers.randomness import joint_draws
-    from exactspec.samplers.torch_draws import lazy_worlds
-    from exactspec.samplers.randomness._fast_path import reads_deferred
-    with reads_deferred(False):              # the faster path before deferred reads, in one process
-        eager, eager_s, _ = _audit(fn, kw, old=False, cap=None, workers=None)
-    lazy_worlds.REFINE = False               # deferred reads, decisions forking on the draws they read, one process
-    try:
-        plain, plain_s, _ = _audit(fn, kw, old=False, cap=None, workers=None)
-    finally:
-        lazy_worlds.REFINE = True
-    joint_draws.JOINT = False                # decisions on their answers, the draws one at a time, one process
-    try:
-        single, single_s, _ = _audit(fn, kw, old=False, cap=None, workers=None)
-    finally:
-        joint_draws.JOINT = True
-    # the default path, timed RUNS times (each on emptied memos): its median is the row's figure, the range in the note
-    timed = [_audit(fn, kw, old=False, cap=None) for _ in range(RUNS)]
+    # the default, timed RUNS times (each on emptied memos): its median is the row's figure, the range in the note
+    timed = [_audit(fn, kw, cap=None) for _ in range(RUNS)]
     new = timed[0][0]
     times = sorted(t for _, t, _ in timed)
     new_s = times[len(times) // 2]
     same_runs = all(agree_exactly(r, new) for r, _, _ in timed[1:])
 
-    def agree(a: Any, b: Any, branches_too: bool) -> bool:
-        return a is not None and b.output == a.output and b.expected == a.expected and (
-            b.verdict, b.tv) == (a.verdict, a.tv) and all(
-            b.extra.get(k) == a.extra.get(k) for k in ("tv_float64", "algorithmic_tv")) and (
-            not branches_too or (b.paths, b.extra.get("float64_paths")) == (a.paths, a.extra.get("float64_paths")))
-    # the old path reads every token a branch returns and forks where it iterates over pending draws: the same law
-    # in more branches; the two runs of the new path run the same branches
-    same = agree(old, new, False) and agree(one, new, True) and agree(eager, new, False) and \
-        agree(plain, new, False) and agree(single, new, False) and same_runs
+    # the run in one process and the default runs: the same law, figures and branches
+    same = agree_exactly(one, new) and same_runs
     branches = new.paths + (new.extra.get("float64_paths") or 0)
-    old_branches = None if old is None else old.paths + (old.extra.get("float64_paths") or 0)
-    eager_branches = eager.paths + (eager.extra.get("float64_paths") or 0)
-    plain_branches = plain.paths + (plain.extra.get("float64_paths") or 0)
-    single_branches = single.paths + (single.extra.get("float64_paths") or 0)
     runs = "two runs (own precision + float64)" if new.extra.get("float64_paths") else "one run"
     from exactspec import parallel
-    note = (f"{instance}; {branches} branches ({runs}; old path {old_branches}), {new.verdict}, "
-            f"TV {float(new.tv):.3g}; new path on "
+    note = (f"{instance}; {branches} branches ({runs}), {new.verdict}, "
+            f"TV {float(new.tv):.3g}; on "
             f"{parallel.resolve_workers(0)} processes (the default: the branches left after "
             f"{_switch_after():g} s are shared between this process and forked workers), the median of {RUNS} runs "
-            f"({times[0]:.2f}-{times[-1]:.2f} s); in one process {one_s:.2f} s (CPU {one_cpu:.1f} s); the stand-ins "
-            f"reading every token they are fed (deferred reads off, one process) {eager_branches} branches, "
-            f"{eager_s:.2f} s; decisions forking on the draws they read (lazy_worlds.REFINE off, one process) "
-            f"{plain_branches} branches, {plain_s:.2f} s; decisions on their answers with the draws they depend on "
-            f"taken one at a time (joint_draws.JOINT off, one process) {single_branches} branches, {single_s:.2f} s; "
-            f"old path "
-            f"CPU {old_cpu:.1f} s; floor on one core (the loop alone, {floor:.2f} ms CPU per call, x {branches} "
+            f"({times[0]:.2f}-{times[-1]:.2f} s); in one process {one_s:.2f} s (CPU {one_cpu:.1f} s); "
+            f"no plain reference; floor on one core (the loop alone, {floor:.2f} ms CPU per call, x {branches} "
             f"branches) "
             f"{floor * branches / 1e3:.1f} s; by forward calls (the branches run every path, the plain runs the "
             f"likeliest: {forwards / branches:.2f} per branch vs {plain_forwards:.2f} per plain run) "
             f"{floor / plain_forwards * forwards / 1e3:.1f} s")
-    row = {"job": job, "new_s": new_s, "old_s": None if old is None else old_s, "same": bool(same),
-           "target_s": target_s, "note": note}
-    if old is None:
-        row["old_capped_s"] = OLD_CAP_S
-        row["note"] += f"; old path stopped after {OLD_CAP_S:g} s"
-    return row
+    return {"job": job, "new_s": new_s, "old_s": None, "same": None if same else False, "target_s": target_s,
+            "note": note}
 
 
 def rows(quick: bool = False) -> list[dict]:
-    """The issue's whole-loop rows, each timed on the faster path and the old one in this run.
+    """The issue's whole-loop rows, each timed in this run.
 
     ``quick``: smaller instances of the same loops (seconds, not minutes).
     """
@@ -269,13 +220,11 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     quick = "--quick" in (sys.argv[1:] if argv is None else argv)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"whole-loop audits, faster path vs old path in the same run; torch {torch.__version__}, "
+    print(f"whole-loop audits; torch {torch.__version__}, "
           f"{os.cpu_count()} cores, load average {load:.1f} at the start")
     for r in rows(quick):
-        old = f"{r['old_s']:7.2f} s" if r["old_s"] is not None else f"> {r['old_capped_s']:g} s (stopped)"
-        ratio = f"{r['old_s'] / r['new_s']:.2f}x" if r["old_s"] else "-"
-        print(f"{r['job']}\n  new {r['new_s']:7.2f} s   old {old}   {ratio}   target <= {r['target_s']:g} s   "
-              f"{'same law' if r['same'] else 'DIFFERENT'}\n  {r['note']}")
+        print(f"{r['job']}\n  audit {r['new_s']:7.2f} s   target <= {r['target_s']:g} s   "
+              f"{'runs identical' if r['same'] is None else 'RUNS DIFFER'}\n  {r['note']}")
         sys.stdout.flush()
 
 

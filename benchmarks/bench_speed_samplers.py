@@ -1,4 +1,4 @@
-"""Issue 17, third-party sampler audits: each row times the fast paths and today's path in the same run.
+"""Issue 17, third-party sampler audits: each row times the audit and, where there is one, a plain reference.
 
 Run:  python -m benchmarks.bench_speed_samplers [--quick]
 
@@ -12,19 +12,13 @@ Rows (the issue's wording; targets on a quiet 2-core machine):
   full audit with the rounding figures): target 10 s; and at vocab 4, order 1, gamma 3, 3 tokens:
   target 2 s.
 
-"old" is the path before issue 17's changes to the sampler layer, reached through
-``exactspec.samplers.randomness._fast_path.legacy_paths()`` (the bonus token of the vLLM adapter drawn before the
-call, the random functions patched once per audit, the adapter's arrays and tensors and numpy ``choice``'s
-cumulative sums rebuilt on every call, a fresh exponential's arithmetic and a race's law computed on every
-replay of a call). The exact arithmetic shortcuts in ``exactspec.enumerate.rng`` (a lattice cut in integers,
-floats' rationals remembered) and the leaner loops of the torch interception (no ``np.ndindex`` or
-``np.vectorize`` per operation, dtypes read without a round trip through the lazy tensors' handlers) serve
-both paths, so "old" here is already faster than the release before them. Each search row
-records every instance's report on both paths and checks that the laws (``==`` on exact
-Fractions) and verdicts agree; the old torch search is stopped after a cap (``old_capped_s``) and
-compared on the instances it covered. ``new_s`` and ``old_s`` are wall-clock seconds; each row's
-note also gives this process's CPU seconds, the steadier figure on a shared, loaded machine (the
-development machine is: compare the ratios, and the CPU ones first).
+``old_s`` is the plain reference's time: :func:`benchmarks.plain_samplers.plain_sampler_law` (numpy samplers:
+every draw enumerated eagerly through a stand-in generator, no interception, a plain recursion over the stream)
+run on every instance the search audited, each law compared (``==`` on exact Fractions) with the audit's. The
+torch and transformers rows have no plain reference (``old_s`` None, ``same`` None): the path before issue 17
+they were timed against was deleted in issue 36, and their laws are compared with what it reported in the
+tests (``tests/test_sampler_fast_paths.py``). ``new_s`` and ``old_s`` are wall-clock seconds; each row's note
+also gives this process's CPU seconds, the steadier figure on a shared, loaded machine.
 """
 
 from __future__ import annotations
@@ -35,14 +29,14 @@ from typing import Any, Callable
 
 import exactspec as es
 from exactspec.bugzoo import numpy_samplers as np_zoo
-from exactspec.counterexamples import EmptySearch, Space
+from benchmarks.plain_samplers import plain_sampler_law
+from exactspec.counterexamples import Space
 from exactspec.samplers.adapters import get_adapter
-from exactspec.samplers.randomness._fast_path import legacy_paths
 from exactspec.samplers.search import _patched_once, sampler_space, search_instances
 
-#: the old torch search runs at most this long (wall seconds; it took 138 s on the loaded machine, ~115 s quiet at release):
-#: past it, it is compared with the new path on the instances it covered
-OLD_TORCH_CAP = 90.0
+#: the plain reference runs at most this long (wall seconds) over a search's instances: past it, it is compared
+#: with the audit on the instances it covered
+PLAIN_CAP = 120.0
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
@@ -53,13 +47,13 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
 
 
 def _search(sampler: Any, adapter: str, space: Space | None, budget: float | None) -> tuple[Any, list]:
-    """What ``search_sampler`` does (same options, same space), keeping every instance's report."""
+    """What ``search_sampler`` does (same options, same space), keeping every instance and its report."""
     ad = get_adapter(adapter)
     reports: list = []
 
     def audit_one(inst: dict) -> Any:
         r = es.audit_sampler(sampler, adapter=ad, rng_model="native", reference=False, on_error="record", **inst)
-        reports.append(r)
+        reports.append((inst, r))
         return r
     with _patched_once(ad):
         found = search_instances(audit_one, space=space or sampler_space(ad.family), name=sampler.__name__,
@@ -67,42 +61,50 @@ def _search(sampler: Any, adapter: str, space: Space | None, budget: float | Non
     return found, reports
 
 
-def _agree(new: list, old: list) -> bool:
-    """Every instance the old path audited has the same law, verdict and TVs on the new path."""
-    if len(old) > len(new):
-        return False
-    return all(a.output == b.output and a.verdict == b.verdict and a.tv == b.tv
-               and a.extra.get("algorithmic_tv") == b.extra.get("algorithmic_tv") for a, b in zip(new, old))
+def _plain(sampler: Any, audited: list, cap: float) -> tuple[int, bool]:
+    """The plain reference on each audited instance, in order, until ``cap`` seconds: (instances covered, whether
+    every law it computed is the audit's)."""
+    deadline = time.perf_counter() + cap
+    done, same = 0, True
+    for inst, report in audited:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            break
+        try:
+            law = plain_sampler_law(sampler, inst["target"], inst["draft"], gamma=inst["proposer"].gamma,
+                                    prompt=tuple(inst.get("prompt", ())), tokens=inst["tokens"], seconds=left)
+        except TimeoutError:
+            break
+        same &= law == report.output
+        done += 1
+    return done, same
 
 
-def _search_row(job: str, sampler: Any, adapter: str, target: float, space: Space | None, cap: float | None) -> dict:
+def _search_row(job: str, sampler: Any, adapter: str, target: float, space: Space | None,
+                plain: bool = False) -> dict:
     (found, new), new_s, new_cpu = _timed(lambda: _search(sampler, adapter, space, None))
-    with legacy_paths():
-        (old_found, old), old_s, old_cpu = _timed(lambda: _search(sampler, adapter, space, cap))
-    capped = not isinstance(old_found, EmptySearch) and len(old) < len(new)
-    same = _agree(new, old) and (capped or type(found) is type(old_found))
-    calls = sum(r.extra.get("sampler_calls", 0) + r.extra.get("float64_sampler_calls", 0) for r in new)
-    old_calls = sum(r.extra.get("sampler_calls", 0) + r.extra.get("float64_sampler_calls", 0) for r in old)
+    calls = sum(r.extra.get("sampler_calls", 0) + r.extra.get("float64_sampler_calls", 0) for _, r in new)
+    note = f"{len(new)} instances ({type(found).__name__}); sampler calls {calls}; CPU {new_cpu:.1f} s"
+    if not plain:
+        return {"job": job, "new_s": new_s, "old_s": None, "same": None, "target_s": target,
+                "note": note + "; no plain reference (torch draws)"}
+    (done, same), old_s, old_cpu = _timed(lambda: _plain(sampler, new, PLAIN_CAP))
+    capped = done < len(new)
     row = {"job": job, "new_s": new_s, "old_s": None if capped else old_s, "same": same, "target_s": target,
-           "note": f"{len(new)} instances ({type(found).__name__}); sampler calls {calls} "
-                   f"(old path {old_calls}{f' on its first {len(old)} instances' if capped else ''}); "
-                   f"CPU {new_cpu:.1f} s (old path {old_cpu:.1f} s{' capped' if capped else ''})"}
+           "note": note + f"; plain reference (benchmarks.plain_samplers) CPU {old_cpu:.1f} s"
+                          f"{f', stopped after {done} of {len(new)} instances' if capped else ''}, laws compared "
+                          f"on every instance it covered"}
     if capped:
-        row["old_capped_s"] = cap
+        row["old_capped_s"] = PLAIN_CAP
     return row
 
 
 def _audit_row(job: str, target_s: float, run: Callable[[], Any]) -> dict:
     new, new_s, new_cpu = _timed(run)
-    with legacy_paths():
-        old, old_s, old_cpu = _timed(run)
-    same = new.output == old.output and new.verdict == old.verdict and new.tv == old.tv and \
-        new.extra.get("algorithmic_tv") == old.extra.get("algorithmic_tv") and \
-        new.extra.get("rounding_tv") == old.extra.get("rounding_tv")
-    return {"job": job, "new_s": new_s, "old_s": old_s, "same": same, "target_s": target_s,
+    return {"job": job, "new_s": new_s, "old_s": None, "same": None, "target_s": target_s,
             "note": f"{new.verdict}; sampler calls {new.extra['sampler_calls']} + float64 run "
-                    f"{new.extra.get('float64_sampler_calls', 0)} (old path {old.extra['sampler_calls']} + "
-                    f"{old.extra.get('float64_sampler_calls', 0)}); CPU {new_cpu:.1f} s (old path {old_cpu:.1f} s)"}
+                    f"{new.extra.get('float64_sampler_calls', 0)}; CPU {new_cpu:.1f} s; no plain reference "
+                    f"(torch draws)"}
 
 
 def rows(quick: bool = False) -> list[dict]:
@@ -121,11 +123,11 @@ def rows(quick: bool = False) -> list[dict]:
         import torch  # noqa: F401
         from exactspec.bugzoo import torch_samplers as tz
         out.append(_search_row("default search, correct torch chain sampler (`--adapter vllm`, a plain per-row loop)",
-                               tz.correct, "vllm", 10.0, small, None if quick else OLD_TORCH_CAP))
+                               tz.correct, "vllm", 10.0, small))
     except ImportError:
         pass
     out.append(_search_row("default search, correct numpy sampler (`exactspec.bugzoo.numpy_samplers:correct`, "
-                           "243 instances)", np_zoo.correct, "numpy", 2.0, small, None))
+                           "243 instances)", np_zoo.correct, "numpy", 2.0, small, plain=True))
     try:
         from transformers.generation.utils import _speculative_sampling
     except ImportError:
@@ -149,11 +151,14 @@ def rows(quick: bool = False) -> list[dict]:
 def main(argv: list[str] | None = None) -> None:
     quick = "--quick" in (sys.argv[1:] if argv is None else argv)
     for r in rows(quick=quick):
-        old = f"{r['old_s']:7.2f} s" if r["old_s"] is not None else f"> {r['old_capped_s']:.0f} s (capped)"
+        capped = r.get("old_capped_s")
+        old = f"{r['old_s']:7.2f} s" if r["old_s"] is not None else \
+            f"> {capped:.0f} s (capped)" if capped is not None else "-"
         ratio = f"x{r['old_s'] / r['new_s']:.1f}" if r["old_s"] is not None else \
-            f">x{r['old_capped_s'] / r['new_s']:.1f}"
-        print(f"{r['job']}\n    new {r['new_s']:7.2f} s   old {old}   {ratio}   target {r['target_s']:.0f} s   "
-              f"{'same laws' if r['same'] else 'LAWS DIFFER'}\n    {r['note']}", flush=True)
+            f">x{capped / r['new_s']:.1f}" if capped is not None else "-"
+        same = "no plain reference" if r["same"] is None else "same laws" if r["same"] else "LAWS DIFFER"
+        print(f"{r['job']}\n    audit {r['new_s']:7.2f} s   plain {old}   {ratio}   target {r['target_s']:.0f} s   "
+              f"{same}\n    {r['note']}", flush=True)
 
 
 if __name__ == "__main__":

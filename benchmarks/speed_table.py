@@ -9,7 +9,8 @@ Run:  python -m benchmarks.speed_table --write        (run every module, record 
 Each ``bench_speed_<area>`` module exposes ``rows(quick=False)`` (and may take ``job=TEXT`` to compute only
 the rows whose job contains ``TEXT``): one dict per job with exactspec's seconds (``new_s``), the baseline's
 seconds timed in the same run (``old_s``; or ``None`` with ``old_capped_s`` when the baseline was stopped at a
-cap), whether the two gave identical laws or results (``same``; not read for a stopped baseline), a target
+cap; ``None`` alone where the job has no plain reference), whether the two gave identical laws or results
+(``same``; not read for a stopped baseline; ``None`` where there is no reference), a target
 (``target_s``, or ``None``) and a note. A row whose two sides disagree makes this script exit 1: a faster path
 that changes a law is a bug, not a speed-up.
 
@@ -70,7 +71,7 @@ def _row(r: dict[str, Any]) -> str:
     else:
         old_text = _seconds(old)
         ratio = f"{old / r['new_s']:.1f}x" if old and r["new_s"] else "-"
-        same = "identical" if r["same"] else "**DIFFER**"
+        same = "no plain reference" if r["same"] is None else "identical" if r["same"] else "**DIFFER**"
     target = r.get("target_s")
     target_text = "-" if target is None else f"<= {_seconds(target)} ({'yes' if r['new_s'] <= target else 'no'})"
     return (f"| {r['job']} | {old_text} | {_seconds(r['new_s'])} | {ratio} | {target_text} | {same} "
@@ -131,7 +132,7 @@ def table(saved: dict[str, Any]) -> tuple[str, bool]:
     ok = True
     for name in sorted(saved["modules"]):
         for r in saved["modules"][name]["rows"]:
-            ok &= bool(r["same"]) or _capped(r)
+            ok &= r["same"] is None or bool(r["same"]) or _capped(r)
             lines.append(_row(r))
     areas = [f"`{name}` finished {entry['when']} after {entry['seconds']:.0f} s (load average {entry['load']})"
              for name, entry in sorted(saved["modules"].items())]

@@ -384,7 +384,7 @@ def shared_expected_laws(memo: dict | None = None) -> Iterator[None]:
 
 def _shared_expected(ref: Model, prompt: tuple, tokens: int, fld: Field, engine: Engine) -> list | None:
     """The memo entry of ``ref``'s law inside :func:`shared_expected_laws` (computed on a miss), or None outside it
-    (and on the earlier path, or in an inexact field)."""
+    (and in an inexact field)."""
     memo = _EXPECTED.get()
     if memo is None or not engine.fast or not fld.exact:
         return None
@@ -401,7 +401,7 @@ def _shared_expected(ref: Model, prompt: tuple, tokens: int, fld: Field, engine:
 
 
 def _export_plain(fld: Field) -> Any:
-    """The earlier path's conversion to Fractions (reduced again: same Fractions, slower)."""
+    """An inexact field's conversion to Fractions (reduced again: same Fractions, slower)."""
     if fld.export(fld.one) is fld.one:
         return fld.export
     from fractions import Fraction

@@ -14,7 +14,6 @@ from __future__ import annotations
 import heapq
 import html
 import json
-import os
 from fractions import Fraction
 from dataclasses import dataclass, field as dc_field
 from typing import Any, NamedTuple
@@ -252,8 +251,7 @@ class AuditReport:
         """The outcomes with the largest ``|output - expected|`` (ties by token order)."""
         zero = 0
         out, exp, n = self.output, self.expected, self.worst_count
-        if n < 0 or os.environ.get("EXACTSPEC_LEGACY_ENGINE", "") not in ("", "0"):   # the earlier path, or a slice
-            # from the end, as a report built by hand may ask
+        if n < 0:   # a slice from the end, as a report built by hand may ask
             keys = set(out) | set(exp)
             rows = [Outcome(k, out.get(k, zero), exp.get(k, zero)) for k in keys]
             rows.sort(key=lambda o: (-abs(o.output - o.expected), o.tokens))

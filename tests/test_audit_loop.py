@@ -243,37 +243,34 @@ def test_iterating_or_unbinding_pending_rows_reads_none_of_them():
     assert [len(trace) for trace in runs] == [1, 1]   # rows 0 and 2 never fork
 
 
-def test_tokens_past_the_horizon_are_counted_not_read(monkeypatch):
-    from exactspec.samplers.loops.loop_audit import _old_path
-    from exactspec.samplers.randomness import _fast_path, joint_draws
+def test_tokens_past_the_horizon_are_counted_not_read():
+    import old_paths
 
     def sample_three(target, draft, prompt):        # plain sampling: each token read by the next forward but the last
         ids = prompt
         for _ in range(3):
             ids = torch.cat([ids, torch.multinomial(target(ids)[0, -1].softmax(-1), 1)[None]], dim=1)
         return ids
-    # with the stand-ins reading every token they are fed (the path before deferred reads)
-    monkeypatch.setattr(_fast_path, "DEFER_READS", False)
-    r = audit_loop(sample_three, target=TARGET, prompt=(1,), tokens=2, workers=None)
+    # with the stand-ins reading every token they are fed (the path before deferred reads, recorded)
+    r = old_paths.recorded("reads", lambda: audit_loop(sample_three, target=TARGET, prompt=(1,), tokens=2,
+                                                       workers=None))
     assert r.output == autoregressive_law(TARGET, (1,), 2) and r.tv == 0
     assert r.paths == 9                              # 3 x 3: the third token, past the horizon, never forks
     # with deferred reads no forward reads a token; with the draws held jointly (the default), the first and the
     # second (whose law is a row indexed by the first) are spread together after the loop returned: one run
-    monkeypatch.setattr(_fast_path, "DEFER_READS", True)
     deferred = audit_loop(sample_three, target=TARGET, prompt=(1,), tokens=2, workers=None)
     assert deferred.paths == 1 and deferred.output == r.output
-    # one draw at a time: the first is drawn where the second's law is computed, the second spread: 3 runs
-    monkeypatch.setattr(joint_draws, "JOINT", False)
-    one_by_one = audit_loop(sample_three, target=TARGET, prompt=(1,), tokens=2, workers=None)
+    # one draw at a time (recorded): the first is drawn where the second's law is computed, the second spread: 3 runs
+    one_by_one = old_paths.recorded("joint", lambda: audit_loop(sample_three, target=TARGET, prompt=(1,), tokens=2,
+                                                                workers=None))
     assert one_by_one.paths == 3 and one_by_one.output == r.output
-    monkeypatch.setattr(joint_draws, "JOINT", True)
-    with _old_path():
-        old = audit_loop(sample_three, target=TARGET, prompt=(1,), tokens=2, workers=None)
+    old = old_paths.recorded("loops", lambda: audit_loop(sample_three, target=TARGET, prompt=(1,), tokens=2,
+                                                         workers=None))
     assert old.paths == 27 and old.output == r.output
     # the horizon's note still counts every token a branch returned: a first step of up to 3 tokens, a horizon of 1
     new = audit_loop(leviathan(2, 3), target=TARGET, draft=DRAFT, prompt=(1,), tokens=1, workers=None)
-    with _old_path():
-        old = audit_loop(leviathan(2, 3), target=TARGET, draft=DRAFT, prompt=(1,), tokens=1, workers=None)
+    old = old_paths.recorded("loops", lambda: audit_loop(leviathan(2, 3), target=TARGET, draft=DRAFT, prompt=(1,),
+                                                         tokens=1, workers=None))
     assert new.scope == old.scope and new.scope["complete"] is False
     assert new.scope["unobserved"] == {"new_tokens": [2, 3]} and new.warnings == old.warnings
     assert new.output == old.output == autoregressive_law(TARGET, (1,), 1) and new.paths < old.paths
@@ -287,19 +284,17 @@ def _sample_three(target, draft, prompt):
     return ids
 
 
-def test_a_token_read_only_where_the_loop_returns_it_is_spread_not_forked(monkeypatch):
-    from exactspec.samplers.loops.loop_audit import _old_path
-    from exactspec.samplers.randomness import joint_draws
+def test_a_token_read_only_where_the_loop_returns_it_is_spread_not_forked():
+    import old_paths
     r = audit_loop(_sample_three, target=TARGET, prompt=(1,), tokens=3, workers=None)
     assert r.output == autoregressive_law(TARGET, (1,), 3) and r.tv == 0
     assert r.paths == 1          # one run: the three tokens (each a row indexed by the one before) spread jointly
-    monkeypatch.setattr(joint_draws, "JOINT", False)
-    one_by_one = audit_loop(_sample_three, target=TARGET, prompt=(1,), tokens=3, workers=None)
+    one_by_one = old_paths.recorded("joint", lambda: audit_loop(_sample_three, target=TARGET, prompt=(1,), tokens=3,
+                                                                workers=None))
     assert one_by_one.output == r.output
     assert one_by_one.paths == 9     # 3 x 3 runs of the loop; each spreads the third token over its 3 values
-    monkeypatch.setattr(joint_draws, "JOINT", True)
-    with _old_path():
-        old = audit_loop(_sample_three, target=TARGET, prompt=(1,), tokens=3, workers=None)
+    old = old_paths.recorded("loops", lambda: audit_loop(_sample_three, target=TARGET, prompt=(1,), tokens=3,
+                                                         workers=None))
     assert old.paths == 27 and old.output == r.output and old.verdict == r.verdict
 
     def twice(target, draft, prompt):               # one draw returned twice, as a list of 0-d tensors
@@ -309,8 +304,8 @@ def test_a_token_read_only_where_the_loop_returns_it_is_spread_not_forked(monkey
     r = audit_loop(twice, target=TARGET, prompt=(1,), tokens=2, output="new", workers=None)
     assert r.output == {(a, a): p for (a,), p in one.items()}      # one value in both places
     assert r.paths == 1
-    with _old_path():
-        old = audit_loop(twice, target=TARGET, prompt=(1,), tokens=2, output="new", workers=None)
+    old = old_paths.recorded("loops", lambda: audit_loop(twice, target=TARGET, prompt=(1,), tokens=2, output="new",
+                                                         workers=None))
     assert old.output == r.output and old.paths == len(one)
 
 
@@ -332,7 +327,7 @@ def test_a_loop_returning_many_unread_draws_spreads_at_most_the_limit(monkeypatc
 
 
 def test_a_race_winner_returned_unread_is_spread_too():
-    from exactspec.samplers.loops.loop_audit import _old_path
+    import old_paths
 
     def gumbel_two(target, draft, prompt):          # Gumbel-max sampling: a race's winner, its law made on read
         ids = prompt
@@ -343,8 +338,8 @@ def test_a_race_winner_returned_unread_is_spread_too():
         return ids
     for rng_model in ("native", "continuous"):
         new = audit_loop(gumbel_two, target=TARGET, prompt=(1,), tokens=2, rng_model=rng_model, workers=None)
-        with _old_path():
-            old = audit_loop(gumbel_two, target=TARGET, prompt=(1,), tokens=2, rng_model=rng_model, workers=None)
+        old = old_paths.recorded("loops", lambda: audit_loop(gumbel_two, target=TARGET, prompt=(1,), tokens=2,
+                                                             rng_model=rng_model, workers=None))
         assert new.output == old.output and new.tv == old.tv and new.verdict == old.verdict
         assert new.paths == 3 and old.paths == 9     # the second winner: spread over its 3 values, not forked
         assert new.extra.get("approximations")       # its law is still the approximated race law, and says so

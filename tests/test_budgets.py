@@ -154,15 +154,15 @@ def test_no_limit_starts_no_thread_and_quick_blocks_leave_nothing_pending():
     assert x > 0
 
 
-@pytest.mark.parametrize("legacy, order", [(True, 2), (False, None)])
-def test_time_limit_stops_a_closed_form_efficiency_computation(legacy, order):
-    # exactspec audit --rule speculative_sampling --gamma 9 --tokens 1 --time-limit 2 ran 17.5 s; the engine's
-    # earlier path still walks every drafted prefix there; the new one merges prefixes by model state, so it
-    # walks them all only when the models read the whole context (order None): 5**9 prefixes either way
+@pytest.mark.parametrize("field, order", [("float", 2), ("fraction", None)])
+def test_time_limit_stops_a_closed_form_efficiency_computation(field, order):
+    # exactspec audit --rule speculative_sampling --gamma 9 --tokens 1 --time-limit 2 ran 17.5 s; in an inexact
+    # field the closed form still walks every drafted prefix there; in an exact one it merges prefixes by model
+    # state, so it walks them all only when the models read the whole context (order None): 5**9 prefixes
     inst = make_instance(vocab=5, order=2, gamma=9, tokens=1)
     target = es.models.random_table(vocab=5, order=order, seed=0)
     eng = Engine(es.rules.speculative_sampling, inst.proposer, target, es.models.perturbed(target, seed=1),
-                 get_field(), budget=Budget(seconds=0.5), legacy=legacy)
+                 get_field(field), budget=Budget(seconds=0.5))
 
     def run():
         with eng.guard():
@@ -394,18 +394,16 @@ def test_audit_stops_a_busy_loop_rule_in_a_thread():
     assert seen == [0.3]
 
 
-@pytest.mark.parametrize("legacy, order", [("1", 2), ("0", None)])
-def test_audit_time_limit_stops_the_closed_form(monkeypatch, legacy, order):
-    # its efficiency alone takes a minute: on the earlier path with order-2 tables; on the new one (prefixes merged
+@pytest.mark.parametrize("field, order", [("float", 2), ("fraction", None)])
+def test_audit_time_limit_stops_the_closed_form(field, order):
+    # its efficiency alone takes a minute: in an inexact field with order-2 tables; in an exact one (prefixes merged
     # by model state) with models that read the whole context
-    from exactspec.enumerate.stream import LEGACY_ENV
-    monkeypatch.setenv(LEGACY_ENV, legacy)
     inst = make_instance(vocab=5, order=2, gamma=10, tokens=1)
     target = es.models.random_table(vocab=5, order=order, seed=0)
 
     def run():
         es.audit(target=target, draft=es.models.perturbed(target, seed=1), proposer=inst.proposer,
-                 rule="speculative_sampling", prompt=inst.prompt, tokens=1, budget=Budget(seconds=0.5))
+                 rule="speculative_sampling", prompt=inst.prompt, tokens=1, budget=Budget(seconds=0.5), field=field)
     err, elapsed = stopped_within(run, "seconds")
     assert err.limit == 0.5 and elapsed < 10
 

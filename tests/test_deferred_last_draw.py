@@ -4,7 +4,7 @@
 (``lazy_draws._write_pending``); the adapter hands the engine the last emitted token undrawn
 (``lazy_draws.tokens_deferring_last``) and the step enumerator spreads it over its values. A sampler
 that reads the draw (compares it, indexes with it, ``.item()``), or writes it and reads it back,
-draws it there, as before. Laws are ``==`` to the old path's (``legacy_paths()``), verdicts too.
+draws it there, as before. Laws are ``==`` to the old paths' (recorded: ``tests/old_paths.py``), verdicts too.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from exactspec.fields import get_field
 torch = pytest.importorskip("torch")
 
 from test_sampler_fast_paths import KW, ZEROS, _both, _same  # noqa: E402
+import old_paths  # noqa: E402
 
 from exactspec.bugzoo import torch_samplers as tz  # noqa: E402
-from exactspec.samplers.randomness import _fast_path
 from exactspec.samplers.torch_draws import torch_rng  # noqa: E402,F401  (torch_rng patches torch in audits)
 from exactspec.samplers.randomness.interception import bind, intercepting  # noqa: E402
 from exactspec.samplers.torch_draws.lazy_draws import LazyCategoricalTensor  # noqa: E402
@@ -139,9 +139,9 @@ def test_a_copying_sampler_same_law_in_fewer_calls(sampler, monkeypatch):
         new, old = _both(sampler, adapter="vllm", reference=False, **kw)
         _same(new, old)
         assert new.verdict == "lossless"
-        monkeypatch.setattr(_fast_path, "DEFER_LAST", False)      # the fast paths as they were before the deferral
-        before = es.audit_sampler(sampler, adapter="vllm", reference=False, **kw)
-        monkeypatch.setattr(_fast_path, "DEFER_LAST", True)
+        # the fast paths as they were before the deferral
+        before = old_paths.recorded("defer_last", lambda: es.audit_sampler(sampler, adapter="vllm", reference=False,
+                                                                           **kw))
         _same(new, before)
         assert new.extra["sampler_calls"] < before.extra["sampler_calls"]   # one call for all values of the last draw
 
@@ -162,8 +162,7 @@ def test_the_transformers_adapter_defers_too(monkeypatch):
               proposer=es.drafts.chain(2), prompt=KW["prompt"], tokens=2)
     new, old = _both(spec, **kw)
     _same(new, old)
-    monkeypatch.setattr(_fast_path, "DEFER_LAST", False)
-    before = es.audit_sampler(spec, **kw)
+    before = old_paths.recorded("defer_last", lambda: es.audit_sampler(spec, **kw))
     _same(new, before)
     assert new.extra["sampler_calls"] < before.extra["sampler_calls"]
 

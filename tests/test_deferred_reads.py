@@ -1,7 +1,6 @@
-"""Deferred reads (``_fast_path.DEFER_READS``) never change what a whole-loop audit reports; only its branch count.
+"""Deferred reads never change what a whole-loop audit reports; only its branch count.
 
-With ``exactspec.samplers.randomness._fast_path.DEFER_READS`` on, the torch-lm stand-ins read no pending token
-they are fed: their logits become lazy values of the pending draws, kept lazy through torch operations until
+The torch-lm stand-ins read no pending token they are fed: their logits become lazy values of the pending draws, kept lazy through torch operations until
 Python reads a value. That must be invisible in the report. Each case below is a small, hostile generation loop
 (written here, vocab 3, 2-3 tokens) that feeds sampled tokens back into the stand-ins and then does something a
 lazy-logits layer could get wrong: views followed by in-place writes, ``out=`` arguments, top-k / top-p
@@ -9,9 +8,11 @@ filtering, greedy decoding, branches on logit values, exceptions that depend on 
 replacement, batches, Gumbel-max and exponential races, logits kept across steps, in-place writes into the ids,
 order-2 and context-free models, and speculative decoding, correct and subtly wrong.
 
-:func:`_both` audits each loop with the switch on and then off (restoring it) and checks, exactly: the same law
-(``==`` on the Fraction dicts), the same verdict and TV, no more branches with the switch on than off, and,
-where the audit raises, the same exception type and message both ways.
+:func:`_both` audits each loop and compares it with the report of the path before deferred reads (the stand-ins
+reading every token they are fed; deleted in issue 36, its reports recorded: ``tests/old_paths.py``), exactly:
+the same law (``==`` on the Fraction dicts), the same verdict and TV, no more branches than that path, and,
+where the audit raises, the same exception type and message both ways. :func:`_joint_both` compares the same
+way with the path that took pending draws one at a time (before :mod:`~exactspec.samplers.randomness.joint_draws`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import exactspec as es  # noqa: E402
-from exactspec.samplers.randomness import _fast_path, joint_draws  # noqa: E402
+from exactspec.samplers.randomness import joint_draws  # noqa: E402
+
+import old_paths  # noqa: E402
 
 P1 = es.models.random_table(vocab=3, order=1, seed=1)       # target, order 1
 Q1 = es.models.random_table(vocab=3, order=1, seed=2)       # draft, order 1
@@ -32,25 +35,29 @@ CF = es.models.context_free(("1/4", "1/4", "1/2"))           # context-free
 NEG = float("-inf")
 
 
-def _audit(fn, on, kw):
-    with _fast_path.reads_deferred(on):
-        try:
-            return es.audit_loop(fn, workers=None, progress=False, **{"rng_model": "continuous", **kw}), None
-        except Exception as exc:  # noqa: BLE001  (compared below, both ways)
-            return None, exc
+def _audit(fn, kw):
+    """(the report, None) of auditing ``fn``, or (None, (the exception's type name, its message)) where it raised."""
+    try:
+        return es.audit_loop(fn, workers=None, progress=False, **{"rng_model": "continuous", **kw}), None
+    except Exception as exc:  # noqa: BLE001  (compared below, both ways)
+        return None, (type(exc).__name__, str(exc))
 
 
 def _both(fn, **kw):
-    """Audit ``fn`` with deferred reads on, then off; assert the reports agree. Returns (report on, report off)."""
-    saved = _fast_path.DEFER_READS
-    on, err_on = _audit(fn, True, kw)
-    off, err_off = _audit(fn, False, kw)
-    assert _fast_path.DEFER_READS is saved
+    """Audit ``fn``; assert the report agrees with the path before deferred reads. Returns (report, report before)."""
+    return _agree(_audit(fn, kw), old_paths.recorded("reads", lambda: _audit(fn, kw)))
+
+
+def _agree(new, old):
+    """Assert ``new`` and ``old`` (each ``(report, error)`` as :func:`_audit` returns it) agree, as :func:`_both`
+    says. Returns (report or error, report or error)."""
+    on, err_on = new
+    off, err_off = old
     if err_on is not None or err_off is not None:
         assert err_on is not None and err_off is not None, (
             f"only one run raised: on={err_on!r}, off={err_off!r}")
-        assert type(err_on) is type(err_off), (type(err_on), type(err_off))
-        assert str(err_on) == str(err_off)
+        assert err_on[0] == err_off[0], (err_on[0], err_off[0])
+        assert err_on[1] == err_off[1]
         return err_on, err_off
     assert on.output == off.output
     assert on.verdict == off.verdict
@@ -721,18 +728,12 @@ def test_deferred_reads_change_nothing_but_paths(fn, kw):
 def _joint_both(fn, **kw):
     """Audit ``fn`` (deferred reads on) with pending draws held jointly and then one at a time; assert the reports
     agree exactly. Returns (report joint, report one at a time)."""
-    saved = joint_draws.JOINT
-    try:
-        joint_draws.JOINT = True
-        on, err_on = _audit(fn, True, kw)
-        joint_draws.JOINT = False
-        off, err_off = _audit(fn, True, kw)
-    finally:
-        joint_draws.JOINT = saved
+    on, err_on = _audit(fn, kw)
+    off, err_off = old_paths.recorded("joint", lambda: _audit(fn, kw))      # the draws one at a time (recorded)
     if err_on is not None or err_off is not None:
         assert err_on is not None and err_off is not None, (
             f"only one run raised: joint={err_on!r}, one at a time={err_off!r}")
-        assert type(err_on) is type(err_off) and str(err_on) == str(err_off)
+        assert err_on == err_off
         return err_on, err_off
     assert on.output == off.output
     assert on.verdict == off.verdict and on.tv == off.tv
@@ -762,25 +763,21 @@ def test_joint_decisions_take_fewer_branches(fn, kw):
     assert on.paths < off.paths, (on.paths, off.paths)
 
 
-def test_the_switch_is_restored_after_a_raising_audit():
-    saved = _fast_path.DEFER_READS
-    _both(raise_on_token, target=P1, tokens=2)
-    assert _fast_path.DEFER_READS is saved
-
-
-# the helper is not vacuous: a loop that reads the switch itself is caught (law differs; only one run raises)
-def _switch_reader(raise_when_on):
+# the helper is not vacuous: a loop that differs is caught (law differs; only one run raises)
+def _flipped(raise_instead):
     def loop(target, draft, prompt):
         probs = _last_probs(target, prompt)
-        if _fast_path.DEFER_READS:
-            if raise_when_on:
-                raise ValueError("only with the switch on")
-            probs = probs.flip(-1)
-        return _append(prompt, torch.multinomial(probs, 1))
+        if raise_instead:
+            raise ValueError("only in this run")
+        return _append(prompt, torch.multinomial(probs.flip(-1), 1))
     return loop
 
 
-@pytest.mark.parametrize("raise_when_on", [False, True])
-def test_the_helper_catches_a_difference(raise_when_on):
+def _plain(target, draft, prompt):
+    return _append(prompt, torch.multinomial(_last_probs(target, prompt), 1))
+
+
+@pytest.mark.parametrize("raise_instead", [False, True])
+def test_the_helper_catches_a_difference(raise_instead):
     with pytest.raises(AssertionError):
-        _both(_switch_reader(raise_when_on), target=CF, tokens=1)
+        _agree(_audit(_flipped(raise_instead), dict(target=CF, tokens=1)), _audit(_plain, dict(target=CF, tokens=1)))

@@ -1,10 +1,10 @@
-"""The engine's new path (forward composition, deferred last-token draws, memoised closed-form rows) gives the
-laws of its earlier path exactly; the engine knows rules only as objects handed to it."""
+"""The engine's path (forward composition, deferred last-token draws, memoised closed-form rows) gives the laws of
+the plain recursion of ``benchmarks/baseline.py`` and of its earlier path (deleted in issue 36; what it reported
+here is recorded: ``tests/old_paths.py``) exactly; the engine knows rules only as objects handed to it."""
 
 from __future__ import annotations
 
 import ast
-import os
 from fractions import Fraction as F
 from pathlib import Path
 
@@ -14,22 +14,33 @@ from hypothesis import given, settings, strategies as st
 import exactspec as es
 from exactspec.enumerate import Engine
 from exactspec.enumerate.rng import DeferredToken, Touched
-from exactspec.enumerate.stream import LEGACY_ENV
 from exactspec.fields import get_field
 from exactspec.instances import make_instance
 
-from benchmarks.baseline import baseline_law
+from benchmarks.baseline import baseline_calls, baseline_law, baseline_target_law, memoised_law
+
+import old_paths
 
 ENGINE_DIR = Path(es.__file__).parent / "enumerate"
 
 
-def audit_both(monkeypatch, **kw):
-    """The same audit on the earlier path and on the new one."""
-    monkeypatch.setenv(LEGACY_ENV, "1")
-    old = es.audit(**kw)
-    monkeypatch.setenv(LEGACY_ENV, "0")
+def audit_both(**kw):
+    """What the earlier path reported for this audit (recorded), and the audit on today's path."""
     new = es.audit(**kw)
+    old = old_paths.recorded("engine", lambda: es.audit(**kw))
     return old, new
+
+
+def assert_baseline(report, fn, target, draft, *, gamma, prompt, tokens):
+    """The report's laws, TV, verdict and efficiency are the plain step's, composed by a plain memoised recursion
+    (``benchmarks/baseline.py``)."""
+    output = memoised_law(fn, target, draft, gamma=gamma, prompt=prompt, tokens=tokens)
+    expected = baseline_target_law(target, prompt=prompt, tokens=tokens)
+    assert report.output == output and report.expected == expected
+    tv = sum(abs(output.get(k, 0) - expected.get(k, 0)) for k in set(output) | set(expected)) / 2
+    assert report.tv == tv and report.verdict == ("lossless" if tv == 0 else "biased")
+    first, calls = baseline_calls(fn, target, draft, gamma=gamma, prompt=prompt, tokens=tokens)
+    assert report.tokens_per_call == first and report.target_calls == calls
 
 
 def assert_same(old, new):
@@ -141,34 +152,35 @@ USER_CHAIN = [ss_uniform, resample_target, looks_at_its_sample, swallows_a_touch
 
 @pytest.mark.parametrize("rule", USER_CHAIN, ids=lambda r: r.__name__)
 @pytest.mark.parametrize("vocab, order, gamma, tokens", [(3, 1, 2, 3), (4, 2, 3, 2), (3, 0, 2, 4)])
-def test_user_chain_rules_same_laws_on_both_paths(monkeypatch, rule, vocab, order, gamma, tokens):
+def test_user_chain_rules_same_laws_on_both_paths(rule, vocab, order, gamma, tokens):
     inst = make_instance(vocab=vocab, order=order, gamma=gamma, tokens=tokens)
-    old, new = audit_both(monkeypatch, target=inst.target, draft=inst.draft, proposer=inst.proposer, rule=rule,
+    old, new = audit_both(target=inst.target, draft=inst.draft, proposer=inst.proposer, rule=rule,
                           prompt=inst.prompt, tokens=tokens)
     assert_same(old, new)
+    assert_baseline(new, rule, inst.target, inst.draft, gamma=gamma, prompt=inst.prompt, tokens=tokens)
 
 
-def test_a_lossless_and_a_biased_user_rule_keep_their_verdicts(monkeypatch):
+def test_a_lossless_and_a_biased_user_rule_keep_their_verdicts():
     inst = make_instance(vocab=3, order=1, gamma=2, tokens=3)
     kw = dict(target=inst.target, draft=inst.draft, proposer=inst.proposer, prompt=inst.prompt, tokens=3)
-    assert [r.verdict for r in audit_both(monkeypatch, rule=ss_uniform, **kw)] == ["lossless", "lossless"]
-    assert [r.verdict for r in audit_both(monkeypatch, rule=resample_target, **kw)] == ["biased", "biased"]
+    assert [r.verdict for r in audit_both(rule=ss_uniform, **kw)] == ["lossless", "lossless"]
+    assert [r.verdict for r in audit_both(rule=resample_target, **kw)] == ["biased", "biased"]
 
 
 @pytest.mark.parametrize("rule", [r for r in es.rules.catalog() if r.family == "chain"], ids=lambda r: r.name)
 @pytest.mark.parametrize("closed_form", [True, False])
-def test_catalog_chain_rules_same_laws_on_both_paths(monkeypatch, rule, closed_form):
+def test_catalog_chain_rules_same_laws_on_both_paths(rule, closed_form):
     inst = make_instance(vocab=4, order=2, gamma=3, tokens=4)
-    old, new = audit_both(monkeypatch, target=inst.target, draft=inst.draft, proposer=inst.proposer, rule=rule,
+    old, new = audit_both(target=inst.target, draft=inst.draft, proposer=inst.proposer, rule=rule,
                           prompt=inst.prompt, tokens=4, closed_form=closed_form)
     assert_same(old, new)
 
 
 @pytest.mark.parametrize("claim", ["draft", "point_mass"])
-def test_argmax_drafts_and_point_mass_claims_same_laws(monkeypatch, claim):
+def test_argmax_drafts_and_point_mass_claims_same_laws(claim):
     inst = make_instance(vocab=4, order=2, gamma=3, tokens=4, sampling="argmax", claim=claim)
     for closed_form in (True, False):
-        old, new = audit_both(monkeypatch, target=inst.target, draft=inst.draft, proposer=inst.proposer,
+        old, new = audit_both(target=inst.target, draft=inst.draft, proposer=inst.proposer,
                               rule=es.rules.speculative_sampling, prompt=inst.prompt, tokens=4,
                               closed_form=closed_form)
         assert_same(old, new)
@@ -176,24 +188,24 @@ def test_argmax_drafts_and_point_mass_claims_same_laws(monkeypatch, claim):
 
 @pytest.mark.parametrize("rule", [r for r in es.rules.catalog() if r.family == "tree"] + [tree_sample_match],
                          ids=lambda r: getattr(r, "name", getattr(r, "__name__", "")))
-def test_tree_rules_same_laws_on_both_paths(monkeypatch, rule):
+def test_tree_rules_same_laws_on_both_paths(rule):
     target = es.models.random_table(vocab=3, order=1, seed=4)
     draft = es.models.perturbed(target, seed=5)
     prop = es.drafts.tree((2, 1), children="topk" if getattr(rule, "name", "") in (
         "greedy_tree", "shared_coin_tree", "typical_acceptance") else "iid",
         claim="point_mass" if getattr(rule, "name", "") in ("greedy_tree", "shared_coin_tree",
                                                             "typical_acceptance") else "draft")
-    old, new = audit_both(monkeypatch, target=target, draft=draft, proposer=prop, rule=rule, prompt=(0,), tokens=4)
+    old, new = audit_both(target=target, draft=draft, proposer=prop, rule=rule, prompt=(0,), tokens=4)
     assert_same(old, new)
 
 
-def test_the_check_configurations_same_laws_on_both_paths(monkeypatch):
+def test_the_check_configurations_same_laws_on_both_paths():
     from exactspec.instances import check_cases, default_instance
     inst = default_instance()
     small = make_instance(vocab=3, order=2, gamma=2, tokens=4)
     for case in check_cases(small):
         draft = None if case.proposer.family == "tree" and not case.proposer.needs_draft() else small.draft
-        old, new = audit_both(monkeypatch, target=small.target, draft=draft, proposer=case.proposer, rule=case.rule,
+        old, new = audit_both(target=small.target, draft=draft, proposer=case.proposer, rule=case.rule,
                               prompt=small.prompt, tokens=case.tokens)
         assert_same(old, new)
     assert inst.tokens == 6   # the real check runs these at vocab 5, 6 tokens (benchmarks/bench_speed_engine.py)
@@ -201,45 +213,37 @@ def test_the_check_configurations_same_laws_on_both_paths(monkeypatch):
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10 ** 6), vocab=st.integers(2, 4), order=st.integers(0, 2), gamma=st.integers(1, 3),
-       tokens=st.integers(1, 5), which=st.sampled_from(USER_CHAIN + [es.rules.speculative_sampling.fn,
+          tokens=st.integers(1, 5), which=st.sampled_from(USER_CHAIN + [es.rules.speculative_sampling.fn,
                                                                      es.rules.sample_and_match.fn]),
        zero=st.sampled_from([0.0, 0.3]))
-def test_random_instances_same_laws_on_both_paths(seed, vocab, order, gamma, tokens, which, zero):
+def test_random_instances_same_laws_as_the_plain_recursion(seed, vocab, order, gamma, tokens, which, zero):
     target = es.models.random_table(vocab=vocab, order=order, seed=seed, zero_prob=zero)
     draft = es.models.random_table(vocab=vocab, order=order, seed=seed + 1, zero_prob=zero)
     kw = dict(target=target, draft=draft, proposer=es.drafts.chain(gamma), rule=which,
               prompt=tuple(i % vocab for i in range(order)), tokens=tokens)
-    before = os.environ.get(LEGACY_ENV)
-    try:
-        os.environ[LEGACY_ENV] = "1"
-        old = es.audit(**kw)
-        os.environ[LEGACY_ENV] = "0"
-        new = es.audit(**kw)
-    finally:
-        os.environ.pop(LEGACY_ENV, None) if before is None else os.environ.__setitem__(LEGACY_ENV, before)
-    assert_same(old, new)
+    assert_baseline(es.audit(**kw), which, target, draft, gamma=gamma, prompt=kw["prompt"], tokens=tokens)
 
 
-def test_inexact_fields_run_the_earlier_path_bit_for_bit(monkeypatch):
+def test_inexact_fields_run_the_earlier_path_bit_for_bit():
     inst = make_instance(vocab=4, order=2, gamma=3, tokens=4)
     for field in ("float", "mpmath"):
-        old, new = audit_both(monkeypatch, target=inst.target, draft=inst.draft, proposer=inst.proposer,
+        old, new = audit_both(target=inst.target, draft=inst.draft, proposer=inst.proposer,
                               rule=ss_uniform, prompt=inst.prompt, tokens=4, field=field)
         assert list(new.output.items()) == list(old.output.items()) and new.tv == old.tv
         assert new.paths == old.paths
 
 
-def test_errors_of_a_rule_are_the_same_on_both_paths(monkeypatch):
+def test_errors_of_a_rule_are_the_same_on_both_paths():
     def emits_outside_the_vocabulary(step, rng):
         yield rng.categorical((F(1, 2), F(1, 4), F(1, 4)))    # token 2 with vocab 2
     half = es.models.context_free(("1/2", "1/2"))
-    msgs = []
-    for legacy in ("1", "0"):
-        monkeypatch.setenv(LEGACY_ENV, legacy)
+
+    def message():
         with pytest.raises(es.RuleError) as info:
             es.audit(target=half, draft=half, rule=emits_outside_the_vocabulary, proposer=es.drafts.chain(1),
                      tokens=1)
-        msgs.append(str(info.value))
+        return str(info.value)
+    msgs = [old_paths.recorded("engine", message), message()]
     assert msgs[0] == msgs[1] and "outside 0..1" in msgs[0]
 
 
@@ -372,15 +376,14 @@ def crashes_after_a_one(step, rng):
 
 
 @pytest.mark.parametrize("lazy", [False, True])
-def test_recorded_crashes_are_the_same_on_both_paths(monkeypatch, lazy):
+def test_recorded_crashes_are_the_same_on_both_paths(lazy):
     from exactspec._audit import run_audit, validate_audit
     inst = make_instance(vocab=3, order=1, gamma=2, tokens=4)
-    reports = []
-    for legacy in ("1", "0"):
-        monkeypatch.setenv(LEGACY_ENV, legacy)
+
+    def run():
         inputs = validate_audit(target=inst.target, draft=inst.draft, proposer=inst.proposer,
                                 rule=crashes_after_a_one, prompt=inst.prompt, tokens=4)
-        reports.append(run_audit(inputs, on_error="record", lazy=lazy))
-    old, new = reports
+        return run_audit(inputs, on_error="record", lazy=lazy)
+    old, new = old_paths.recorded("engine", run), run()
     assert_same(old, new)
     assert new.extra["errors"] == old.extra["errors"] and new.extra["error_probability"] != "0"

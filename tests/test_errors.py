@@ -373,13 +373,12 @@ def test_depth_budget_exceeded():
     assert info.value.covered == {"draws on this branch": 1}
 
 
-@pytest.mark.parametrize("legacy, gamma", [("1", 3), ("0", 4)])
-def test_time_budget_exceeded_while_enumerating(monkeypatch, legacy, gamma):
+@pytest.mark.parametrize("field, gamma", [("float", 3), ("fraction", 4)])
+def test_time_budget_exceeded_while_enumerating(field, gamma):
     # the deadline is checked every 256 branches. On a clock the test controls, where each branch (one
     # call of the rule) costs one second, a 100 s budget is found spent at the 256th branch, on any machine
-    # (the engine's new path runs the first step of gamma 3 in 103 branches: gamma 4 there, 411)
-    from exactspec.enumerate.stream import LEGACY_ENV
-    monkeypatch.setenv(LEGACY_ENV, legacy)
+    # (the engine's exact path runs the first step of gamma 3 in 103 branches: gamma 4 there, 411; an inexact
+    # field's path, the whole uncut first step, passes 256 at gamma 3)
     now = [0]
 
     def costly(step, rng):
@@ -390,14 +389,15 @@ def test_time_budget_exceeded_while_enumerating(monkeypatch, legacy, gamma):
     with pytest.raises(es.BudgetExceeded) as info:
         es.audit(target=big, draft=es.models.perturbed(big), proposer=es.drafts.chain(gamma),
                  rule=costly, prompt=(0,), tokens=3, budget=es.Budget(seconds=100, clock=lambda: now[0]),
-                 closed_form=False)
+                 closed_form=False, field=field)
     assert info.value.what == "seconds" and info.value.limit == 100
     # the 256th branch is counted, and the clock read, before the rule runs on it: 255 calls, 255 s
     assert info.value.covered["paths"] == 256 and info.value.covered["seconds"] == 255
     # the same audit on the same clock with time to spare is complete: the budget, not the rule, stopped it
     now[0] = 0
     rep = es.audit(target=big, draft=es.models.perturbed(big), proposer=es.drafts.chain(gamma), rule=costly,
-                   prompt=(0,), tokens=3, budget=es.Budget(seconds=10 ** 9, clock=lambda: now[0]), closed_form=False)
+                   prompt=(0,), tokens=3, budget=es.Budget(seconds=10 ** 9, clock=lambda: now[0]), closed_form=False,
+                   field=field)
     assert rep.lossless and rep.paths == now[0] > 256
 
 

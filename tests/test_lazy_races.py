@@ -4,7 +4,8 @@
 draft position, of which the code reads one) is a tensor of pending categorical draws, one per
 row, each drawn from its row's exact law ``w / sum(w)`` when read. Expected laws are derived by
 hand from the (dyadic, exactly representable) weights, or from the eager path (every race drawn at
-the argmax, ``torch_rng._LAZY_RACES = False``), which earlier tests check against hand-derived laws.
+the argmax; deleted in issue 36, its results recorded: ``tests/old_paths.py``), which earlier tests check
+against hand-derived laws.
 """
 
 from fractions import Fraction as F
@@ -21,6 +22,8 @@ from exactspec.samplers.torch_draws import torch_rng  # noqa: E402
 from exactspec.samplers.torch_draws.lazy_draws import LazyCategoricalTensor  # noqa: E402
 from exactspec.samplers.adapters.torch_adapters import VllmChainAdapter, reference_vllm_style  # noqa: E402
 from exactspec.samplers.torch_draws.torch_rng import bind, intercept_torch  # noqa: E402
+
+import old_paths  # noqa: E402
 
 FR = get_field(backend="python")
 W = torch.tensor([[0.5, 0.25, 0.25], [0.0, 0.5, 0.5], [0.125, 0.375, 0.5]], dtype=torch.float64)
@@ -64,14 +67,13 @@ def test_reading_one_entry_forks_on_that_entry_only(make, row):
     assert branches == len(ROW[row])          # the entry's support, not 3 * 2 * 3 = 18
 
 
-def test_a_gumbel_race_over_float_logits_reads_its_row_with_the_eager_law(monkeypatch):
+def test_a_gumbel_race_over_float_logits_reads_its_row_with_the_eager_law():
     """log(W) is irrational: the law is rounded (RACE_PRECISION bits) as the eager argmax rounds it."""
     def program():
         g = -torch.log(-torch.log(torch.rand(3, 3, dtype=torch.float64)))
         return int((torch.log(W) + g).argmax(dim=-1)[2])
     lazy, branches = law_of(program)
-    monkeypatch.setattr(torch_rng, "_LAZY_RACES", False)
-    eager, eager_branches = law_of(program)
+    eager, eager_branches = old_paths.recorded("races", lambda: law_of(program))     # every race drawn at the argmax
     assert lazy == eager and sum(lazy.values()) == 1
     assert branches == 3 and eager_branches == 18
 
@@ -162,21 +164,19 @@ def _sampler_audit(sampler, k, adapter="vllm", tokens=None):
 
 @pytest.mark.parametrize("k", [2, 3])
 @pytest.mark.parametrize("sampler", [bz.correct, reference_vllm_style], ids=["vectorised", "reference"])
-def test_vllm_style_samplers_stay_lossless_with_the_eager_law(sampler, k, monkeypatch):
+def test_vllm_style_samplers_stay_lossless_with_the_eager_law(sampler, k):
     runs = {}
 
-    def audit(mode):
+    def audit():
         count = [0]
 
         def counted(*args):
             count[0] += 1                        # one run of the sampler per branch of the enumeration
             return sampler(*args)
         report = _sampler_audit(counted, k)
-        runs[mode] = count[0]
-        return report
-    lazy = audit("lazy")
-    monkeypatch.setattr(torch_rng, "_LAZY_RACES", False)
-    eager = audit("eager")
+        return report, count[0]
+    lazy, runs["lazy"] = audit()
+    eager, runs["eager"] = old_paths.recorded("races", audit)      # every race drawn at the argmax (recorded)
     assert lazy.verdict == eager.verdict == "lossless"
     assert lazy.output == eager.output
     # bz.correct races at all k positions and reads one: eager forks on every race; the reference races at the one

@@ -2,7 +2,8 @@
 
 Each test runs a small program on a :class:`TorchLM` stand-in under the interception, enumerates it exactly, and
 compares the law with one derived independently (a product of the tables' rows) and, where the point is a
-saved fork, counts the runs. ``tests/test_deferred_reads.py`` compares whole loops with the switch on and off.
+saved fork, counts the runs. ``tests/test_deferred_reads.py`` compares whole loops with the path before deferred
+reads (recorded: ``tests/old_paths.py``), as some tests here do.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import exactspec as es  # noqa: E402
 from exactspec.enumerate.rng import enumerate_program  # noqa: E402
 from exactspec.fields import get_field  # noqa: E402
 from exactspec.samplers.loops._torch_lm import TorchLM  # noqa: E402
-from exactspec.samplers.randomness import _fast_path
 from exactspec.samplers.torch_draws import lazy_worlds  # noqa: E402
 from exactspec.samplers.randomness.interception import bind, intercepting  # noqa: E402
 from exactspec.samplers.torch_draws.lazy_worlds import LazyWorldsTensor  # noqa: E402
+
+import old_paths  # noqa: E402
 
 Q = (F(1, 4), F(1, 4), F(1, 2))                                       # the first token's law
 ROWS = {0: (F(1, 2), F(1, 4), F(1, 4)), 1: (F(1, 4), F(1, 4), F(1, 2)), 2: (F(1, 3), F(1, 3), F(1, 3))}
@@ -73,14 +75,13 @@ def test_a_draft_nobody_reads_never_forks():
     assert runs == 3                  # reading the first only: the second (and its forward) never forks
 
 
-def test_reading_everything_gives_the_same_law_as_the_stand_ins_reading_every_token(monkeypatch):
+def test_reading_everything_gives_the_same_law_as_the_stand_ins_reading_every_token():
     def body(lm, first):
         second = torch.multinomial(lm(first[None])[0, -1].softmax(-1), 1)
         third = torch.multinomial(lm(second[None])[0, -1].softmax(-1), 1)
         return int(first), int(second), int(third)
     deferred, runs_on = law_and_runs(body)
-    monkeypatch.setattr(_fast_path, "DEFER_READS", False)
-    eager, runs_off = law_and_runs(body)
+    eager, runs_off = old_paths.recorded("reads", lambda: law_and_runs(body))    # the stand-ins reading every token
     assert deferred == eager and runs_on == runs_off == 27
 
 
@@ -95,18 +96,17 @@ def test_the_pieces_of_a_split_hold_their_own_positions_worlds(cut, monkeypatch)
         pieces = {"split": lambda: logits.split(1, dim=1), "split_sizes": lambda: torch.split(logits, [2, 1], 1),
                   "chunk": lambda: logits.chunk(2, dim=1), "unbind": lambda: logits.unbind(1),
                   "split_last": lambda: logits.split(2, dim=-1)}[cut]()
-        if _fast_path.DEFER_READS:
-            assert all(type(p) is LazyWorldsTensor for p in pieces)
+        kinds.extend(type(p) for p in pieces)
         # computed per world (a view's own values would come from the family's storage once read)
         return tuple(tuple(round(x, 12) for x in (p * 1.5).exp().reshape(-1).tolist()) for p in pieces)
+    kinds: list = []
     lazy, _ = law_and_runs(body)
+    assert kinds and all(k is LazyWorldsTensor for k in kinds)
 
     def general(*a, **k):
         raise AssertionError("the general path took the split")
-    monkeypatch.setattr(_fast_path, "DEFER_READS", False)
-    eager, _ = law_and_runs(body)
+    eager, _ = old_paths.recorded("reads", lambda: law_and_runs(body))    # the stand-ins reading every token
     assert lazy == eager
-    monkeypatch.setattr(_fast_path, "DEFER_READS", True)
     monkeypatch.setattr(lazy_worlds, "_positions", general)
     assert law_and_runs(body)[0] == eager
 
@@ -274,12 +274,8 @@ def test_a_decision_on_two_pending_tokens_draws_the_first_and_narrows_the_second
 
 
 def _without_refinement(body, **kw):
-    saved = lazy_worlds.REFINE
-    lazy_worlds.REFINE = False
-    try:
-        return law_and_runs(body, **kw)
-    finally:
-        lazy_worlds.REFINE = saved
+    """What the path forking on the draws a decision reads (not on its answer) gave (recorded)."""
+    return old_paths.recorded("refine", lambda: law_and_runs(body, **kw))
 
 
 # -- a uniform compared with a threshold that depends on a pending token: decided jointly, the token unread --------

@@ -1,10 +1,10 @@
-"""The faster whole-loop path (issue 17) gives the identical law, branch count and verdict as the path before it.
+"""The whole-loop path of issue 17 gives the identical law, branch count and verdict as the path before it.
 
-``exactspec.samplers.randomness._fast_path.LOOPS`` switches the bookkeeping of pending categorical draws
-(a reshape that keeps the entries' order reshapes their cells; ``cat``/``stack`` join them with
-numpy) between the faster path and the one audits took before; ``loop_audit._old_path()`` runs
-an audit on the old one. Every comparison here is exact (``==`` on Fraction laws), and the small
-programs' laws are also checked against laws derived by hand.
+The bookkeeping of pending categorical draws reshapes their cells where a reshape keeps the entries' order
+and joins them with numpy for ``cat``/``stack``; the path before it (deleted in issue 36) went through index
+tensors. The cells are checked against that plain rule here (the same operation applied to a tensor of the
+entries' positions), the small programs' laws against laws derived by hand, and whole loops' reports
+against what the old path reported (recorded: ``tests/old_paths.py``). Every comparison is exact.
 """
 
 from __future__ import annotations
@@ -22,30 +22,48 @@ import exactspec as es  # noqa: E402
 from exactspec.bugzoo import loops as zoo_loops  # noqa: E402
 from exactspec.enumerate.rng import PathRng, enumerate_program  # noqa: E402
 from exactspec.fields import get_field  # noqa: E402
-from exactspec.samplers.randomness import _fast_path  # noqa: E402
 from exactspec.samplers.torch_draws import lazy_draws  # noqa: E402
 from exactspec.samplers.torch_draws import torch_rng  # noqa: E402,F401  (patches torch inside audits)
 from exactspec.samplers.randomness.interception import bind, intercepting  # noqa: E402
-from exactspec.samplers.loops.loop_audit import _old_path, audit_loop, reference_loop  # noqa: E402
+from exactspec.samplers.loops.loop_audit import audit_loop, reference_loop  # noqa: E402
+
+import old_paths  # noqa: E402
 
 FIELD = get_field(backend="python")
 
 
 def _both(run):
-    """``run()`` on the faster path and on the old one."""
+    """``run()`` on today's path, and what the old path returned for it (recorded)."""
     new = run()
-    with _old_path():
-        assert _fast_path.LOOPS is False
-        old = run()
-    assert _fast_path.LOOPS is True
-    return new, old
+    return new, old_paths.recorded("loops", run)
 
 
 def _law(program):
-    def run():
-        with intercepting():
-            return enumerate_program(program, FIELD, exact_floats=True)
-    return _both(run)
+    with intercepting():
+        return enumerate_program(program, FIELD, exact_floats=True)
+
+
+def _by_positions(op, *tensors):
+    """The cells ``op(*tensors)`` has by the plain rule: ``op`` applied to tensors of the pending entries' positions
+    (tensor ``i``'s entry ``k`` is ``1000 * (i + 1) + k``; ordinary tensors as they are), each position mapped back
+    to its cell; an ordinary entry ``v`` as ``("value", v)``."""
+    ids, cells = [], {}
+    for i, t in enumerate(tensors):
+        if isinstance(t, lazy_draws.LazyCategoricalTensor):
+            base = 1000 * (i + 1)
+            flat = list(t._cells.reshape(-1))
+            for k, c in enumerate(flat):
+                cells[base + k] = (id(c[0]), c[1])
+            ids.append(torch.arange(base, base + len(flat), dtype=torch.int64).reshape(t._cells.shape))
+        else:
+            ids.append(t)
+    out = op(*ids)
+    return tuple(out.shape), [cells.get(v, ("value", v)) for v in out.reshape(-1).tolist()]
+
+
+def _cells_or_values(t):
+    """``t``'s entries: a pending one's cell as :func:`_cells` gives it, a drawn one as ``("value", v)``."""
+    return [("value", c[0].values()[c[1]]) if c[0].drawn else (id(c[0]), c[1]) for c in t._cells.reshape(-1)]
 
 
 # -- the two shortcuts, on pending tensors directly ------------------------------------------------------------
@@ -67,9 +85,10 @@ def _cells(t):
 def test_an_order_keeping_reshape_gives_the_cells_the_general_path_gives(op):
     rng = PathRng((), 1, FIELD, [], {})
     t = _pending(rng, [1.0, 1.0], [1.0, 3.0])
-    new, old = _both(lambda: op(t))
-    assert isinstance(new, lazy_draws.LazyCategoricalTensor) and isinstance(old, lazy_draws.LazyCategoricalTensor)
-    assert new.shape == old.shape and _cells(new) == _cells(old)
+    new = op(t)
+    shape, want = _by_positions(op, t)
+    assert isinstance(new, lazy_draws.LazyCategoricalTensor)
+    assert tuple(new.shape) == shape and _cells(new) == want
     assert not any(c[0].drawn for c in t._cells.reshape(-1))       # reshaping draws nothing
 
 
@@ -82,8 +101,9 @@ def test_an_order_keeping_reshape_gives_the_cells_the_general_path_gives(op):
 def test_a_join_gives_the_cells_the_general_path_gives(op):
     rng = PathRng((), 1, FIELD, [], {})
     a, b = _pending(rng, [1.0, 1.0], [1.0, 3.0]), _pending(rng, [2.0, 1.0], [1.0, 1.0])
-    new, old = _both(lambda: op(a, b))
-    assert new.shape == old.shape and _cells(new) == _cells(old)
+    new = op(a, b)
+    shape, want = _by_positions(op, a, b)
+    assert tuple(new.shape) == shape and _cells_or_values(new) == want
     known = {c[0].values()[0] for c in new._cells.reshape(-1) if c[0].drawn}   # the ordinary entries, known already
     assert known <= {0, 4, 5, 6, 7, 8}
 
@@ -111,9 +131,9 @@ def test_reshaped_and_joined_draws_keep_their_law():
             stacked = torch.stack([joined[0], joined[0]]).reshape(-1)
             del unused
             return tuple(stacked.tolist())
-    new, old = _law(program)
+    new = _law(program)
     want = {(a, 2, b, 1) * 2: F(1 + 2 * a, 4) * F(1, 2) for a in (0, 1) for b in (0, 1)}
-    assert new == old == want
+    assert new == want
 
 
 def test_a_read_through_a_join_draws_once_for_both_views():
@@ -122,8 +142,8 @@ def test_a_read_through_a_join_draws_once_for_both_views():
             x = torch.multinomial(torch.tensor([1.0, 1.0]), 1)
             both = torch.cat([x, x])                       # the same pending draw twice
             return tuple(both.tolist()), int(x)
-    new, old = _law(program)
-    assert new == old == {((0, 0), 0): F(1, 2), ((1, 1), 1): F(1, 2)}
+    new = _law(program)
+    assert new == {((0, 0), 0): F(1, 2), ((1, 1), 1): F(1, 2)}
 
 
 # -- whole loops: the same report on both paths ---------------------------------------------------------------
@@ -208,24 +228,16 @@ def test_transformers_generate_with_an_assistant_reads_the_same_on_both_paths():
     assert r.extra["float64_paths"] == r.paths
 
 
-def test_old_path_restores_the_switch_after_an_error():
-    with pytest.raises(ValueError):
-        with _old_path():
-            raise ValueError("inside")
-    assert _fast_path.LOOPS is True
-    assert np.asarray([1]).size == 1
-
-
 # -- the faster dispatch of pending tensors, the stand-ins' shortcuts (issue 17, second round) -------------------
 
 def test_a_join_of_a_read_and_a_pending_draw_gives_the_cells_the_general_path_gives():
     rng = PathRng((), 1, FIELD, [], {})
     a, b = _pending(rng, [1.0, 1.0], [1.0, 3.0]), _pending(rng, [2.0, 1.0], [1.0, 1.0])
     lazy_draws.force(a)                        # read: its entries are known values from now on
-    new, old = _both(lambda: torch.cat([a, b], dim=1))
-    assert isinstance(new, lazy_draws.LazyCategoricalTensor) and new.shape == old.shape
+    new = torch.cat([a, b], dim=1)
+    assert isinstance(new, lazy_draws.LazyCategoricalTensor) and tuple(new.shape) == (2, 2)
     assert [c[0].values()[c[1]] for c in new._cells.reshape(-1)[[0, 2]]] == a.reshape(-1).tolist()
-    assert _cells(new)[1::2] == _cells(old)[1::2] == _cells(b)          # b's entries: still the same pending draws
+    assert _cells(new)[1::2] == _cells(b)          # b's entries: still the same pending draws
     assert not any(c[0].drawn for c in b._cells.reshape(-1))
 
 
@@ -233,8 +245,8 @@ def test_a_pick_with_nothing_pending_is_an_ordinary_tensor_on_both_paths():
     rng = PathRng((), 1, FIELD, [], {})
     a, b = _pending(rng, [1.0, 1.0]), _pending(rng, [0.0, 1.0])
     lazy_draws.force(a), lazy_draws.force(b)
-    new, old = _both(lambda: torch.cat([a, b, torch.tensor([[5]])]))
-    assert type(new) is type(old) is torch.Tensor and new.tolist() == old.tolist() == [[a.item()], [1], [5]]
+    new = torch.cat([a, b, torch.tensor([[5]])])
+    assert type(new) is torch.Tensor and new.tolist() == [[a.item()], [1], [5]]
 
 
 def test_metadata_reads_draw_nothing_and_a_write_through_a_view_draws_the_root_on_both_paths():
@@ -246,8 +258,8 @@ def test_metadata_reads_draw_nothing_and_a_write_through_a_view_draws_the_root_o
             assert not any(c[0].drawn for c in x._cells.reshape(-1))           # metadata only: nothing drawn
             v += 2                                        # a write into a view: the whole storage is drawn first
             return tuple(x.reshape(-1).tolist())
-    new, old = _law(program)
-    assert new == old == {(a + 2, b): F(1 + 2 * a, 4) * F(1, 2) for a in (0, 1) for b in (0, 1)}
+    new = _law(program)
+    assert new == {(a + 2, b): F(1 + 2 * a, 4) * F(1, 2) for a in (0, 1) for b in (0, 1)}
 
 
 @pytest.mark.parametrize("replacement", [True, False])
@@ -255,10 +267,12 @@ def test_metadata_reads_draw_nothing_and_a_write_through_a_view_draws_the_root_o
 def test_one_pending_draw_is_made_as_the_general_path_makes_it(replacement, shape):
     rng = PathRng((), 1, FIELD, [], {})
     row = lazy_draws.exact_row([1.0, 2.0])
-    new, old = _both(lambda: lazy_draws.lazy_multinomial(rng, [row], 1, replacement, shape))
-    assert new.shape == old.shape == shape and new._cells.shape == old._cells.shape == shape
-    (dn, sn), (do, so) = new._cells.reshape(-1)[0], old._cells.reshape(-1)[0]
-    assert (dn.weights, dn.law, dn.count, dn.replacement, sn) == (do.weights, do.law, do.count, do.replacement, so)
+    new = lazy_draws.lazy_multinomial(rng, [row], 1, replacement, shape)
+    assert new.shape == shape and new._cells.shape == shape
+    (dn, sn), = new._cells.reshape(-1)
+    # as the general path makes every draw: one PendingDraw of the row's weights and law, one sample, entry 0
+    assert (dn.weights, dn.law, dn.count, dn.replacement, sn) == (row[0], row[1], 1, replacement, 0)
+    assert dn.rng is rng
     assert new._fam.root is new and not new._read and not dn.drawn
 
 
@@ -267,8 +281,7 @@ def test_the_interception_tells_whose_draw_it_is_the_same_on_both_paths():
 
     from exactspec.samplers.randomness.interception import _internal
     frame = sys._getframe()
-    new, old = _both(lambda: _internal(frame))
-    assert new is old is False                # a test's own frame, called from pytest: audited code
+    assert _internal(frame) is False                # a test's own frame, called from pytest: audited code
 
 
 transformers = _published("transformers")
@@ -311,8 +324,8 @@ def test_the_transformers_stand_in_runs_hooks_and_replaced_pieces_on_the_faster_
     plain = m(torch.tensor([[0, 2]]), use_cache=False).logits
     built = m.get_input_embeddings()
     m.set_input_embeddings(flipped)
-    new, old = _both(lambda: m(torch.tensor([[2, 0]]), use_cache=False).logits)
-    assert torch.equal(new, old) and torch.equal(new, plain)
+    new = m(torch.tensor([[2, 0]]), use_cache=False).logits
+    assert torch.equal(new, plain)
     with torch.no_grad():                    # an in-place change of the weight as built is seen too
         m.lm_head.weight.mul_(2)
     m.set_input_embeddings(built)
@@ -328,15 +341,11 @@ def test_reset_restores_the_generation_config_as_a_deep_copy_would():
     m = hf_stand_in.transformers_stand_in(P3)
     m.reset()
     snapshot = copy.deepcopy(m.generation_config)
-    for path in ("new", "old"):
+    for _ in range(2):
         cfg = m.generation_config
         cfg.num_assistant_tokens, cfg.suppress_tokens, cfg.temperature = 7, [1, 2], -0.0
         cfg.bad_words_ids = [[0], [1, 2]]
-        if path == "new":
-            m.reset()
-        else:
-            with _old_path():
-                m.reset()
+        m.reset()
         assert m.generation_config.to_dict() == snapshot.to_dict()
         assert m.generation_config.suppress_tokens is not m._config_snapshot.suppress_tokens or \
             m.generation_config.suppress_tokens is None
@@ -352,9 +361,12 @@ def test_the_stand_ins_forward_signature_is_the_one_inspect_computes():
     from exactspec.samplers.loops import hf_stand_in
     fwd = hf_stand_in.ExactLMForCausalLM.forward
     given = inspect.signature(fwd)
-    with _old_path():
-        assert "__signature__" not in fwd.__dict__
-        computed = inspect.signature(fwd)
+    assert "__signature__" in fwd.__dict__
+    saved = fwd.__dict__.pop("__signature__")
+    try:
+        computed = inspect.signature(fwd)          # what inspect computes without it
+    finally:
+        fwd.__signature__ = saved
     assert given == computed and "__signature__" in fwd.__dict__
 
 

@@ -293,17 +293,14 @@ def _verify_unread(target, draft, prompt):
 
 
 def test_workers_replay_decisions_made_on_pending_drafts(every_branch_on_workers):
-    from exactspec.samplers.torch_draws import lazy_worlds
+    import old_paths
     here = es.audit_loop(_verify_unread, target=P3, draft=Q3, tokens=1, progress=False, workers=None)
     there = es.audit_loop(_verify_unread, target=P3, draft=Q3, tokens=1, progress=False, workers=2)
     assert every_branch_on_workers and every_branch_on_workers[0] > 0
     _same(here, there)
-    saved = lazy_worlds.REFINE
-    lazy_worlds.REFINE = False
-    try:
-        unrefined = es.audit_loop(_verify_unread, target=P3, draft=Q3, tokens=1, progress=False, workers=None)
-    finally:
-        lazy_worlds.REFINE = saved
+    # decisions forking on the draws they read (the path before lazy_worlds' refinement, recorded)
+    unrefined = old_paths.recorded("refine", lambda: es.audit_loop(_verify_unread, target=P3, draft=Q3, tokens=1,
+                                                                   progress=False, workers=None))
     assert unrefined.output == here.output and here.paths < unrefined.paths     # the decisions did fork on answers
 
 

@@ -223,13 +223,12 @@ def test_a_single_rule_audit_reports_the_probability_decided_and_quiet_silences(
     assert err_q == "" and out_q == out
 
 
-@pytest.mark.parametrize("legacy", [False, True])
-def test_the_engine_counts_the_probability_of_the_decided_outcomes_up_to_one(legacy):
-    # both compositions of the stream (forwards on the fast path, the memoised recursion on the legacy one)
+def test_the_engine_counts_the_probability_of_the_decided_outcomes_up_to_one():
+    # the forward composition of the stream (exact fields)
     from exactspec.enumerate import Engine
     from exactspec.fields import get_field
     p, q = es.models.random_table(vocab=3, order=1, seed=1), es.models.random_table(vocab=3, order=1, seed=2)
-    eng = Engine(es.rules.speculative_sampling, es.drafts.chain(2), p, q, get_field(), legacy=legacy)
+    eng = Engine(es.rules.speculative_sampling, es.drafts.chain(2), p, q, get_field())
     seen = []
     eng.meter.mass = _progress.MassProgress(lambda done, total: seen.append(done))
     with eng.guard():
@@ -240,6 +239,21 @@ def test_the_engine_counts_the_probability_of_the_decided_outcomes_up_to_one(leg
     r = es.audit(target=p, draft=q, proposer=es.drafts.chain(2), rule="speculative_sampling", prompt=(0,), tokens=4,
                  progress=lambda done, total: seen.append((done, total)))
     assert r.output == law and seen[-1] == (100, 100)
+
+
+def test_the_engine_counts_the_decided_probability_in_an_inexact_field_too():
+    # the memoised recursion an inexact field composes the stream with
+    from exactspec.enumerate import Engine
+    from exactspec.fields import get_field
+    p, q = es.models.random_table(vocab=3, order=1, seed=1), es.models.random_table(vocab=3, order=1, seed=2)
+    eng = Engine(es.rules.speculative_sampling, es.drafts.chain(2), p, q, get_field("float"))
+    assert not eng.fast
+    seen = []
+    eng.meter.mass = _progress.MassProgress(lambda done, total: seen.append(done))
+    with eng.guard():
+        law, _ = eng.output((0,), 4)
+    assert abs(sum(law.values()) - 1) < 1e-12 and seen and seen[-1] == 100 and all(d < 100 for d in seen[:-1])
+    assert seen == sorted(seen)
 
 
 def test_a_single_sampler_audit_reports_each_run_and_false_silences(capfd, every_report):

@@ -1,10 +1,11 @@
-"""The fast paths of the sampler audit and search (issue 17) give the laws and verdicts of the older paths, exactly.
+"""The sampler audit and search give the laws and verdicts of the older paths (before issue 17), exactly.
 
-``exactspec.samplers.randomness._fast_path.legacy_paths()`` switches the fast paths off: the vLLM adapter's bonus
-token drawn before the call (not when read), the random functions patched per audit (not once per
-search), the chain arrays and numpy ``choice``'s cumulative sums built on every call. Every report
+The older paths (issue 36 deleted them; ``tests/old_paths.py`` holds what they returned here) drew the vLLM
+adapter's bonus token before the call (not when read), patched the random functions per audit (not once per
+search), built the chain arrays and numpy ``choice``'s cumulative sums on every call. Every report
 must agree on its law (``==`` on exact Fractions), its verdict, its TVs and its float-boundary
-decision; only the counts of sampler calls and branches may differ.
+decision; only the counts of sampler calls and branches may differ. The numpy samplers' laws are also
+checked against the plain eager enumeration of ``benchmarks/plain_samplers.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import exactspec as es
 from exactspec.bugzoo import float32_samplers as f32
 from exactspec.bugzoo import numpy_samplers as zoo
 from exactspec.instances import make_instance
-from exactspec.samplers.randomness._fast_path import fast_paths, legacy_paths
+
+import old_paths
+from benchmarks.plain_samplers import plain_sampler_law
 
 torch = pytest.importorskip("torch")
 
@@ -28,9 +31,7 @@ _WORK = ("sampler_calls", "cached_calls", "float64_sampler_calls", "float64_cach
 
 def _both(sampler, **kw):
     new = es.audit_sampler(sampler, **kw)
-    with legacy_paths():
-        assert not fast_paths()
-        old = es.audit_sampler(sampler, **kw)
+    old = old_paths.recorded("sampler", lambda: es.audit_sampler(sampler, **kw))
     return new, old
 
 
@@ -55,8 +56,11 @@ ZEROS = dict(target=es.models.context_free(("1/2", "1/2", "0")), draft=es.models
 @pytest.mark.parametrize("sampler", [zoo.correct, zoo.shared_uniform, zoo.tiny_clamp, zoo.accept_at_zero])
 @pytest.mark.parametrize("where", ["table", "zeros"])
 def test_numpy_samplers_same_law_on_both_paths(sampler, where):
-    new, old = _both(sampler, **(KW if where == "table" else ZEROS))
+    kw = KW if where == "table" else ZEROS
+    new, old = _both(sampler, **kw)
     _same(new, old)
+    assert new.output == plain_sampler_law(sampler, kw["target"], kw["draft"], gamma=kw["proposer"].gamma,
+                                           prompt=tuple(kw.get("prompt", ())), tokens=kw["tokens"])
 
 
 @pytest.mark.parametrize("sampler", [tz.correct, tz.tiny_clamp, tz.resample_target, tz.ratio_not_below_uniform,
@@ -104,9 +108,8 @@ def _search_same(sampler, **kw):
     space = es.counterexamples.Space(vocabs=(2, 3), shapes=((1,), (2,)), tokens=(2, 3), random_points=2,
                                      exhaustive_denominator=2, exhaustive_limit=3)
     new = es.samplers.search_sampler(sampler, space=space, progress=False, **kw)
-    with legacy_paths():
-        old = es.samplers.search_sampler(sampler, space=space, progress=False, **kw)
-    assert type(new) is type(old) and new.audited == old.audited
+    old = old_paths.recorded("sampler", lambda: es.samplers.search_sampler(sampler, space=space, progress=False, **kw))
+    assert type(new).__name__ == old.type and new.audited == old.audited
     if isinstance(new, es.counterexamples.Counterexample):
         assert new.instance == old.instance and new.tv == old.tv and new.output == old.output
         assert new.kind == old.kind and new.extra == old.extra

@@ -5,7 +5,7 @@ exponential draw becomes under arithmetic with a float (``p / q.exponential_()``
 same weights are remembered (:func:`~exactspec.samplers.randomness.lazy_values.fresh_op`,
 :func:`~exactspec.samplers.randomness.lazy_values.race_law`), the vLLM adapter's input tensors are built once
 per input, and ``mask[i]`` with int indices skips the general reshaping path. Expected values are derived by
-hand or by the general path (``legacy_paths()``, or the function the shortcut stands for).
+hand or by the function the shortcut stands for.
 """
 
 from fractions import Fraction as F
@@ -21,7 +21,6 @@ from exactspec.fields import get_field  # noqa: E402
 from exactspec.instances import make_instance  # noqa: E402
 from exactspec.samplers.randomness import lazy_values as lv  # noqa: E402
 from exactspec.samplers.torch_draws import torch_rng  # noqa: E402
-from exactspec.samplers.randomness._fast_path import legacy_paths  # noqa: E402
 from exactspec.samplers.torch_draws.torch_rng import bind, intercept_torch  # noqa: E402
 
 FR = get_field(backend="python")
@@ -81,21 +80,16 @@ def test_a_remembered_race_law_is_the_computed_one_and_each_rounding_is_counted(
         counts = lv.APPROXIMATIONS.get()
     finally:
         lv.APPROXIMATIONS.reset(token)
-    with legacy_paths():
-        assert lv.race_law(weights, None) == first
+    assert lv._race_law(weights, None)[0] == first              # the law computed afresh, not remembered
     assert again is first and first[2] == 0 and sum(first) == 1
     assert counts == {lv._ROUNDED_RACE: 2}                      # once per race, remembered or not
 
 
-@pytest.mark.parametrize("legacy", [False, True], ids=["fast", "legacy"])
-def test_races_over_zeros_signed_zeros_and_infinities(legacy):
+def test_races_over_zeros_signed_zeros_and_infinities():
     def race(w):
         return lambda: int((torch.tensor(w) / torch.empty(len(w)).exponential_()).argmax())
 
     def run(w):
-        if legacy:
-            with legacy_paths():
-                return law_of(race(w))
         return law_of(race(w))
     for _ in range(2):                       # the second time from what the first remembered
         assert run([0.5, -0.0, 0.5]) == {0: F(1, 2), 2: F(1, 2)}
@@ -157,8 +151,7 @@ def test_a_sampler_writing_into_its_inputs_gets_fresh_ones_on_every_call():
     assert es.audit_sampler(scribbles, **kw).output == es.audit_sampler(tz.correct, **kw).output
 
 
-@pytest.mark.parametrize("legacy", [False, True], ids=["fast", "legacy"])
-def test_basic_indexing_keeps_pending_draws_pending(legacy):
+def test_basic_indexing_keeps_pending_draws_pending():
     runs = [0]
 
     def program():
@@ -167,11 +160,7 @@ def test_basic_indexing_keeps_pending_draws_pending(legacy):
         picked = t[1, None, ..., 1:]        # ints, None, ..., a slice: row 1, samples 1 and 2, a new first dim
         assert tuple(picked.shape) == (1, 2)
         return int(picked[0, -1]), int(t[0][0])
-    if legacy:
-        with legacy_paths():
-            law = law_of(program)
-    else:
-        law = law_of(program)
+    law = law_of(program)
     want = {(a, b): pa * pb for a, pa in ((0, F(1, 2)), (1, F(1, 2))) for b, pb in ((0, F(1, 4)), (1, F(3, 4)))}
     assert law == want
     assert runs[0] == 4                      # two entries read: two forks of two values, the other four never drawn

@@ -54,7 +54,7 @@ class Env:
         self._numbers: dict[Any, Any] = {}
         #: what closed forms memoise for the whole audit (keyed by the closed form's own names)
         self.cache: dict[Any, Any] = {}
-        #: closed forms may take their faster, exact-only paths (the engine turns it off for its earlier path)
+        #: closed forms may take their faster, exact-only paths (exact fields only)
         self.fast = field.exact
         #: the laws of the chain steps from the last context a chain proposer stepped from, by drafted prefix
         #: (see ``exactspec.drafts.chain.ChainStep``): the branches of one step law share them

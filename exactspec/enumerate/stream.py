@@ -15,7 +15,6 @@ True
 
 from __future__ import annotations
 
-import os
 from fractions import Fraction as F  # noqa: F401  (doctest)
 from typing import Any
 
@@ -27,10 +26,7 @@ from .env import Env, state_key
 from .step import Budget, Meter, StepEnumerator, check_budget, crash_index, crash_outcome, engine_rule, is_crash
 from .watchdog import guard as BudgetGuard
 
-__all__ = ["Engine", "target_law", "greedy_sequence", "LEGACY_ENV"]
-
-#: set this environment variable to ``1`` to run every engine on its earlier path (benchmarks compare the two)
-LEGACY_ENV = "EXACTSPEC_LEGACY_ENGINE"
+__all__ = ["Engine", "target_law", "greedy_sequence"]
 
 
 class Engine:
@@ -39,25 +35,24 @@ class Engine:
     ``rule`` is a rule record (``es.rules.Rule``) or a plain function ``fn(step, rng)``; the
     engine knows no rule by name (``es.audit`` resolves names). ``lazy=True`` defers the rule's
     categorical draws (see :class:`~exactspec.enumerate.rng.DeferredToken`): the
-    entry points for rules ask for it; a sampler audit does not. ``legacy=True`` (default: the
-    environment variable :data:`LEGACY_ENV`) runs the earlier path: the output law composed
-    backwards from memoised sub-laws, the efficiency from the whole uncut first step, nothing
-    deferred. In an exact field both paths give the same laws (``==``); in an inexact one only
-    the earlier path runs, so float results keep their rounding.
+    entry points for rules ask for it; a sampler audit does not. In an exact field the output law
+    is composed forwards, shorter horizons are cut from longer ones and the efficiency comes with
+    the first step; in an inexact field the output law is composed backwards from memoised
+    sub-laws, the efficiency from the whole uncut first step, nothing deferred, so float results
+    keep their rounding (``tests/test_engine_paths.py`` checks the exact path against the plain
+    recursion of ``benchmarks/baseline.py``).
     """
 
     def __init__(self, rule: Any, proposer: Any, target: Model, draft: Model | None, field: Field, *,
                  budget: Budget | None = None, closed_form: bool = True, lattice: Any = None,
-                 exact_floats: bool = False, on_error: str = "raise", lazy: bool = False,
-                 legacy: bool | None = None) -> None:
+                 exact_floats: bool = False, on_error: str = "raise", lazy: bool = False) -> None:
         budget = check_budget(budget, "Engine")
         self.rule = engine_rule(rule, "Engine")
         self.proposer = proposer
         self.field = field
-        if legacy is None:
-            legacy = os.environ.get(LEGACY_ENV, "") not in ("", "0")
-        #: the faster path: forward composition, horizons cut from longer ones, efficiency with the first step
-        self.fast = not legacy and field.exact
+        #: exact fields: forward composition, horizons cut from longer ones, efficiency with the first step;
+        #: inexact fields: backward composition (their rounding as it always was)
+        self.fast = field.exact
         self.env = Env(target, draft, field)
         self.env.fast = self.fast
         self.meter = Meter(budget or Budget())
@@ -124,12 +119,12 @@ class Engine:
 
         Without ``lazy`` (a sampler audit, which caches its sampler's calls by their inputs and
         answers the shorter horizons from that cache itself) only the first step's law is cut, as
-        the earlier path cut its uncut law.
+        the inexact fields' path cuts its uncut law.
 
         Cutting gives the law enumerating at ``horizon`` gives: a branch runs the same draws up to
         its ``horizon``-th token either way. Not with recorded crashes (a branch crashing after its
         ``horizon``-th token is a crash only in the longer law), except from the first step's law
-        computed with the efficiency, as the earlier path cut its uncut law.
+        computed with the efficiency, as the inexact fields' path cuts its uncut law.
         """
         best: Any = None          # the shortest longer horizon (None: uncut, the longest)
         found = False
@@ -318,7 +313,7 @@ class Engine:
         if self.fast:
             law = self.steps.law(key, tokens, stats)
             self._remember(key, tokens, law)
-            self._cut_from.add((key, tokens))   # cut as the earlier path cut its uncut law
+            self._cut_from.add((key, tokens))   # cut as the inexact fields' path cuts its uncut law
             self._first = (key, tokens)
             marked = stats.get("marked") or marks
             return stats.get("tokens", 0), (stats.get("accepted", 0) if marked else None), nodes
@@ -340,7 +335,7 @@ def target_law(target: Model, prompt: tuple, tokens: int, field: Field, orders: 
     """The target's own autoregressive law of the first ``tokens`` tokens after ``prompt``.
 
     With ``meter`` (an engine's), the outcomes it holds count against that audit's budget.
-    ``fast`` (default: in exact fields, unless :data:`LEGACY_ENV` is set) extends the prefixes one
+    ``fast`` (default: in exact fields) extends the prefixes one
     token at a time (``tokens * vocab ** tokens`` products at most, none of the sub-laws); otherwise
     the law is composed backwards from sub-laws memoised by state, as inexact fields need to keep
     their rounding. Both count the same outcomes against the budget.
@@ -355,7 +350,7 @@ def target_law(target: Model, prompt: tuple, tokens: int, field: Field, orders: 
         raise ExactSpecError(f"tokens must be an int >= 1, got {tokens!r}")
     view = ModelView(target, field)
     if fast is None:
-        fast = field.exact and os.environ.get(LEGACY_ENV, "") in ("", "0")
+        fast = field.exact
     if fast:
         return _target_forward(view, tuple(prompt), tokens, meter)
     orders = orders or [target.order]

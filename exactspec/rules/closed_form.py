@@ -38,7 +38,7 @@ def chain_step_law(laws: Any, horizon: int | None, accept: Accept, reject: Rejec
     ``reject(laws, prefix, x)``: law of the token emitted when ``x`` is rejected (identical
     objects are merged); ``bonus(laws, prefix)``: law of the bonus after all drafts, or None.
 
-    In an exact field (``env.fast``; the engine's earlier path runs without it) the pieces of one prefix are gathered once into a row (see :func:`_row`):
+    In an exact field (``env.fast``; inexact fields run without it) the pieces of one prefix are gathered once into a row (see :func:`_row`):
     the accepted drafts with their mass and the rejection mass of every token, merged. With
     ``row_key(laws, prefix)`` (a hashable naming everything ``accept`` and ``reject`` read at
     ``prefix``, e.g. :meth:`ChainLaws.row_key` when they read only the laws at ``prefix``) rows

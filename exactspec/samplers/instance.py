@@ -39,7 +39,6 @@ from .adapters.registry import get_adapter
 from .adapters.fit import DEFAULT_ADAPTER, check_default_adapter
 from ..enumerate.rng import DeferredToken, lattice_for
 from .adapters.base import PRECISIONS, at_precision, float_precision, lowest, precision_of
-from .randomness._fast_path import fast_paths
 from .randomness.precision_watch import lifting, user_site, watching
 from .rounding import (F64_ALLOWANCE, ROUNDING_CAP, Boundary, coarser_than_float64, decide, rounding_cap,
                        rounding_allowance)
@@ -108,12 +107,11 @@ class _Calls:
         seen = self.seen
 
         signatures: set = set()     # argument types and dtypes whose precision is noted already
-        fast = fast_paths()
 
         @functools.wraps(sampler)
         def observed(*args: Any, **kwargs: Any) -> Any:
             if self.runs <= 64:     # the adapter hands the same dtypes on every call
-                sig = _flat_signature(args, kwargs) if fast else None
+                sig = _flat_signature(args, kwargs)
                 if sig is None or sig not in signatures:
                     self.handed_bits = max(self.handed_bits, _widest((args, kwargs), 4))
                     p = float_precision((args, kwargs), 4)
@@ -635,14 +633,13 @@ def _rounding_figures(adapter: Any, prec: str, inputs: AuditInputs, expected: Mo
 def _reference(adapter: Any, precision: str, inputs: AuditInputs, shared: "_Shared", cache: bool) -> AuditReport:
     """The reference sampler's audit at ``precision``: a fast rule when the adapter has one (and ``cache``),
     else the reference through the adapter and the interception, as the sampler ran."""
-    fast = None if not cache else adapter._fast_reference_tokens(precision) if fast_paths() else \
-        adapter.fast_reference(precision)
+    fast = adapter._fast_reference_tokens(precision) if cache else None
     if fast is not None:
         rule = Rule(fast, name="reference", family=adapter.family, claim="lossless",
                     description=f"the {adapter.name} adapter's reference sampler at {precision}, as a rule")
     else:
         rule = _Calls(adapter.reference_at(precision), adapter, "reference", cache=cache).rule()
-    # lazy (fast paths): a rule giving its tokens one by one has its last draw spread instead of forked on, and each
+    # lazy: a rule giving its tokens one by one has its last draw spread instead of forked on, and each
     # state's step law is enumerated once, at its longest horizon (the law is the same; only TVs are read from it)
     return run_audit(replace(inputs, rule=rule), budget=shared.next(), exact_floats=True,
-                     lazy=fast is not None and fast_paths())
+                     lazy=fast is not None)

@@ -50,7 +50,6 @@ from ..errors import BudgetExceeded, ExactSpecError, InexactArithmetic, RuleErro
 from ..report import AuditReport
 from .instance import audit_instance
 from .adapters.fit import DEFAULT_ADAPTER, check_default_adapter
-from .randomness._fast_path import fast_paths
 from .randomness.interception import intercepting
 
 __all__ = ["search_sampler", "search_instances", "sampler_space", "sampler_reference"]
@@ -675,11 +674,8 @@ def _patched_once(adapter: Any) -> Iterator[None]:
     """The random functions patched (and torch on one thread) once for a whole search, not once per instance.
 
     Each audit still opens its own interception session inside (its own bookkeeping); this block only keeps
-    the patches installed between them. Off under :func:`~exactspec.samplers.randomness._fast_path.legacy_paths`.
+    the patches installed between them.
     """
-    if not fast_paths():
-        yield
-        return
     if getattr(adapter, "needs_torch", False):
         from .torch_draws import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
     with intercepting(), one_torch_thread():

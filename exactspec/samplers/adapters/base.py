@@ -31,7 +31,6 @@ import numpy as np
 from ..._numbers import PRECISIONS   # float precisions from the coarsest to the finest
 from ...laws import memoised
 from ...protocols import Rng, Step, TreeStep
-from ..randomness._fast_path import fast_paths
 
 __all__ = ["Adapter", "PRECISIONS", "float_precision", "precision_of", "cast_floats", "at_precision", "lowest"]
 
@@ -321,7 +320,7 @@ class Adapter:
     def chain_arrays(self, step: Step) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(drafted ids [gamma], claimed draft laws [gamma, V], target laws [gamma + 1, V]) in float64."""
         got = self.call_key(step) if self.cacheable else None
-        if got is not None and fast_paths():
+        if got is not None:
             # built once per input (the same key on every branch of a call): each call gets its own copies,
             # so a sampler writing into them changes nothing for the next
             key = (id(self), got[0])

@@ -16,7 +16,6 @@ import numpy as np
 from ...enumerate.rng import PathRng
 from ...laws import memoised
 from ...protocols import Rng, Step
-from ..randomness._fast_path import fast_paths
 from ..torch_draws.lazy_draws import LazyCategoricalTensor, PendingDraw, as_array, tokens_deferring_last
 from ..torch_draws.torch_rng import bind
 from .base import Adapter
@@ -146,23 +145,14 @@ class TransformersChainAdapter(Adapter):
                 q = cand_logits.to(dtype).softmax(dim=-1)[0]
                 p = new_logits.to(dtype).softmax(dim=-1)[0]
                 drafts = step.drafts
-                if fast_paths():    # the same divisions in one tensor operation
-                    at = torch.arange(len(drafts))
-                    idx = torch.tensor(drafts, dtype=torch.long)
-                    ratios = (p[at, idx] / q[at, idx]).tolist()
-                else:
-                    ratios = [float(p[j, x] / q[j, x]) for j, x in enumerate(drafts)]
+                at = torch.arange(len(drafts))      # the divisions in one tensor operation
+                idx = torch.tensor(drafts, dtype=torch.long)
+                ratios = (p[at, idx] / q[at, idx]).tolist()
                 hit = memo[key] = (laws, drafts, ratios, p, q, {})
             return hit
 
         def law(row: Any) -> tuple:
-            if fast_paths():
-                return _normalised(row.double().tolist())
-            weights = [Fraction(x) for x in row.double().tolist()]     # raises on nan, as the pipeline does
-            total = sum(weights)
-            if any(x < 0 for x in weights) or total <= 0:
-                raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
-            return tuple(x / total for x in weights)
+            return _normalised(row.double().tolist())
 
         def tokens(step: Step, rng: Rng) -> Iterator[int]:
             """Each token as soon as it is decided: the engine stops at its horizon and, when it defers categorical
@@ -326,7 +316,7 @@ class VllmChainAdapter(Adapter):
 
     def call(self, sampler: Callable, step: Step, rng: Rng) -> list[int]:
         import torch
-        if fast_paths() and isinstance(rng, PathRng):
+        if isinstance(rng, PathRng):
             # the bonus token is drawn when the sampler reads it (a pending draw), not before the call: a sampler
             # that rejects a draft never reads it, and its branches are not multiplied by the bonus's support (the
             # law is the same: the bonus draw is independent of the sampler's own draws). Enumerations only: a

@@ -17,7 +17,6 @@ from typing import Any
 import torch
 
 from ...errors import ExactSpecError
-from ..randomness import _fast_path
 from ..torch_draws.lazy_draws import LazyCategoricalTensor
 from ..torch_draws.lazy_worlds import WORLDS, deferring, domain, lazy_logits, value_of
 from ..randomness.precision_watch import unwatched
@@ -160,9 +159,7 @@ class TorchLM(torch.nn.Module):
                 ctx.append(t)
                 rows.append(self.row(tuple(ctx)))
             hit = self._calls[key] = torch.stack(rows) if rows else torch.zeros((0, self.vocab), dtype=self.dtype)
-        if _fast_path.LOOPS:
-            return hit         # forward stacks it into a fresh tensor: no copy of the memo escapes
-        return hit.clone()
+        return hit         # forward stacks it into a fresh tensor: no copy of the memo escapes
 
     def _cached(self, ids: tuple, input_pos: Any) -> Any:
         pos = [operator.index(int(p)) for p in torch.as_tensor(input_pos).reshape(-1).tolist()]
@@ -181,7 +178,7 @@ class TorchLM(torch.nn.Module):
         self.__dict__["contexts"].append(prefix + ids)
         return self._logits(prefix, ids)
 
-    # -- a forward fed pending draws (the whole-loop fast path; see lazy_worlds) ------------------------------------
+    # -- a forward fed pending draws (the whole-loop audit; see lazy_worlds) ----------------------------------------
     def _read_cache(self) -> None:
         """Draw the pending tokens the cache holds (a forward that cannot keep them pending reads them)."""
         self.__dict__["_cache"] = [value_of(t) if type(t) is tuple else t for t in self._cache]

@@ -49,7 +49,6 @@ from transformers import DynamicCache, GenerationConfig, GenerationMixin, PreTra
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ...errors import ExactSpecError
-from ..randomness import _fast_path
 from ..randomness.precision_watch import unwatched
 from ...models import Model
 
@@ -167,7 +166,7 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
         self.contexts: list[tuple] = []   # per forward call since the last reset(): the first row's whole context
         self._config_snapshot: GenerationConfig | None = None
         #: the identity pieces as built (module, weight, weight version): while they are in place, unchanged and
-        #: without hooks, reading them is the identity (:meth:`_plain`), which the faster path skips
+        #: without hooks, reading them is the identity (:meth:`_plain`), which forward skips
         self._built = {m: (m, m.weight, m.weight._version) for m in (self.embed_tokens, self.lm_head)}
 
     def reset(self) -> None:
@@ -190,7 +189,7 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
         self.contexts = []
         if self._config_snapshot is None:
             self._config_snapshot = copy.deepcopy(self.generation_config)
-        elif not (_fast_path.LOOPS and _restore(self.generation_config, self._config_snapshot)):
+        elif not _restore(self.generation_config, self._config_snapshot):
             self.generation_config = copy.deepcopy(self._config_snapshot)
 
     # transformers' hooks for the pieces it may replace (universal assisted generation prunes them)
@@ -226,7 +225,7 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
     def _plain(self, module: Any) -> bool:
         """Whether ``module`` is one of the stand-in's identity pieces as built: the same weight, unchanged and without
         gradient, and no hook (of its own or global) nor replaced ``forward`` that calling it would run."""
-        built = (self.__dict__.get("_built") or {}).get(module) if _fast_path.LOOPS else None
+        built = (self.__dict__.get("_built") or {}).get(module)
         if built is None:
             return False
         weight = built[1]
@@ -328,22 +327,18 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
         return out if return_dict is not False else out.to_tuple()
 
 
-def _signature_once(on: bool = True) -> None:
-    """Give ``ExactLMForCausalLM.forward`` its signature once (``on``), or take it away (the path before issue 17).
+def _signature_once() -> None:
+    """Give ``ExactLMForCausalLM.forward`` its signature once.
 
     ``generate`` asks ``inspect.signature(self.forward)`` several times per call (the kwargs it may
     pass, ``logits_to_keep``, multimodal inputs); ``inspect`` returns a function's ``__signature__``
-    when it has one, the same signature it would compute. ``exactspec.samplers.loops.loop_audit._old_path()``
-    turns it off for the benchmark's baseline.
+    when it has one, the same signature it would compute.
 
     >>> _signature_once(); "logits_to_keep" in inspect.signature(ExactLMForCausalLM.forward).parameters
     True
     """
     fwd = ExactLMForCausalLM.forward
-    if on:
-        fwd.__signature__ = inspect.signature(fwd)
-    else:
-        fwd.__dict__.pop("__signature__", None)
+    fwd.__signature__ = inspect.signature(fwd)
 
 
 _signature_once()

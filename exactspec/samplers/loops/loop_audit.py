@@ -63,7 +63,6 @@ from ...models import Model
 from ...report import AuditReport
 from ..adapters.base import lowest, precision_of
 from ..rounding import ROUNDING_CAP, coarser_than_float64, decide, rounding_allowance, rounding_cap
-from ..randomness import _fast_path
 from ..randomness.interception import FLOAT64_LATTICE, describe_rng_model, intercepting, private_generators, watch
 from ..randomness.precision_watch import lifting, user_site, watching
 from ..._device import one_torch_thread as _one_torch_thread
@@ -136,34 +135,6 @@ class LoopReport(CrashReport):
         return text
 
 
-@contextlib.contextmanager
-def _old_path() -> Any:
-    """Run whole-loop audits on the path they took before issue 17's speed-ups (for the benchmark and the test
-    that checks both paths give identical laws); an internal switch, not an option.
-
-    >>> from exactspec.samplers.randomness import _fast_path
-    >>> with _old_path():
-    ...     _fast_path.LOOPS
-    False
-    >>> _fast_path.LOOPS
-    True
-    """
-    import sys
-
-    from ..randomness import _fast_path
-    saved = _fast_path.LOOPS
-    _fast_path.LOOPS = False
-    hf = sys.modules.get(__package__ + ".hf_stand_in")
-    if hf is not None:
-        hf._signature_once(False)
-    try:
-        yield
-    finally:
-        _fast_path.LOOPS = saved
-        if hf is not None:
-            hf._signature_once(saved)
-
-
 def _check_fn(fn: Any) -> str:
     if not callable(fn):
         raise ExactSpecError(f"audit_loop: fn must be a function fn(target, draft, prompt_ids) -> tokens, got "
@@ -181,7 +152,7 @@ def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: 
     branches); the rest are only counted (the horizon's note needs every branch's length). Without it every id
     is read (the horizon comes from the loop, and its ids are checked up to it).
 
-    ``rng`` given (the branch's, on the fast path): a pending draw among the ids read that the loop never read
+    ``rng`` given (the branch's): a pending draw among the ids read that the loop never read
     is spread here over its values (:func:`_spread`), since no code runs after the loop returned, instead of
     forking the enumeration (which reruns the whole loop once per value). The result lists ``(ids, p)``: the
     probability ``p`` of ``ids`` given the branch, None for 1.
@@ -190,8 +161,7 @@ def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: 
 
     from ..torch_draws.lazy_draws import PendingDraw, unread_entries
     n0 = len(prompt) if output == "full" else 0
-    fast = _fast_path.LOOPS
-    keep = None if tokens is None or not fast else n0 + tokens
+    keep = None if tokens is None else n0 + tokens
     if isinstance(res, torch.Tensor):
         if res.dim() == 2:
             if res.shape[0] != 1:
@@ -203,7 +173,7 @@ def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: 
                             "sequence ([1, n], [n] or a list of token ids)", rule=name)
         total = int(res.shape[0])
         kept = res if keep is None or total <= keep else res[:keep]
-        unread = unread_entries(kept, rng) if rng is not None and fast else None
+        unread = unread_entries(kept, rng) if rng is not None else None
         items: list = unread if unread is not None else kept.tolist()
     else:
         if res is None:
@@ -230,7 +200,7 @@ def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: 
                     raise RuleError(f"loop {name} returned a {t.dtype} tensor at index {i}, not a token id",
                                     rule=name)
                 continue
-            one = unread_entries(t, rng) if rng is not None and fast else None
+            one = unread_entries(t, rng) if rng is not None else None
             if one is not None:
                 ids.append(one[0])
                 continue
@@ -760,7 +730,7 @@ class _Run:
 
 
 def _contexts(lm: Any) -> list:
-    """A stand-in's forward contexts of this branch, a pending draw it was fed (the fast path keeps them pending) as
+    """A stand-in's forward contexts of this branch, a pending draw it was fed (kept pending) as
     its value where it was drawn since, else as itself: equal only to itself, not to any value it might take.
 
     >>> _contexts(None)
@@ -918,7 +888,7 @@ class _Branches:
         by_dtype: dict = {}      # a torch tensor's precision is its dtype's: looked up once per dtype
 
         def note(x: Any) -> None:
-            if _fast_path.LOOPS and isinstance(x, torch.Tensor):
+            if isinstance(x, torch.Tensor):
                 dt = x.dtype
                 p = by_dtype.get(dt, by_dtype)
                 if p is by_dtype:
@@ -953,7 +923,7 @@ class _Branches:
                 try:
                     res = fn(t_lm, d_lm, ids)
                     outs, n_new = _tokens_of(res, self.prompt_t, self.output, self.tokens, self.vocab, name,
-                                             rng if _fast_path.LOOPS else None)
+                                             rng)
                 except SystemExit as exc:
                     raise RuleError(f"loop {name} called sys.exit({exc.code!r}) while audited (draws "
                                     f"{rng.trace})", rule=name, trace=rng.trace) from exc

@@ -69,7 +69,6 @@ from typing import Any, Callable, Iterator, Sequence
 from ..._heap import frozen
 from ...enumerate.rng import LATTICES, NATIVE, Lattice, PathRng
 from ...errors import ExactSpecError, InterceptionError, UnsupportedRandomness
-from . import _fast_path
 from .lazy_values import APPROXIMATIONS, lazy
 
 __all__ = ["intercepting", "bind", "watch", "current_rng", "private_generators", "EnumRandom", "user_site", "deliberate",
@@ -231,20 +230,13 @@ def _internal(frame: Any) -> bool:
     if isinstance(name, str) and name.startswith("exactspec."):
         return not name.startswith(("exactspec.samplers.", "exactspec.bugzoo.")) or name in _LIBRARY_CALLERS
     frame = frame.f_back
-    if _fast_path.LOOPS:          # the memo of :func:`_whose` read in the loop, the function called on a miss only
-        whose = _WHOSE
-        while frame is not None:
-            got = whose.get(frame.f_code, _whose)      # (a memo of False is a hit too)
-            if got is _whose:
-                got = _whose(frame)
-            if got is not None:
-                return got          # type: ignore[return-value]
-            frame = frame.f_back
-        return False
+    whose = _WHOSE          # the memo of :func:`_whose` read in the loop, the function called on a miss only
     while frame is not None:
-        got = _whose(frame)
+        got = whose.get(frame.f_code, _whose)      # (a memo of False is a hit too)
+        if got is _whose:
+            got = _whose(frame)
         if got is not None:
-            return got
+            return got          # type: ignore[return-value]
         frame = frame.f_back
     return False
 

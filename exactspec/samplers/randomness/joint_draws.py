@@ -54,11 +54,7 @@ from typing import Any, Callable
 
 from ...fields import FractionField
 
-__all__ = ["Joint", "JOINT", "LIMIT", "join", "conditional"]
-
-#: decisions on several pending draws fork on their answer with the draws held jointly (off: the draws but the last
-#: are read first, each a fork)
-JOINT = True
+__all__ = ["Joint", "LIMIT", "join", "conditional"]
 
 #: the most assignments one joint holds; a join that would make more returns None (the caller reads as before)
 LIMIT = 1024

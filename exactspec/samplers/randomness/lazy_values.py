@@ -59,7 +59,6 @@ import contextvars
 from ...enumerate.rng import NATIVE, NATIVE64, Lattice, Uniform
 from ...errors import UnsupportedRandomness
 from ...fields import _caller
-from . import _fast_path
 
 __all__ = ["LazyUniform", "RaceValue", "LazyBit", "lazy", "exponential", "gumbel", "race_winner", "race_outcome",
            "race_law"]
@@ -858,11 +857,6 @@ def race_law(weights: Sequence[tuple], rng: Any) -> Any:
     >>> race_law([(Fraction(0), Fraction(0)), (math.inf, Fraction(0))], None)
     1
     """
-    if not _fast_path.fast_paths():
-        law, approximated = _race_law(weights, rng)
-        if approximated:
-            _approximated(_ROUNDED_RACE)
-        return law
     field = getattr(rng, "_field", None)
     # the same weight objects (a replayed call's race over the same floats, see fresh_op) give the same law; the
     # entry holds them, so no id in a key is reused while the entry lives

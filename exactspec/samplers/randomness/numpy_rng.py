@@ -37,7 +37,6 @@ import numpy as np
 from ...enumerate.rng import LATTICES, Uniform
 from ...errors import UnsupportedRandomness
 from ...fields import _caller
-from ._fast_path import fast_paths
 from .interception import FLOAT64_LATTICE, current_rng, deliberate, fisher_yates, native_uniform, unsupported
 from .lazy_values import exponential, gumbel, lazy
 
@@ -127,7 +126,7 @@ class EnumGenerator:
         pool = np.arange(a) if np.ndim(a) == 0 else np.asarray(a)
         if p is None:
             return self._fill(size, lambda: pool[self.integers(len(pool))])
-        cdf = _cdf(p, len(pool)) if fast_paths() else None
+        cdf = _cdf(p, len(pool))
         if cdf is not None:
             observe = getattr(self._rng, "observe", None)
             if observe is not None:   # as below: a float32 p is a sampler computing in float32

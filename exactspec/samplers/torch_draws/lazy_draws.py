@@ -35,8 +35,8 @@ it a view), with basic indices (``out[b, n] = tok``), keeps them pending: that t
 pending one whose entries are the written cells and its other entries' known values, drawn when it
 is read. A sampler that only copies a draw into its output thus returns it undrawn, and
 :func:`tokens_deferring_last` hands it to the engine as a
-:class:`~exactspec.enumerate.rng.DeferredToken` that one run stands for (on the fast paths; the
-switch ``_fast_path.DEFER_LAST``). Into any other tensor, a write reads the entries written.
+:class:`~exactspec.enumerate.rng.DeferredToken` that one run stands for. Into any other tensor, a
+write reads the entries written.
 
 Once read, the tensor holds its values in its own storage, and every later operation (in-place
 ones included) is an ordinary torch operation on those values. An operation that mixes it with
@@ -67,7 +67,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..randomness import _fast_path
 from ..randomness import joint_draws as _joint
 from ...enumerate.rng import PathRng
 from ..randomness.interception import deliberate
@@ -275,55 +274,19 @@ if torch is not None:
 
         @classmethod
         def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-            if _fast_path.LOOPS:
-                return _dispatch(func, types, args, kwargs)
-            kwargs = kwargs or {}
-            name = getattr(func, "__name__", "")
-            if name in _QUERIES:
-                return _plain_call(func, args, kwargs)
-            if name == "__get__":
-                attr = getattr(getattr(func, "__self__", None), "__name__", "")
-                if attr in _ATTRS:
-                    return _plain_call(func, args, kwargs)
-            if name == "__setitem__" and _fast_path.DEFER_LAST and _fast_path.fast_paths() and \
-                    _write_pending(func, args, kwargs):
-                return None    # written into a tensor alone on its storage, which holds them pending from now on
-            for w in _written(name, args, kwargs):    # a write: every view of that storage sees it (plain torch)
-                _write_family(w)
-            if any(not issubclass(t, LazyCategoricalTensor) for t in types):
-                # another lazy tensor type takes part (lazy uniforms, masks, races): read ours, whose storage then
-                # holds the values, and let that type's handler run the operation
-                _force_all(args)
-                _force_all(tuple(kwargs.values()))
-                return NotImplemented
-            first = args[0] if args else None
-            if name in _PICKS and "out" not in kwargs:
-                picked = _pick(func, name, args, kwargs)
-                if picked is not NotImplemented:
-                    return picked
-            if name in _STRUCTURAL and isinstance(first, LazyCategoricalTensor) and not first._read:
-                rest = tuple(force(a) for a in args[1:])   # a pending tensor used as an index is read
-                return _restructure(func, name, first, rest, kwargs)
-            _force_all(args)
-            _force_all(tuple(kwargs.values()))
-            return _plain_call(func, args, kwargs)
+            return _dispatch(func, types, args, kwargs)
 
     def _plain_call(func: Any, args: tuple, kwargs: dict) -> Any:
-        if _fast_path.LOOPS:
-            return _disabled(func, (), args, kwargs)
-        with torch._C.DisableTorchFunctionSubclass():
-            return func(*args, **kwargs)
+        return _disabled(func, (), args, kwargs)
 
     _make_subclass = torch.Tensor._make_subclass
 
     def _lazy(cells: np.ndarray, out: Any, family: "_Family | None") -> "LazyCategoricalTensor":
         """A :class:`LazyCategoricalTensor` of ``cells`` on ``out``'s storage (detached), in ``family`` (None: its own).
 
-        On the faster path it is made without the class call (torch's tensor metaclass), as ``__new__`` makes it.
+        It is made without the class call (torch's tensor metaclass), as ``__new__`` makes it.
         """
         base = out.detach() if out.requires_grad else out
-        if not _fast_path.LOOPS:
-            return LazyCategoricalTensor(cells, base=base, family=family)
         t = _make_subclass(LazyCategoricalTensor, base)
         t._cells = cells
         t._read = False
@@ -343,8 +306,8 @@ if torch is not None:
 
     def _spec(func: Any) -> tuple[str, int, bool, bool]:
         """How :func:`_dispatch` treats ``func``: its name, whether it only reads metadata (``_META``), writes its first
-        operand (``_IN_PLACE``, as :func:`_written` says) or neither, whether it picks entries and whether it is
-        structural. Decided once per function."""
+        operand (``_IN_PLACE``: ``__setitem__``, ``masked_fill_``, ``+=``; not the shape-only ``squeeze_``) or
+        neither, whether it picks entries and whether it is structural. Decided once per function."""
         name = getattr(func, "__name__", "")
         if name in _QUERIES or (name == "__get__" and
                                 getattr(getattr(func, "__self__", None), "__name__", "") in _ATTRS):
@@ -364,9 +327,8 @@ if torch is not None:
         return spec
 
     def _dispatch(func: Any, types: Any, args: tuple, kwargs: dict | None) -> Any:
-        """``LazyCategoricalTensor.__torch_function__`` on the faster path: the same decisions, in the same order,
-        as the path before it (metadata, a pending write, writes, another lazy type, picks, reshapes, a read), with
-        the function's kind looked up once per function rather than spelled out from its name on every call."""
+        """``LazyCategoricalTensor.__torch_function__``: metadata, a pending write, writes, another lazy type, picks,
+        reshapes, a read, in that order, with the function's kind looked up once per function (:func:`_spec`)."""
         try:
             spec = _SPECS.get(func)
         except TypeError:
@@ -380,9 +342,8 @@ if torch is not None:
             FORCE_IN_SLICES(args)       # lazy values in an index's slices: read (torch does not see them)
         if kwargs is None:
             kwargs = {}
-        if name == "__setitem__" and _fast_path.DEFER_LAST and _fast_path.fast_paths() and \
-                _write_pending(func, args, kwargs):
-            return None
+        if name == "__setitem__" and _write_pending(func, args, kwargs):
+            return None    # written into a tensor alone on its storage, which holds them pending from now on
         if kwargs:
             out = kwargs.get("out")
             if isinstance(out, LazyCategoricalTensor):
@@ -408,7 +369,7 @@ if torch is not None:
             # iterating (``for t in tokens``) or unbinding along dim 0 reads nothing: each row is ``t[i]``, pending
             rows = [first[i] for i in range(_disabled(torch.Tensor.size, (), (first, 0), {}))]
             return iter(rows) if name == "__iter__" else tuple(rows)
-        if WORLDS_DISPATCH is not None and what != _IN_PLACE and _fast_path.DEFER_READS:
+        if WORLDS_DISPATCH is not None and what != _IN_PLACE:
             # computed once per world of the pending draws (probs[token]: a function of the token), read only where
             # a value reaches Python: lazy_worlds decides, and reads where it does not apply
             return WORLDS_DISPATCH(func, types, args, kwargs)
@@ -418,7 +379,7 @@ if torch is not None:
         return _disabled(func, types, args, kwargs)
 
     #: :mod:`.lazy_worlds`' dispatch once that module is imported (it imports this one): an operation on pending
-    #: draws that picks nothing runs there, per world, where the whole-loop fast path defers reads
+    #: draws that picks nothing runs there, per world, as the whole-loop audit defers reads
     WORLDS_DISPATCH: Any = None
     #: :func:`.lazy_worlds.force_in_slices`, set with :data:`WORLDS_DISPATCH`
     FORCE_IN_SLICES: Any = None
@@ -457,12 +418,12 @@ if torch is not None:
             return out
         if out is t or not isinstance(out, torch.Tensor):
             return out
-        if _fast_path.LOOPS and name in _IN_ORDER and out.numel() == t._cells.size and not (
+        if name in _IN_ORDER and out.numel() == t._cells.size and not (
                 name == "view" and any(isinstance(a, torch.dtype) for a in (*rest, *kwargs.values()))):
             # the entries keep their row-major order (a new shape, or the same one): the cells reshaped, as the
             # positions below would pick them (``view(dtype)`` reinterprets bits: the general path refuses it)
             return _lazy(t._cells.reshape(tuple(out.shape)), out, _family_of(out, (t,)))
-        if name == "__getitem__" and len(rest) == 1 and _fast_path.fast_paths() and _basic(rest[0]):
+        if name == "__getitem__" and len(rest) == 1 and _basic(rest[0]):
             # ints, slices, None and ``...`` pick the same entries in numpy as in torch (a trailing ``...`` keeps
             # numpy's result an array when every dimension is indexed by an int)
             idx = rest[0] if isinstance(rest[0], tuple) else (rest[0],)
@@ -598,7 +559,7 @@ if torch is not None:
         numbers; every other operand (indices, a condition) is read. The result's entries are the
         picked cells, still pending; NotImplemented when an operand does not allow it.
         """
-        if _fast_path.LOOPS and name in _JOINS:
+        if name in _JOINS:
             joined = _join(func, name, args, kwargs)
             if joined is not None:
                 return joined
@@ -781,16 +742,6 @@ if torch is not None:
     _INPLACE_DUNDERS = frozenset({"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
                                   "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__"})
 
-    def _written(name: str, args: tuple, kwargs: dict) -> list:
-        """The pending tensors an operation writes values into: its ``out=``, and its first operand when it works in
-        place (``__setitem__``, ``masked_fill_``, ``+=``; not the shape-only ``squeeze_``/``unsqueeze_``)."""
-        out = [v for v in (kwargs.get("out"),) if isinstance(v, LazyCategoricalTensor)]
-        in_place = name == "__setitem__" or name in _INPLACE_DUNDERS or (
-            name.endswith("_") and not name.endswith("__") and name not in _STRUCTURAL)
-        if in_place and args and isinstance(args[0], LazyCategoricalTensor):
-            out.append(args[0])
-        return out
-
     def _write_family(x: "LazyCategoricalTensor") -> None:
         """Before a write into ``x``: draw every entry of its storage's root into the storage, once."""
         fam = x._fam
@@ -826,12 +777,12 @@ else:  # pragma: no cover
 
 def as_array(x: Any) -> Any:
     """``np.asarray(x)`` of what a sampler returns: pending draws are drawn (element order) and read as plain torch
-    reads them, in one step rather than through torch's Python-level dispatch of ``__array__`` (the fast paths).
+    reads them, in one step rather than through torch's Python-level dispatch of ``__array__``.
 
     >>> as_array(torch.tensor([3, 1])).tolist() if torch is not None else [3, 1]
     [3, 1]
     """
-    if torch is not None and type(x) is LazyCategoricalTensor and _fast_path.fast_paths():
+    if torch is not None and type(x) is LazyCategoricalTensor:
         force(x)
         with torch._C.DisableTorchFunctionSubclass():
             return np.asarray(x)
@@ -842,7 +793,7 @@ def tokens_deferring_last(x: Any, rng: Any) -> list | None:
     """The emitted tokens of a sampler's output (its entries ``>= 0``, in element order, as ``Adapter.tokens`` reads
     them), the last one left undrawn when it is a pending draw nobody read; None where that does not apply.
 
-    Applies on the fast paths to an unread :class:`LazyCategoricalTensor` whose last pending entry
+    Applies to an unread :class:`LazyCategoricalTensor` whose last pending entry
     (element order) is one draw that no other entry shares, every entry after it a known negative
     value (padding), on an rng whose engine spreads such a token (``rng.spreads``: the step
     enumerator). The other pending entries are drawn first, in element order, as reading the
@@ -858,7 +809,7 @@ def tokens_deferring_last(x: Any, rng: Any) -> list | None:
     True
     """
     if torch is None or type(x) is not LazyCategoricalTensor or x._read or x._fam.written or \
-            not getattr(rng, "spreads", False) or not _fast_path.DEFER_LAST or not _fast_path.fast_paths():
+            not getattr(rng, "spreads", False):
         return None
     flat = list(x._cells.reshape(-1))
     last = None
@@ -928,7 +879,7 @@ def unread_entries(x: Any, rng: Any) -> list | None:
         if draw.drawn:
             out.append(draw.values()[i])
             continue
-        if draw.rng is rng and (draw.joint is not None or (_joint.JOINT and _joint.conditional(draw))):
+        if draw.rng is rng and (draw.joint is not None or _joint.conditional(draw)):
             out.append(draw)            # held jointly with other draws, or its law a row indexed by them: spread jointly
             continue
         if draw._ready and callable(draw.law) and draw.rng is rng:
@@ -964,7 +915,7 @@ def lazy_multinomial(rng: Any, rows: Sequence[tuple[tuple, tuple]], num_samples:
     ([0], 1)
     """
     n = len(rows)
-    if n == 1 and num_samples == 1 and _fast_path.LOOPS:     # one draw (a loop's token): the cells made directly
+    if n == 1 and num_samples == 1:     # one draw (a loop's token): the cells made directly
         cells = np.empty(shape, dtype=object)
         cells.reshape(-1)[0] = (PendingDraw(rng, rows[0][0], rows[0][1], 1, bool(replacement)), 0)
         return _lazy(cells, torch.zeros(shape, dtype=torch.int64), None)
@@ -977,6 +928,4 @@ def lazy_multinomial(rng: Any, rows: Sequence[tuple[tuple, tuple]], num_samples:
             draw = PendingDraw(rng, weights, law, num_samples, False)
             for s in range(num_samples):
                 cells[r, s] = (draw, s)
-    if _fast_path.LOOPS:
-        return _lazy(cells.reshape(shape), torch.zeros(shape, dtype=torch.int64), None)
-    return LazyCategoricalTensor(cells.reshape(shape))
+    return _lazy(cells.reshape(shape), torch.zeros(shape, dtype=torch.int64), None)

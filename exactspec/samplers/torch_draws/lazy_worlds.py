@@ -8,8 +8,7 @@ them: litgpt's draft model reads draft ``i`` to propose ``i + 1``, the target sc
 one call, and only then does verification decide how many drafts stand. A stand-in that read each
 token it is fed would fork the enumeration there (every fork reruns the loop), although most of
 those values never change what the loop does: after the first draft is rejected, the later ones
-are discarded whatever they are. On the whole-loop fast path (``_fast_path.LOOPS`` and
-``_fast_path.DEFER_READS``) a torch stand-in fed pending draws (:mod:`.lazy_draws`) instead
+are discarded whatever they are. In a whole-loop audit a torch stand-in fed pending draws (:mod:`.lazy_draws`) instead
 returns a :class:`LazyWorldsTensor`: logits whose entries are functions of those draws, one
 value per *world* (an assignment of values to the draws an entry depends on: for an order-1
 table, the token of its own position). Torch operations on it are applied world by world and stay
@@ -45,12 +44,12 @@ draws. What each kind of operation does:
 - ``bool()`` of a one-entry value (``if target_prob >= draft_prob:``), and a lazy uniform compared
   with one (:mod:`.torch_rng`), fork on the answer, not on the draws: one draw narrowed to the values
   that give the answer (:func:`_choose`), several held jointly (:mod:`.joint_draws`: the assignments
-  of values that give it, with their exact probabilities), all left undrawn (``REFINE``,
-  ``joint_draws.JOINT``).
+  of values that give it, with their exact probabilities), all left undrawn.
 
 Nothing here changes a law: each world's value is what the loop computes once those draws are
 known, and the draws are drawn before any value reaches Python, in a replay's same order. The
-whole-loop tests compare the two switches' laws (``tests/test_deferred_reads.py``).
+whole-loop tests compare the laws with a plain eager enumeration's (``tests/test_deferred_reads.py``,
+``benchmarks/plain_loops.py``).
 
 >>> WORLDS
 64
@@ -64,7 +63,6 @@ from typing import Any
 
 import numpy as np
 
-from ..randomness import _fast_path
 from ..randomness import joint_draws as _joint
 from .lazy_draws import PendingDraw, exact_rows
 
@@ -79,17 +77,14 @@ __all__ = ["LazyWorldsTensor", "WORLDS", "deferring", "domain", "entry_decision"
 #: the most worlds one operation is run in; beyond, its operands are read and it runs once
 WORLDS = 64
 
-#: ``bool()`` of a lazy value forks on the decision, not on the last draw it depends on (:func:`_decide`)
-REFINE = True
-
 
 def deferring() -> bool:
-    """Whether the stand-ins defer the reads of the pending tokens they are fed (the whole-loop fast path).
+    """Whether the stand-ins defer the reads of the pending tokens they are fed (whenever torch is importable).
 
     >>> isinstance(deferring(), bool)
     True
     """
-    return torch is not None and _fast_path.LOOPS and _fast_path.DEFER_READS
+    return torch is not None
 
 
 def domain(cell: tuple) -> list | None:
@@ -356,14 +351,14 @@ if torch is not None:
             return _disabled(func, (), args, kwargs)     # a new tensor shaped like a lazy one: its values unread
         for t in types:
             if t is not LazyWorldsTensor and t is not LazyCategoricalTensor and t is not torch.Tensor:
-                if name in _UNIFORM_COMPARISONS and t.__name__ == "LazyUniformTensor" and REFINE:
+                if name in _UNIFORM_COMPARISONS and t.__name__ == "LazyUniformTensor":
                     return NotImplemented   # its handler decides each entry jointly with our pending draws
                 # another lazy type takes part: ours are read, and its handler runs the operation on the values
                 _force_all(args)
                 _force_all(tuple(kwargs.values()))
                 return NotImplemented
         if name == "__bool__" and len(args) == 1 and not kwargs and type(first := args[0]) is LazyWorldsTensor and \
-                _live(first) and REFINE:
+                _live(first):
             decided = _decide(first)
             if decided is not None:
                 return decided
@@ -397,10 +392,9 @@ if torch is not None:
         if x._gi.size != 1:
             return None
         g, pos = x._groups[int(x._gi.reshape(-1)[0])], int(x._gp.reshape(-1)[0])
-        if _joint.JOINT:
-            joint = _joint_decision(g, pos, lambda e: bool(_disabled(torch.Tensor.__bool__, (), (e,), {})))
-            if joint is not None:
-                return joint[0]
+        joint = _joint_decision(g, pos, lambda e: bool(_disabled(torch.Tensor.__bool__, (), (e,), {})))
+        if joint is not None:
+            return joint[0]
         split = _last_undrawn(g, pos)
         if split is None:
             return None
@@ -521,13 +515,13 @@ if torch is not None:
         applies."""
         g = x._groups[int(x._gi.reshape(-1)[index])]
         pos = int(x._gp.reshape(-1)[index])
-        if REFINE and not read and _joint.JOINT:
+        if not read:
             joint = _joint_decision(g, pos, lambda e: chance(float(_disabled(torch.Tensor.item, (), (e,), {}))))
             if joint is not None:
                 answer, cells, entries = joint
                 return "decided", answer, cells, {k: float(_disabled(torch.Tensor.item, (), (e,), {}))
                                                   for k, e in entries.items()}
-        split = _last_undrawn(g, pos) if REFINE and not read else None
+        split = _last_undrawn(g, pos) if not read else None
         if split is not None:
             keep, entries = split
             values = {v: float(_disabled(torch.Tensor.item, (), (e,), {})) for v, e in entries.items()}
@@ -537,8 +531,8 @@ if torch is not None:
         t = g.worlds[tuple(value_of(c) for c in g.deps)]
         return "value", float(_disabled(torch.Tensor.item, (), (t.reshape(-1)[pos],), {}))
 
-    # an operation on pending draws that lazy_draws would read its operands for (it calls this only where the
-    # whole-loop fast path defers reads): run per world here, read where that does not apply
+    # an operation on pending draws that lazy_draws would read its operands for: run per world here, read where
+    # that does not apply
     _lazy_draws_module.WORLDS_DISPATCH = _dispatch
     _lazy_draws_module.FORCE_IN_SLICES = force_in_slices
 

@@ -76,8 +76,7 @@ from .lazy_draws import LazyCategoricalTensor, PendingDraw, exact_rows, lazy_mul
 from .lazy_worlds import LazyWorldsTensor, deferring, entry_decision, multinomial_of_worlds, value_of
 from .lazy_worlds import live as _worlds_live
 from . import lazy_worlds as _lazy_worlds
-from ..randomness._fast_path import fast_paths
-from ..randomness.lazy_values import LazyBit, exponential, fresh_op, lazy, race_outcome, race_winner
+from ..randomness.lazy_values import LazyBit, exponential, fresh_op, lazy, race_outcome
 from ..randomness.planned import current_plan
 
 try:
@@ -94,8 +93,6 @@ _TORCH_LATTICES: dict = {}
 if torch is not None:
     _TORCH_LATTICES = {torch.float32: LATTICES["torch-float32"], torch.float64: LATTICES["float64"],
                        torch.float16: LATTICES["torch-float16"], torch.bfloat16: LATTICES["torch-bfloat16"]}
-#: race argmaxes are lazy per entry (each row's winner drawn when read); False draws every race at the argmax
-_LAZY_RACES = True
 if torch is not None:
     #: the real in-place uniform, to advance a user's generator (the patched name may be a dispatcher)
     _REAL_UNIFORM_ = torch._C.TensorBase.uniform_
@@ -373,7 +370,7 @@ if torch is not None:
             a, b = b, a                      # t < u  <=>  u > t
             strict, flip = {(True, False): (False, True), (False, False): (True, True),
                             (False, True): (True, False), (True, True): (False, False)}[(strict, flip)]
-        if type(b) is LazyWorldsTensor and _lazy_worlds.REFINE and deferring() and _worlds_live(b):
+        if type(b) is LazyWorldsTensor and deferring() and _worlds_live(b):
             # a threshold that depends on pending draws (1 - p(x)/q(x) for a draft x nobody read): each entry decided
             # jointly with them, which stay undrawn (entry_decision)
             return _joint_compare(a, b, strict, flip, name)
@@ -589,12 +586,8 @@ if torch is not None:
         rs = _flat_cells(a._r, shape)
         op = _RACE_BINARY[name]
         out = np.empty(len(floats), dtype=object)
-        if fast_paths():
-            for i, f in enumerate(floats):
-                out[i] = fresh_op(rs[i], name, op, f, _num_or_inf(f))
-        else:
-            for i, f in enumerate(floats):
-                out[i] = op(rs[i], _num_or_inf(f))
+        for i, f in enumerate(floats):
+            out[i] = fresh_op(rs[i], name, op, f, _num_or_inf(f))
         return RaceTensor(out.reshape(shape), _dt(a))
 
     def _race_compare(name: str, args: tuple) -> "LazyMask":
@@ -622,10 +615,8 @@ if torch is not None:
 
         The result is a :class:`~exactspec.samplers.torch_draws.lazy_draws.LazyCategoricalTensor` whose entry ``i`` is
         the pending draw of row ``i``'s winner (``rng.categorical`` of its exact law): a sampler that races every
-        position at once and reads one forks on that one only. ``_LAZY_RACES = False`` draws every race at once.
+        position at once and reads one forks on that one only.
         """
-        if not _LAZY_RACES:
-            return _race_arg_eager(values, dim, keepdim, smaller_wins)
         if dim is None:
             cells = np.empty((), dtype=object)
             cells[()] = (PendingDraw.of_law(*race_outcome(list(values.ravel()), smaller_wins, True)), 0)
@@ -639,19 +630,6 @@ if torch is not None:
         for i, row in enumerate(rows):
             cells[i] = (PendingDraw.of_law(*race_outcome(list(row), smaller_wins, True)), 0)
         res = LazyCategoricalTensor(cells.reshape(moved.shape[:-1]))
-        return res.unsqueeze(d) if keepdim else res
-
-    def _race_arg_eager(values: np.ndarray, dim: Any, keepdim: bool, smaller_wins: bool) -> Any:
-        if dim is None:
-            idx = race_winner(list(values.ravel()), smaller_wins)
-            res = torch.tensor(idx, dtype=torch.int64)
-            return res.reshape((1,) * values.ndim) if keepdim else res
-        nd = values.ndim
-        d = int(dim) % max(nd, 1)
-        moved = np.moveaxis(values, d, -1)
-        rows = moved.reshape(-1, moved.shape[-1])
-        out = np.array([race_winner(list(row), smaller_wins) for row in rows], dtype=np.int64)
-        res = torch.from_numpy(out).reshape(moved.shape[:-1])
         return res.unsqueeze(d) if keepdim else res
 
     # -- lazy comparison results -------------------------------------------------------------------------------
