@@ -21,19 +21,15 @@ import math
 import numbers
 from fractions import Fraction
 
-from ..errors import ExactSpecError, InvalidDistribution, UnsupportedRandomness
+from ..errors import ExactSpecError, InvalidDistribution, ReplayDiverged, UnsupportedRandomness
 from ..fields import Field, _caller
 
 __all__ = ["PathRng", "Uniform", "enumerate_program", "Lattice", "RoundedLattice", "LATTICES", "NATIVE", "NATIVE64",
-           "RNG_MODELS", "DeferredToken", "lattice_for"]
+           "RNG_MODELS", "DeferredToken", "lattice_for", "link_choices", "unwind_choices"]
 
 
 class _Nothing:
     """A type no number has (:attr:`PathRng._plain` when thresholds must be checked)."""
-
-
-class _Diverged(ExactSpecError):
-    """A replayed run made different draws than the run it replays (the rule is not deterministic)."""
 
 
 #: float -> its exact rational (:meth:`PathRng.number` with ``exact_floats``): samplers compare with the same floats
@@ -59,10 +55,10 @@ class PathRng:
         # ``prefix``: the choices to replay, as a tuple of choices or as a pushed node (see _fork)
         if prefix and type(prefix[0]) is tuple:
             self._head = prefix
-            prefix = _unwind(prefix)
+            prefix = unwind_choices(prefix)
             self._choices: list = prefix   # shared: replay reads below len(prefix), forks append after it
         else:
-            self._head = _link(prefix)
+            self._head = link_choices(prefix)
             self._choices = list(prefix)
         self._prefix = prefix
         self._n = len(prefix)
@@ -131,7 +127,7 @@ class PathRng:
         pos = self._pos
         value = self._prefix[pos]
         if type(value) is not expect:
-            raise _Diverged(f"replay diverged at draw {pos}: the rule asked for a {kind} where it drew "
+            raise ReplayDiverged(f"replay diverged at draw {pos}: the rule asked for a {kind} where it drew "
                             f"{value!r} before; rules must be deterministic functions of their draws")
         self._pos = pos + 1
         self._kinds.append(kind)
@@ -728,18 +724,22 @@ def lattice_for(rng_model: str) -> "Lattice | _Native | None":
         raise ExactSpecError(f"unknown rng_model {rng_model!r}: choose one of {', '.join(RNG_MODELS)}") from None
 
 
-def _link(choices: Any) -> tuple:
-    """The node chain of a sequence of choices (``()`` for none): each node is ``(parent, choice)``."""
+def link_choices(choices: Any) -> tuple:
+    """The node chain of a sequence of choices (``()`` for none): each node is ``(parent, choice)``.
+
+    >>> link_choices((1, True))
+    (((), 1), True)
+    """
     node: tuple = ()
     for c in choices:
         node = (node, c)
     return node
 
 
-def _unwind(node: tuple) -> list:
+def unwind_choices(node: tuple) -> list:
     """The choices along a node chain, first to last (a loop: chains are as long as branches).
 
-    >>> _unwind(_link((1, True, 0)))
+    >>> unwind_choices(link_choices((1, True, 0)))
     [1, True, 0]
     """
     out = []

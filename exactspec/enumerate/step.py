@@ -17,8 +17,8 @@ import time
 from types import GeneratorType
 from typing import Any, Callable
 
-from ..errors import BudgetExceeded, ExactSpecError, RuleError, UnsupportedRandomness
-from .rng import DeferredToken, PathRng, Touched, _Diverged
+from ..errors import BudgetExceeded, ExactSpecError, ReplayDiverged, RuleError, UnsupportedRandomness
+from .rng import DeferredToken, PathRng, Touched
 from .watchdog import guard
 
 __all__ = ["Budget", "StepEnumerator", "run_rule", "check_budget", "crash_outcome", "is_crash", "crash_index",
@@ -413,7 +413,7 @@ class StepEnumerator:
                     exc.rule = name
                     exc._replay = self._replayer(context, run_h, rng.choices)
                 raise
-            except _Diverged as exc:
+            except ReplayDiverged as exc:
                 if rng.deferred:
                     self._redraw(rng)
                     continue

@@ -1810,7 +1810,7 @@ def _refute_all(rule: Any, proposer: Any, space: _AbsSpace, dec: Decider, d: Any
 def _replay(rule: Any, proposer: Any, tokens: int, found: dict, t0: float) -> Any:
     """The Refutation of a cell's point: replayed exactly (outside the abstraction), then made as small as found."""
     from ..counterexamples.counterexample import Counterexample
-    from ..counterexamples.searching import _rule_ref, evaluate
+    from ..counterexamples.searching import rule_reference, evaluate
     Refutation = _kit().Refutation
     p_law, q_law, cell = found["p"], found["q"], found["cell"]
     inst = _instance(proposer, tokens, p_law, q_law)
@@ -1829,7 +1829,7 @@ def _replay(rule: Any, proposer: Any, tokens: int, found: dict, t0: float) -> An
     ce = Counterexample(rule=rule.name, claim=rule.claim, instance=inst, output=dict(rep.output),
                         expected=dict(rep.expected), tv=rep.tv,
                         space=f"es.prove (context_free, every vocab; witness at vocab {len(p_law)})",
-                        rule_ref=_rule_ref(rule))
+                        rule_ref=rule_reference(rule))
     return Refutation(rule=rule.name, cell=cell, outcome=found["outcome"], difference=found["difference"],
                       witness={"p": tuple(p_law), "q": tuple(q_law)}, report=rep, counterexample=ce, assumptions={},
                       seconds=time.perf_counter() - t0, cells_done=found["cells_done"])

@@ -917,7 +917,7 @@ def _rational_point(space: Space, dec: Decider, poly: Any) -> dict | None:
 def _refute(rule: Any, space: Space, dec: Decider, poly: Any, d: Any, o: tuple, proposer: Any, family: str,
             tokens: int, prompt: tuple, decoding: str, assumptions: dict, t0: float, cells_done: int) -> Refutation:
     from ..counterexamples.counterexample import Counterexample
-    from ..counterexamples.searching import _rule_ref, evaluate
+    from ..counterexamples.searching import rule_reference, evaluate
     from ..counterexamples.space import SearchInstance
     cell = [space.show(p, s) for p, s in dec.order]
     point = _rational_point(space, dec, poly)
@@ -942,7 +942,7 @@ def _refute(rule: Any, space: Space, dec: Decider, poly: Any, d: Any, o: tuple, 
                             "bias in the exact engine; not a verdict (please report this)")
     ce = Counterexample(rule=rule.name, claim=rule.claim, instance=inst, output=dict(rep.output),
                         expected=dict(rep.expected), tv=rep.tv, space=f"es.prove ({family}, vocab {space.vocab})",
-                        rule_ref=_rule_ref(rule))
+                        rule_ref=rule_reference(rule))
     witness = {}
     for who in ("p", "q"):
         for j, law in enumerate(laws[who]):

@@ -253,14 +253,14 @@ class Rule:
         """What the engine adds to the error when the rule's first call failed to bind ``fn(step, rng)``, or "".
 
         ``caller`` is the code object of the engine's frame that called the rule (see
-        :func:`exactspec.rules._shape.binding_hint`): a sampler or a loop handed as a rule gets told
+        :func:`exactspec.rules.shape.binding_hint`): a sampler or a loop handed as a rule gets told
         which call audits it.
 
         >>> r = Rule(lambda step, rng: [0])
         >>> r.binding_hint(TypeError("boom"), None, True)
         ''
         """
-        from ._shape import binding_hint
+        from .shape import binding_hint
         return binding_hint(self.fn, exc, caller, first)
 
     def without_closed_form(self) -> "Rule":
@@ -276,8 +276,8 @@ class Rule:
 
 def _refuse_non_rule(fn: Any) -> None:
     """Raise :class:`~exactspec.errors.NotARule` when ``fn`` cannot be called as ``fn(step, rng)`` and looks like
-    a sampler or a whole loop (see :mod:`exactspec.rules._shape`); anything callable with two arguments passes."""
-    from ._shape import looks_like_sampler, not_a_rule_message
+    a sampler or a whole loop (see :mod:`exactspec.rules.shape`); anything callable with two arguments passes."""
+    from .shape import looks_like_sampler, not_a_rule_message
     shape = looks_like_sampler(fn)
     if shape is not None:
         from ..errors import NotARule
