@@ -14,7 +14,7 @@ from .drafts import chain
 from .enumerate import Budget, Engine, greedy_sequence, target_law
 from .enumerate.rng import Lattice, lattice_for
 from .enumerate.step import check_budget, crash_index, is_crash
-from .errors import ExactSpecError
+from .errors import InvalidType, InvalidValue
 from .fields import Field, get_field
 from .laws import total_variation
 from .models import Model
@@ -31,15 +31,15 @@ def _prompt(prompt: Any, vocab: int) -> tuple[int, ...]:
     try:
         items = list(prompt)
     except TypeError:
-        raise ExactSpecError(f"prompt must be a sequence of token ids, got {prompt!r}") from None
+        raise InvalidType(f"prompt must be a sequence of token ids, got {prompt!r}") from None
     out = []
     for i, t in enumerate(items):
         try:
             t = operator.index(t)
         except TypeError:
-            raise ExactSpecError(f"prompt[{i}] = {t!r} is not a token id") from None
+            raise InvalidType(f"prompt[{i}] = {t!r} is not a token id") from None
         if not 0 <= t < vocab:
-            raise ExactSpecError(f"prompt[{i}] = {t} is outside the vocabulary 0..{vocab - 1}")
+            raise InvalidValue(f"prompt[{i}] = {t} is outside the vocabulary 0..{vocab - 1}")
         out.append(t)
     return tuple(out)
 
@@ -202,47 +202,51 @@ def validate_audit(*, target: Model, rule: Any, draft: Model | None = None, prop
     >>> validate_audit(target=m, draft=m, rule="mss", tokens=0)
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: tokens must be an int >= 1, got 0
+    exactspec.errors.InvalidValue: tokens must be an int >= 1, got 0
     """
     if not isinstance(target, Model):
-        raise ExactSpecError(f"target must be an exactspec model (es.models.*), got {target!r}")
+        raise InvalidType(f"target must be an exactspec model (es.models.*), got {target!r}")
     rule_obj: Rule = as_rule(rule)
     if proposer is None:   # the proposer the rule's claim is about, else the family's default
         from .drafts import tree
         proposer = rule_obj.proposer or (chain(4) if rule_obj.family == "chain" else tree((2, 2, 1)))
     if not hasattr(proposer, "step") or not hasattr(proposer, "family"):
-        raise ExactSpecError(f"proposer must be an exactspec proposer (es.drafts.*), got {proposer!r}")
+        raise InvalidType(f"proposer must be an exactspec proposer (es.drafts.*), got {proposer!r}")
     if proposer.family != rule_obj.family:
-        raise ExactSpecError(f"rule {rule_obj.name} verifies {rule_obj.family}s but the proposer drafts a "
-                             f"{proposer.family}")
+        raise InvalidValue(f"rule {rule_obj.name} verifies {rule_obj.family}s but the proposer drafts a "
+                           f"{proposer.family}")
     if proposer.needs_draft() and draft is None:
-        raise ExactSpecError(f"the {proposer.describe()} proposer needs a draft model: pass draft=")
+        raise InvalidValue(f"the {proposer.describe()} proposer needs a draft model: pass draft=")
     for name, m in [("draft model", draft), ("expected model", expected)] + [
             (f"merge draft model {i}" if getattr(proposer, "kind", "") == "merge" else "the proposer's sampled_from model",
              m) for i, m in enumerate(getattr(proposer, "models", []))]:
         if m is not None and not isinstance(m, Model):
             label = name.removesuffix(" model") if name in ("draft model", "expected model") else name
-            raise ExactSpecError(f"{label} must be an exactspec model (es.models.*), got {m!r}")
+            raise InvalidType(f"{label} must be an exactspec model (es.models.*), got {m!r}")
         if m is not None and m.vocab != target.vocab:
-            raise ExactSpecError(f"{name} has vocab {m.vocab} but the target has vocab {target.vocab}")
+            raise InvalidValue(f"{name} has vocab {m.vocab} but the target has vocab {target.vocab}")
     claims = getattr(proposer, "claims", None)
     if claims and len(next(iter(claims.values()))) != target.vocab:
-        raise ExactSpecError(f"the fixed tree's claimed laws have {len(next(iter(claims.values())))} entries but the "
-                             f"target has vocab {target.vocab}")
+        raise InvalidValue(f"the fixed tree's claimed laws have {len(next(iter(claims.values())))} entries but the "
+                           f"target has vocab {target.vocab}")
     if tokens is None:
         tokens = default_tokens(proposer)
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise ExactSpecError(f"tokens must be an int >= 1, got {tokens!r}")
+    if isinstance(tokens, bool) or not isinstance(tokens, int):
+        raise InvalidType(f"tokens must be an int >= 1, got {tokens!r}")
+    elif tokens < 1:
+        raise InvalidValue(f"tokens must be an int >= 1, got {tokens!r}")
     if expected is None and rule_obj.declared_target is not None:
         expected = rule_obj.declared_target(target, draft)
     if decoding is None:
         decoding = rule_obj.decoding
     if decoding not in DECODINGS:
-        raise ExactSpecError(f"decoding must be one of {', '.join(DECODINGS)}, got {decoding!r}")
+        raise InvalidValue(f"decoding must be one of {', '.join(DECODINGS)}, got {decoding!r}")
     if expected is not None and decoding == "greedy":
-        raise ExactSpecError("expected= declares a sampling law; it cannot be combined with decoding='greedy'")
-    if isinstance(worst, bool) or not isinstance(worst, int) or worst < 0:
-        raise ExactSpecError(f"worst must be an int >= 0, got {worst!r}")
+        raise InvalidValue("expected= declares a sampling law; it cannot be combined with decoding='greedy'")
+    if isinstance(worst, bool) or not isinstance(worst, int):
+        raise InvalidType(f"worst must be an int >= 0, got {worst!r}")
+    elif worst < 0:
+        raise InvalidValue(f"worst must be an int >= 0, got {worst!r}")
     fld = get_field(field, precision=precision, tolerance=tolerance, backend=backend)
     prompt_t = _prompt(prompt, target.vocab)
     lattice = lattice_for(rng_model)

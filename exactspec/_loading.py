@@ -11,7 +11,7 @@ import re
 import sys
 from typing import Any, Sequence
 
-from .errors import ExactSpecError
+from .errors import ExactSpecError, InvalidType, InvalidValue
 
 __all__ = ["load_object"]
 
@@ -28,7 +28,7 @@ def load_object(spec: str, what: str, preload: Sequence[str] = ()) -> Any:
     import importlib
     mod_name, _, name = spec.partition(":")
     if not _DOTTED.fullmatch(mod_name) or not _DOTTED.fullmatch(name):
-        raise ExactSpecError(f"{what} must be MODULE:FUNCTION (dotted Python names), got {spec!r}")
+        raise InvalidValue(f"{what} must be MODULE:FUNCTION (dotted Python names), got {spec!r}")
     for dep in preload:
         try:
             importlib.import_module(dep)
@@ -60,7 +60,7 @@ def load_object(spec: str, what: str, preload: Sequence[str] = ()) -> Any:
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ExactSpecError(f"cannot load {spec}: {mod_name} has no attribute {name!r}") from None
+            raise InvalidValue(f"cannot load {spec}: {mod_name} has no attribute {name!r}") from None
     if not callable(obj):
-        raise ExactSpecError(f"{spec} is {type(obj).__name__}, not a function")
+        raise InvalidType(f"{spec} is {type(obj).__name__}, not a function")
     return obj

@@ -195,9 +195,9 @@ def resolve(progress: Any, what: str, *, unit: str = "chunks") -> Callable[..., 
     if progress is False:
         return None
     if not callable(progress):
-        from .errors import ExactSpecError
-        raise ExactSpecError(f"progress must be True, False, None or a function progress(done, total), got "
-                             f"{progress!r}")
+        from .errors import InvalidType
+        raise InvalidType(f"progress must be True, False, None or a function progress(done, total), got "
+                          f"{progress!r}")
     return progress
 
 

@@ -21,7 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 from ._numbers import MAX_TEXT, finite_float, parse_rational
-from .errors import ExactSpecError, InexactArithmetic
+from .errors import ExactSpecError, InexactArithmetic, InvalidType, InvalidValue
 
 __all__ = ["Field", "FractionField", "MpmathField", "FloatField", "get_field"]
 
@@ -144,7 +144,7 @@ class FractionField(Field):
 
     def __init__(self, backend: str = "auto") -> None:
         if backend not in ("auto", "gmpy2", "python"):
-            raise ExactSpecError(f"fraction backend must be auto, gmpy2 or python, got {backend!r}")
+            raise InvalidValue(f"fraction backend must be auto, gmpy2 or python, got {backend!r}")
         mpq = None if backend == "python" else _gmpy2_mpq()
         if backend == "gmpy2" and mpq is None:
             raise ExactSpecError("backend='gmpy2' needs gmpy2 installed (pip install 'exactspec[fast]')")
@@ -192,7 +192,7 @@ class FractionField(Field):
         >>> FractionField(backend="python").parse("1e-999999999", "tv")
         Traceback (most recent call last):
         ...
-        exactspec.errors.ExactSpecError: tv: '1e-999999999' has an exponent beyond 1000 in absolute value; write a rational like '3/5' or a decimal with a small exponent
+        exactspec.errors.InvalidValue: tv: '1e-999999999' has an exponent beyond 1000 in absolute value; write a rational like '3/5' or a decimal with a small exponent
         """
         return parse_rational(s, where)
 
@@ -253,8 +253,10 @@ class MpmathField(Field):
     exact = False
 
     def __init__(self, precision: int = 113, tolerance: Any = None) -> None:
-        if not isinstance(precision, int) or isinstance(precision, bool) or precision < 16:
-            raise ExactSpecError(f"mpmath precision must be an int >= 16 bits, got {precision!r}")
+        if not isinstance(precision, int) or isinstance(precision, bool):
+            raise InvalidType(f"mpmath precision must be an int >= 16 bits, got {precision!r}")
+        if precision < 16:
+            raise InvalidValue(f"mpmath precision must be an int >= 16 bits, got {precision!r}")
         self.precision = precision
         self.ctx = _mp_context(precision, shared=False)
         self.zero = self.ctx.mpf(0)
@@ -272,7 +274,7 @@ class MpmathField(Field):
     def _tolerance(self, tolerance: Any) -> Any:
         where = "mpmath field tolerance"
         if isinstance(tolerance, bool):
-            raise ExactSpecError(f"{where}: {tolerance!r} is a bool, not a number")
+            raise InvalidType(f"{where}: {tolerance!r} is a bool, not a number")
         if isinstance(tolerance, str):
             tolerance = parse_rational(tolerance, where)
         if isinstance(tolerance, numbers.Rational):
@@ -280,9 +282,9 @@ class MpmathField(Field):
         elif isinstance(tolerance, numbers.Real) or hasattr(tolerance, "_mpf_"):
             tol = self.ctx.mpf(tolerance)
         else:
-            raise ExactSpecError(f"{where}: {tolerance!r} of type {type(tolerance).__name__} is not a number")
+            raise InvalidType(f"{where}: {tolerance!r} of type {type(tolerance).__name__} is not a number")
         if not self.ctx.isfinite(tol) or tol < 0:
-            raise ExactSpecError(f"{where}: {tolerance!r} must be a finite number >= 0")
+            raise InvalidValue(f"{where}: {tolerance!r} must be a finite number >= 0")
         return tol
 
     def convert(self, x: Fraction) -> Any:
@@ -311,18 +313,18 @@ class MpmathField(Field):
         >>> MpmathField(precision=64).parse("nan", "tv")
         Traceback (most recent call last):
         ...
-        exactspec.errors.ExactSpecError: tv: 'nan' is not a finite number
+        exactspec.errors.InvalidValue: tv: 'nan' is not a finite number
         """
         if not isinstance(s, str):
             return self.convert(parse_rational(s, where))
         if len(s) > MAX_TEXT:
-            raise ExactSpecError(f"{where}: a number string of {len(s)} characters is too long (at most {MAX_TEXT})")
+            raise InvalidValue(f"{where}: a number string of {len(s)} characters is too long (at most {MAX_TEXT})")
         try:
             x = self.ctx.mpf(s)
         except (ValueError, TypeError, ArithmeticError):
-            raise ExactSpecError(f"{where}: {s[:40]!r} is not a number") from None
+            raise InvalidValue(f"{where}: {s[:40]!r} is not a number") from None
         if not self.ctx.isfinite(x):
-            raise ExactSpecError(f"{where}: {s[:40]!r} is not a finite number")
+            raise InvalidValue(f"{where}: {s[:40]!r} is not a finite number")
         return x
 
     def describe(self) -> str:
@@ -344,7 +346,7 @@ class FloatField(Field):
     def __init__(self, tolerance: float = 1e-12) -> None:
         tol = finite_float(tolerance, "float field tolerance")
         if tol < 0:
-            raise ExactSpecError(f"float field tolerance: {tolerance!r} must be >= 0")
+            raise InvalidValue(f"float field tolerance: {tolerance!r} must be >= 0")
         self._tol = tol
 
     def convert(self, x: Fraction) -> float:
@@ -378,7 +380,7 @@ class FloatField(Field):
                 pass
             else:
                 if v != v or v in (float("inf"), float("-inf")):
-                    raise ExactSpecError(f"{where}: {s!r} is not a finite number")
+                    raise InvalidValue(f"{where}: {s!r} is not a finite number")
                 return v
         return finite_float(parse_rational(s, where), where)
 
@@ -397,19 +399,19 @@ def get_field(field: str | Field = "fraction", *, precision: int | None = None,
     >>> get_field("decimal")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: unknown field 'decimal': choose one of fraction, mpmath, float
+    exactspec.errors.InvalidValue: unknown field 'decimal': choose one of fraction, mpmath, float
     """
     if isinstance(field, Field):
         return field
     if field == "fraction":
         if tolerance is not None and (isinstance(tolerance, bool) or tolerance != 0):
-            raise ExactSpecError(f"the fraction field is exact: its tolerance is 0 (got tolerance={tolerance!r})")
+            raise InvalidValue(f"the fraction field is exact: its tolerance is 0 (got tolerance={tolerance!r})")
         return FractionField(backend)
     if field == "mpmath":
         return MpmathField(precision=113 if precision is None else precision, tolerance=tolerance)
     if field == "float":
         return FloatField(1e-12 if tolerance is None else tolerance)
-    raise ExactSpecError(f"unknown field {field!r}: choose one of fraction, mpmath, float")
+    raise InvalidValue(f"unknown field {field!r}: choose one of fraction, mpmath, float")
 
 
 def is_finite_number(x: Any) -> bool:

@@ -22,7 +22,7 @@ from fractions import Fraction
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ._numbers import MAX_DIGITS, MAX_EXPONENT, parse_rational
-from .errors import ExactSpecError, InexactArithmetic, InvalidDistribution
+from .errors import ExactSpecError, InexactArithmetic, InvalidDistribution, InvalidType, InvalidValue
 
 __all__ = ["to_law", "normalize", "residual", "positive_part", "argmax", "point_mass",
            "total_variation", "acceptance", "memoised"]
@@ -103,10 +103,10 @@ def to_rational(x: Any, where: str, *, floats: bool = True) -> Fraction:
     >>> to_rational("1e-999999999", "ensemble weight")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: ensemble weight: '1e-999999999' has an exponent beyond 1000 in absolute value; write a rational like '3/5' or a decimal with a small exponent
+    exactspec.errors.InvalidValue: ensemble weight: '1e-999999999' has an exponent beyond 1000 in absolute value; write a rational like '3/5' or a decimal with a small exponent
     """
     if isinstance(x, bool):
-        raise ExactSpecError(f"{where}: {x!r} is a bool, not a number")
+        raise InvalidType(f"{where}: {x!r} is a bool, not a number")
     if type(x) is Fraction:
         return x
     if isinstance(x, str):
@@ -120,11 +120,11 @@ def to_rational(x: Any, where: str, *, floats: bool = True) -> Fraction:
     if isinstance(x, float) or (hasattr(x, "dtype") and getattr(x.dtype, "kind", "") == "f"):
         fx = float(x)
         if not math.isfinite(fx):
-            raise ExactSpecError(f"{where}: {fx!r} is not a finite number")
+            raise InvalidValue(f"{where}: {fx!r} is not a finite number")
         if not floats:
-            raise ExactSpecError(f"{where}: the float {fx!r} is not accepted here; write a rational like '3/5'")
+            raise InvalidType(f"{where}: the float {fx!r} is not accepted here; write a rational like '3/5'")
         return Fraction(fx)
-    raise ExactSpecError(f"{where}: {x!r} of type {type(x).__name__} is not a number")
+    raise InvalidType(f"{where}: {x!r} of type {type(x).__name__} is not a number")
 
 
 def to_law(values: Any, vocab: int, *, where: str = "law", exact_floats: bool = False) -> tuple[Fraction, ...]:
@@ -327,7 +327,7 @@ def exceeds_typical_threshold(value: Any, p: Sequence[Any], alpha: Any, shift: A
         log_term = sum((x * ctx.log(x + shift) for x in p if x > 0), ctx.mpf(0))
         return value > alpha * ctx.exp(log_term)
     if s < 0:
-        raise ExactSpecError(f"the entropy shift must be >= 0, got {shift}")
+        raise InvalidValue(f"the entropy shift must be >= 0, got {shift}")
     if a == 0:
         return v > 0          # the threshold is exactly 0
     if v <= 0:

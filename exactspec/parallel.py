@@ -61,7 +61,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
-from .errors import ExactSpecError, NotPicklable, WorkersLost
+from .errors import ExactSpecError, InvalidType, InvalidValue, NotPicklable, WorkersLost
 
 __all__ = ["run_chunks", "ChunkRun", "executor_for", "resolve_workers", "portable", "load_portable",
            "derive_seed", "NotPicklable", "WorkersLost", "chunked", "terminal_progress", "DEFAULT_RETRIES",
@@ -106,7 +106,7 @@ def chunked(items: Sequence[Any], size: int) -> list[tuple[int, list[Any]]]:
     [(0, ['a', 'b']), (2, ['c', 'd']), (4, ['e'])]
     """
     if size < 1:
-        raise ExactSpecError(f"chunk size must be >= 1, got {size!r}")
+        raise InvalidValue(f"chunk size must be >= 1, got {size!r}")
     return [(i, list(items[i:i + size])) for i in range(0, len(items), size)]
 
 
@@ -223,8 +223,10 @@ def resolve_workers(workers: Any) -> int | None:
     """
     if workers is None:
         return None
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-        raise ExactSpecError(f"workers must be an int >= 0 (0: every core) or None, got {workers!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int):
+        raise InvalidType(f"workers must be an int >= 0 (0: every core) or None, got {workers!r}")
+    elif workers < 0:
+        raise InvalidValue(f"workers must be an int >= 0 (0: every core) or None, got {workers!r}")
     if workers == 0:
         try:
             return max(1, len(os.sched_getaffinity(0)))
@@ -368,7 +370,7 @@ def executor_for(executor: cf.Executor | None = None, workers: Any = None,
     """
     if executor is not None:
         if not isinstance(executor, cf.Executor) and not hasattr(executor, "submit"):
-            raise ExactSpecError(f"executor must be a concurrent.futures.Executor, got {type(executor).__name__}")
+            raise InvalidType(f"executor must be a concurrent.futures.Executor, got {type(executor).__name__}")
         yield executor, False
         return
     if scheduler is not None:
@@ -497,7 +499,7 @@ def run_chunks(fn: Callable[[Any], Any], chunks: Sequence[Any], *, executor: cf.
     run = ChunkRun(total=n)
     sequence = list(range(n)) if order is None else list(order)
     if sorted(sequence) != list(range(n)):
-        raise ExactSpecError("run_chunks: order must be a permutation of the chunk numbers")
+        raise InvalidValue("run_chunks: order must be a permutation of the chunk numbers")
     if executor is None:  # in this process, in order: the reference the parallel runs must match
         for k in range(n):
             r = fn(chunks[k])

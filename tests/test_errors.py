@@ -446,7 +446,7 @@ def test_a_bare_number_as_budget_is_a_typed_error_saying_what_to_pass(entry, bad
     where = entry.split("(")[0]
     with pytest.raises(es.ExactSpecError) as info:
         _bare_number_budget_calls()[entry](bad)
-    assert type(info.value) is es.ExactSpecError and info.value.exit_code == 2
+    assert type(info.value) is es.errors.InvalidType and info.value.exit_code == 2
     assert str(info.value).startswith(f"{where}: budget must be an es.Budget or None, got {bad!r} "
                                       f"({type(bad).__name__}); ")
     assert hint in str(info.value)

@@ -16,7 +16,7 @@ from typing import Any
 
 from .._audit import audit, shared_expected_laws
 from ..enumerate import Budget
-from ..errors import BudgetExceeded, ExactSpecError
+from ..errors import BudgetExceeded, ExactSpecError, InvalidValue
 from ..fields import _gmpy2_mpq
 from ..instances import check_cases, default_instance
 from .. import _progress
@@ -154,7 +154,7 @@ def _check_parallel(args: Any, cases: list, workers: Any = None,
     """
     from .. import parallel
     if workers is not None and workers < 0:
-        raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {workers}")
+        raise InvalidValue(f"--workers must be >= 0 (0: every core), got {workers}")
     deadline = parallel.wall_deadline(args.time_limit)
     vocab = default_instance().target.vocab
     order = sorted(range(len(cases)), key=lambda i: (-_case_weight(cases[i], vocab), i))
@@ -189,7 +189,7 @@ def _check_parallel(args: Any, cases: list, workers: Any = None,
 def _cmd_check(args: Any) -> int:
     _no_timings_needs_json(args)
     if args.wide and args.json:
-        raise ExactSpecError("--wide applies to the table, not to --json output (which has every field)")
+        raise InvalidValue("--wide applies to the table, not to --json output (which has every field)")
     inst = default_instance()
     clock = _Clock(args.time_limit)
     cases = check_cases(inst)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _progress
-from ..errors import ExactSpecError
+from ..errors import InvalidValue
 from .common import DEFAULT_TIME_LIMIT, _ints, _print, _rule, _seconds
 from .parser import Options
 
@@ -16,16 +16,16 @@ def _cmd_prove(args: Any) -> int:
     from ..prove import prove
     rule = _rule(args.rule)
     if args.workers is not None and args.workers < 0:
-        raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {args.workers}")
+        raise InvalidValue(f"--workers must be >= 0 (0: every core), got {args.workers}")
     if rule.family == "tree":
         if args.gamma is not None or args.sampling is not None:
-            raise ExactSpecError(f"--gamma and --sampling do not apply to rule {rule.name}, which verifies trees")
+            raise InvalidValue(f"--gamma and --sampling do not apply to rule {rule.name}, which verifies trees")
         exp = (2,) if args.expansion is None else _ints(args.expansion, "--expansion",
                                                           "children per depth like '2' or '2 1'")
         proposer = tree(tuple(exp), children=args.children or "iid", claim=args.claim or "draft")
     else:
         if args.expansion is not None or args.children is not None:
-            raise ExactSpecError(f"--expansion and --children do not apply to rule {rule.name}, which verifies chains")
+            raise InvalidValue(f"--expansion and --children do not apply to rule {rule.name}, which verifies chains")
         proposer = chain(1 if args.gamma is None else args.gamma, sampling=args.sampling or "sample",
                          claim=args.claim or "draft")
     shown = _progress.reporter("proving", unit="cells proven", enabled=not args.quiet)

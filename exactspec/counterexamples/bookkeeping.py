@@ -56,23 +56,25 @@ def seconds_limit(x: Any, name: str) -> float | None:
     if x is None:
         return None
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise ExactSpecError(f"{name} must be a number of seconds > 0 (or None for no limit), got {x!r}")
+        raise InvalidType(f"{name} must be a number of seconds > 0 (or None for no limit), got {x!r}")
     try:
         v = float(x)
     except OverflowError:  # a huge Fraction or int: no practical limit
         v = math.inf
     if math.isnan(v):
-        raise ExactSpecError(f"{name} must be a number of seconds > 0 (or None for no limit), got nan")
+        raise InvalidValue(f"{name} must be a number of seconds > 0 (or None for no limit), got nan")
     if v <= 0:
-        raise ExactSpecError(f"{name} must be > 0 seconds (None for no limit), got {x!r}")
+        raise InvalidValue(f"{name} must be > 0 seconds (None for no limit), got {x!r}")
     return None if math.isinf(v) else v
 
 
 def count_limit(x: Any, name: str, lo: int, none_ok: bool = True) -> int | None:
     if x is None and none_ok:
         return None
-    if isinstance(x, bool) or not isinstance(x, int) or x < lo:
-        raise ExactSpecError(f"{name} must be an int >= {lo}{' or None' if none_ok else ''}, got {x!r}")
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise InvalidType(f"{name} must be an int >= {lo}{' or None' if none_ok else ''}, got {x!r}")
+    elif x < lo:
+        raise InvalidValue(f"{name} must be an int >= {lo}{' or None' if none_ok else ''}, got {x!r}")
     return x
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from .._jsonread import load_json
 from .._numbers import parse_rational
-from ..errors import ExactSpecError
+from ..errors import ExactSpecError, InvalidValue
 from ..report import Outcome
 from ..rules.record import CLAIMS as RULE_CLAIMS
 from .space import SearchInstance, _choice, _fail, _int, _kind
@@ -116,7 +116,7 @@ def valid_sampler_ref(x: Any, where: str = "sampler_ref") -> str:
     >>> valid_sampler_ref("os:system; rm")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: sampler_ref: 'os:system; rm' is not MODULE:FUNCTION (dotted Python identifiers) like 'mypkg.samplers:my_sampler'
+    exactspec.errors.InvalidValue: sampler_ref: 'os:system; rm' is not MODULE:FUNCTION (dotted Python identifiers) like 'mypkg.samplers:my_sampler'
     """
     if not isinstance(x, str):
         raise _fail(where, f"expected 'MODULE:FUNCTION' (a string), got {_kind(x)}")
@@ -154,7 +154,7 @@ def valid_loop_options(x: Any, where: str = "loop") -> dict:
     ...                     "on_error": "raise", "tolerance": "0", "reference": None})
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: loop.dtype: must be one of float64, float32, float16, bfloat16, got 'float64; import os'
+    exactspec.errors.InvalidValue: loop.dtype: must be one of float64, float32, float16, bfloat16, got 'float64; import os'
     """
     if not isinstance(x, dict):
         raise _fail(where, f"expected an object with the keys {', '.join(LOOP_OPTIONS)}, got {_kind(x)}")
@@ -206,7 +206,7 @@ def _crash_record(x: Any, where: str = "crash") -> dict:
     ...                "where": ""})
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: crash.exception: "os.system('x')" is not an exception type's name
+    exactspec.errors.InvalidValue: crash.exception: "os.system('x')" is not an exception type's name
     """
     if not isinstance(x, dict):
         raise _fail(where, f"expected an object with the keys {', '.join(CRASH_FIELDS)}, got {_kind(x)}")
@@ -686,21 +686,21 @@ class Counterexample:
         >>> Counterexample.from_json("[]")
         Traceback (most recent call last):
         ...
-        exactspec.errors.ExactSpecError: not a counterexample JSON: expected an object, got a list
+        exactspec.errors.InvalidValue: not a counterexample JSON: expected an object, got a list
         """
         try:
             return cls._from_json(text)
         except ExactSpecError as exc:
-            raise ExactSpecError(f"not a counterexample JSON: {exc}") from None
+            raise InvalidValue(f"not a counterexample JSON: {exc}") from None
 
     @classmethod
     def _from_json(cls, text: Any) -> "Counterexample":
         d = load_json(text, "input")  # str only; invalid JSON, NaN and deep nesting are typed errors
         if not isinstance(d, dict):
-            raise ExactSpecError(f"expected an object, got {_kind(d)}")
+            raise InvalidValue(f"expected an object, got {_kind(d)}")
         missing = [k for k in ("rule", "claim", "instance", "output", "expected", "tv") if k not in d]
         if missing:
-            raise ExactSpecError(f"missing field(s) {', '.join(missing)}")
+            raise InvalidValue(f"missing field(s) {', '.join(missing)}")
         inst = SearchInstance.from_dict(d["instance"], "instance")
         crash = _crash_record(d.get("crash"), "crash") if d.get("kind") == "crash" else {}
         is_loop = d.get("kind") == "loop" or crash.get("of") == "loop"
@@ -779,8 +779,8 @@ class EmptySearch:
 
     def __post_init__(self) -> None:
         if self.errors:
-            raise ExactSpecError(f"EmptySearch with errors={self.errors}: a search that skipped instances where the "
-                                 "rule raised is an IncompleteSearch")
+            raise InvalidValue(f"EmptySearch with errors={self.errors}: a search that skipped instances where the "
+                               "rule raised is an IncompleteSearch")
 
     found = False
     complete = True

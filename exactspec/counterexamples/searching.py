@@ -168,7 +168,7 @@ def search(rule: Any, *, proposer: Any = None, space: Space | None = None, seed:
     >>> search(es.rules.greedy_match_sampled, budget=0)
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: search: budget must be > 0 seconds (None for no limit), got 0
+    exactspec.errors.InvalidValue: search: budget must be > 0 seconds (None for no limit), got 0
     """
     rule = as_rule(rule)
     seconds = seconds_limit(budget, "search: budget")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ExactSpecError
+from ..errors import InvalidType, InvalidValue
 
 __all__ = ["ChainProposer", "ChainStep", "ChainLaws", "chain"]
 
@@ -285,15 +285,17 @@ def chain(gamma: int = 4, *, sampling: str = "sample", claim: str = "draft", sam
     >>> chain(0)
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: chain: gamma must be an int >= 1, got 0
+    exactspec.errors.InvalidValue: chain: gamma must be an int >= 1, got 0
     """
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise ExactSpecError(f"chain: gamma must be an int >= 1, got {gamma!r}")
+    if isinstance(gamma, bool) or not isinstance(gamma, int):
+        raise InvalidType(f"chain: gamma must be an int >= 1, got {gamma!r}")
+    elif gamma < 1:
+        raise InvalidValue(f"chain: gamma must be an int >= 1, got {gamma!r}")
     if sampling not in SAMPLINGS:
-        raise ExactSpecError(f"chain: sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
+        raise InvalidValue(f"chain: sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
     if claim not in CLAIMS:
-        raise ExactSpecError(f"chain: claim must be one of {', '.join(CLAIMS)}, got {claim!r}")
+        raise InvalidValue(f"chain: claim must be one of {', '.join(CLAIMS)}, got {claim!r}")
     from ..models import Model
     if sampled_from is not None and not isinstance(sampled_from, Model):
-        raise ExactSpecError(f"chain: sampled_from must be an exactspec model, got {sampled_from!r}")
+        raise InvalidType(f"chain: sampled_from must be an exactspec model, got {sampled_from!r}")
     return ChainProposer(gamma, sampling, claim, sampled_from)

@@ -21,7 +21,7 @@ import math
 import numbers
 from fractions import Fraction
 
-from ..errors import ExactSpecError, InvalidDistribution, ReplayDiverged, UnsupportedRandomness
+from ..errors import InvalidDistribution, InvalidValue, ReplayDiverged, UnsupportedRandomness
 from ..fields import Field, _caller
 
 __all__ = ["PathRng", "Uniform", "enumerate_program", "Lattice", "RoundedLattice", "LATTICES", "NATIVE", "NATIVE64",
@@ -721,7 +721,7 @@ def lattice_for(rng_model: str) -> "Lattice | _Native | None":
     try:
         return LATTICES[rng_model]
     except (KeyError, TypeError):
-        raise ExactSpecError(f"unknown rng_model {rng_model!r}: choose one of {', '.join(RNG_MODELS)}") from None
+        raise InvalidValue(f"unknown rng_model {rng_model!r}: choose one of {', '.join(RNG_MODELS)}") from None
 
 
 def link_choices(choices: Any) -> tuple:

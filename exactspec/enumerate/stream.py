@@ -19,7 +19,7 @@ import os
 from fractions import Fraction as F  # noqa: F401  (doctest)
 from typing import Any
 
-from ..errors import ExactSpecError
+from ..errors import InvalidType, InvalidValue
 from ..fields import Field
 from ..laws import clear_memo
 from ..models import Model
@@ -351,8 +351,10 @@ def target_law(target: Model, prompt: tuple, tokens: int, field: Field, orders: 
     [Fraction(1, 16), Fraction(3, 16), Fraction(3, 16), Fraction(9, 16)]
     """
     from .env import ModelView
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise ExactSpecError(f"tokens must be an int >= 1, got {tokens!r}")
+    if isinstance(tokens, bool) or not isinstance(tokens, int):
+        raise InvalidType(f"tokens must be an int >= 1, got {tokens!r}")
+    elif tokens < 1:
+        raise InvalidValue(f"tokens must be an int >= 1, got {tokens!r}")
     view = ModelView(target, field)
     if fast is None:
         fast = field.exact and os.environ.get(LEGACY_ENV, "") in ("", "0")
@@ -425,7 +427,7 @@ def greedy_sequence(target: Model, prompt: tuple, tokens: int) -> tuple[int, ...
     """
     from ..laws import argmax
     if tokens < 1:
-        raise ExactSpecError("tokens must be >= 1")
+        raise InvalidValue("tokens must be >= 1")
     ctx = tuple(prompt)
     out = []
     for _ in range(tokens):

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from .._device import one_torch_thread
-from ..errors import ExactSpecError, UnsupportedRandomness
+from ..errors import ExactSpecError, InvalidValue, UnsupportedRandomness
 from .chain_laws import TensorStepLaw, best_device
 
 __all__ = ["audit_batched_sampler", "BatchedAudit"]
@@ -435,8 +435,8 @@ def audit_batched_sampler(sampler: Callable, *, target: Any, draft: Any, chunk: 
     p = torch.as_tensor(target, dtype=torch.float64).cpu()
     q = torch.as_tensor(draft, dtype=torch.float64).cpu()
     if p.dim() != 2 or q.dim() != 2 or p.shape[0] != q.shape[0] + 1 or p.shape[1] != q.shape[1] or q.shape[0] < 1:
-        raise ExactSpecError(f"audit_batched_sampler: target must be [k + 1, V] and draft [k, V] with k >= 1; got "
-                             f"{tuple(p.shape)} and {tuple(q.shape)}")
+        raise InvalidValue(f"audit_batched_sampler: target must be [k + 1, V] and draft [k, V] with k >= 1; got "
+                           f"{tuple(p.shape)} and {tuple(q.shape)}")
     with one_torch_thread():
         try:
             out = _audit(sampler, p, q, chunk, max_rows, check_pairing, tolerance, check_rows)
