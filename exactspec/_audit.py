@@ -12,7 +12,7 @@ from typing import Any, Iterator, Sequence
 from . import _progress
 from .drafts import chain
 from .enumerate import Budget, Engine, greedy_sequence, target_law
-from .enumerate.rng import Lattice, lattice_for
+from .enumerate.rng import RngLattice, lattice_for
 from .enumerate.step import check_budget, crash_index, is_crash
 from .errors import InvalidType, InvalidValue
 from .fields import Field, get_field
@@ -181,7 +181,7 @@ class AuditInputs:
     expected: Model | None
     worst: int
     rng_model: str
-    lattice: Lattice | None
+    lattice: RngLattice
 
 
 def validate_audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any = None,
@@ -319,7 +319,7 @@ def compute_laws(engine: Engine, inputs: AuditInputs) -> AuditLaws:
             output, calls = engine.output(prompt_t, tokens)
         finally:
             engine.close()
-        crashes = None
+        crashes: dict[str, Any] | None = None   # what crashed -> (its probability, where)
         if engine.steps.record:   # the branches that crashed leave the output law; their mass is reported apart
             crashes, kept = {}, {}
             for k, v in output.items():

@@ -20,7 +20,7 @@ exactspec.errors.InvalidValue: report JSON: nested deeper than 64 levels
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ._numbers import parse_rational
 from .errors import ExactSpecError, InvalidDistribution, InvalidType, InvalidValue
@@ -50,6 +50,7 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
     stack = [(value, 1)]
     while stack:
         v, depth = stack.pop()
+        children: Iterable[Any]
         if isinstance(v, dict):
             children = v.values()
         elif isinstance(v, list):

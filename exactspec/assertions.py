@@ -64,14 +64,14 @@ def assert_lossless(rule: Any, *, target: Model, draft: Model | None = None, pro
     lines = [f"{rule.name} is not lossless: exact TV {tv} (decoding {report.instance['decoding']})", report.summary()]
     ce = None
     if search:
-        from .counterexamples import search as find
+        from .counterexamples import Counterexample, search as find
         from .errors import ExactSpecError
         try:
             found = find(rule, proposer=proposer, budget=search_budget, progress=False)
         except ExactSpecError as exc:  # e.g. the rule raised on every instance of the search space
             lines += ["", f"(the search for a smaller counterexample failed: {type(exc).__name__}: {exc})"]
         else:
-            if found.found:
+            if isinstance(found, Counterexample):
                 ce = found
                 lines += ["", "minimal counterexample of the same rule:", str(ce), "", "regression test:",
                           ce.to_pytest()]

@@ -18,6 +18,7 @@ import numbers
 import os
 import sys
 from fractions import Fraction
+from types import FrameType
 from typing import Any
 
 from ._numbers import MAX_TEXT, finite_float, parse_rational
@@ -36,13 +37,13 @@ _SAMPLER_LAYER = {os.path.join(os.path.dirname(_HERE), "samplers", f) for f in (
 
 
 def _library_dirs() -> tuple:
-    return tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (
-        sys.modules.get("torch"), sys.modules.get("numpy")) if getattr(m, "__file__", None))
+    files = (getattr(sys.modules.get(name), "__file__", None) for name in ("torch", "numpy"))
+    return tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in files if f)
 
 
 def _caller(depth: int = 2) -> str:
     """Return ``file:line`` of the first frame outside exactspec's engine (where a value came from)."""
-    frame = sys._getframe(depth)
+    frame: FrameType | None = sys._getframe(depth)
     libs = _library_dirs()
     while frame is not None:
         name = os.path.abspath(frame.f_code.co_filename)
@@ -71,7 +72,10 @@ class Field:
         """Return ``x`` as a number of this field, or raise naming ``what`` and the caller's line."""
         raise NotImplementedError  # pragma: no cover - abstract
 
-    native = False
+    @property
+    def native(self) -> bool:
+        """True when the field's numbers are Fractions (model laws need no conversion)."""
+        return False
 
     def tolerance(self) -> Any:
         """The largest TV still reported as lossless (0 in exact fields)."""
@@ -104,12 +108,13 @@ def _coprime_fraction() -> Any:
 
         def make(n: int, d: int) -> Fraction:
             f = new(Fraction)
-            f._numerator, f._denominator = n, d
+            f._numerator, f._denominator = n, d   # type: ignore[attr-defined]  # 3.11's slots, set directly
             return f
         return make
     try:
-        if Fraction(2, 4, _normalize=False).numerator == 2:      # type: ignore[call-arg]
-            return lambda n, d: Fraction(n, d, _normalize=False)   # type: ignore[call-arg]
+        # 3.12+: the keyword typeshed does not list (an unknown keyword is a TypeError, caught below)
+        if Fraction(2, 4, _normalize=False).numerator == 2:      # type: ignore[call-overload]
+            return lambda n, d: Fraction(n, d, _normalize=False)   # type: ignore[call-overload]
     except TypeError:
         pass
     return Fraction

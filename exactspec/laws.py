@@ -85,6 +85,7 @@ def _decimal(x: decimal.Decimal, where: str, error: type[ExactSpecError]) -> Fra
     if not x.is_finite():
         raise error(f"{where} is {x!r}")
     sign, digits, exp = x.as_tuple()
+    assert isinstance(exp, int)   # a finite Decimal's exponent ('n', 'N', 'F' are NaN and infinity)
     if len(digits) > MAX_DIGITS or abs(exp) > MAX_EXPONENT:
         raise error(f"{where} is {str(x)[:40]!r}, beyond {MAX_DIGITS} digits or an exponent of {MAX_EXPONENT} "
                     "in absolute value")
@@ -320,14 +321,15 @@ def exceeds_typical_threshold(value: Any, p: Sequence[Any], alpha: Any, shift: A
     False
     """
     v, a, s = _exact_rational(value), _exact_rational(alpha), _exact_rational(shift)
-    ps = [_exact_rational(x) for x in p]
-    if v is None or a is None or s is None or any(x is None for x in ps):
+    exact = [_exact_rational(x) for x in p]
+    if v is None or a is None or s is None or any(x is None for x in exact):
         import mpmath
         ctx = getattr(value, "context", None) or mpmath.mp
         log_term = sum((x * ctx.log(x + shift) for x in p if x > 0), ctx.mpf(0))
         return value > alpha * ctx.exp(log_term)
     if s < 0:
         raise InvalidValue(f"the entropy shift must be >= 0, got {shift}")
+    ps = [x for x in exact if x is not None]   # every one is (checked above)
     if a == 0:
         return v > 0          # the threshold is exactly 0
     if v <= 0:

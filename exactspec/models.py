@@ -163,7 +163,7 @@ def from_function(*, vocab: int, fn: Callable[[tuple], Any], order: int | None =
     >>> m((0, 1)), m((1, 0))
     ((Fraction(1, 1), Fraction(0, 1)), (Fraction(1, 2), Fraction(1, 2)))
     """
-    return _Function(vocab, fn, order, name or getattr(fn, "__name__", "function"), exact_floats)
+    return _Function(vocab, fn, order, name if name else getattr(fn, "__name__", "function"), exact_floats)
 
 
 def context_free(law: Sequence[Any], *, exact_floats: bool = False, name: str = "context_free") -> Model:
@@ -290,14 +290,14 @@ def sharpen(base: Model, k: int) -> Model:
 class _Mixture(Model):
     def __init__(self, parts: list[Model], weights: tuple[Fraction, ...]) -> None:
         orders = [m.order for m in parts]
-        order = None if any(o is None for o in orders) else max(orders)
+        order = None if any(o is None for o in orders) else max(o for o in orders if o is not None)
         name = "mixture(" + ", ".join(f"{w}*{m.name}" for m, w in zip(parts, weights)) + ")"
         super().__init__(parts[0].vocab, order, name)
         self.parts, self.weights = parts, weights
 
     def _raw(self, key: tuple) -> Law:
         laws = [m(key) for m in self.parts]
-        return tuple(sum(w * law[i] for w, law in zip(self.weights, laws)) for i in range(self.vocab))
+        return tuple(sum((w * law[i] for w, law in zip(self.weights, laws)), Fraction(0)) for i in range(self.vocab))
 
 
 def mixture(parts: Sequence[Model], weights: Sequence[Any]) -> Model:

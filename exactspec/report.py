@@ -417,8 +417,9 @@ class AuditReport:
         if self.exact and self.lossless and self.tv != 0:
             head = "LOSSLESS UP TO ROUNDING" if ("rounding_tv" in self.extra or self.boundary) else \
                 "LOSSLESS WITHIN TOLERANCE"
-        if self.undecided:
-            head = f"UNDECIDED WITHIN {str(self.boundary.get('precision', 'float')).upper()} ROUNDING"
+        boundary = self.boundary
+        if self.undecided and boundary is not None:   # undecided: the boundary decision said so
+            head = f"UNDECIDED WITHIN {str(boundary.get('precision', 'float')).upper()} ROUNDING"
         lines = [
             f"rule {self.rule} (claim: {self.claim}) — {head}{self._claim_tag()}",
             f"  verdict: {self.verdict_text}",

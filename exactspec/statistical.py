@@ -53,7 +53,7 @@ def resolve_adapters_with(lookup: Callable[[str], Any]) -> None:
     _adapter_named = lookup
 
 
-def _load_adapter_names() -> None:
+def _load_adapter_names() -> Callable[[str], Any]:
     """Load the layer that owns the adapter names (``exactspec.samplers`` hands its lookup down when loaded).
 
     ``exactspec`` loads its samplers on first use, so a program that reaches this audit without
@@ -65,6 +65,7 @@ def _load_adapter_names() -> None:
     importlib.import_module("exactspec.samplers")
     if _adapter_named is None:   # pragma: no cover - the samplers package always hands it down
         raise ExactSpecError("exactspec.samplers did not register its adapter names: pass the adapter object")
+    return _adapter_named
 
 
 def tv_radius(samples: int, outcomes: int, confidence: float) -> float:
@@ -95,7 +96,7 @@ class _SamplingRng:
         self._r = random.Random(seed)
         self.lattice = None
         self._field = get_field("float")
-        self._cdfs: dict[int, tuple[Any, Any]] = {}
+        self._cdfs: dict[int, tuple[Law, Any, int]] = {}   # id(law) -> (law, its cdf, its last nonzero token)
 
     def uniform(self) -> float:
         return self._r.random()
@@ -291,9 +292,8 @@ def audit_statistically(sampler: Callable, *, adapter: Any = "numpy", target: Mo
     elif samples < 1:
         raise InvalidValue(f"samples must be a positive int, got {samples!r}")
     if isinstance(adapter, str):   # a name, for users: resolved by the samplers registry, which sits above this module
-        if _adapter_named is None:
-            _load_adapter_names()
-        adapter = _adapter_named(adapter)
+        named = _adapter_named if _adapter_named is not None else _load_adapter_names()
+        adapter = named(adapter)
     proposer = chain(4) if proposer is None else proposer
     field = get_field("float")
     env = Env(target, draft, field)
@@ -322,7 +322,8 @@ def audit_statistically(sampler: Callable, *, adapter: Any = "numpy", target: Mo
         if deadline is not None and not drawn % 32 and time.perf_counter() > deadline and drawn:
             break
         drawn += 1
-        ctx, out = tuple(prompt), ()
+        ctx = tuple(prompt)
+        out: tuple[int, ...] = ()
         while len(out) < tokens:
             emitted = tuple(rule.fn(proposer.step(env, ctx, rng), rng))
             if not emitted:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import itertools
 from fractions import Fraction
-from typing import Any, Callable
+from typing import Any, Callable, TypeGuard
 
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
@@ -60,7 +60,7 @@ Law = tuple[Fraction, ...]
 
 # -- argument checks -----------------------------------------------------------------------------------
 
-def _is_int(x: Any) -> bool:
+def _is_int(x: Any) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool)
 
 

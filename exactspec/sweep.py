@@ -174,7 +174,7 @@ def _cell(job: tuple) -> dict:
 
 def _search_row(row: dict, rule: Any, proposer: Any, family: str, vocab: int, gamma: Any, tokens: int, seed: int,
                 left: float | None) -> None:
-    from .counterexamples import default_space, search
+    from .counterexamples import Counterexample, EmptySearch, default_space, search
     from .rules.record import configuration
     shape = (gamma,) if family == "chain" or isinstance(gamma, int) else tuple(gamma)
     space = default_space(rule, proposer).with_(vocabs=(vocab,), shapes=(shape,), tokens=(tokens,))
@@ -183,10 +183,10 @@ def _search_row(row: dict, rule: Any, proposer: Any, family: str, vocab: int, ga
     models = "context_free" if set(space.families) <= {"context_free"} else "context_dependent"
     row["claim"] = rule.claim_for(configuration(proposer, tokens=tokens, models=models) | {"vocab": vocab})
     lossless_claim = row["claim"] != "biased"
-    if found.found:
+    if isinstance(found, Counterexample):
         row.update(tv=_s(found.tv), verdict="biased", holds="NO" if lossless_claim else "yes",
                    detail=f"{found.explanation} on {found.instance.describe()}")
-    elif found.complete:
+    elif isinstance(found, EmptySearch):
         row.update(tv="0", verdict="lossless", holds="yes" if lossless_claim else "NO",
                    detail=f"no counterexample among {found.audited} instances of this cell")
     else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sized
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence, cast
 
 from ._numbers import finite_float, parse_rational
 from .errors import ExactSpecError, InvalidDistribution, InvalidType, InvalidValue
@@ -67,7 +67,7 @@ def _law(values: Any, name: str, vocab: int | None = None) -> tuple:
         raise InvalidDistribution(f"{name}: law has {n} entries, but the other law has {vocab}")
     if n == 0:
         raise InvalidDistribution(f"{name}: the law is empty")
-    seq = list(values)
+    seq = list(cast(Iterable[Any], values))   # a sized law is iterable (a str, bytes or mapping is refused)
     if not any(_is_float(x) for x in seq):
         return to_law(seq, n, where=name)
     law = []

@@ -103,7 +103,7 @@ def _short_proposer(proposer: Any) -> str:
     return str(proposer.describe())
 
 
-_CHECK_CASES: dict[int, Any] = {}
+_CHECK_CASES: dict[str, Any] = {}
 
 
 def _check_chunk(job: tuple) -> tuple:

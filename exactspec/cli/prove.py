@@ -12,9 +12,10 @@ from .parser import Options
 
 def _cmd_prove(args: Any) -> int:
     """``exactspec prove``: exit 0 proven, 1 refuted (with a witness replayed exactly), 2 bad input, 3 gave up."""
-    from ..drafts import chain, tree
-    from ..prove import prove
+    from ..drafts import ChainProposer, TreeProposer, chain, tree
+    from ..prove import Refutation, prove
     rule = _rule(args.rule)
+    proposer: ChainProposer | TreeProposer
     if args.workers is not None and args.workers < 0:
         raise InvalidValue(f"--workers must be >= 0 (0: every core), got {args.workers}")
     if rule.family == "tree":
@@ -38,7 +39,7 @@ def _cmd_prove(args: Any) -> int:
         _print(res.to_json())
     else:
         _print(res.summary())
-        if not res:
+        if isinstance(res, Refutation):   # a refutation is falsy, a proof truthy
             _print("\nregression test (fails while the bias exists):\n")
             _print(res.counterexample.to_pytest())
     return res.exit_code

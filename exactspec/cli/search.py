@@ -32,10 +32,11 @@ def _search_result_json(found: Any, rule: Any, args: Any) -> str:
 
 
 def _cmd_search(args: Any) -> int:
-    from ..counterexamples import default_space, search
-    from ..drafts import chain, tree
+    from ..counterexamples import Counterexample, default_space, search
+    from ..drafts import ChainProposer, TreeProposer, chain, tree
     _no_timings_needs_json(args)
     rule = _rule(args.rule)
+    proposer: ChainProposer | TreeProposer | None
     if rule.family == "tree":
         if args.sampling is not None:
             raise InvalidValue(f"--sampling does not apply to rule {rule.name}, which verifies trees")
@@ -80,7 +81,7 @@ def _cmd_search(args: Any) -> int:
         _print(_search_result_json(found, rule, args))
         return code
     _print(str(found))
-    if code == 1:
+    if isinstance(found, Counterexample):   # code 1
         _print("\nregression test (fails while the bias exists):\n")
         _print(found.to_pytest())
     return code

@@ -27,7 +27,7 @@ import math
 import numbers
 import random
 import time
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Literal, Protocol, overload
 
 from .. import _progress
 from ..enumerate import Budget
@@ -37,7 +37,16 @@ from .space import SearchInstance, Space, _denominator, random_law, simplex_grid
 
 __all__ = ["ERROR_SAMPLES", "seconds_limit", "count_limit", "SearchClock", "describe_instance", "tally_failure",
            "incomplete_search", "cell_instances", "cell_sizes", "planned_instances", "PlannedProgress",
-           "default_progress", "end_progress", "ChunkOut", "merge_chunk", "chunk_progress", "ChunkBar"]
+           "default_progress", "end_progress", "ChunkOut", "ChunkTally", "merge_chunk", "chunk_progress", "ChunkBar"]
+
+
+class ChunkTally(Protocol):
+    """What :func:`merge_chunk` reads of a chunk's result (a :class:`ChunkOut`, or a sampler search's own)."""
+
+    audited: int
+    errors: list[int]
+    samples: list[tuple[str, str]]
+    over_budget: list[int]
 
 
 class Named(Protocol):
@@ -66,6 +75,12 @@ def seconds_limit(x: Any, name: str) -> float | None:
     if v <= 0:
         raise InvalidValue(f"{name} must be > 0 seconds (None for no limit), got {x!r}")
     return None if math.isinf(v) else v
+
+
+@overload
+def count_limit(x: Any, name: str, lo: int, none_ok: Literal[False]) -> int: ...
+@overload
+def count_limit(x: Any, name: str, lo: int, none_ok: bool = True) -> int | None: ...
 
 
 def count_limit(x: Any, name: str, lo: int, none_ok: bool = True) -> int | None:
@@ -200,7 +215,7 @@ class PlannedProgress:
     """The default progress of a search, as the clock calls it (``n, seconds``): ``n`` of the ``total``
     instances the space plans, on :func:`exactspec._progress.reporter` (a bar, or a line every few seconds)."""
 
-    def __init__(self, bar: _progress.Reporter, total: int) -> None:
+    def __init__(self, bar: _progress.Reporter, total: int | None) -> None:
         self.bar, self.total = bar, total
 
     def __call__(self, done: int, seconds: float = 0.0) -> None:
@@ -272,7 +287,7 @@ def planned_instances(space: Space, cells: list, rng: random.Random, limit: int 
             yield inst
 
 
-def merge_chunk(clock: SearchClock, out: ChunkOut, upto: int | None = None) -> None:
+def merge_chunk(clock: SearchClock, out: ChunkTally, upto: int | None = None) -> None:
     """Add a chunk's counts to the clock (only offsets < ``upto``, when given: the sequential prefix)."""
     for e, i in enumerate(out.errors):
         if upto is not None and i >= upto:

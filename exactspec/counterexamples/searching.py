@@ -21,7 +21,7 @@ import random
 import time
 from dataclasses import replace
 from fractions import Fraction
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeGuard
 
 from .. import parallel
 from .._audit import audit
@@ -215,8 +215,9 @@ def _audit_chunk(job: tuple) -> ChunkOut:
     rule_ref, insts, deadline, stop_at_bias, keep_tvs = job
     rule = parallel.load_rule(rule_ref)
     out = ChunkOut()
+    tvs: list | None = None
     if keep_tvs:
-        out.tvs = []
+        out.tvs = tvs = []
     for i, inst in enumerate(insts):
         budget = None
         if deadline is not None:
@@ -238,12 +239,12 @@ def _audit_chunk(job: tuple) -> ChunkOut:
                 out.errors.append(i)
                 if len(out.samples) < ERROR_SAMPLES:
                     out.samples.append((describe_instance(inst), f"{type(rep).__name__}: {rep}"))
-            if keep_tvs:
-                out.tvs.append(None)
+            if tvs is not None:
+                tvs.append(None)
             continue
         out.audited += 1
-        if keep_tvs:
-            out.tvs.append(rep.tv)
+        if tvs is not None:
+            tvs.append(rep.tv)
         if stop_at_bias and rep.tv > 0:
             out.biased_at = i
             break
@@ -387,8 +388,9 @@ def _drop_token(inst: SearchInstance, t: int) -> SearchInstance | None:
     laws = []
     for group in (inst.target, inst.draft):
         rows = group if inst.family != "table" else group[:t] + group[t + 1:]
-        new = tuple(squash(law) for law in rows)
-        if any(law is None for law in new):
+        squashed = [squash(law) for law in rows]
+        new = tuple(law for law in squashed if law is not None)
+        if len(new) != len(squashed):   # a law with all its mass on token t
             return None
         laws.append(new)
     prompt = tuple(x - (x > t) for x in inst.prompt if x != t) or (() if inst.family != "table" else (0,))
@@ -470,7 +472,7 @@ def shrink_by(biased: Callable[[SearchInstance], bool], inst: SearchInstance) ->
     """
     steps = 0
 
-    def smaller_and_biased(cand: SearchInstance | None) -> bool:
+    def smaller_and_biased(cand: SearchInstance | None) -> TypeGuard[SearchInstance]:
         return cand is not None and cand.key() < inst.key() and biased(cand)
 
     improved = True
@@ -507,7 +509,7 @@ def _neighbours(inst: SearchInstance, rng: random.Random, denominator: int) -> S
         law[a] -= step
         law[b] += step
     group[i] = tuple(law)
-    return replace(inst, **{which: tuple(group)})
+    return replace(inst, target=tuple(group)) if which == "target" else replace(inst, draft=tuple(group))
 
 
 def worst(rule: Any, space: Space | None = None, *, proposer: Any = None, seed: int = 0,
@@ -578,7 +580,7 @@ def worst(rule: Any, space: Space | None = None, *, proposer: Any = None, seed: 
         if cur_tv > best_tv:
             best_tv, best = cur_tv, cur
     reasons = clock.reasons()
-    if best_tv > 0:
+    if best_tv > 0 and best is not None:   # a positive TV was measured on ``best``
         return _counterexample(rule, best, space, clock, 0, stopped="; ".join(reasons))
     if reasons:
         return incomplete_search(rule, space, clock, cells, covered, stopped_in)

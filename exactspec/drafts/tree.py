@@ -8,7 +8,7 @@ merge(1 draft models, gamma=2)
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Any, Generator, Iterator, Sequence
 
 from ..errors import InvalidType, InvalidValue
 from ..models import Model
@@ -307,10 +307,10 @@ class TreeProposer:
         def known(path: tuple) -> Any:
             return zero if len(path) >= self.depth else memo.get(path)
 
-        def size(path: tuple) -> Iterator[tuple]:
+        def size(path: tuple) -> Generator[tuple, Any, Any]:
             """Expected nodes below ``path``; yields each child path and is sent that child's size."""
             total = zero
-            stack = [((), one)]
+            stack: list[tuple[tuple[int, ...], Any]] = [((), one)]
             while stack:
                 sib, w = stack.pop()
                 law = laws.next_child(path, sib)
@@ -375,7 +375,7 @@ class MergeProposer:
         views = [env.view(m) for m in self.models]
         one = env.field.one
         total = env.field.zero
-        stack = [((), [one] * len(views))]
+        stack: list[tuple[tuple[int, ...], list[Any]]] = [((), [one] * len(views))]
         while stack:
             path, probs = stack.pop()
             if len(path) >= self.gamma:

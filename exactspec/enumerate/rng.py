@@ -15,7 +15,7 @@ True
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import math
 import numbers
@@ -25,7 +25,7 @@ from ..errors import InvalidDistribution, InvalidValue, ReplayDiverged, Unsuppor
 from ..fields import Field, _caller
 
 __all__ = ["PathRng", "Uniform", "enumerate_program", "Lattice", "RoundedLattice", "LATTICES", "NATIVE", "NATIVE64",
-           "RNG_MODELS", "DeferredToken", "lattice_for", "link_choices", "unwind_choices"]
+           "RNG_MODELS", "DeferredToken", "lattice_for", "link_choices", "unwind_choices", "RngLattice"]
 
 
 class _Nothing:
@@ -50,8 +50,8 @@ class PathRng:
                  "_one", "_zero", "_exact", "_plain", "max_depth", "lattice", "exact_floats", "_head", "observe",
                  "defer", "deferred", "spreads")
 
-    def __init__(self, prefix: tuple, weight: Any, field: Field, stack: list, supports: dict,
-                 max_depth: int | None = None, lattice: "Lattice | None" = None, exact_floats: bool = False) -> None:
+    def __init__(self, prefix: Sequence[Any], weight: Any, field: Field, stack: list, supports: dict,
+                 max_depth: int | None = None, lattice: RngLattice = None, exact_floats: bool = False) -> None:
         # ``prefix``: the choices to replay, as a tuple of choices or as a pushed node (see _fork)
         if prefix and type(prefix[0]) is tuple:
             self._head = prefix
@@ -175,10 +175,10 @@ class PathRng:
             return support[0][0]
         if self._pos < self._n:
             if self._prefix[self._pos] is UNSEEN:
-                return self._defer(support)
+                return self._defer(support)  # type: ignore[return-value]  # stands for the token it will be
             return self._replayed("categorical", int)
         if self.defer:
-            return self._defer(support)
+            return self._defer(support)  # type: ignore[return-value]  # stands for the token it will be
         return self._fork("categorical", support)
 
     def draw_now(self, law: Any) -> int:
@@ -349,6 +349,7 @@ class PathRng:
             lat = None if lattice is None else LATTICES["float64"]
         if lat is None:
             return Uniform(_Cell(self, self._zero, self._one, None), self._one, self._zero)
+        assert isinstance(lat, Lattice)   # NATIVE and NATIVE64 were resolved above
         return Uniform(_Cell(self, lat.kmin, lat.kmax, lat), self._one, self._zero)
 
     random = uniform
@@ -499,6 +500,7 @@ class DeferredToken:
 
     __slots__ = ("_es_support", "_es_pos", "_es_keep", "_es_height", "_es_weight", "_es_touched", "_es_rng",
                  "_es_sub", "_es_mass", "_es_eqs")
+    _es_eqs: list[Any]
 
     def __init__(self, support: list, pos: int, keep: int, height: int, weight: Any, rng: Any = None) -> None:
         self._es_support, self._es_pos, self._es_keep = support, pos, keep
@@ -689,6 +691,10 @@ class _NativeFloat64(_Native):
 #: the ``native`` model with every generator at float64 (internal: the float64 run of a sampler or loop audit)
 NATIVE64 = _NativeFloat64()
 
+#: what a branch's uniforms are drawn on: a generator's lattice, the ``native`` model (:data:`NATIVE`,
+#: :data:`NATIVE64`: each generator's own lattice), or None (continuous)
+RngLattice = Lattice | _Native | None
+
 LATTICES = {
     "torch-float32": Lattice("torch-float32", Fraction(0), Fraction(1, 2 ** 24), 0, 2 ** 24 - 1,
                              "k * 2**-24 for k = 0 .. 2**24 - 1 (0 included), as torch.rand in float32"),
@@ -706,7 +712,7 @@ LATTICES = {
 RNG_MODELS = ("continuous", "native") + tuple(LATTICES)
 
 
-def lattice_for(rng_model: str) -> "Lattice | _Native | None":
+def lattice_for(rng_model: str) -> RngLattice:
     """The lattice of an rng model name (None for "continuous", :data:`NATIVE` for "native").
 
     >>> lattice_for("continuous") is None, lattice_for("curand").kmin, lattice_for("native") is NATIVE
@@ -736,13 +742,13 @@ def link_choices(choices: Any) -> tuple:
     return node
 
 
-def unwind_choices(node: tuple) -> list:
+def unwind_choices(node: Sequence[Any]) -> list:
     """The choices along a node chain, first to last (a loop: chains are as long as branches).
 
     >>> unwind_choices(link_choices((1, True, 0)))
     [1, True, 0]
     """
-    out = []
+    out: list[Any] = []
     append = out.append
     while node:
         node, c = node

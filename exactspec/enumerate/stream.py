@@ -307,12 +307,12 @@ class Engine:
         nodes = self.proposer.expected_nodes(self.env, key)
         by_len = self._closed(key, None, lengths=True)
         if by_len is not None:
-            tokens: Any = 0
+            emitted_tokens: Any = 0
             accepted: Any = 0
             for (n, a), w in by_len.items():
-                tokens += n * w
+                emitted_tokens += n * w
                 accepted += a * w
-            return tokens, accepted, nodes
+            return emitted_tokens, accepted, nodes
         stats: dict = {}
         marks = getattr(self.rule, "marks_accepted", False)
         if self.fast:
@@ -365,7 +365,7 @@ def target_law(target: Model, prompt: tuple, tokens: int, field: Field, orders: 
     root = (state_key(tuple(prompt), orders), tokens)
     # a loop over an explicit stack (one frame per token), folding in the order recursion would;
     # a frame: [memo key, context, r, (token, prob) items, law, (t, pt) waiting for its sub-law]
-    stack = [[root, tuple(prompt), tokens, iter(enumerate(view(tuple(prompt)))), {}, None]]
+    stack: list[list[Any]] = [[root, tuple(prompt), tokens, iter(enumerate(view(tuple(prompt)))), {}, None]]
     done: dict = {}
     hold = meter.hold if meter is not None else _ignore
     while stack:
