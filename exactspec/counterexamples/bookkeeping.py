@@ -61,7 +61,15 @@ ERROR_SAMPLES = 5
 
 
 def seconds_limit(x: Any, name: str) -> float | None:
-    """A time limit: None or ``inf`` (no limit), else a finite number of seconds > 0."""
+    """A time limit: None or ``inf`` (no limit), else a finite number of seconds > 0.
+
+    >>> seconds_limit(2, "search: budget"), seconds_limit(float("inf"), "search: budget")
+    (2.0, None)
+    >>> seconds_limit(0, "search: budget")
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.InvalidValue: search: budget must be > 0 seconds (None for no limit), got 0
+    """
     if x is None:
         return None
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
@@ -84,6 +92,15 @@ def count_limit(x: Any, name: str, lo: int, none_ok: bool = True) -> int | None:
 
 
 def count_limit(x: Any, name: str, lo: int, none_ok: bool = True) -> int | None:
+    """A count option: an int >= ``lo`` (a bool is not one), or None when ``none_ok``.
+
+    >>> count_limit(3, "search: max_instances", 1), count_limit(None, "search: max_instances", 1)
+    (3, None)
+    >>> count_limit(True, "worst: steps", 0, none_ok=False)
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.InvalidType: worst: steps must be an int >= 0, got True
+    """
     if x is None and none_ok:
         return None
     if isinstance(x, bool) or not isinstance(x, int):
@@ -94,7 +111,17 @@ def count_limit(x: Any, name: str, lo: int, none_ok: bool = True) -> int | None:
 
 
 class SearchClock:
-    """Counts audits, watches the limits, and records the instances whose TV could not be computed."""
+    """Counts audits, watches the limits, and records the instances whose TV could not be computed.
+
+    One clock per search call (``progress``: the search's reporter, or None).
+
+    >>> clock = SearchClock(None, 2, None)
+    >>> clock.spent(), clock.reasons()
+    (False, [])
+    >>> clock.audited = 2
+    >>> clock.spent(), clock.reasons()
+    (True, ['max_instances 2 reached'])
+    """
 
     def __init__(self, seconds: float | None, instances: int | None, progress: Callable | None) -> None:
         self.start = time.perf_counter()
@@ -147,6 +174,13 @@ class SearchClock:
 
 
 def describe_instance(inst: SearchInstance) -> str:
+    """An instance with its laws, on one line (the error samples of a search report show it).
+
+    >>> import exactspec as es
+    >>> space = es.counterexamples.Space(vocabs=(2,), shapes=((1,),), tokens=(1,), families=("context_free",))
+    >>> describe_instance(next(cell_instances(space, space.cells()[0], random.Random(0)))).split("; ", 1)[1]
+    'target (0, 1); draft (0, 1)'
+    """
     laws = "; ".join(f"{name} " + " ".join("(" + ", ".join(str(x) for x in law) + ")" for law in group)
                      for name, group in (("target", inst.target), ("draft", inst.draft)))
     return f"{inst.describe()}; {laws}"
@@ -181,7 +215,20 @@ def _raise_if_all_raised(rule: Named, clock: SearchClock) -> None:
 
 
 def incomplete_search(rule: Named, space: Space, clock: SearchClock, cells: list, covered: list[str],
-                stopped_in: tuple | None) -> IncompleteSearch:
+                      stopped_in: tuple | None) -> IncompleteSearch:
+    """The :class:`IncompleteSearch` of a search that stopped (``covered``: the cells it finished).
+
+    A rule that raised on every instance audited is not unexamined but broken: a :class:`RuleError`.
+
+    >>> import exactspec as es
+    >>> space = es.counterexamples.Space(vocabs=(2,), shapes=((1,),), tokens=(1,), families=("context_free",))
+    >>> clock = SearchClock(None, 1, None)
+    >>> clock.audited = 1
+    >>> clock.spent()
+    True
+    >>> incomplete_search(es.rules.speculative_sampling, space, clock, space.cells(), [], space.cells()[0]).reason
+    'max_instances 1 reached'
+    """
     _raise_if_all_raised(rule, clock)
     return IncompleteSearch(rule=rule.name, space=space.describe(), reason="; ".join(clock.reasons()),
                             audited=clock.audited, seconds=clock.elapsed(), cells_covered=len(covered),
@@ -200,6 +247,14 @@ def _grid_pairs(vocab: int, denominator: int) -> tuple:
 
 
 def cell_instances(space: Space, cell: tuple, rng: random.Random) -> Iterator[SearchInstance]:
+    """The instances of one cell in search order: the exhaustive grid pairs (context-free), then random points.
+
+    >>> import exactspec as es
+    >>> space = es.counterexamples.Space(vocabs=(2,), shapes=((1,),), tokens=(1,), families=("context_free",),
+    ...                                  random_points=2)
+    >>> sum(1 for _ in cell_instances(space, space.cells()[0], random.Random(0))) == cell_sizes(space, space.cells())[0]
+    True
+    """
     vocab, shape, tokens, family = cell
     n = space.n_laws(vocab, family)
     if family == "context_free":
@@ -263,7 +318,13 @@ class ChunkOut:
 
 
 def cell_sizes(space: Space, cells: list) -> list[int]:
-    """How many instances :func:`cell_instances` yields for each cell (without making them)."""
+    """How many instances :func:`cell_instances` yields for each cell (without making them).
+
+    >>> import exactspec as es
+    >>> cell_sizes(es.counterexamples.Space(vocabs=(2, 3), shapes=((1,),), tokens=(1,), families=("context_free",),
+    ...                                     random_points=0), [(2, (1,), 1, "context_free")])
+    [49]
+    """
     grids: dict[int, int] = {}
     out = []
     for vocab, _, _, family in cells:
@@ -277,7 +338,13 @@ def cell_sizes(space: Space, cells: list) -> list[int]:
 
 
 def planned_instances(space: Space, cells: list, rng: random.Random, limit: int | None) -> Iterator[SearchInstance]:
-    """Every instance of the space in search order, at most ``limit``: what the sequential search visits."""
+    """Every instance of the space in search order, at most ``limit``: what the sequential search visits.
+
+    >>> import exactspec as es
+    >>> space = es.counterexamples.Space(vocabs=(2,), shapes=((1,),), tokens=(1,), families=("context_free",))
+    >>> len(list(planned_instances(space, space.cells(), random.Random(0), 5)))
+    5
+    """
     made = 0
     for cell in cells:
         for inst in cell_instances(space, cell, rng):
@@ -288,7 +355,14 @@ def planned_instances(space: Space, cells: list, rng: random.Random, limit: int 
 
 
 def merge_chunk(clock: SearchClock, out: ChunkTally, upto: int | None = None) -> None:
-    """Add a chunk's counts to the clock (only offsets < ``upto``, when given: the sequential prefix)."""
+    """Add a chunk's counts to the clock (only offsets < ``upto``, when given: the sequential prefix).
+
+    >>> clock, out = SearchClock(None, None, None), ChunkOut()
+    >>> out.audited, out.errors, out.samples = 4, [1, 3], [("a", "ValueError: x"), ("b", "ValueError: y")]
+    >>> merge_chunk(clock, out, upto=2)
+    >>> clock.audited, clock.errors, clock.error_samples
+    (2, 1, [('a', 'ValueError: x')])
+    """
     for e, i in enumerate(out.errors):
         if upto is not None and i >= upto:
             break

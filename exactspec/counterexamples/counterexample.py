@@ -99,7 +99,15 @@ def _rule_name(x: Any, where: str = "rule", strict: bool = True) -> str:
 
 
 def valid_rule_ref(x: Any, where: str = "rule_ref") -> str:
-    """``""`` or a dotted path of Python identifiers (``pkg.module.fn``), the only thing rendered as an import."""
+    """``""`` or a dotted path of Python identifiers (``pkg.module.fn``), the only thing rendered as an import.
+
+    >>> valid_rule_ref("mypkg.rules.my_rule")
+    'mypkg.rules.my_rule'
+    >>> valid_rule_ref("os.system('x')")
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.InvalidValue: rule_ref: "os.system('x')" is not a dotted path of Python identifiers like 'mypkg.rules.my_rule'
+    """
     if not isinstance(x, str):
         raise _fail(where, f"expected a dotted Python path (a string), got {_kind(x)}")
     if x and (len(x) > 300 or not _RULE_REF.fullmatch(x) or any(keyword.iskeyword(p) for p in x.split("."))):

@@ -91,6 +91,13 @@ def _tv(rule: Rule, inst: SearchInstance, clock: SearchClock, timed: bool = Fals
 
 
 def rule_reference(rule: Rule) -> str:
+    """How a generated test imports ``rule``: ``module.qualname``, or ``""`` for a catalog rule (found by name)
+    and for a rule no test can import (a lambda, a closure, a function defined in ``__main__``).
+
+    >>> import exactspec as es
+    >>> rule_reference(es.rules.speculative_sampling), rule_reference(es.rule()(lambda step, rng: [0]))
+    ('', '')
+    """
     from ..rules import catalog
     if any(r is rule or r.name == rule.name for r in catalog()):
         return ""
