@@ -27,7 +27,16 @@ __all__ = ["audit", "default_tokens", "horizon_scope", "AuditInputs", "validate_
 DECODINGS = ("sample", "greedy")
 
 
-def _prompt(prompt: Any, vocab: int) -> tuple[int, ...]:
+def prompt_tokens(prompt: Any, vocab: int) -> tuple[int, ...]:
+    """The prompt as a tuple of token ids in ``0..vocab - 1``, or an argument error naming the entry.
+
+    >>> prompt_tokens([1, 0], 2)
+    (1, 0)
+    >>> prompt_tokens((0, 2), 2)
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.InvalidValue: prompt[1] = 2 is outside the vocabulary 0..1
+    """
     try:
         items = list(prompt)
     except TypeError:
@@ -248,7 +257,7 @@ def validate_audit(*, target: Model, rule: Any, draft: Model | None = None, prop
     elif worst < 0:
         raise InvalidValue(f"worst must be an int >= 0, got {worst!r}")
     fld = get_field(field, precision=precision, tolerance=tolerance, backend=backend)
-    prompt_t = _prompt(prompt, target.vocab)
+    prompt_t = prompt_tokens(prompt, target.vocab)
     lattice = lattice_for(rng_model)
     return AuditInputs(target=target, rule=rule_obj, proposer=proposer, draft=draft, prompt=prompt_t, tokens=tokens,
                        decoding=decoding, field=fld, expected=expected, worst=worst, rng_model=rng_model,

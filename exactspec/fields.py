@@ -41,8 +41,14 @@ def _library_dirs() -> tuple:
     return tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in files if f)
 
 
-def _caller(depth: int = 2) -> str:
-    """Return ``file:line`` of the first frame outside exactspec's engine (where a value came from)."""
+def caller_site(depth: int = 2) -> str:
+    """Return ``file:line in function`` of the first frame outside exactspec's engine (where a value came from).
+
+    ``depth``: the frame to start from (1: the caller of this function).
+
+    >>> caller_site(1).rsplit(":", 1)[1]   # this line of the example, in its module
+    '1 in <module>'
+    """
     frame: FrameType | None = sys._getframe(depth)
     libs = _library_dirs()
     while frame is not None:
@@ -123,7 +129,13 @@ def _coprime_fraction() -> Any:
 _FRACTION = _coprime_fraction()
 
 
-def _gmpy2_mpq() -> Any:
+def gmpy2_mpq() -> Any:
+    """gmpy2's ``mpq`` (the fast exact rational of ``backend="gmpy2"``), or None when gmpy2 is not installed.
+
+    >>> mpq = gmpy2_mpq()
+    >>> mpq is None or mpq(2, 4) == Fraction(1, 2)
+    True
+    """
     try:
         import gmpy2
     except ImportError:
@@ -150,7 +162,7 @@ class FractionField(Field):
     def __init__(self, backend: str = "auto") -> None:
         if backend not in ("auto", "gmpy2", "python"):
             raise InvalidValue(f"fraction backend must be auto, gmpy2 or python, got {backend!r}")
-        mpq = None if backend == "python" else _gmpy2_mpq()
+        mpq = None if backend == "python" else gmpy2_mpq()
         if backend == "gmpy2" and mpq is None:
             raise ExactSpecError("backend='gmpy2' needs gmpy2 installed (pip install 'exactspec[fast]')")
         self.backend = "gmpy2" if mpq is not None else "python"
@@ -174,10 +186,10 @@ class FractionField(Field):
             return self.convert(x)
         if isinstance(x, float) or (hasattr(x, "dtype") and getattr(x.dtype, "kind", "") == "f"):
             raise InexactArithmetic(
-                f"{what} is the float {x!r} (from {_caller(3)}); the fraction field is exact: use Fraction or int")
+                f"{what} is the float {x!r} (from {caller_site(3)}); the fraction field is exact: use Fraction or int")
         if isinstance(x, numbers.Rational):
             return self.convert(Fraction(int(x.numerator), int(x.denominator)))
-        raise InexactArithmetic(f"{what} is {x!r} of type {t.__name__} (from {_caller(3)}); "
+        raise InexactArithmetic(f"{what} is {x!r} of type {t.__name__} (from {caller_site(3)}); "
                                 "the fraction field takes Fraction or int")
 
     def export(self, x: Any) -> Fraction:
@@ -303,7 +315,7 @@ class MpmathField(Field):
         try:
             return self.ctx.mpf(x)
         except Exception as exc:  # mpmath raises several types for junk
-            raise InexactArithmetic(f"{what} is {x!r}, not a number (from {_caller(3)})") from exc
+            raise InexactArithmetic(f"{what} is {x!r}, not a number (from {caller_site(3)})") from exc
 
     def tolerance(self) -> Any:
         return self._tol
@@ -363,7 +375,7 @@ class FloatField(Field):
         try:
             v = float(x)
         except Exception as exc:
-            raise InexactArithmetic(f"{what} is {x!r}, not a number (from {_caller(3)})") from exc
+            raise InexactArithmetic(f"{what} is {x!r}, not a number (from {caller_site(3)})") from exc
         return v
 
     def tolerance(self) -> float:

@@ -17,7 +17,7 @@ from typing import Any
 from .._audit import audit, shared_expected_laws
 from ..enumerate import Budget
 from ..errors import BudgetExceeded, ExactSpecError, InvalidValue
-from ..fields import _gmpy2_mpq
+from ..fields import gmpy2_mpq
 from ..instances import check_cases, default_instance
 from .. import _progress
 from .common import TABLE_WIDTH, _Clock, _dump, _no_timings_needs_json, _print, _wrap
@@ -160,7 +160,7 @@ def _check_parallel(args: Any, cases: list, workers: Any = None,
     order = sorted(range(len(cases)), key=lambda i: (-_case_weight(cases[i], vocab), i))
     jobs = [(i, args.field, args.precision, deadline, bool(args.json)) for i in range(len(cases))]
     _CHECK_CASES.clear()   # this process (workers=1) and forked workers rebuild the cases this run audits
-    _gmpy2_mpq()           # imported before the workers fork, not in each of them (tens of milliseconds apiece)
+    gmpy2_mpq()           # imported before the workers fork, not in each of them (tens of milliseconds apiece)
     with parallel.executor_for(None, workers, args.scheduler) as (ex, owned):
         run = parallel.run_chunks(_check_chunk, jobs, executor=ex or parallel._Inline(), owned=owned or ex is None,
                                   order=order, deadline=deadline, rebuild=parallel.pool_maker(workers),

@@ -22,7 +22,7 @@ import numbers
 from fractions import Fraction
 
 from ..errors import InvalidDistribution, InvalidValue, ReplayDiverged, UnsupportedRandomness
-from ..fields import Field, _caller
+from ..fields import Field, caller_site
 
 __all__ = ["PathRng", "Uniform", "enumerate_program", "Lattice", "RoundedLattice", "LATTICES", "NATIVE", "NATIVE64",
            "RNG_MODELS", "DeferredToken", "lattice_for", "link_choices", "unwind_choices", "RngLattice"]
@@ -145,17 +145,17 @@ class PathRng:
             values = [field.check(x, where) for x in law]
         except TypeError:
             raise InvalidDistribution(f"{where} is {law!r}, not a sequence of probabilities "
-                                      f"(from {_caller(3)})") from None
+                                      f"(from {caller_site(3)})") from None
         total = self._zero
         for i, x in enumerate(values):
             if not x >= 0:
-                raise InvalidDistribution(f"{where} has entry {i} = {x} < 0 or NaN (from {_caller(3)})")
+                raise InvalidDistribution(f"{where} has entry {i} = {x} < 0 or NaN (from {caller_site(3)})")
             total += x
         if self._exact:
             if total != 1:
-                raise InvalidDistribution(f"{where} sums to {total}, not exactly 1 (from {_caller(3)})")
+                raise InvalidDistribution(f"{where} sums to {total}, not exactly 1 (from {caller_site(3)})")
         elif not abs(total - 1) <= 1e-9:
-            raise InvalidDistribution(f"{where} sums to {total}, not 1 (from {_caller(3)})")
+            raise InvalidDistribution(f"{where} sums to {total}, not 1 (from {caller_site(3)})")
         support = [(i, x) for i, x in enumerate(values) if x > 0]
         if type(law) is tuple:  # immutable: safe to remember by identity
             cache[key] = (law, support)
@@ -296,7 +296,7 @@ class PathRng:
         """
         prob = self._field.check(prob, "the probability passed to rng.bernoulli")
         if not (prob >= 0 and prob <= 1):
-            raise InvalidDistribution(f"rng.bernoulli got probability {prob}, outside [0, 1] (from {_caller(2)})")
+            raise InvalidDistribution(f"rng.bernoulli got probability {prob}, outside [0, 1] (from {caller_site(2)})")
         if prob == 1:
             return True
         if prob == 0:
@@ -319,7 +319,7 @@ class PathRng:
             exact = _EXACT.get(fx)          # the float's exact rational, made once per value
             if exact is None:
                 if fx != fx or fx in (float("inf"), float("-inf")):
-                    raise InvalidDistribution(f"{what} is {fx} (from {_caller(3)})")
+                    raise InvalidDistribution(f"{what} is {fx} (from {caller_site(3)})")
                 if len(_EXACT) > 1 << 16:
                     _EXACT.clear()
                 exact = _EXACT[fx] = Fraction(fx)
@@ -772,7 +772,7 @@ class _Cell:
 
 def _where() -> str:
     """``file:line`` of the rule's own code that used the uniform."""
-    return _caller(3)
+    return caller_site(3)
 
 
 class Uniform:

@@ -46,7 +46,7 @@ from typing import Any, Callable, Sequence
 
 from ... import _progress, parallel
 from ..._progress import MassProgress
-from ..._audit import _prompt
+from ..._audit import prompt_tokens
 from ...enumerate import Budget
 from ...enumerate.rng import PathRng, lattice_for
 from ...enumerate.step import Meter, check_budget
@@ -467,7 +467,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     if tol < 0:
         raise ExactSpecError(f"audit_loop: tolerance must be >= 0, got {tolerance!r}")
     try:
-        prompt_t = _prompt((0,) if prompt is None else prompt, target.vocab)
+        prompt_t = prompt_tokens((0,) if prompt is None else prompt, target.vocab)
     except ExactSpecError as exc:
         raise ExactSpecError(f"audit_loop: {exc}") from None
     lattice_for(rng_model)
