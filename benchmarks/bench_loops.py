@@ -52,7 +52,7 @@ def draw_and_discard(gamma: int):
 def _run(fn, eager: bool, seconds: float | None):
     """One audit of ``fn``; ``eager``: every ``torch.multinomial`` drawn as it is made (patched where
     ``torch_rng`` calls it; the run refuses to report a baseline that the patch did not reach)."""
-    from exactspec.samplers.randomness import lazy_draws, torch_rng
+    from exactspec.samplers.torch_draws import lazy_draws, torch_rng
     orig = torch_rng.lazy_multinomial
     forced = [0]
 

@@ -6,7 +6,7 @@ gamma 3. Each row audits the loop on the faster path by default (the branches le
 ``SWITCH_AFTER`` seconds shared between this process and forked workers; :data:`RUNS` runs, their
 median is the row's figure and their range is in the note), on the faster path in one process, on
 it with the stand-ins reading every token they are fed (deferred reads off, one process: the
-faster path before :mod:`exactspec.samplers.randomness.lazy_worlds`), on it with decisions forking
+faster path before :mod:`exactspec.samplers.torch_draws.lazy_worlds`), on it with decisions forking
 on the draws they read rather than on their answers (``lazy_worlds.REFINE`` off, one process), on
 it with the pending draws a decision depends on taken one at a time rather than held jointly
 (``joint_draws.JOINT`` off, one process), and on the old one (``exactspec.samplers.loops.loop_audit._old_path()``: the bookkeeping of pending
@@ -75,8 +75,8 @@ def _switch_after() -> float:
 
 def _clear_memos() -> None:
     """Empty the module-level memos of exact rows, so neither path runs on the other's warm caches."""
-    from exactspec.samplers import lazy_draws
-    from exactspec.samplers.randomness import lazy_worlds
+    from exactspec.samplers.torch_draws import lazy_draws
+    from exactspec.samplers.torch_draws import lazy_worlds
     for memo in (lazy_draws._ROWS, lazy_draws._MATRICES, lazy_draws._KNOWN, lazy_worlds._MEMO, lazy_worlds._LOGITS,
                  lazy_worlds._ROW_LAYOUTS):
         memo.clear()
@@ -159,7 +159,8 @@ def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> di
     with _counting_forwards() as built:      # in this process, so that every forward call is counted here
         one, one_s, one_cpu = _audit(fn, kw, old=False, cap=None, workers=None)
     forwards = sum(lm.total_calls for lm in built)
-    from exactspec.samplers.randomness import joint_draws, lazy_worlds
+    from exactspec.samplers.randomness import joint_draws
+    from exactspec.samplers.torch_draws import lazy_worlds
     from exactspec.samplers.randomness._fast_path import reads_deferred
     with reads_deferred(False):              # the faster path before deferred reads, in one process
         eager, eager_s, _ = _audit(fn, kw, old=False, cap=None, workers=None)

@@ -15,8 +15,8 @@ seconds: type, instance, laws, TV, counts, space):
   too long to time twice here); no row in the issue: its target is the ideal of every core.
 
 New: ``search_sampler(..., workers="auto")`` (every core when the search is estimated long enough:
-:data:`~exactspec.samplers.sampler_search.SAMPLER_INSTANCE_SECONDS` /
-:data:`~exactspec.samplers.sampler_search.TORCH_SAMPLER_INSTANCE_SECONDS` an instance); old:
+:data:`~exactspec.samplers.search.SAMPLER_INSTANCE_SECONDS` /
+:data:`~exactspec.samplers.search.TORCH_SAMPLER_INSTANCE_SECONDS` an instance); old:
 ``workers=None``, in this process (today's path; the Python default until 2026-12-02, and the benchmark
 refuses a baseline that starts a pool: ``benchmarks._in_process.no_pool``). ``--quick`` covers vocabularies
 2 and 3 only. The note of each row gives the CPU seconds of each path (this process and its
@@ -35,7 +35,7 @@ import time
 from typing import Any
 
 from exactspec import parallel
-from exactspec.samplers.sampler_search import sampler_space, search_sampler
+from exactspec.samplers.search import sampler_space, search_sampler
 
 from ._in_process import no_pool
 
@@ -72,7 +72,7 @@ def _row(job: str, ref: str, adapter: str, target_s: float, quick: bool) -> dict
 def _loop_row(quick: bool) -> dict[str, Any]:
     import exactspec as es
     from exactspec.bugzoo import loops
-    from exactspec.samplers.loops.loop_audit import _loop_space
+    from exactspec.samplers.loops.loop_audit import loop_space as _loop_space
     space = _loop_space(None, None).with_(vocabs=(2,))
     if quick:
         space = space.with_(tokens=(1, 2))

@@ -38,7 +38,7 @@ from exactspec.bugzoo import numpy_samplers as np_zoo
 from exactspec.counterexamples import EmptySearch, Space
 from exactspec.samplers.adapters import get_adapter
 from exactspec.samplers.randomness._fast_path import legacy_paths
-from exactspec.samplers.sampler_search import _patched_once, sampler_space, search_instances
+from exactspec.samplers.search import _patched_once, sampler_space, search_instances
 
 #: the old torch search runs at most this long (wall seconds; it took 138 s on the loaded machine, ~115 s quiet at release):
 #: past it, it is compared with the new path on the instances it covered

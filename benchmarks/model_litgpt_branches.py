@@ -279,7 +279,8 @@ def _audited(gamma: int, n: int, seeds: tuple, mode: str) -> tuple[int, float]:
     import torch
 
     import litgpt.generate.speculative_decoding as litgpt_sd
-    from exactspec.samplers.randomness import _fast_path, joint_draws, lazy_worlds
+    from exactspec.samplers.randomness import _fast_path, joint_draws
+    from exactspec.samplers.torch_draws import lazy_worlds
     t = es.models.random_table(vocab=3, order=1, seed=seeds[0])
     d = es.models.random_table(vocab=3, order=1, seed=seeds[1])
 

@@ -9,9 +9,10 @@ Fraction(0, 1)
 
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from ._audit import audit
 from .errors import IncompleteCheckError, InvalidType, InvalidValue, LossAssertionError
@@ -26,6 +27,53 @@ class HorizonWarning(UserWarning):
     """An assertion passed over a horizon that never observes some positions of a step."""
 
 
+def _ours(excinfo: Any) -> bool:
+    """pytest's ``__tracebackhide__`` filter: hide exactspec's assertion frames for exactspec's own failures.
+
+    A failed check (:class:`LossAssertionError`) or a refused argument (:class:`~exactspec.errors.ExactSpecError`)
+    carries a complete message, so pytest shows the user's test line and that message, not this module's source.
+    Any other exception (a bug) keeps every frame.
+
+    >>> class Info:
+    ...     def __init__(self, exc): self.value = exc
+    >>> _ours(Info(LossAssertionError("biased", None, None))), _ours(Info(KeyError("x")))
+    (True, False)
+    """
+    from .errors import ExactSpecError
+    return isinstance(getattr(excinfo, "value", None), (LossAssertionError, ExactSpecError))
+
+
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
+
+
+def _user_facing(fn: _Fn) -> _Fn:
+    """``fn`` raising exactspec's own errors from the user's call, not from the library frames that found them.
+
+    An :class:`~exactspec.errors.ExactSpecError` (a refused argument, a model that is no law, a rule or
+    sampler that raised: its message names what and where) keeps its type, message and cause; only the
+    frames between this call and its raise are dropped, so pytest shows the user's line and the
+    message. A failed check (:class:`LossAssertionError`) passes unchanged, its frames hidden by
+    :func:`_ours`.
+    """
+    from .errors import ExactSpecError
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = _ours     # pytest: the user's line and the message, not this frame
+        try:
+            return fn(*args, **kwargs)
+        except ExactSpecError as exc:
+            raise exc.with_traceback(None)    # the same error, raised here: its cause and message kept
+    return call  # type: ignore[return-value]
+
+
+def _tv_text(report: Any) -> str:
+    """The report's TV as exact text, or to 6 digits when the exact value is too long to read on one line."""
+    tv = report.field.to_str(report.tv)
+    return tv if len(tv) < 40 else f"~{float(report.tv):.6g} (exact value in the report below)"
+
+
+@_user_facing
 def assert_lossless(rule: Any, *, target: Model, draft: Model | None = None, proposer: Any = None,
                     prompt: Sequence[int] = (), tokens: int | None = None, decoding: str | None = None,
                     expected: Model | None = None, field: str = "fraction", search: bool = True,
@@ -51,17 +99,18 @@ def assert_lossless(rule: Any, *, target: Model, draft: Model | None = None, pro
     ...     print(str(e).splitlines()[0])
     greedy_match_sampled is not lossless: exact TV 1/5 (decoding sample)
     """
+    __tracebackhide__ = _ours     # pytest: the user's line and the message, not this frame
     rule = as_rule(rule)
     report = audit(target=target, draft=draft, proposer=proposer, rule=rule, prompt=prompt, tokens=tokens,
                    decoding=decoding, expected=expected, field=field, progress=False)
     if report.lossless:
         if report.scope.get("note") and not report.scope.get("complete", True):
             import warnings
-            warnings.warn(HorizonWarning(f"assert_lossless({rule.name}): {report.scope['note']}"), stacklevel=2)
+            warnings.warn(HorizonWarning(f"assert_lossless({rule.name}): {report.scope['note']}"),
+                          stacklevel=3)   # the user's call: past this function and _user_facing's wrapper
         return report
-    tv = report.field.to_str(report.tv)
-    tv = tv if len(tv) < 40 else f"~{float(report.tv):.6g} (exact value in the report below)"
-    lines = [f"{rule.name} is not lossless: exact TV {tv} (decoding {report.instance['decoding']})", report.summary()]
+    lines = [f"{rule.name} is not lossless: exact TV {_tv_text(report)} (decoding {report.instance['decoding']})",
+             report.summary()]
     ce = None
     if search:
         from .counterexamples import Counterexample, search as find
@@ -92,6 +141,7 @@ _OWN = ("search", "space", "budget", "max_instances", "seed", "vocab", "gamma", 
 
 def _audit_options(fn: Callable[..., Any], given: dict, where: str) -> dict:
     """``given`` checked against ``fn``'s keywords (what each audit accepts): a typed error names any other."""
+    __tracebackhide__ = _ours     # pytest: the user's line and the message, not this frame
     params = inspect.signature(fn).parameters
     known = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY} - set(_OWN)
     bad = sorted(k for k in given if k not in known)
@@ -104,6 +154,7 @@ def _audit_options(fn: Callable[..., Any], given: dict, where: str) -> dict:
 def _small_space(space: Any, family: str, vocab: int | None, gamma: int | None, tokens: int | None,
                  where: str, loop: bool = False) -> Any:
     """The search space: ``space`` (or the default one) bounded by ``vocab`` / ``gamma``, at horizon ``tokens``."""
+    __tracebackhide__ = _ours     # pytest: the user's line and the message, not this frame
     for label, v, lo in (("vocab", vocab, 2), ("gamma", gamma, 1), ("tokens", tokens, 1)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
             raise InvalidType(f"{where}: {label} must be an int >= {lo}, got {v!r}")
@@ -113,10 +164,10 @@ def _small_space(space: Any, family: str, vocab: int | None, gamma: int | None, 
         return None
     if space is None:
         if loop:
-            from .samplers.loops.loop_audit import _loop_space
+            from .samplers.loops.loop_audit import loop_space as _loop_space
             space = _loop_space(None, tokens)
         else:
-            from .samplers.sampler_search import sampler_space
+            from .samplers.search import sampler_space
             space = sampler_space(family)
     changes: dict = {}
     if vocab is not None:
@@ -133,6 +184,7 @@ def _small_space(space: Any, family: str, vocab: int | None, gamma: int | None, 
 
 def _budget_parts(budget: Any, where: str) -> tuple[Any, Any]:
     """A search's budget: seconds for the whole search, and the per-audit limits of an ``es.Budget``."""
+    __tracebackhide__ = _ours     # pytest: the user's line and the message, not this frame
     from .enumerate import Budget
     if budget is None:
         return None, None
@@ -152,12 +204,13 @@ def _regression(result: Any) -> list[str]:
         return ["", f"(no regression test: {exc})"]
 
 
-def _judge(result: Any, what: str, *, stacklevel: int = 3) -> Any:
+def _judge(result: Any, what: str, *, stacklevel: int = 4) -> Any:
     """Pass (return ``result``) only on a complete check that found no bias (exit code 0); otherwise raise.
 
     Decided by the result's ``exit_code``, as the CLI is: 0 passes, 1 (a bias) raises
     :class:`LossAssertionError`, anything else (3: incomplete or undecided) :class:`IncompleteCheckError`.
     """
+    __tracebackhide__ = _ours     # pytest: the user's line and the message, not this frame
     from .report import AuditReport
     code = getattr(result, "exit_code", None)
     if not isinstance(result, AuditReport):      # a search: a Counterexample, an EmptySearch, an IncompleteSearch
@@ -182,9 +235,11 @@ def _judge(result: Any, what: str, *, stacklevel: int = 3) -> Any:
             warnings.warn(HorizonWarning(f"{what}: {report.scope['note']}"), stacklevel=stacklevel)
         return report
     if code == 1:
-        raise LossAssertionError("\n".join([f"{what} is not lossless on this instance", report.summary(), "",
-                                            "(search=True, the default, finds a minimal counterexample with its "
-                                            "regression test)"]), report, None)
+        raise LossAssertionError("\n".join([f"{what} is not lossless on this instance: exact TV "
+                                            f"{_tv_text(report)}", report.summary(),
+                                            "", "(search=True, the default, finds a minimal counterexample with its "
+                                            "regression test; the error's .report has the whole audit, "
+                                            ".report.to_json() every exact value)"]), report, None)
     raise IncompleteCheckError("\n".join([f"{what}: the audit did not decide (exit code {code}: {report.verdict}), "
                                           "so this assertion fails (an undecided check never passes)",
                                           report.summary()]), report, None)
@@ -195,6 +250,7 @@ def _budget_spent(exc: Exception, what: str) -> IncompleteCheckError:
                                 f"proven and this assertion fails (an incomplete check never passes): {exc}", None, None)
 
 
+@_user_facing
 def assert_sampler_lossless(sampler: Any, *, adapter: Any = None, search: bool = True, proposer: Any = None,
                             space: Any = None, vocab: int | None = None, gamma: int | None = None,
                             tokens: int | None = None, budget: Any = None, max_instances: int | None = None,
@@ -203,8 +259,8 @@ def assert_sampler_lossless(sampler: Any, *, adapter: Any = None, search: bool =
     """Assert that a third-party sampler is lossless (up to float rounding) over small instances; return the result.
 
     By default (``search=True``) this is ``exactspec audit-sampler``'s check: an exact search
-    (:func:`exactspec.samplers.sampler_search.search_sampler`) over the small instances of
-    :func:`~exactspec.samplers.sampler_search.sampler_space` for the adapter's family, each
+    (:func:`exactspec.samplers.search.search_sampler`) over the small instances of
+    :func:`~exactspec.samplers.search.sampler_space` for the adapter's family, each
     audited by :func:`exactspec.audit_sampler` through ``adapter`` (left out: numpy, checked as
     ``audit_sampler`` checks it: a sampler only another adapter can call raises
     :class:`~exactspec.errors.AdapterMismatch`). It passes, returning the
@@ -235,6 +291,7 @@ def assert_sampler_lossless(sampler: Any, *, adapter: Any = None, search: bool =
     ...     print(str(e).splitlines()[0])
     sampler shared_uniform (adapter numpy) is biased: an exact search over small instances found this minimal counterexample
     """
+    __tracebackhide__ = _ours     # pytest: the user's line and the message, not this frame
     from .errors import BudgetExceeded
     from .samplers import audit_sampler, get_adapter
     where = "assert_sampler_lossless"
@@ -254,7 +311,7 @@ def assert_sampler_lossless(sampler: Any, *, adapter: Any = None, search: bool =
                 raise InvalidValue(f"{where}: {'= and '.join(given)}= do{'es' if len(given) == 1 else ''} not apply "
                                    "to the search (it chooses the laws and prompts): pass search=False to assert "
                                    "one instance")
-            from .samplers.sampler_search import search_sampler
+            from .samplers.search import search_sampler
             seconds, limits = _budget_parts(budget, where)
             result = search_sampler(sampler, adapter=chosen, proposer=proposer, seed=seed, budget=seconds,
                                     space=_small_space(space, adapter.family, vocab, gamma, tokens, where),
@@ -277,6 +334,7 @@ def assert_sampler_lossless(sampler: Any, *, adapter: Any = None, search: bool =
     return _judge(result, what)
 
 
+@_user_facing
 def assert_loop_lossless(loop: Any, *, search: bool = True, space: Any = None, vocab: int | None = None,
                          tokens: int | None = None, budget: Any = None, max_instances: int | None = None,
                          seed: int = 0, target: Model | None = None, draft: Model | None = None,
@@ -307,6 +365,7 @@ def assert_loop_lossless(loop: Any, *, search: bool = True, space: Any = None, v
     ...     print(str(e).splitlines()[0])
     loop bonus_from_draft is biased: an exact search over small instances found this minimal counterexample
     """
+    __tracebackhide__ = _ours     # pytest: the user's line and the message, not this frame
     from .errors import BudgetExceeded
     from .samplers import audit_loop
     where = "assert_loop_lossless"

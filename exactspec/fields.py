@@ -32,8 +32,9 @@ _ENGINE = os.path.join(os.path.dirname(_HERE), "enumerate") + os.sep
 
 
 #: the interception layer's own files and the libraries it wraps: a message names the sampler's line, not theirs
-_SAMPLER_LAYER = {os.path.join(os.path.dirname(_HERE), "samplers", f) for f in (
-    "interception.py", "numpy_rng.py", "torch_rng.py", "lazy_values.py", "lazy_draws.py")}
+_SAMPLER_LAYER = {os.path.join(os.path.dirname(_HERE), "samplers", *f.split("/")) for f in (
+    "randomness/interception.py", "randomness/numpy_rng.py", "randomness/lazy_values.py", "torch_draws/torch_rng.py",
+    "torch_draws/lazy_draws.py")}
 
 
 def _library_dirs() -> tuple:

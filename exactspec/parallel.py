@@ -137,6 +137,38 @@ def _by_reference_is_portable(obj: Any) -> bool:
     return b"__main__" not in blob
 
 
+def _dumps_keeping_files(cloudpickle: Any, obj: Any) -> bytes:
+    """``cloudpickle.dumps(obj)``, each code object keeping its own file name.
+
+    cloudpickle names every code it sends by value ``<dynamic-code>``, so a worker's traceback, a
+    refusal's or a crash's ``file:line`` pointed there instead of at the user's file (issue 36).
+    The line numbers travel as they are; only the file name is put back.
+
+    >>> import cloudpickle, pickle
+    >>> f = lambda: 1
+    >>> pickle.loads(_dumps_keeping_files(cloudpickle, f)).__code__.co_filename == f.__code__.co_filename
+    True
+    >>> pickle.loads(cloudpickle.dumps(f)).__code__.co_filename
+    '<dynamic-code>'
+    """
+    import io
+    import types
+    from collections import ChainMap
+    base = cloudpickle.Pickler
+    reduce_code = base.dispatch_table[types.CodeType]
+
+    def code_with_its_file(code: types.CodeType) -> Any:
+        made, args = reduce_code(code)
+        return made, tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
+
+    class Pickler(base):  # type: ignore[misc, valid-type]
+        dispatch_table = ChainMap({types.CodeType: code_with_its_file}, base.dispatch_table)
+
+    with io.BytesIO() as file:
+        Pickler(file).dump(obj)
+        return file.getvalue()
+
+
 def portable(obj: Any, what: str = "rule") -> Any:
     """``obj`` ready for a worker: itself when it pickles by importable reference, else wrapped for cloudpickle.
 
@@ -156,7 +188,7 @@ def portable(obj: Any, what: str = "rule") -> Any:
             "(pip install 'exactspec[dask]') to send it by value; without workers/executor it runs in this process "
             "as it is") from None
     try:
-        return _Portable(cloudpickle.dumps(obj))
+        return _Portable(_dumps_keeping_files(cloudpickle, obj))
     except Exception as exc:
         raise NotPicklable(f"the {what} {_describe(obj)} cannot be sent to worker processes, even with cloudpickle: "
                            f"{type(exc).__name__}: {exc}. Define it at module level in an importable module") from None

@@ -114,7 +114,7 @@ class AuditReport:
         """The float-boundary decision of a sampler or loop audit (``extra["float_boundary"]``), if any.
 
         Float code is audited at its own precision and on float64 inputs
-        (:mod:`exactspec.samplers.float_boundary`); the decision, not the TV at the code's own
+        (:mod:`exactspec.samplers.rounding`); the decision, not the TV at the code's own
         precision, is the verdict: ``lossless``, ``biased`` or ``undecided``.
         """
         got = self.extra.get("float_boundary") if self.extra else None

@@ -37,35 +37,20 @@ from .rules import Rule
 
 __all__ = ["audit_statistically", "StatisticalReport", "samples_needed", "tv_radius"]
 
-#: resolves ``audit_statistically(adapter="name")``: the samplers registry's ``get_adapter``, handed down by
-#: ``exactspec.samplers`` when it is imported (it sits above this module, which imports nothing from it)
-_adapter_named: Callable[[str], Any] | None = None
 
+def _adapter_named(name: str) -> Any:
+    """The adapter the samplers registry calls ``name`` (``adapter="numpy"``): its ``get_adapter(name)``.
 
-def resolve_adapters_with(lookup: Callable[[str], Any]) -> None:
-    """Resolve adapter names (``adapter="numpy"``) with ``lookup``; ``exactspec.samplers`` hands down its ``get_adapter``.
+    The registry sits above this module (its adapters import the interception of the randomness), so it
+    is loaded by name when a name is given, as a plugin registry would be: nothing here imports from
+    it and it imports nothing from here (no circle, no state handed down).
 
     >>> import exactspec as es
-    >>> _adapter_named is es.samplers.get_adapter
+    >>> _adapter_named("numpy") is es.samplers.get_adapter("numpy")
     True
     """
-    global _adapter_named
-    _adapter_named = lookup
-
-
-def _load_adapter_names() -> Callable[[str], Any]:
-    """Load the layer that owns the adapter names (``exactspec.samplers`` hands its lookup down when loaded).
-
-    ``exactspec`` loads its samplers on first use, so a program that reaches this audit without
-    having touched them (``from exactspec.statistical import audit_statistically``, or the tensor
-    layer's fallback) has no lookup yet. The layer is loaded by name, as a plugin registry would
-    be: nothing here imports from it.
-    """
     import importlib
-    importlib.import_module("exactspec.samplers")
-    if _adapter_named is None:   # pragma: no cover - the samplers package always hands it down
-        raise ExactSpecError("exactspec.samplers did not register its adapter names: pass the adapter object")
-    return _adapter_named
+    return importlib.import_module("exactspec.samplers.adapters.registry").get_adapter(name)
 
 
 def tv_radius(samples: int, outcomes: int, confidence: float) -> float:
@@ -292,8 +277,7 @@ def audit_statistically(sampler: Callable, *, adapter: Any = "numpy", target: Mo
     elif samples < 1:
         raise InvalidValue(f"samples must be a positive int, got {samples!r}")
     if isinstance(adapter, str):   # a name, for users: resolved by the samplers registry, which sits above this module
-        named = _adapter_named if _adapter_named is not None else _load_adapter_names()
-        adapter = named(adapter)
+        adapter = _adapter_named(adapter)
     proposer = chain(4) if proposer is None else proposer
     field = get_field("float")
     env = Env(target, draft, field)

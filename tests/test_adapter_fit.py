@@ -22,7 +22,7 @@ from exactspec import cli  # noqa: E402
 from exactspec.bugzoo import numpy_samplers as nzoo  # noqa: E402
 from exactspec.bugzoo import torch_samplers as tzoo  # noqa: E402
 from exactspec.errors import AdapterMismatch  # noqa: E402
-from exactspec.samplers.adapter_fit import check_default_adapter, first_call  # noqa: E402
+from exactspec.samplers.adapters.fit import check_default_adapter, first_call  # noqa: E402
 
 P, Q = es.models.context_free(("1/2", "1/4", "1/4")), es.models.context_free(("1/4", "1/4", "1/2"))
 ONE = dict(target=P, draft=Q, proposer=es.drafts.chain(1), tokens=1)
@@ -72,7 +72,7 @@ def test_a_torch_sampler_under_the_default_adapter_is_a_usage_error_naming_the_a
         es.audit_sampler(tzoo.correct, search=True)
     with pytest.raises(AdapterMismatch):
         es.samplers.search_sampler(vllm_correct, workers=None, max_instances=2)
-    assert check_default_adapter.__module__ == "exactspec.samplers.adapter_fit"
+    assert check_default_adapter.__module__ == "exactspec.samplers.adapters.fit"
 
 
 def test_the_right_adapter_audits_it_and_an_explicit_numpy_is_not_second_guessed():

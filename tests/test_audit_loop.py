@@ -1,4 +1,4 @@
-"""Whole-loop audits (exactspec.samplers.loops.loop_audit) and lazy categorical draws (exactspec.samplers.randomness.lazy_draws).
+"""Whole-loop audits (exactspec.samplers.loops.loop_audit) and lazy categorical draws (exactspec.samplers.torch_draws.lazy_draws).
 
 Most laws in these tests are powers of two, so the stand-ins' float64 softmax is exact and every
 float the loops compute is the exact rational the algorithm means: a correct loop reads TV == 0.
@@ -17,9 +17,9 @@ import exactspec as es  # noqa: E402
 from exactspec.enumerate.rng import enumerate_program  # noqa: E402
 from exactspec.fields import get_field  # noqa: E402
 from exactspec.laws import total_variation  # noqa: E402
-from exactspec.samplers.randomness import torch_rng  # noqa: E402,F401  (torch patched in audits)
+from exactspec.samplers.torch_draws import torch_rng  # noqa: E402,F401  (torch patched in audits)
 from exactspec.samplers.randomness.interception import bind, intercepting  # noqa: E402
-from exactspec.samplers.randomness.lazy_draws import LazyCategoricalTensor  # noqa: E402
+from exactspec.samplers.torch_draws.lazy_draws import LazyCategoricalTensor  # noqa: E402
 from exactspec.samplers.loops.loop_audit import DEFAULT_TOKENS, LoopReport, audit_loop  # noqa: E402
 
 P_TABLE = {0: (F(1, 2), F(1, 4), F(1, 4)), 1: (F(1, 4), F(1, 2), F(1, 4)), 2: (F(1, 4), F(1, 4), F(1, 2))}
@@ -368,7 +368,7 @@ def test_a_listed_draw_drawn_before_the_spread_keeps_its_value():
     # reading a later id may draw an earlier, listed one (a law computed on its read): that one is not spread again
     from exactspec.enumerate.rng import PathRng
     from exactspec.samplers.loops.loop_audit import _spread
-    from exactspec.samplers.randomness.lazy_draws import exact_row, lazy_multinomial, unread_entries
+    from exactspec.samplers.torch_draws.lazy_draws import exact_row, lazy_multinomial, unread_entries
     stack = []
     rng = PathRng((), F(1), get_field(backend="python"), stack, {})
     t = lazy_multinomial(rng, [exact_row([1.0, 3.0])], 1, True, (1,))

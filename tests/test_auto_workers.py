@@ -95,7 +95,7 @@ def test_a_short_sweep_stays_in_this_process(pools):
 # -- the Python API: "auto" is the default of the searches and the sweep ---------------------------------------------
 
 def test_the_searches_and_the_sweep_default_to_auto():
-    from exactspec.samplers.sampler_search import search_sampler
+    from exactspec.samplers.search import search_sampler
     for fn in (es.counterexamples.search, search_sampler, es.sweep):
         assert inspect.signature(fn).parameters["workers"].default == parallel.AUTO, fn.__name__
 
@@ -112,7 +112,7 @@ def test_a_long_search_takes_every_core_by_default(pools, long_enough):
 @needs_two_cores
 def test_a_long_sampler_search_takes_every_core_by_default(pools, long_enough):
     from exactspec.bugzoo import numpy_samplers as zoo
-    from exactspec.samplers.sampler_search import sampler_space, search_sampler
+    from exactspec.samplers.search import sampler_space, search_sampler
     space = sampler_space().with_(vocabs=(2,), tokens=(1,), random_points=1)
     default = search_sampler(zoo.shared_uniform, space=space, progress=False)
     assert pools == [CORES]
@@ -127,7 +127,7 @@ def test_a_long_sampler_search_takes_every_core_by_default(pools, long_enough):
 def test_a_long_loop_search_takes_every_core_by_default(pools, long_enough):
     pytest.importorskip("torch")
     from exactspec.bugzoo import loops
-    from exactspec.samplers.loops.loop_audit import _loop_space
+    from exactspec.samplers.loops.loop_audit import loop_space as _loop_space
     space = _loop_space(None, None).with_(vocabs=(2,), tokens=(1,), random_points=1)
     default = es.audit_loop(loops.bonus_from_draft, search=True, space=space, progress=False)
     assert pools == [CORES]

@@ -39,7 +39,7 @@ def per_position(laws):
 
 def exact_step_law(sampler, p_laws, q_laws):
     """The exact law of one step's output, the sampler run through the vllm adapter (batch 1) by the engine."""
-    import exactspec.samplers.randomness.torch_rng  # noqa: F401  (torch interception on)
+    import exactspec.samplers.torch_draws.torch_rng  # noqa: F401  (torch interception on)
     with intercepting():
         rule = Rule(lambda step, rng: vllm_chain.call(sampler, step, rng), name=sampler.__name__, family="chain",
                     claim="lossless")

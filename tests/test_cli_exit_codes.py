@@ -285,7 +285,7 @@ def test_exactspecs_own_interception_failure_is_exit_2_not_a_crash(capsys, user_
     # issue 35: a bug of exactspec's interception (as bfloat16's .numpy() was) is InterceptionError: exit 2, one
     # line, in a search too (never a crash counterexample of the sampler, exit 1)
     pytest.importorskip("torch")
-    from exactspec.samplers.randomness import torch_rng
+    from exactspec.samplers.torch_draws import torch_rng
     monkeypatch.setattr(torch_rng, "exact_rows", None)      # _multinomial's call of it raises TypeError
     write(user_dir, "multinomial_sampler_mod", '''
         import torch

@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 import exactspec as es  # noqa: E402
 from exactspec.enumerate.rng import enumerate_program  # noqa: E402
 from exactspec.fields import get_field  # noqa: E402
-from exactspec.samplers.randomness import torch_rng  # noqa: E402,F401  (torch patched in audits)
+from exactspec.samplers.torch_draws import torch_rng  # noqa: E402,F401  (torch patched in audits)
 from exactspec.samplers.randomness.interception import bind, intercepting  # noqa: E402
 from exactspec.samplers.loops.stand_in import stand_in  # noqa: E402
 
@@ -185,7 +185,7 @@ def test_random_module_state_is_untouched_by_an_audit_of_exactspecs_own_draws():
 
 from exactspec.counterexamples import Counterexample, IncompleteSearch  # noqa: E402
 from exactspec.counterexamples.space import Space  # noqa: E402
-from exactspec.samplers.sampler_search import sampler_space, search_sampler  # noqa: E402
+from exactspec.samplers.search import sampler_space, search_sampler  # noqa: E402
 
 USER_MODULE = "exactspec_test_user_crashes"
 #: a user's file: Algorithm 1 in numpy, with a "residual" that crashes when a rejection leaves token 1 as its only

@@ -22,9 +22,10 @@ torch = pytest.importorskip("torch")
 from test_sampler_fast_paths import KW, ZEROS, _both, _same  # noqa: E402
 
 from exactspec.bugzoo import torch_samplers as tz  # noqa: E402
-from exactspec.samplers.randomness import _fast_path, torch_rng  # noqa: E402,F401  (torch_rng patches torch in audits)
+from exactspec.samplers.randomness import _fast_path
+from exactspec.samplers.torch_draws import torch_rng  # noqa: E402,F401  (torch_rng patches torch in audits)
 from exactspec.samplers.randomness.interception import bind, intercepting  # noqa: E402
-from exactspec.samplers.randomness.lazy_draws import LazyCategoricalTensor  # noqa: E402
+from exactspec.samplers.torch_draws.lazy_draws import LazyCategoricalTensor  # noqa: E402
 
 
 def _law(program):

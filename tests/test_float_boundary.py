@@ -17,8 +17,7 @@ import pytest
 import exactspec as es
 from exactspec import cli
 from exactspec.instances import make_instance
-from exactspec.samplers.float_boundary import (F64_ALLOWANCE, ROUNDING_CAP, decide, rounding_allowance,
-                                               typical_rounding)
+from exactspec.samplers.rounding import F64_ALLOWANCE, ROUNDING_CAP, decide, rounding_allowance, typical_rounding
 
 torch = pytest.importorskip("torch")
 from exactspec.bugzoo import float32_samplers as z  # noqa: E402
@@ -166,7 +165,7 @@ def test_the_undecided_band_exits_3():
 
 def test_a_search_meeting_undecided_instances_is_incomplete_never_empty():
     from exactspec.counterexamples.space import Space
-    from exactspec.samplers.sampler_search import search_instances
+    from exactspec.samplers.search import search_instances
     space = Space(vocabs=(2,), shapes=((1,),), tokens=(1,), random_points=2, exhaustive_denominator=1)
     found = search_instances(lambda inst: es.audit_sampler(shaved, **SHAVE, budget=inst["budget"]), space=space,
                              name="shaved")
@@ -224,7 +223,7 @@ def test_a_wrong_position_bonus_shrinks_to_an_instance_that_shows_it():
     # the bonus token is drawn from the target law at the first position: invisible on context-free laws, where
     # the previous rule still read float32 rounding as "biased, not rounding" and shrank there
     from exactspec.counterexamples.space import Space
-    from exactspec.samplers.sampler_search import search_sampler
+    from exactspec.samplers.search import search_sampler
     space = Space(vocabs=(2, 3), shapes=((1,),), tokens=(2,), random_points=3, exhaustive_denominator=2)
     ce = search_sampler(z.bonus_from_first_position, adapter="transformers", space=space, progress=False)
     assert ce.found and ce.instance.family != "context_free" and ce.instance.tokens == 2
@@ -242,7 +241,7 @@ def test_a_wrong_position_bonus_shrinks_to_an_instance_that_shows_it():
                          + [(z.mss_from_logits, "torch-tree")])
 def test_correct_float32_code_is_lossless_under_the_default_search(sampler, adapter):
     # issue 16: correct float32 code written in common ways came out "biased" from the default search
-    from exactspec.samplers.sampler_search import search_sampler
+    from exactspec.samplers.search import search_sampler
     found = search_sampler(sampler, adapter=adapter, progress=False)
     assert isinstance(found, es.EmptySearch) and found.exit_code == 0, str(found)
 

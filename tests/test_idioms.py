@@ -25,7 +25,7 @@ from exactspec.fields import get_field  # noqa: E402
 from exactspec.instances import make_instance  # noqa: E402
 from exactspec.samplers.adapters import torch_adapters  # noqa: E402
 from exactspec.samplers.randomness.numpy_rng import EnumGenerator  # noqa: E402
-from exactspec.samplers.randomness.torch_rng import bind, intercept_torch  # noqa: E402
+from exactspec.samplers.torch_draws.torch_rng import bind, intercept_torch  # noqa: E402
 
 FR = get_field(backend="python")
 P = torch.tensor([0.5, 0.25, 0.25])            # dyadic: float32 holds it exactly

@@ -148,7 +148,7 @@ def test_the_reader_sees_the_packages_own_imports():
     assert "exactspec.rules.record" in g["exactspec.rules.chain"]                            # from .record import Rule
     assert "exactspec.errors" in g["exactspec.rules.record"]                                 # from ..errors import ...
     assert "exactspec._device" in g["exactspec.samplers.loops.loop_audit"]                   # from ..._device import
-    assert "exactspec.samplers.randomness.torch_rng" in g["exactspec.samplers.randomness"]   # in a function
+    assert "exactspec.samplers.torch_draws.torch_rng" in g["exactspec.samplers"]              # in a function
 
 
 # -- no cycle ------------------------------------------------------------------------------------------------
@@ -175,25 +175,31 @@ def test_function_level_imports_close_no_cycle():
 
 def test_the_interception_and_the_generators_form_no_circle():
     g = import_graph()
-    for gen in ("numpy_rng", "torch_rng"):
-        assert f"exactspec.samplers.randomness.{gen}" not in g["exactspec.samplers.randomness.interception"]
-        assert "exactspec.samplers.randomness.interception" in g[f"exactspec.samplers.randomness.{gen}"]
+    for gen in ("randomness.numpy_rng", "torch_draws.torch_rng"):
+        assert f"exactspec.samplers.{gen}" not in g["exactspec.samplers.randomness.interception"]
+        assert "exactspec.samplers.randomness.interception" in g[f"exactspec.samplers.{gen}"]
 
 
 # -- the layers ----------------------------------------------------------------------------------------------
 
 SAMPLERS = "exactspec.samplers"
 RANDOMNESS, ADAPTERS, LOOPS = f"{SAMPLERS}.randomness", f"{SAMPLERS}.adapters", f"{SAMPLERS}.loops"
-AUDIT = (f"{SAMPLERS}.sampler_audit", f"{SAMPLERS}.sampler_search", f"{SAMPLERS}.float_boundary")
+TORCH_DRAWS = f"{SAMPLERS}.torch_draws"
+AUDIT = (f"{SAMPLERS}.audit", f"{SAMPLERS}.search", f"{SAMPLERS}.instance", f"{SAMPLERS}.rounding")
 
 #: (who, must not import, why)
 LAYERS = [
     (("exactspec.tensor", "exactspec.statistical"), (SAMPLERS,),
      "the tensor law engine and the statistical audit sit below the sampler layer"),
-    ((RANDOMNESS,), (ADAPTERS, LOOPS, *AUDIT),
-     "the randomness layer sits below the adapters, the loop audit and the sampler audit"),
+    ((RANDOMNESS,), (TORCH_DRAWS, ADAPTERS, LOOPS, *AUDIT),
+     "the randomness layer sits below the torch draws, the adapters, the loop audit and the sampler audit"),
+    ((TORCH_DRAWS,), (ADAPTERS, LOOPS, *AUDIT),
+     "the torch draws sit below the adapters, the loop audit and the sampler audit"),
     ((ADAPTERS,), (LOOPS, *AUDIT), "the adapters sit below the loop audit and the sampler audit"),
     (AUDIT, (LOOPS,), "the sampler audit and search sit below the whole-loop audit (which uses them)"),
+    ((f"{SAMPLERS}.instance", f"{SAMPLERS}.rounding"), (f"{SAMPLERS}.search", f"{SAMPLERS}.audit"),
+     "the one-instance audit sits below the search and audit_sampler (which use it)"),
+    ((f"{SAMPLERS}.search",), (f"{SAMPLERS}.audit",), "the search sits below audit_sampler (search=True uses it)"),
     (("exactspec.protocols",), ("exactspec",), "the rule API protocols import nothing from exactspec"),
 ]
 
@@ -207,7 +213,7 @@ def test_a_layer_imports_nothing_from_the_layers_above_it(importers, forbidden, 
 def test_no_layer_below_the_samplers_package_imports_the_package_itself():
     # exactspec.samplers (the package __init__) imports every layer: importing it from below closes a circle
     g = import_graph()
-    bad = sorted(f"{a} -> {SAMPLERS}" for a, bs in g.items() if _in(a, (RANDOMNESS, ADAPTERS, LOOPS, *AUDIT))
+    bad = sorted(f"{a} -> {SAMPLERS}" for a, bs in g.items() if _in(a, (RANDOMNESS, TORCH_DRAWS, ADAPTERS, LOOPS, *AUDIT))
                  and SAMPLERS in bs)
     assert not bad, "; ".join(bad)
 
@@ -228,7 +234,9 @@ def test_the_adapter_base_sits_below_the_registry_and_the_adapters():
 
 def test_statistical_imports_neither_the_tensor_package_nor_the_samplers():
     assert not {m for m in import_graph()["exactspec.statistical"] if _in(m, ("exactspec.tensor", SAMPLERS))}
-    assert es.statistical._adapter_named is es.samplers.get_adapter      # handed down by exactspec.samplers
+    assert es.statistical._adapter_named("numpy") is es.samplers.get_adapter("numpy")   # the registry's, by name
+    # and the samplers package does not import the statistical audit (the circle of a hand-down is gone)
+    assert "exactspec.statistical" not in import_graph()[SAMPLERS]
 
 
 # -- every module imports ------------------------------------------------------------------------------------
@@ -254,26 +262,65 @@ def test_importing_exactspec_does_not_import_torch():
     assert out.stdout.split() == ["False", "True"]
 
 
-# -- the moves of issue 17 -----------------------------------------------------------------------------------
+# -- the layout of issue 36 ---------------------------------------------------------------------------------
 
-def test_the_modules_old_paths_import_as_the_moved_modules():
+#: module paths of earlier layouts (issue 17's flat modules, issue 36's moves): none imports any more
+OLD_PATHS = ["interception", "numpy_rng", "torch_rng", "lazy_values", "lazy_draws", "base", "torch_adapters",
+             "explicit_uniforms", "torch_tree_adapter", "stand_in", "hf_stand_in", "loop_audit",
+             "sampler_audit", "sampler_search", "float_boundary", "adapter_fit", "randomness.torch_rng",
+             "randomness.lazy_draws", "randomness.lazy_worlds", "adapters.vllm_v1", "adapters.sglang_kernels",
+             "adapters.triton_kernels"]
+
+
+@pytest.mark.parametrize("old", OLD_PATHS)
+def test_old_module_paths_no_longer_import(old):
+    # no import hook keeps them: the code, the tests, the benchmarks and the docs name the modules where they are
     pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"{SAMPLERS}.{old}")
+
+
+def test_the_package_names_stay_what_they_name():
+    pytest.importorskip("torch")
     from exactspec import samplers
     stand_in_fn, tree_buffers_fn = samplers.stand_in, samplers.tree_buffers
-    for old, layer in samplers._MOVED.items():
-        new = importlib.import_module(f"{SAMPLERS}.{layer}.{old}")
-        assert importlib.import_module(f"{SAMPLERS}.{old}") is new, old
-        assert sys.modules[f"{SAMPLERS}.{old}"] is new and new.__name__ == f"{SAMPLERS}.{layer}.{old}"
-    from exactspec.samplers.torch_adapters import reference_vllm_style    # as the docs wrote it before the move
-    assert reference_vllm_style.__module__ == f"{ADAPTERS}.torch_adapters"
-    # the package's functions named like an old module path stay the functions
+    for module in ("loops.stand_in", "adapters.tree_buffers", "torch_draws.torch_rng", "adapters.engines.vllm_v1"):
+        importlib.import_module(f"{SAMPLERS}.{module}")
+    # the package's functions named like a module stay the functions once the modules are imported
     assert samplers.stand_in is stand_in_fn and samplers.tree_buffers is tree_buffers_fn and callable(stand_in_fn)
-    # the old module exactspec.samplers.adapters (the registry) is the package, which re-exports the registry
+    # exactspec.samplers.adapters re-exports the registry
     assert set(samplers.adapters.registry.__all__) <= set(vars(samplers.adapters))
     assert samplers.adapters.get_adapter is samplers.adapters.registry.get_adapter
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module(f"{SAMPLERS}.no_such_module")
+
+
+def _imports_torch_at_module_level(path: pathlib.Path) -> bool:
+    for node in _runs_at_import(ast.parse(path.read_text()).body):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "torch" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "torch":
+            return True
+    return False
+
+
+def test_the_randomness_layer_imports_no_torch_at_module_level():
+    # torch's randomness is in samplers/torch_draws (imported where torch is); the core below it runs without torch
+    randomness = [n for n in modules() if _in(n, (RANDOMNESS,))]
+    assert len(randomness) >= 6
+    bad = [n for n in randomness if _imports_torch_at_module_level(modules()[n][0])]
+    assert bad == []
+    assert _imports_torch_at_module_level(modules()[f"{SAMPLERS}.adapters.tree_buffers"][0])   # the check can fail
+
+
+def test_the_samplers_import_without_torch():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import exactspec, exactspec.samplers as s, exactspec.samplers.randomness, exactspec.samplers.audit\n"
+            "import exactspec.samplers.search, exactspec.samplers.loops.loop_audit, exactspec.samplers.adapters.fit\n"
+            "print(s.get_adapter('numpy').family)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["chain"]
 
 
 def test_the_interception_knows_its_own_files_and_modules_where_they_are():
@@ -281,6 +328,7 @@ def test_the_interception_knows_its_own_files_and_modules_where_they_are():
     # libraries on exactspec's behalf are named by path and module name: a move must carry them along
     from exactspec.samplers.randomness import interception as I
     assert all(pathlib.Path(f).is_file() for f in I._OWN)
+    assert all(pathlib.Path(f).is_file() for f in es.fields._SAMPLER_LAYER) and len(es.fields._SAMPLER_LAYER) == 5
     assert pathlib.Path(I._ENGINE).is_dir() and pathlib.Path(I._ENGINE, "rng.py").is_file()
     assert pathlib.Path(I._FIELDS).is_file()
     assert all(importlib.util.find_spec(m) is not None for m in I._LIBRARY_CALLERS)

@@ -16,7 +16,7 @@ from exactspec.enumerate.rng import PathRng, enumerate_program
 from exactspec.fields import get_field
 from exactspec.samplers.randomness import joint_draws
 from exactspec.samplers.randomness.joint_draws import Joint, join, spread
-from exactspec.samplers.randomness.lazy_draws import PendingDraw
+from exactspec.samplers.torch_draws.lazy_draws import PendingDraw
 
 FIELD = get_field(backend="python")
 

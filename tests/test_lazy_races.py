@@ -17,10 +17,10 @@ import exactspec as es  # noqa: E402
 from exactspec.bugzoo import batched_samplers as bz  # noqa: E402
 from exactspec.enumerate.rng import enumerate_program  # noqa: E402
 from exactspec.fields import get_field  # noqa: E402
-from exactspec.samplers.randomness import torch_rng  # noqa: E402
-from exactspec.samplers.randomness.lazy_draws import LazyCategoricalTensor  # noqa: E402
+from exactspec.samplers.torch_draws import torch_rng  # noqa: E402
+from exactspec.samplers.torch_draws.lazy_draws import LazyCategoricalTensor  # noqa: E402
 from exactspec.samplers.adapters.torch_adapters import VllmChainAdapter, reference_vllm_style  # noqa: E402
-from exactspec.samplers.randomness.torch_rng import bind, intercept_torch  # noqa: E402
+from exactspec.samplers.torch_draws.torch_rng import bind, intercept_torch  # noqa: E402
 
 FR = get_field(backend="python")
 W = torch.tensor([[0.5, 0.25, 0.25], [0.0, 0.5, 0.5], [0.125, 0.375, 0.5]], dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""Lazy worlds (``exactspec.samplers.randomness.lazy_worlds``): a torch stand-in fed pending draws reads none of them.
+"""Lazy worlds (``exactspec.samplers.torch_draws.lazy_worlds``): a torch stand-in fed pending draws reads none of them.
 
 Each test runs a small program on a :class:`TorchLM` stand-in under the interception, enumerates it exactly, and
 compares the law with one derived independently (a product of the tables' rows) and, where the point is a
@@ -17,9 +17,10 @@ import exactspec as es  # noqa: E402
 from exactspec.enumerate.rng import enumerate_program  # noqa: E402
 from exactspec.fields import get_field  # noqa: E402
 from exactspec.samplers.loops._torch_lm import TorchLM  # noqa: E402
-from exactspec.samplers.randomness import _fast_path, lazy_worlds  # noqa: E402
+from exactspec.samplers.randomness import _fast_path
+from exactspec.samplers.torch_draws import lazy_worlds  # noqa: E402
 from exactspec.samplers.randomness.interception import bind, intercepting  # noqa: E402
-from exactspec.samplers.randomness.lazy_worlds import LazyWorldsTensor  # noqa: E402
+from exactspec.samplers.torch_draws.lazy_worlds import LazyWorldsTensor  # noqa: E402
 
 Q = (F(1, 4), F(1, 4), F(1, 2))                                       # the first token's law
 ROWS = {0: (F(1, 2), F(1, 4), F(1, 4)), 1: (F(1, 4), F(1, 4), F(1, 2)), 2: (F(1, 3), F(1, 3), F(1, 3))}
@@ -320,8 +321,8 @@ def test_the_token_and_the_uniform_read_after_a_joint_decision_keep_their_joint_
 def test_logits_made_again_from_the_same_rows_share_their_layout_not_their_draws():
     # a stand-in's forward on the same contexts repeats from branch to branch: the second call takes the first's
     # layout and constant rows (one group, shared, so later memos keyed on its table hit), with its own draws
-    from exactspec.samplers.randomness.lazy_draws import PendingDraw, exact_row
-    from exactspec.samplers.randomness.lazy_worlds import _key, _plain, lazy_logits
+    from exactspec.samplers.torch_draws.lazy_draws import PendingDraw, exact_row
+    from exactspec.samplers.torch_draws.lazy_worlds import _key, _plain, lazy_logits
     const = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)
     worlds = {(v,): torch.tensor([float(v), 2.0 * v, 1.0], dtype=torch.float64) for v in range(3)}
     d1, d2 = (PendingDraw(None, *exact_row([1.0, 1.0, 1.0]), 1, True) for _ in range(2))

@@ -22,8 +22,9 @@ import exactspec as es  # noqa: E402
 from exactspec.bugzoo import loops as zoo_loops  # noqa: E402
 from exactspec.enumerate.rng import PathRng, enumerate_program  # noqa: E402
 from exactspec.fields import get_field  # noqa: E402
-from exactspec.samplers.randomness import _fast_path, lazy_draws  # noqa: E402
-from exactspec.samplers import torch_rng  # noqa: E402,F401  (patches torch inside audits)
+from exactspec.samplers.randomness import _fast_path  # noqa: E402
+from exactspec.samplers.torch_draws import lazy_draws  # noqa: E402
+from exactspec.samplers.torch_draws import torch_rng  # noqa: E402,F401  (patches torch inside audits)
 from exactspec.samplers.randomness.interception import bind, intercepting  # noqa: E402
 from exactspec.samplers.loops.loop_audit import _old_path, audit_loop, reference_loop  # noqa: E402
 

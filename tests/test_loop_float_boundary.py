@@ -1,7 +1,7 @@
 """Whole loops at the float boundary and over the loop's own horizon (issue 16, sections 1 and 4).
 
 - A loop audited at a precision coarser than float64 (float32 stand-ins, a float32 generator lattice) runs
-  twice: as asked, and on float64 stand-ins; the verdict is :func:`exactspec.samplers.float_boundary.decide`'s
+  twice: as asked, and on float64 stand-ins; the verdict is :func:`exactspec.samplers.rounding.decide`'s
   (algorithmic bias is what stays at float64).
 - ``reference=`` is a figure, never a tolerance: a reference further than float rounding from the expected
   law is refused.
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import exactspec as es
-from exactspec.samplers.float_boundary import F64_ALLOWANCE, ROUNDING_CAP, rounding_allowance, typical_rounding
+from exactspec.samplers.rounding import F64_ALLOWANCE, ROUNDING_CAP, rounding_allowance, typical_rounding
 from exactspec.samplers.loops.loop_audit import audit_loop, reference_loop
 
 P = es.models.random_table(vocab=2, order=1, seed=5)

@@ -293,7 +293,7 @@ def _verify_unread(target, draft, prompt):
 
 
 def test_workers_replay_decisions_made_on_pending_drafts(every_branch_on_workers):
-    from exactspec.samplers.randomness import lazy_worlds
+    from exactspec.samplers.torch_draws import lazy_worlds
     here = es.audit_loop(_verify_unread, target=P3, draft=Q3, tokens=1, progress=False, workers=None)
     there = es.audit_loop(_verify_unread, target=P3, draft=Q3, tokens=1, progress=False, workers=2)
     assert every_branch_on_workers and every_branch_on_workers[0] > 0

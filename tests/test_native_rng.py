@@ -41,7 +41,7 @@ def nonzero(law):
 
 def test_native_is_an_rng_model_and_the_default_of_sampler_and_loop_audits_only():
     assert "native" in RNG_MODELS and lattice_for("native") is NATIVE and "continuous" in RNG_MODELS
-    from exactspec.samplers.sampler_search import search_from_audit_sampler, search_sampler
+    from exactspec.samplers.search import search_from_audit_sampler, search_sampler
     for fn in (es.audit_sampler, es.audit_loop, search_sampler, search_from_audit_sampler):
         assert inspect.signature(fn).parameters["rng_model"].default == "native", fn
     # rules are abstract programs: their uniforms stay continuous by default
@@ -108,7 +108,7 @@ def test_torch_rand_float32_is_on_the_2_pow_24_lattice_with_zero():
 
 def test_narrow_torch_draws_follow_the_rounded_law():
     torch = pytest.importorskip("torch")
-    from exactspec.samplers.randomness.torch_rng import bind, intercept_torch
+    from exactspec.samplers.torch_draws.torch_rng import bind, intercept_torch
 
     def law(dtype, t):
         def program(rng):

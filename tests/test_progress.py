@@ -159,7 +159,7 @@ def test_sweep_and_check_report_and_quiet_silences(capfd, every_report, monkeypa
 def test_sampler_search_reports_progress_and_false_silences(capfd, every_report):
     from exactspec.bugzoo import numpy_samplers as zoo
     from exactspec.counterexamples import Space
-    from exactspec.samplers.sampler_search import search_sampler
+    from exactspec.samplers.search import search_sampler
     small = Space(vocabs=(2,), shapes=((1,),), tokens=(1,), families=("context_free",), random_points=1,
                   exhaustive_denominator=2)
     found = search_sampler(zoo.correct, space=small)

@@ -33,9 +33,12 @@ def _pins() -> dict[str, str]:
 
 
 def test_the_rendered_tables_are_current():
-    for doc in ("README.md", "docs/real-code.md"):
+    # the README carries the packages table (its front door); docs/real-code.md carries both
+    for doc, names in (("README.md", ("packages",)), ("docs/real-code.md", ("packages", "rows"))):
         text = (ROOT / doc).read_text()
         for name, body in es.published.tables().items():
+            if name not in names:
+                continue
             assert f"findings:{name} begin" in text, doc
             assert body in text, f"{doc}: the {name} table is stale; run exactspec findings --write README.md docs/real-code.md"
 

@@ -6,7 +6,7 @@ requires) and ``python -m pip install --no-deps sglang==0.5.23`` (a 39 MB
 wheel; its declared dependencies are a 4.1 GB CUDA stack). Only the file
 ``sglang/kernels/ops/speculative/reject_sampling.py`` runs: it imports triton alone, so no stub is
 needed and no ``__init__`` of the sglang package runs (see
-:mod:`exactspec.samplers.adapters.sglang_kernels`). With ``EXACTSPEC_REQUIRE_PUBLISHED`` set, a
+:mod:`exactspec.samplers.adapters.engines.sglang_kernels`). With ``EXACTSPEC_REQUIRE_PUBLISHED`` set, a
 missing package fails this module instead of skipping it.
 
 Verdicts recorded here (context-free and order-1 laws, vocab 3 and 5, gamma 1-2, torch's float32
@@ -42,11 +42,11 @@ torch = pytest.importorskip("torch")
 
 import exactspec as es  # noqa: E402
 from exactspec.enumerate.rng import LATTICES  # noqa: E402
-from exactspec.samplers.adapters.sglang_kernels import (CHAIN_FILE, SGLANG_VERSION, SglangChainAdapter,  # noqa: E402
-                                                        SglangTreeGreedyAdapter, chain_law, greedy_model,
-                                                        reference_tree_greedy, sglang_chain_kernel, sglang_rows,
-                                                        sglang_tree_greedy_kernel)
-from exactspec.samplers.adapters.triton_kernels import RowCache, published_version  # noqa: E402
+from exactspec.samplers.adapters.engines.sglang_kernels import (CHAIN_FILE, SGLANG_VERSION, SglangChainAdapter,
+                                                                SglangTreeGreedyAdapter, chain_law, greedy_model,
+                                                                reference_tree_greedy, sglang_chain_kernel, sglang_rows,
+                                                                sglang_tree_greedy_kernel)
+from exactspec.samplers.adapters.engines.triton_kernels import RowCache, published_version  # noqa: E402
 from findings import observe, release, tv_text  # noqa: E402
 
 if os.environ.get("EXACTSPEC_REQUIRE_PUBLISHED"):
@@ -244,7 +244,7 @@ def test_greedy_tree_verification_emits_the_greedy_sequence_exactly(children, cl
 @pytest.mark.slow
 def test_audit_sampler_command_line():
     out = subprocess.run([sys.executable, "-m", "exactspec", "audit-sampler",
-                          "exactspec.samplers.adapters.sglang_kernels:published_chain", "--adapter", "sglang",
+                          "exactspec.samplers.adapters.engines.sglang_kernels:published_chain", "--adapter", "sglang",
                           "--instance", "--vocab", "3", "--gamma", "1", "--tokens", "2", "--seed", "1"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -5,7 +5,7 @@
 ``sample_recovered_tokens_kernel``) under ``TRITON_INTERPRET=1`` (triton 3.7.1, the release torch
 2.13 pins), its randomness (``torch.rand(..., dtype=float64)``, ``q.exponential_()``, the per-request
 ``uniform_(generator=)`` / ``exponential_(generator=)``) filled with values the audit chooses
-(the ``vllm-v1`` adapter, :mod:`exactspec.samplers.adapters.vllm_v1`). The wheel's files come from
+(the ``vllm-v1`` adapter, :mod:`exactspec.samplers.adapters.engines.vllm_v1`). The wheel's files come from
 ``exactspec.published.load_vllm`` (``exactspec fetch-vllm``: 46 files of the wheel, nine irrelevant packages
 stubbed).
 ``EXACTSPEC_VLLM_VERSION=0.33.0`` audits that release instead (48 files; the same exact laws, every figure below
@@ -59,7 +59,7 @@ except Exception as exc:   # no network for the wheel, a pip error: an error onl
         raise
     pytest.skip(f"vllm {VERSION} subset unavailable: {exc}", allow_module_level=True)
 
-from exactspec.samplers.adapters.vllm_v1 import VllmRejectionAdapter  # noqa: E402
+from exactspec.samplers.adapters.engines.vllm_v1 import VllmRejectionAdapter  # noqa: E402
 
 P3 = es.models.context_free((F(1, 2), F(1, 3), F(1, 6)))
 Q3 = es.models.context_free((F(1, 4), F(1, 2), F(1, 4)))

@@ -68,3 +68,21 @@ def test_readme_exit_code_table_matches_the_cli():
     assert f"`--time-limit` seconds (default {cli.DEFAULT_TIME_LIMIT:g})" in text
     # the horizon the README states is the one es.audit uses
     assert es._audit.default_tokens(es.drafts.chain(4)) == 6 and "`gamma + 2` for a chain" in text
+
+
+def test_getting_started_includes_the_readme_setup_commands():
+    """The README is the one source of the set-up commands: docs/getting-started.md includes its sections."""
+    readme = README.read_text()
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    commands = subprocess.run([sys.executable, str(ROOT / ".ci" / "readme_commands.py")], capture_output=True,
+                              text=True, check=True).stdout.splitlines()
+    for name, command in zip(("setup-main", "setup-tests"), commands, strict=True):
+        section = re.search(rf"--8<-- \[start:{name}\][^\n]*\n(.*?)\n[^\n]*--8<-- \[end:{name}\]", readme, re.S)
+        assert section is not None, f"README.md has no --8<-- [start:{name}] ... [end:{name}] section"
+        assert f"```bash\n{command}\n```" in section.group(1), name
+        assert f'--8<-- "README.md:{name}"' in page, f"docs/getting-started.md does not include README.md:{name}"
+    # no command of its own that could drift from the README's
+    assert "pip install" not in page.replace("python -m pip install -e '.[fast,notebook]'", "")
+    assert "python -m pytest\n" not in page and "pytest &&" not in page
+    mkdocs = (ROOT / "mkdocs.yml").read_text()
+    assert "pymdownx.snippets" in mkdocs and "check_paths: true" in mkdocs

@@ -34,12 +34,12 @@ def test_the_default_is_the_search_of_audit_sampler_search_true():
     with pytest.raises(es.IncompleteCheckError) as info:
         es.assert_sampler_lossless(zoo.correct, max_instances=30)
     mine = info.value.result
-    from exactspec.samplers.sampler_search import search_sampler
+    from exactspec.samplers.search import search_sampler
     theirs = search_sampler(zoo.correct, max_instances=30)
     assert isinstance(theirs, IncompleteSearch)
     assert (mine.audited, mine.space, mine.stopped_in, mine.cells_covered, mine.cells_total) == (
         theirs.audited, theirs.space, theirs.stopped_in, theirs.cells_covered, theirs.cells_total)
-    assert mine.space == es.samplers.sampler_search.sampler_space().describe() and mine.cells_total == 27
+    assert mine.space == es.samplers.search.sampler_space().describe() and mine.cells_total == 27
 
 
 def test_biased_sampler_fails_with_the_counterexample_and_its_regression_test():

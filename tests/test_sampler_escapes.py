@@ -281,7 +281,7 @@ def test_torch_randomness_outside_the_followed_draws_is_refused():
 
 def test_torch_integer_draws_are_exact_uniforms():
     torch = _torch()
-    from exactspec.samplers.randomness.torch_rng import bind, intercept_torch
+    from exactspec.samplers.torch_draws.torch_rng import bind, intercept_torch
 
     def torch_law(program):
         def run(rng):
@@ -304,7 +304,7 @@ def _torch_law(program):
     torch = pytest.importorskip("torch")
     from exactspec.enumerate.rng import enumerate_program
     from exactspec.fields import get_field
-    from exactspec.samplers.randomness.torch_rng import bind, intercept_torch
+    from exactspec.samplers.torch_draws.torch_rng import bind, intercept_torch
 
     def run(rng):
         with bind(rng):

@@ -19,7 +19,7 @@ from exactspec.instances import make_instance
 from exactspec.laws import total_variation
 from exactspec.samplers import EnumGenerator, NumpyChainAdapter
 from exactspec.samplers.adapters.base import at_precision, float_precision, lowest, precision_of
-from exactspec.samplers.float_boundary import F64_ALLOWANCE, ROUNDING_CAP
+from exactspec.samplers.rounding import F64_ALLOWANCE, ROUNDING_CAP
 
 FLOOR = F(1, 2 ** 40)
 

@@ -23,8 +23,7 @@ import exactspec as es
 from exactspec import cli
 from exactspec.bugzoo import numpy_samplers as zoo
 from exactspec.counterexamples import Counterexample, EmptySearch, IncompleteSearch, Space, simplex_grid
-from exactspec.samplers.sampler_search import (INSTANCE_KEYS, sampler_reference, sampler_space, search_instances,
-                                               search_sampler)
+from exactspec.samplers.search import INSTANCE_KEYS, sampler_reference, sampler_space, search_instances, search_sampler
 
 CF = es.models.context_free
 

@@ -15,7 +15,7 @@ import exactspec as es
 from exactspec import cli, parallel
 from exactspec.bugzoo import numpy_samplers as zoo
 from exactspec.counterexamples import Counterexample, EmptySearch, IncompleteSearch
-from exactspec.samplers.sampler_search import sampler_space, search_sampler
+from exactspec.samplers.search import sampler_space, search_sampler
 
 SMALL = sampler_space().with_(vocabs=(2,), shapes=((1,), (2,)), tokens=(1, 2), random_points=2)
 
@@ -138,7 +138,7 @@ def test_a_time_limit_on_workers_gives_an_incomplete_search_never_an_empty_one()
 
 
 def _loop_space():
-    from exactspec.samplers.loops.loop_audit import _loop_space as space
+    from exactspec.samplers.loops.loop_audit import loop_space as space
     return space(None, None).with_(vocabs=(2,), tokens=(1, 2), random_points=1)
 
 

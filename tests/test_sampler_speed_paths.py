@@ -145,7 +145,7 @@ def _reference_through_the_adapter(precision, rng_model):
 @pytest.mark.parametrize("rng_model", ["continuous", "torch-float32"])
 def test_the_fast_reference_has_the_law_of_the_reference_through_the_pipeline(precision, rng_model):
     pytest.importorskip("torch")
-    from exactspec.samplers.sampler_audit import _one_torch_thread
+    from exactspec._device import one_torch_thread as _one_torch_thread
     from exactspec.samplers.adapters.torch_adapters import transformers_chain
     kw, piped = _reference_through_the_adapter(precision, rng_model)
     with _one_torch_thread():
@@ -162,7 +162,7 @@ def test_the_fast_reference_giving_tokens_one_by_one_has_the_law_of_the_pipeline
     # enumerated at its longest horizon), the law of the reference through the adapter and the interception
     pytest.importorskip("torch")
     from exactspec._audit import run_audit, validate_audit
-    from exactspec.samplers.sampler_audit import _one_torch_thread
+    from exactspec._device import one_torch_thread as _one_torch_thread
     from exactspec.samplers.adapters.torch_adapters import transformers_chain
     kw, piped = _reference_through_the_adapter(precision, rng_model)
     with _one_torch_thread():

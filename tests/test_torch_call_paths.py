@@ -20,9 +20,9 @@ from exactspec.enumerate.rng import enumerate_program  # noqa: E402
 from exactspec.fields import get_field  # noqa: E402
 from exactspec.instances import make_instance  # noqa: E402
 from exactspec.samplers.randomness import lazy_values as lv  # noqa: E402
-from exactspec.samplers.randomness import torch_rng  # noqa: E402
+from exactspec.samplers.torch_draws import torch_rng  # noqa: E402
 from exactspec.samplers.randomness._fast_path import legacy_paths  # noqa: E402
-from exactspec.samplers.randomness.torch_rng import bind, intercept_torch  # noqa: E402
+from exactspec.samplers.torch_draws.torch_rng import bind, intercept_torch  # noqa: E402
 
 FR = get_field(backend="python")
 INF = float("inf")

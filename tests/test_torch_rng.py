@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 
 import exactspec as es  # noqa: E402
 from exactspec.errors import InterceptionError  # noqa: E402
-from exactspec.samplers.randomness import torch_rng  # noqa: E402
+from exactspec.samplers.torch_draws import torch_rng  # noqa: E402
 
 CF = es.models.context_free
 HALF = [torch.bfloat16, torch.float16]

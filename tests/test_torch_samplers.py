@@ -16,7 +16,7 @@ from exactspec.enumerate.rng import enumerate_program  # noqa: E402
 from exactspec.fields import get_field  # noqa: E402
 from exactspec.instances import make_instance  # noqa: E402
 from exactspec.samplers.adapters.torch_adapters import TransformersChainAdapter, reference_transformers_style  # noqa: E402
-from exactspec.samplers.randomness.torch_rng import bind, intercept_torch  # noqa: E402
+from exactspec.samplers.torch_draws.torch_rng import bind, intercept_torch  # noqa: E402
 
 FR = get_field(backend="python")
 SPEC = transformers_utils._speculative_sampling

@@ -4,7 +4,7 @@ Correct float32 code rounds (TV ~1e-8), and rounds differently from any one refe
 must call it lossless up to float32 rounding, not biased. The biased ones carry an algorithmic
 bias that stays at float64 (a ``1e-9`` epsilon, a bonus token drawn from the wrong position), so
 the float64 run shows it whatever float32 rounding hides. See
-:mod:`exactspec.samplers.float_boundary`.
+:mod:`exactspec.samplers.rounding`.
 
 Signatures: ``vllm`` adapter ``(target_probs [B, k, V], draft_probs [B, k, V], draft_token_ids
 [B, k], bonus_token_ids [B, 1]) -> [B, k + 1]`` padded with -1; ``transformers`` adapter

@@ -27,10 +27,10 @@ def _cmd_audit_loop(args: Any) -> int:
     if args.dtype is not None and args.precision is not None and args.dtype != args.precision:
         raise InvalidValue(f"--dtype {args.dtype} and --precision {args.precision} disagree: they name the same "
                            "thing (the stand-ins' dtype); pass one")
-    from ..samplers.float_boundary import F64_ALLOWANCE
+    from ..samplers.rounding import F64_ALLOWANCE
     tolerance = F64_ALLOWANCE if args.tolerance is None else args.tolerance
     import torch
-    from ..samplers.loops.loop_audit import _loop_space, audit_loop
+    from ..samplers.loops.loop_audit import audit_loop, loop_space as _loop_space
     options = dict(kind=args.kind, dtype=getattr(torch, args.precision or args.dtype or "float64"),
                    output=args.output, on_error=args.on_error, reference=args.reference, tolerance=tolerance,
                    rng_model=args.rng_model)

@@ -9,7 +9,10 @@ from ..errors import InvalidValue
 from .._numbers import PRECISIONS
 from .common import (_code_search_out, _family_options, _horizon, _instance, _ints, _load, _no_timings_needs_json,
                      _report_out, _tolerance, adapter_names)
-from .parser import Options
+from .parser import Options, search_words
+
+#: ``--vocab``'s default: the search's largest vocabulary (chain and tree adapters alike), or the --instance's
+SEARCH_VOCAB = 4
 
 
 def _sampler_search_space(args: Any, family: str) -> Any:
@@ -17,7 +20,7 @@ def _sampler_search_space(args: Any, family: str) -> Any:
     import itertools
     import math
     from ..drafts import chain, tree
-    from ..samplers.sampler_search import sampler_space
+    from ..samplers.search import sampler_space
     if args.order != 1:
         raise InvalidValue("--order applies with --instance (the search covers context-free, per-position and "
                            "order-1 models)")
@@ -58,7 +61,7 @@ def _cmd_audit_sampler(args: Any) -> int:
     precision = {k: v for k, v in (("precision", args.precision), ("tolerance", args.tolerance)) if v is not None}
     if not args.instance:  # the default: an exact search over small instances, exit codes as `search`
         from .. import parallel
-        from ..samplers.sampler_search import search_sampler
+        from ..samplers.search import search_sampler
         space = _sampler_search_space(args, adapter.family)
         workers = parallel.AUTO if args.workers is None else args.workers   # default: every core for a long search
         found = search_sampler(sampler, adapter=given, space=space, rng_model=args.rng_model, seed=args.seed,
@@ -74,12 +77,16 @@ def _cmd_audit_sampler(args: Any) -> int:
 
 def register(sub: Any, o: Options) -> None:
     """Add the ``audit-sampler`` sub-command to ``sub`` (the parser's sub-parsers)."""
+    from ..samplers.search import sampler_space
+    words = search_words(sampler_space("chain"), sampler_space("tree"))
     sa = sub.add_parser("audit-sampler", help="audit a third-party sampler MODULE:FUNCTION exactly",
-                        description="Search small instances (vocab 2..4, gamma 1..3 or small trees, depth + 1 "
-                                    "tokens, context-free, per-position and order-1 models) for the smallest one on "
+                        description=f"Search small instances (vocab 2..VOCAB, default {SEARCH_VOCAB}; gamma "
+                                    f"{words['gamma']} or the trees {words['expansion']}; each at {words['tokens']} "
+                                    f"tokens; {words['models']} models) for the smallest one on "
                                     "which the sampler is biased or crashes, exit codes as `search` (0: none in the "
                                     "stated space, 1: a minimal counterexample with a regression test calling the "
-                                    "sampler; a crash is one, of kind 'crash', 3: incomplete). Without --instance, --vocab and --gamma / --expansion bound the "
+                                    "sampler; a crash is one, of kind 'crash', 3: incomplete). Without --instance, "
+                                    "--vocab and --gamma / --expansion bound the "
                                     "search, --tokens sets its horizon and --seed seeds its random part; --instance "
                                     "audits the one seeded instance they describe.")
     sa.add_argument("target", metavar="MODULE:FUNCTION",
@@ -90,7 +97,7 @@ def register(sub: Any, o: Options) -> None:
                     help=f"how the sampler is called, one of {', '.join(names)} (default numpy, checked: a sampler "
                          "that raises on its first call under numpy while another adapter runs it exits 2 naming "
                          "the adapters that fit; the torch adapters need torch)")
-    o.instance(sa, 4, 1, "adapters")
+    o.instance(sa, SEARCH_VOCAB, 1, "adapters", search=words)
     sa.add_argument("--rng-model", choices=list(o.RNG_MODELS), default="native", metavar="RNG_MODEL", help=o.rng_help)
     sa.add_argument("--precision", choices=list(PRECISIONS), default=None,
                     help=f"hand the sampler its laws in this float dtype, one of {', '.join(PRECISIONS)} (default: "

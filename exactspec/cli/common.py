@@ -225,16 +225,21 @@ def _family_options(args: Any, family: str, what: str) -> None:
                            f"verifies {family}s (use {' / '.join('--' + o for o in (_CHAIN_ONLY if family == 'chain' else _TREE_ONLY))})")
 
 
+#: the one seeded instance of ``audit`` / ``audit-sampler --instance`` when --gamma / --expansion are left out (the
+#: help texts state these values)
+INSTANCE_GAMMA, INSTANCE_EXPANSION = 4, "2 1"
+
+
 def _instance(args: Any, family: str, prompt: tuple | None) -> tuple[Any, Any]:
     """The seeded instance of ``audit``/``audit-sampler`` and its proposer (a tree for tree rules/adapters)."""
-    gamma = 4 if args.gamma is None else args.gamma
+    gamma = INSTANCE_GAMMA if args.gamma is None else args.gamma
     inst = make_instance(vocab=args.vocab, order=args.order, gamma=gamma, tokens=1, seed=args.seed,
                          sampling=args.sampling or "sample", claim="draft" if family == "tree" else args.claim,
                          prompt=prompt)
     if family != "tree":
         return inst, inst.proposer
     from ..drafts import tree
-    expansion = _ints("2 1" if args.expansion is None else args.expansion, "--expansion", "ints like '2 1'")
+    expansion = _ints(INSTANCE_EXPANSION if args.expansion is None else args.expansion, "--expansion", "ints like '2 1'")
     return inst, tree(expansion, children=args.children or "iid", claim=args.claim)
 
 

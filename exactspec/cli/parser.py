@@ -112,28 +112,79 @@ class Options:
                         help="print no progress on stderr (default: past a second, a bar with an ETA on a terminal, "
                              "else a line every 10 s)")
 
-    def instance(self, sp: argparse.ArgumentParser, vocab: int, order: int, what: str) -> None:
-        """The options of one seeded instance (audit, audit-sampler)."""
+    def instance(self, sp: argparse.ArgumentParser, vocab: int, order: int, what: str,
+                 search: Mapping[str, str] | None = None) -> None:
+        """The options of one seeded instance (audit, audit-sampler).
+
+        ``search``: for a command that searches by default and audits one instance with ``--instance``
+        (audit-sampler), what the search covers when an option is left out (``gamma``, ``tokens``,
+        ``expansion``, ``models``, keys of :func:`search_words`): each help then states both defaults.
+        """
+        from .common import INSTANCE_EXPANSION, INSTANCE_GAMMA
         SAMPLINGS, CHILDREN, claims = self.SAMPLINGS, self.CHILDREN, self.claims
-        sp.add_argument("--vocab", type=int, default=vocab, help=f"vocabulary size (default {vocab})")
-        sp.add_argument("--order", type=int, default=order,
-                        help=f"context length the seeded target tables read (default {order})")
-        sp.add_argument("--gamma", type=int, default=None, help=f"chain {what}: drafted tokens per step (default 4)")
-        sp.add_argument("--tokens", type=int, default=None,
-                        help="horizon: tokens whose law is audited (default: a step's largest output + 1, i.e. "
-                             "gamma + 2 for chains and depth + 2 for trees, so every position of a first and a "
-                             "second step is observed; a smaller horizon is reported as a warning)")
-        sp.add_argument("--seed", type=int, default=0, help="seed of the target tables; the draft uses seed + 1 "
-                                                            "(default 0)")
+        horizon = ("a step's largest output + 1, i.e. gamma + 2 for chains and depth + 2 for trees, so every "
+                   "position of a first and a second step is observed; a smaller horizon is reported as a warning")
+        if search is None:
+            sp.add_argument("--vocab", type=int, default=vocab, help=f"vocabulary size (default {vocab})")
+            sp.add_argument("--order", type=int, default=order,
+                            help=f"context length the seeded target tables read (default {order})")
+            sp.add_argument("--gamma", type=int, default=None,
+                            help=f"chain {what}: drafted tokens per step (default {INSTANCE_GAMMA})")
+            sp.add_argument("--tokens", type=int, default=None,
+                            help=f"horizon: tokens whose law is audited (default: {horizon})")
+            sp.add_argument("--seed", type=int, default=0, help="seed of the target tables; the draft uses seed + 1 "
+                                                                "(default 0)")
+        else:
+            sp.add_argument("--vocab", type=int, default=vocab,
+                            help=f"vocabulary size: the search's largest (it covers 2..VOCAB), or the --instance's "
+                                 f"(default {vocab})")
+            sp.add_argument("--order", type=int, default=order,
+                            help=f"with --instance: context length the seeded target tables read (default {order}; "
+                                 f"the search covers {search['models']} models)")
+            sp.add_argument("--gamma", type=int, default=None,
+                            help=f"chain {what}: drafted tokens per step: the search's largest, or the --instance's "
+                                 f"(default: the search covers gamma {search['gamma']}; --instance {INSTANCE_GAMMA})")
+            sp.add_argument("--tokens", type=int, default=None,
+                            help=f"horizon: tokens whose law is audited (default: the search audits each instance "
+                                 f"at {search['tokens']}, its shorter horizons being marginals of it; --instance "
+                                 f"{horizon})")
+            sp.add_argument("--seed", type=int, default=0,
+                            help="seed of the search's random part, or of the --instance's target tables (the draft "
+                                 "uses seed + 1) (default 0)")
         sp.add_argument("--sampling", choices=list(SAMPLINGS), default=None,
                         help=f"chain {what}: how drafts are drawn, one of {', '.join(SAMPLINGS)} (default sample)")
         sp.add_argument("--claim", choices=claims, default="draft",
                         help=f"the law the verifier is told each draft came from, one of {', '.join(claims)} "
                              "(default draft; renormalized for trees only)")
-        sp.add_argument("--expansion", default=None,
-                        help=f"tree {what}: children per depth, e.g. '2 1' or '3,2' (default '2 1')")
+        if search is None:
+            sp.add_argument("--expansion", default=None,
+                            help=f"tree {what}: children per depth, e.g. '2 1' or '3,2' (default "
+                                 f"'{INSTANCE_EXPANSION}')")
+        else:
+            sp.add_argument("--expansion", default=None,
+                            help=f"tree {what}: children per depth, e.g. '2 1' or '3,2': the largest shape the "
+                                 f"search covers (every shape within it), or the --instance's (default: the search "
+                                 f"covers {search['expansion']}; --instance '{INSTANCE_EXPANSION}')")
         sp.add_argument("--children", choices=list(CHILDREN), default=None,
                         help=f"tree {what}: how children are drafted, one of {', '.join(CHILDREN)} (default iid)")
+
+
+def search_words(chain: Any, tree: Any) -> dict[str, str]:
+    """What a sampler search covers by default, in the words of the help: from its real spaces ``chain`` and ``tree``.
+
+    >>> from exactspec.samplers.search import sampler_space
+    >>> words = search_words(sampler_space("chain"), sampler_space("tree"))
+    >>> words["gamma"], words["tokens"]
+    ('1..3', 'gamma + 1 (trees: depth + 1)')
+    """
+    def span(values: Any) -> str:
+        values = sorted(values)
+        return f"{values[0]}..{values[-1]}" if values == list(range(values[0], values[-1] + 1)) else \
+            "{" + ", ".join(str(v) for v in values) + "}"
+    return {"gamma": span(s[0] for s in chain.shapes),
+            "tokens": f"gamma + {chain.extra_tokens} (trees: depth + {tree.extra_tokens})",
+            "expansion": ", ".join("'" + " ".join(str(k) for k in s) + "'" for s in tree.shapes),
+            "models": ", ".join(f.replace("table", "order-1").replace("_", "-") for f in chain.families)}
 
 
 def build(commands: Mapping[str, Any], only: str | None = None) -> argparse.ArgumentParser:

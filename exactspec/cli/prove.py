@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
 from typing import Any
 
 from .. import _progress
@@ -38,11 +40,122 @@ def _cmd_prove(args: Any) -> int:
     if args.json:
         _print(res.to_json())
     else:
-        _print(res.summary())
+        _print(readable(res))
         if isinstance(res, Refutation):   # a refutation is falsy, a proof truthy
             _print("\nregression test (fails while the bias exists):\n")
             _print(res.counterexample.to_pytest())
     return res.exit_code
+
+
+#: the terminal layout of ``exactspec prove``: lines folded near ``WIDTH``; a value longer than ``LONGEST`` (a
+#: polynomial of a vocab='all' refutation runs to thousands of characters) elided, ``--json`` having it whole
+WIDTH, LONGEST = 100, 160
+
+
+def _top_level(text: str, seps: tuple[str, ...]) -> list[str]:
+    """``text`` cut after each separator in ``seps`` that lies outside brackets (the separator stays on the left)."""
+    pieces, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        c = text[i]
+        depth += c in "([{"
+        depth -= c in ")]}"
+        sep = next((x for x in seps if depth == 0 and text.startswith(x, i)), None)
+        if sep is not None:
+            pieces.append(text[start:i + len(sep)].rstrip())
+            start = i = i + len(sep)
+            continue
+        if depth == 1 and c == "(" and i > start and text[i - 1] == " ":
+            pieces.append(text[start:i].rstrip())     # a parenthesis group opens a new piece
+            start = i
+        i += 1
+    pieces.append(text[start:])
+    return [x.strip() for x in pieces if x.strip()]
+
+
+def _fold(sentence: str, indent: str = "  ") -> list[str]:
+    """One sentence as lines of about ``WIDTH``: cut outside brackets, words wrapped only where a piece is longer."""
+    if len(sentence) <= WIDTH:
+        return [sentence]
+    lines: list[str] = []
+    for piece in _top_level(sentence, ("; ", ": ")):
+        first = not lines
+        lead = "" if first else indent
+        if not first and len(lines[-1]) + 1 + len(piece) <= WIDTH:
+            lines[-1] += " " + piece
+        elif len(lead) + len(piece) <= WIDTH:
+            lines.append(lead + piece)
+        else:
+            lines += textwrap.wrap(piece, WIDTH, initial_indent=lead, subsequent_indent=indent,
+                                   break_on_hyphens=False)
+    return lines
+
+
+def _elide(text: str, what: str) -> str:
+    """``text`` whole when short, else its start and a pointer to ``--json``."""
+    if len(text) <= LONGEST:
+        return text
+    return f"{text[:LONGEST - 60].rstrip()} ... [{what}: {len(text):,} characters; --json has it whole]"
+
+
+def _sentences(text: str) -> list[str]:
+    """``text`` cut after each sentence (a period, a space and a capital) outside brackets."""
+    out: list[str] = []
+    for piece in _top_level(text, (". ",)):
+        if out and not piece[:1].isupper():
+            out[-1] += " " + piece     # "e.g. x": not a sentence of its own
+        else:
+            out.append(piece)
+    return out
+
+
+def readable(res: Any) -> str:
+    """``exactspec prove``'s text: the verdict's sentences on lines of about 100 characters, each on its own line.
+
+    A refutation shows its witness on its own lines (``p = (...)``, ``q = (...)``) and its cell, one
+    constraint list folded; a value too long to read (the polynomial of a ``--vocab all`` refutation)
+    is elided with a pointer to ``--json``, which has every value whole.
+
+    >>> class Refuted:
+    ...     def __bool__(self): return False
+    ...     def summary(self):
+    ...         return ("REFUTED: r does not emit the target law for some context-free target and draft (vocab 2). "
+    ...                 "On the cell {q_0 > 0} output(0,) - expected(0,) = " + " + ".join(["p_0*q_0"] * 30) +
+    ...                 ". Witness p = (1/4, 3/4); q = (1/2, 1/2): the exact engine gives TV = 1/8.")
+    ...     def to_dict(self):
+    ...         return {"cell": ["q_0 > 0"], "outcome": [0], "difference": " + ".join(["p_0*q_0"] * 30),
+    ...                 "witness": {"p": ["1/4", "3/4"], "q": ["1/2", "1/2"]}, "tv": "1/8"}
+    >>> print(readable(Refuted()))
+    REFUTED: r does not emit the target law for some context-free target and draft (vocab 2).
+    witness (the exact engine gives TV = 1/8 there):
+      p = (1/4, 3/4)
+      q = (1/2, 1/2)
+    on the cell: q_0 > 0
+    output(0,) - expected(0,) =
+      p_0*q_0 + p_0*q_0 + p_0*q_0 + p_0*q_0 + p_0*q_0 + p_0*q_0 + p_0*q_0 + p_0*q_0 + p_0*q_0 + p_0*q_0 + ... [the difference: 297 characters; --json has it whole]
+    """
+    text = res.summary()
+    data = res.to_dict() if not res and hasattr(res, "to_dict") else {}
+    head = text.split(" On the cell ", 1)[0]
+    if not data or head == text or not {"cell", "outcome", "difference", "witness", "tv"} <= set(data):
+        return "\n".join(line for sentence in _sentences(text) for line in _fold(sentence))
+    outcome = "(" + ", ".join(str(t) for t in data["outcome"]) + ("," if len(data["outcome"]) == 1 else "") + ")"
+    lines = [line for sentence in _sentences(head) for line in _fold(sentence)]
+    lines.append(f"witness (the exact engine gives TV = {data['tv']} there):")
+    lines += [_elide(f"  {k} = ({', '.join(str(x) for x in v)})", f"the witness's {k}")
+              for k, v in data["witness"].items()]
+    cell = ", ".join(data["cell"])
+    cell = _elide(cell, "the cell") if len(cell) > 4 * WIDTH else cell
+    packed = ["on the cell:"]
+    for c in _top_level(cell, (", ",)):      # whole constraints on each line
+        if len(packed[-1]) + 1 + len(c) > WIDTH and packed[-1].strip() not in ("", "on the cell:"):
+            packed.append(" ")
+        packed[-1] += " " + c
+    lines += packed
+    lines += [f"output{outcome} - expected{outcome} =", "  " + _elide(str(data["difference"]), "the difference")]
+    rest = re.split(r": the exact engine gives TV = \S+\.", text.split(" On the cell ", 1)[1], maxsplit=1)
+    tail = rest[1].strip() if len(rest) == 2 else ""
+    lines += [line for sentence in _sentences(tail) for line in _fold(sentence)] if tail else []
+    return "\n".join(lines)
 
 
 def _vocab(text: str) -> "int | str":

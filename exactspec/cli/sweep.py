@@ -58,8 +58,8 @@ def register(sub: Any, o: Options) -> None:
     sw.add_argument("--search", action="store_true",
                     help="search each cell for a counterexample instead of auditing one seeded instance")
     sw.add_argument("--field", choices=["fraction", "mpmath", "float"], default="fraction",
-                    help="number system: fraction (default, exact), mpmath or float (inexact fields only bound the "
-                         "TV: a lossless cell is undecided, exit 3)")
+                    help="number system: fraction (exact), mpmath or float (inexact fields only bound the TV: a "
+                         "lossless cell is undecided, exit 3) (default fraction)")
     sw.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT,
                     help=o.limit + "; cells not finished are incomplete")
     sw.add_argument("--json", action="store_true", help=o.json_help)

@@ -50,7 +50,7 @@ _SAMPLER_REF = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:
 #: an adapter or rng-model name (rendered through ``str.__repr__`` only)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", re.ASCII)
 #: what was searched: a rule (``es.audit``), a sampler (``es.audit_sampler``), a whole generation loop
-#: (``es.audit_loop``), or any per-instance audit (:func:`exactspec.samplers.sampler_search.search_instances`;
+#: (``es.audit_loop``), or any per-instance audit (:func:`exactspec.samplers.search.search_instances`;
 #: no regression test can be rendered for it); "crash": a sampler or a loop that raises on the instance (with
 #: positive probability), found by a sampler or loop search (``Counterexample.crash`` says what and where)
 KINDS = ("rule", "sampler", "audit", "loop", "crash")
@@ -364,7 +364,7 @@ class Counterexample:
     complete: bool = True
     stopped: str = ""
     #: "rule" (found by :func:`~exactspec.counterexamples.search`) or "sampler" (found by a sampler search,
-    #: :func:`exactspec.samplers.sampler_search.search_sampler`: ``rule`` is then the sampler's name)
+    #: :func:`exactspec.samplers.search.search_sampler`: ``rule`` is then the sampler's name)
     kind: str = "rule"
     #: samplers: ``module:qualname`` the regression test imports the sampler from ("" when it is not importable)
     sampler_ref: str = ""

@@ -678,7 +678,7 @@ NATIVE = _Native()
 class _NativeFloat64(_Native):
     """``native`` at float64: each generator's draws on the 53-bit lattice, races over them taken as ideal, as
     :data:`NATIVE` takes them. The float64 run of a float32 sampler audit draws on it
-    (:mod:`exactspec.samplers.float_boundary`): the same code, its generator at higher precision."""
+    (:mod:`exactspec.samplers.rounding`): the same code, its generator at higher precision."""
 
     name = "native-float64"
     note = ("each generator's draws on k * 2**-53 (0 included): the native model at float64; a draw of no known "

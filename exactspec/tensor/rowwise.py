@@ -906,7 +906,7 @@ def _statistical_fallback(sampler: Callable, p: Any, q: Any, samples: int) -> An
     """Sample the sampler natively through the vllm adapter (rationals rebuilt from float64 laws).
 
     The adapter goes by its name: the statistical audit resolves it through the samplers registry, which sits
-    above this module (:func:`exactspec.statistical.resolve_adapters_with`)."""
+    above this module and is loaded by name there."""
     from fractions import Fraction
 
     from .. import drafts, models

@@ -217,7 +217,7 @@ class Adapter:
         """The TV the adapter's own enumeration may miss on an audit of ``tokens`` tokens, with why (None: exact).
 
         The float boundary holds the float64 run to no less than this floor
-        (:func:`~exactspec.samplers.float_boundary.decide`'s ``tolerance``): a law the adapter
+        (:func:`~exactspec.samplers.rounding.decide`'s ``tolerance``): a law the adapter
         resolves only to some precision cannot be judged finer than that.
 
         >>> Adapter().resolution_floor("native", tokens=2) is None
@@ -228,7 +228,7 @@ class Adapter:
     def with_precision(self, precision: str) -> "Adapter | None":
         """This adapter handing the sampler its laws in ``precision``, or None when it cannot.
 
-        The float64 run of a float32 audit (:mod:`exactspec.samplers.float_boundary`) hands the
+        The float64 run of a float32 audit (:mod:`exactspec.samplers.rounding`) hands the
         same sampler float64 laws through this. An adapter that declares no precision hands what
         it hands (numpy adapters: float64 arrays) and is returned as it is; one that declares
         another precision and does not override this returns None (the audit then casts what it

@@ -29,7 +29,8 @@ from ...protocols import Step
 from .base import Adapter
 
 __all__ = ["FlashinferChainAdapter", "flashinfer_chain", "reference_flashinfer_style", "TensorRandomnessAdapter",
-           "tensor_randomness", "ROLES", "KernelAdapter", "KERNEL_RNG_MODELS", "RACE_RATIO_RESOLUTION", "race_floor"]
+           "tensor_randomness", "ROLES", "KernelAdapter", "KERNEL_RNG_MODELS", "RACE_RATIO_RESOLUTION", "race_floor",
+           "kernel_lattice_for", "kernel_lattice", "suggested_thresholds", "uniform_cells", "kernel_race_law"]
 
 #: the rng models a kernel fed its uniforms as tensors is audited under: ``native`` (the grid of the dtype its uniforms
 #: are handed in) and the evenly spaced lattices that dtype holds (``float64`` needs float64 uniforms); ``continuous``
@@ -122,12 +123,20 @@ def kernel_lattice_for(rng_model: str, precision: str = "float32", adapter: str 
     return _resolve_lattice(lattice_for(rng_model), precision, adapter)
 
 
-def _kernel_lattice(rng: Any, precision: str = "float32", adapter: str = "explicit-uniforms",
-                    source: str | None = None) -> Lattice:
-    """The lattice of a kernel's uniform inputs on this branch: the rng model's; under ``native`` the grid of the
-    uniform tensors the kernel takes (torch's float32 one; the 53-bit one for float64, the float64 run of a float32
-    audit); ``continuous`` and a lattice that is not evenly spaced are refused (:func:`kernel_lattice_for`). The
-    lattice is noted on the audit's session as drawn from by ``source`` (what the report's ``rng`` names)."""
+def kernel_lattice(rng: Any, precision: str = "float32", adapter: str = "explicit-uniforms",
+                   source: str | None = None) -> Lattice:
+    """The lattice of a kernel's uniform inputs on this branch (``rng``'s), noted on the audit's session.
+
+    The rng model's; under ``native`` the grid of the uniform tensors the kernel takes (torch's float32
+    one; the 53-bit one for float64, the float64 run of a float32 audit); ``continuous`` and a lattice
+    that is not evenly spaced are refused (:func:`kernel_lattice_for`). The lattice is noted on the
+    audit's session as drawn from by ``source`` (what the report's ``rng`` names).
+
+    >>> from types import SimpleNamespace
+    >>> from exactspec.enumerate.rng import lattice_for
+    >>> kernel_lattice(SimpleNamespace(lattice=lattice_for("native")), "float32") == kernel_lattice_for("native")
+    True
+    """
     from ..randomness.interception import current_session
     lat = _resolve_lattice(getattr(rng, "lattice", None), precision, adapter)
     session = current_session()
@@ -236,7 +245,7 @@ class FlashinferChainAdapter(KernelAdapter):
 
     def _bisection(self, sampler: Callable, step: Step, rng: Any) -> list[int]:
         import torch
-        lat = _kernel_lattice(rng, self.precision, self.name)
+        lat = kernel_lattice(rng, self.precision, self.name)
         k, dt = step.gamma, getattr(torch, self.precision)
         drafts = torch.tensor([list(step.drafts)], dtype=torch.long)
         q = torch.stack([torch.tensor(self.floats(step.claimed(j)), dtype=dt) for j in range(k)])[None]
@@ -393,7 +402,7 @@ class TensorRandomnessAdapter(KernelAdapter):
 
     def call(self, sampler: Callable, step: Step, rng: Any) -> list[int]:
         import torch
-        lat = _kernel_lattice(rng, self.dtype, self.name)
+        lat = kernel_lattice(rng, self.dtype, self.name)
         k, dt = step.gamma, getattr(torch, self.dtype)
         vocab = len(step.target(0))
         p = [self.floats(step.target(j)) for j in range(k + 1)]
@@ -461,13 +470,13 @@ class TensorRandomnessAdapter(KernelAdapter):
 
     def _law(self, run: Callable, m: int, lat: Any, p: list, q: list, step: Step, race: list,
              vocab: int) -> dict[tuple, Fraction]:
-        guesses = _suggested_thresholds(p, q, list(step.drafts), lat)
-        cells = _uniform_cells(run, m, lat, guesses, self.fan)
+        guesses = suggested_thresholds(p, q, list(step.drafts), lat)
+        cells = uniform_cells(run, m, lat, guesses, self.fan)
         points = np.array([[(a + b) // 2 for a, b in cell] for cell, _ in cells], dtype=np.int64).reshape(len(cells), m)
         law: dict[tuple, Fraction] = {}
         if race:
             for (cell, weight), point in zip(cells, points):
-                for out, share in _race_law(run, point, vocab, p, q, self.fan).items():
+                for out, share in kernel_race_law(run, point, vocab, p, q, self.fan).items():
                     law[out] = law.get(out, Fraction(0)) + weight * share
         else:
             for (cell, weight), out in zip(cells, run(points)):
@@ -497,8 +506,18 @@ def tensor_randomness(arguments: Sequence[str], randomness: dict[str, str], *, n
                                    reference=reference)
 
 
-def _suggested_thresholds(p: list, q: list, drafts: list, lat: Any) -> dict[str, list[int]]:
-    """Lattice indices where a chain kernel's uniforms likely change its output: per coin and for the last uniform."""
+def suggested_thresholds(p: list, q: list, drafts: list, lat: Any) -> dict[str, list[int]]:
+    """Lattice indices where a chain kernel's uniforms likely change its output: per coin and for the last uniform.
+
+    The coins' around each draft's ``p / q`` (in float64 and float32), the last uniform's around the
+    cumulative sums of the target and residual laws (normalised or not), on ``lat``.
+
+    >>> import numpy as np
+    >>> t = suggested_thresholds([np.array([0.5, 0.5])] * 2, [np.array([0.25, 0.75])], [0],
+    ...                          kernel_lattice_for("native"))
+    >>> t["coins"], 2 ** 23 in t["final"]        # p / q = 2 is off the lattice; 1/2 = 2**23 * 2**-24
+    ([[]], True)
+    """
     f32 = np.float32
     coins: list[list[float]] = []
     for j, x in enumerate(drafts):
@@ -564,8 +583,18 @@ def _line_cuts(evaluate: Callable[[list[tuple[int, int]]], list[tuple]], n_lines
     return cuts
 
 
-def _uniform_cells(run: Callable, m: int, lat: Any, guesses: dict, fan: int) -> list[tuple[list, Fraction]]:
-    """Cells (intervals of lattice indices, one per uniform) on which the kernel's output is constant, with weights."""
+def uniform_cells(run: Callable, m: int, lat: Any, guesses: dict, fan: int) -> list[tuple[list, Fraction]]:
+    """Cells (intervals of lattice indices, one per uniform) on which the kernel's output is constant, with weights.
+
+    ``run`` maps rows of ``m`` lattice indices to the kernel's outputs; ``guesses`` is
+    :func:`suggested_thresholds`'s, probed first; ``fan`` points split a gap the guesses do not settle.
+
+    >>> from fractions import Fraction as F
+    >>> from exactspec.enumerate.rng import Lattice
+    >>> lat = Lattice("eighths", F(0), F(1, 8), 0, 7, "k / 8")
+    >>> uniform_cells(lambda pts: [(int(row[0] >= 2),) for row in pts], 1, lat, {"coins": [[2]], "final": []}, 2)
+    [([(0, 1)], Fraction(1, 4)), ([(2, 7)], Fraction(3, 4))]
+    """
     total = lat.kmax - lat.kmin + 1
     cells: list[tuple[list, Fraction]] = [([], Fraction(1))]
     for j in range(m):
@@ -591,8 +620,18 @@ def _uniform_cells(run: Callable, m: int, lat: Any, guesses: dict, fan: int) -> 
     return cells
 
 
-def _race_law(run: Callable, point: np.ndarray, vocab: int, p: list, q: list, fan: int) -> dict[tuple, Fraction]:
-    """The law of the output at one uniform cell when an exponential vector E is raced: ``argmax(w / E)``."""
+def kernel_race_law(run: Callable, point: np.ndarray, vocab: int, p: list, q: list,
+                    fan: int) -> dict[tuple, Fraction]:
+    """The law of the output at one uniform cell when an exponential vector E is raced: ``argmax(w / E)``.
+
+    ``run(points, E)`` is the kernel at the cell's ``point`` with the exponentials ``E``; each racer's
+    weight is read off the one cut where it starts to win against the first.
+
+    >>> import numpy as np
+    >>> race = lambda pts, e: [(int(np.argmax(np.array([1.0, 3.0]) / row)),) for row in e]
+    >>> kernel_race_law(race, np.array([0]), 2, [np.array([0.25, 0.75])], [], 8)
+    {(0,): Fraction(1, 4), (1,): Fraction(3, 4)}
+    """
     from ...errors import UnsupportedRandomness
     pts = np.repeat(point[None], vocab, axis=0)
     ones = np.ones((1, vocab))

@@ -145,13 +145,13 @@ def get_adapter(adapter: Any) -> Adapter:
         return {"transformers": transformers_chain, "vllm": vllm_chain, "flashinfer": flashinfer_chain}[adapter]
     if adapter in ("sglang", "sglang-tree-greedy"):
         try:
-            from .sglang_kernels import sglang_chain, sglang_tree_greedy
+            from .engines.sglang_kernels import sglang_chain, sglang_tree_greedy
         except ImportError:
             raise ExactSpecError(f"the {adapter} adapter needs torch: pip install torch==2.13.0") from None
         return sglang_chain if adapter == "sglang" else sglang_tree_greedy
     if adapter == "vllm-v1":
         try:
-            from .vllm_v1 import vllm_rejection
+            from .engines.vllm_v1 import vllm_rejection
         except ImportError:
             raise ExactSpecError("the vllm-v1 adapter needs torch: pip install torch==2.13.0") from None
         return vllm_rejection

@@ -17,8 +17,8 @@ from ...enumerate.rng import PathRng
 from ...laws import memoised
 from ...protocols import Rng, Step
 from ..randomness._fast_path import fast_paths
-from ..randomness.lazy_draws import LazyCategoricalTensor, PendingDraw, as_array, tokens_deferring_last
-from ..randomness.torch_rng import bind
+from ..torch_draws.lazy_draws import LazyCategoricalTensor, PendingDraw, as_array, tokens_deferring_last
+from ..torch_draws.torch_rng import bind
 from .base import Adapter
 
 __all__ = ["TransformersChainAdapter", "transformers_chain", "reference_transformers_style", "VllmChainAdapter",
@@ -50,6 +50,10 @@ class TransformersChainAdapter(Adapter):
     new_logits [1, gamma + 1, V], **kwargs) -> (valid_tokens [1, k], n_matches)``, the signature of
     ``transformers.generation.utils._speculative_sampling``; laws are handed over as float32 logits
     (``log p``, ``-inf`` where ``p = 0``), so the sampler's precision is float32.
+    ``candidate_input_ids`` (long) holds the drafts only, no prompt columns; ``candidate_length`` is
+    the int ``gamma``; ``**kwargs`` are the ones given to the constructor (e.g.
+    ``assistant_ensemble_weight=w``). Only ``valid_tokens`` of the returned pair is read, negative ids
+    dropped as padding. Every adapter's call is written out in docs/adapters.md.
 
     The tensors of a step are built once per input (drafts and laws) and handed again to later
     calls with the same input; a sampler that modifies them in place (torch's version counter
@@ -256,7 +260,9 @@ class VllmChainAdapter(Adapter):
     """``sampler(target_probs [B, k, V], draft_probs [B, k, V], draft_token_ids [B, k], bonus_token_ids [B, 1])
     -> [B, k + 1]`` token ids padded with ``-1``: a vLLM-style batched rejection sampler; laws are float32
     probabilities, and the bonus token is drawn from the target law at the bonus position before the
-    call, as the serving engine does.
+    call, as the serving engine does. ``draft_token_ids`` and ``bonus_token_ids`` are long tensors; the
+    output's negative ids are padding, the others (in order) the tokens the step emitted. Every
+    adapter's call is written out in docs/adapters.md.
 
     ``batch`` (default 1) rows are handed over, each an independent request: row ``i`` holds the step's
     laws and drafts with the vocabulary shifted by ``i`` (token ``t`` is ``(t + i) mod V``), so rows

@@ -63,7 +63,7 @@ from ...errors import ExactSpecError
 from ...laws import memoised
 from ...protocols import Rng, TreeStep
 from .base import Adapter
-from ..randomness.torch_rng import bind
+from ..torch_draws.torch_rng import bind
 from .tree_buffers import TreeBuffers, tree_buffers
 
 __all__ = ["TorchTree", "TorchTreeAdapter", "torch_tree", "reference_torch_tree", "torch_tree_inputs"]

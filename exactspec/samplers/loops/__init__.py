@@ -3,7 +3,7 @@
 - :mod:`.stand_in` (``es.stand_in``), with the torch module behind it (``_torch_lm``) and the
   transformers ``PreTrainedModel`` stand-in (:mod:`.hf_stand_in`), both imported on first use;
 - :mod:`.loop_audit`: ``audit_loop``, ``reference_loop`` and the loop search, built on the sampler
-  audit and search (:mod:`exactspec.samplers.sampler_audit`, :mod:`exactspec.samplers.sampler_search`).
+  audit and search (:mod:`exactspec.samplers.audit`, :mod:`exactspec.samplers.search`).
 
 >>> from exactspec.samplers.loops import stand_in
 >>> sorted(stand_in.KINDS)[0]

@@ -18,8 +18,8 @@ import torch
 
 from ...errors import ExactSpecError
 from ..randomness import _fast_path
-from ..randomness.lazy_draws import LazyCategoricalTensor
-from ..randomness.lazy_worlds import WORLDS, deferring, domain, lazy_logits, value_of
+from ..torch_draws.lazy_draws import LazyCategoricalTensor
+from ..torch_draws.lazy_worlds import WORLDS, deferring, domain, lazy_logits, value_of
 from ..randomness.precision_watch import unwatched
 from ...models import Model
 

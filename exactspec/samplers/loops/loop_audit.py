@@ -1,5 +1,9 @@
 """``audit_loop``: the exact law of a whole generation loop (drafting included) run on stand-in models.
 
+It is kept as one module: ``audit_loop``, its float-boundary run, its per-branch runner and its search
+share the loop's options and that runner; the stand-ins, the workers and the torch module behind the
+stand-ins are modules of their own.
+
 Much published speculative decoding has no verification function with a fixed signature: the
 draft loop, the target call, the acceptance test and the bonus token live in one function
 (litgpt's ``speculative_decoding``/``generate``, lucidrains' ``speculative_decoding(net,
@@ -12,10 +16,10 @@ taken as the rationals they are; randomness the audit cannot see is an error, ne
 and compares the law of the first ``tokens`` tokens it returns with the target's own law.
 
 Categorical draws (``torch.multinomial``) fork only when their value is read
-(:mod:`exactspec.samplers.randomness.lazy_draws`) and the stand-ins memoise their forward passes, so loops
+(:mod:`exactspec.samplers.torch_draws.lazy_draws`) and the stand-ins memoise their forward passes, so loops
 that draw a token at every position and discard most stay small. A stand-in fed a pending token does not read
 it: its logits stay functions of the token until the loop reads a value computed from them
-(:mod:`exactspec.samplers.randomness.lazy_worlds`), and here the context-free model never needs it. A token the
+(:mod:`exactspec.samplers.torch_draws.lazy_worlds`), and here the context-free model never needs it. A token the
 loop returns without having read it is spread over its values where the branch ends rather than forked: 1 run
 of the loop stands for the 9 outcomes.
 
@@ -58,12 +62,12 @@ from ...laws import to_rational, total_variation
 from ...models import Model
 from ...report import AuditReport
 from ..adapters.base import lowest, precision_of
-from ..float_boundary import ROUNDING_CAP, coarser_than_float64, decide, rounding_allowance, rounding_cap
+from ..rounding import ROUNDING_CAP, coarser_than_float64, decide, rounding_allowance, rounding_cap
 from ..randomness import _fast_path
 from ..randomness.interception import FLOAT64_LATTICE, describe_rng_model, intercepting, private_generators, watch
 from ..randomness.precision_watch import lifting, user_site, watching
 from ..._device import one_torch_thread as _one_torch_thread
-from ..sampler_audit import ROUNDING_TOLERANCE
+from ..audit import ROUNDING_TOLERANCE
 from .stand_in import KINDS, stand_in
 
 __all__ = ["audit_loop", "reference_loop", "LoopReport", "DEFAULT_TOKENS"]
@@ -184,7 +188,7 @@ def _tokens_of(res: Any, prompt: tuple, output: str, tokens: int | None, vocab: 
     """
     import torch
 
-    from ..randomness.lazy_draws import PendingDraw, unread_entries
+    from ..torch_draws.lazy_draws import PendingDraw, unread_entries
     n0 = len(prompt) if output == "full" else 0
     fast = _fast_path.LOOPS
     keep = None if tokens is None or not fast else n0 + tokens
@@ -271,7 +275,7 @@ def _spread(ids: list, n0: int, rng: Any) -> list:
     keeps the value drawn.
     """
     from ..randomness.joint_draws import conditional, spread
-    from ..randomness.lazy_draws import PendingDraw
+    from ..torch_draws.lazy_draws import PendingDraw
     # a draw that reading a later id drew (a law computed on its read may read others) holds its value
     ids = [t.values()[0] if type(t) is PendingDraw and t.drawn else t for t in ids]
     draws: list = []
@@ -334,7 +338,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
 
     The stand-ins' logits are the exact log-laws rounded once to ``dtype`` (default
     ``torch.float64``). Every float the loop computes is taken as the exact rational it is. The
-    verdict is :func:`exactspec.samplers.float_boundary.decide`'s (``extra["float_boundary"]``):
+    verdict is :func:`exactspec.samplers.rounding.decide`'s (``extra["float_boundary"]``):
     with float64 stand-ins and ideal or float64 uniforms, one run, ``lossless`` when the exact TV is at
     most ``tolerance`` (2**-40 by default: what float64 rounding may cost; 0 demands exactness) with
     no support violation and no failing branch. With a ``dtype`` coarser than float64
@@ -347,7 +351,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     computes coarser than float64 whatever it is handed (a ``.float()``, transformers' float32
     logits, a float32 constant: a coarser dtype seen in the float64 run among the weights handed to
     ``multinomial`` and the numbers compared with uniforms; ``extra["forced_precision"]``) is held to
-    :func:`~exactspec.samplers.float_boundary.rounding_allowance` at that precision instead, and
+    :func:`~exactspec.samplers.rounding.rounding_allowance` at that precision instead, and
     reads ``undecided`` (exit 3) where rounding and bias cannot be told apart.
 
     ``reference``: a correct loop audited on the same instance and stand-ins, returning prompt +
@@ -355,7 +359,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     tolerance. ``extra["rounding_tv"]`` is its distance from the expected law (what float arithmetic
     at ``dtype`` costs a correct loop here) and ``extra["reference_tv_to_loop"]`` this loop's distance
     from it; a reference further than
-    :data:`~exactspec.samplers.float_boundary.ROUNDING_CAP` from the expected law (another
+    :data:`~exactspec.samplers.rounding.ROUNDING_CAP` from the expected law (another
     temperature, greedy where sampling was meant) is refused with an ExactSpecError.
 
     ``tokens`` (the horizon): by default it comes from the loop. The stand-ins see every forward
@@ -372,7 +376,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     returned) is spread over its values where the branch ends, since no code runs after the loop
     returned, instead of forking the enumeration: one run of the loop stands for all its values. The
     ``torch-lm`` stand-ins read no pending token they are fed: their logits stay functions of it
-    (:mod:`exactspec.samplers.randomness.lazy_worlds`) through the loop's torch operations until a value
+    (:mod:`exactspec.samplers.torch_draws.lazy_worlds`) through the loop's torch operations until a value
     computed from them reaches Python, so a draft forks where verification reads it, not where the next
     forward consumes it (litgpt's ``generate`` at gamma 3: 321 branches instead of 2,421). The law is the same.
 
@@ -407,7 +411,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     on an instance: every instance is audited with ``on_error="record"``, a crash is a finding), an
     :class:`~exactspec.counterexamples.EmptySearch` or an
     :class:`~exactspec.counterexamples.IncompleteSearch` (``search_options`` go to
-    :func:`exactspec.samplers.sampler_search.search_instances`: ``space``, ``budget`` seconds,
+    :func:`exactspec.samplers.search.search_instances`: ``space``, ``budget`` seconds,
     ``max_instances``, ``seed``, ``workers``: ``"auto"`` by default, every core for a search long enough to
     pay for a pool, the instances of a chunk each audited in one process); the search chooses the laws,
     prompt and horizon, so ``target``,
@@ -473,7 +477,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     lattice_for(rng_model)
     import torch
 
-    from ..randomness import torch_rng  # noqa: F401  (torch is patched in the audit)
+    from ..torch_draws import torch_rng  # noqa: F401  (torch is patched in the audit)
     if dtype is None:
         dtype = torch.float64
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -667,7 +671,7 @@ def _rng_precision(rng_model: str) -> str:
 def _reference_figure(report: "LoopReport", reference: Callable, **kw: Any) -> None:
     """A reference loop's distance from the expected law, as a figure in ``extra`` (never a tolerance).
 
-    A reference further than :func:`~exactspec.samplers.float_boundary.rounding_cap` of its dtype from the expected
+    A reference further than :func:`~exactspec.samplers.rounding.rounding_cap` of its dtype from the expected
     law is not rounding but a broken baseline (another temperature, ``generate`` without ``do_sample``):
     refused with an ExactSpecError, since no verdict should rest on it.
     """
@@ -1098,8 +1102,15 @@ class _LoopAudit:
         return self._with(parallel.load_portable(self.fn), parallel.load_portable(self.reference))
 
 
-def _loop_space(space: Any, tokens: int | None) -> Any:
-    """The space of a loop search: every instance gets the prompt ``(0,)`` (loops need a context to start from)."""
+def loop_space(space: Any, tokens: int | None) -> Any:
+    """The space of a loop search: every instance gets the prompt ``(0,)`` (loops need a context to start from).
+
+    ``space`` None gives the default (one draft shape, horizons 1..4 or ``tokens``); an exactspec
+    :class:`~exactspec.counterexamples.space.Space` is taken as it is, with the prompt added.
+
+    >>> loop_space(None, 2).describe().split(";")[0]
+    'vocab 2..4, tokens 2..2, prompt (0,), families context_free, per_position, table'
+    """
     import dataclasses
 
     from ...counterexamples.space import Space
@@ -1140,7 +1151,7 @@ def _search(fn: Callable, name: str, *, tokens: int | None, kind: str, dtype: An
     import dataclasses
 
     from ...counterexamples.counterexample import Counterexample, valid_loop_options
-    from ..sampler_search import _auto_workers, sampler_reference, search_instances
+    from ..search import sampler_reference, search_instances, search_workers as _auto_workers
     where = "audit_loop(search=True)"
     _check_options(where, tokens=tokens, kind=kind, output=output, on_error=on_error, worst=worst)
     tol = to_rational(tolerance, f"{where} tolerance")
@@ -1158,7 +1169,7 @@ def _search(fn: Callable, name: str, *, tokens: int | None, kind: str, dtype: An
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ExactSpecError(f"{where}: dtype must be a torch floating dtype such as torch.float64, got {dtype!r}")
     opts = dict(options)
-    space = _loop_space(opts.pop("space", None), tokens)
+    space = loop_space(opts.pop("space", None), tokens)
     if isinstance(budget, Budget):
         if "instance_budget" in opts:
             raise ExactSpecError(f"{where}: pass the per-audit limits either in budget= (an es.Budget) or in "

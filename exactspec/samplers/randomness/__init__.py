@@ -1,19 +1,22 @@
-"""The randomness layer: every generator a sampler can draw from, enumerated exactly.
+"""The randomness layer: the torch-free core of the interception of every generator a sampler can draw from.
 
 - :mod:`.interception`: the thread-safe patching of Python's, numpy's and torch's global random
   functions, the branch each thread is bound to, and the detection of draws that escape the patches;
-- :mod:`.numpy_rng` and :mod:`.torch_rng`: the enumerating ``numpy.random.Generator`` look-alike,
-  numpy's legacy global functions, and torch's random functions;
-- :mod:`.lazy_values` and :mod:`.lazy_draws`: the lazy uniforms, races and categorical draws they return;
-- :mod:`.lazy_worlds`: values computed from pending draws (a stand-in's logits for a token it was fed),
-  one per world of those draws, drawn only when a value reaches Python;
+- :mod:`.numpy_rng`: the enumerating ``numpy.random.Generator`` look-alike and numpy's legacy global functions;
+- :mod:`.lazy_values`: the lazy uniforms, exponentials and races they return;
 - :mod:`.joint_draws`: pending draws held jointly (their exact joint law), so that a decision on
-  several of them forks on its answer, not on their values.
+  several of them forks on its answer, not on their values;
+- :mod:`.planned`: planned draws, torch's uniform and exponential fills writing values the audit chose
+  (for kernels that read raw memory);
+- :mod:`.precision_watch`: the watch over torch operations that notes where audited code computes coarser
+  than float64 (these two import torch only inside their functions, once the audited code has).
 
-This layer imports nothing from the adapters, the loop audit or the sampler audit above it. Within
-it, :mod:`.interception` sits below :mod:`.numpy_rng` and :mod:`.torch_rng` (they read the branch it
-keeps); this package hands it their patch lists (:func:`.interception.register_patches`), torch's
-only once torch is imported (:mod:`.torch_rng` imports torch).
+No module here imports torch at module level: torch's random functions, the lazy categorical draws and the
+values computed from pending draws are in :mod:`exactspec.samplers.torch_draws`, above this layer. This layer
+imports nothing from the torch draws, the adapters, the loop audit or the sampler audit. Within it,
+:mod:`.interception` sits below :mod:`.numpy_rng` (it reads the branch the interception keeps); this package
+hands the interception numpy's patch list (:func:`.interception.register_patches`); :mod:`exactspec.samplers`
+hands it torch's.
 
 >>> from exactspec.samplers.randomness import interception
 >>> sorted(interception._PATCHES)
@@ -22,12 +25,4 @@ only once torch is imported (:mod:`.torch_rng` imports torch).
 
 from . import interception, numpy_rng
 
-
-def _torch_specs() -> list[tuple]:
-    """torch's patch list; imports :mod:`.torch_rng` (and torch), so it is asked for only once torch is imported."""
-    from .torch_rng import torch_specs
-    return torch_specs()
-
-
 interception.register_patches("numpy", numpy_rng.legacy_specs)
-interception.register_patches("torch", _torch_specs)

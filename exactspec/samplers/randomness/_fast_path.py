@@ -7,7 +7,7 @@ weights remembered across the replays of a call, ...), a context variable.
 
 ``LOOPS`` (default True) selects the faster path of what a whole-loop audit
 (:func:`exactspec.audit_loop`) runs on every branch: the bookkeeping of pending categorical draws
-(:mod:`exactspec.samplers.randomness.lazy_draws`: a reshape that keeps the entries' order reshapes their
+(:mod:`exactspec.samplers.torch_draws.lazy_draws`: a reshape that keeps the entries' order reshapes their
 cells, ``cat``/``stack`` join them with numpy, instead of both going through index tensors; a pending
 tensor's torch functions dispatched on a per-function memo and run in C with subclasses disabled, wrappers made
 without the class call, no pick attempted when no operand is pending; the interception's walk out of the caller's
@@ -34,13 +34,13 @@ __all__ = ["LOOPS", "DEFER_LAST", "DEFER_READS", "fast_paths", "legacy_paths", "
 LOOPS = True
 
 #: True: on the fast paths, a pending draw written into an output tensor stays pending and the adapters hand the
-#: engine the last emitted token undrawn (:func:`~exactspec.samplers.randomness.lazy_draws.tokens_deferring_last`);
+#: engine the last emitted token undrawn (:func:`~exactspec.samplers.torch_draws.lazy_draws.tokens_deferring_last`);
 #: False: the fast paths as they were before it (the draw made at the write). An internal switch for the
 #: benchmark that times both; ``legacy_paths()`` turns it off with the other fast paths
 DEFER_LAST = True
 
 #: True: on the whole-loop fast path (``LOOPS``), the torch stand-ins read no pending token they are fed: their logits
-#: are values computed from pending draws (:mod:`exactspec.samplers.randomness.lazy_worlds`), kept pending through
+#: are values computed from pending draws (:mod:`exactspec.samplers.torch_draws.lazy_worlds`), kept pending through
 #: torch operations until Python reads a value, so a token forks only where a decision reads it. False: the stand-ins
 #: read every token they are fed (the path before it). An internal switch for the benchmark and the tests that
 #: compare the two (identical laws)

@@ -1,5 +1,10 @@
 """Thread-safe interception of every randomness source a sampler can reach while it is audited.
 
+It is kept as one module: the patching of the global functions, the branch each thread is bound to
+and the detection of escaping draws share one lock, one table of installed patches and the frame walk
+that tells exactspec's own draws from the audited code's; split, each part would reach into the others'
+state.
+
 While at least one audit runs (:func:`intercepting`), the global random functions of Python's
 ``random``, of ``numpy.random`` (the legacy global functions) and, when torch is already
 imported, of ``torch`` are replaced by *dispatchers*: patched once under a module lock, counted
@@ -89,8 +94,8 @@ _GROUPS: set[str] = set()
 _FOREIGN = {"python": itertools.count(), "numpy": itertools.count(), "torch": itertools.count()}
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_OWN = {os.path.join(_HERE, f) for f in ("interception.py", "numpy_rng.py", "torch_rng.py", "lazy_values.py",
-                                          "lazy_draws.py")}
+_OWN = {os.path.join(_HERE, f) for f in ("interception.py", "numpy_rng.py", "lazy_values.py")} | {
+    os.path.join(os.path.dirname(_HERE), "torch_draws", f) for f in ("torch_rng.py", "lazy_draws.py")}
 _ENGINE = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "enumerate") + os.sep
 _FIELDS = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "fields.py")
 
@@ -133,7 +138,7 @@ def unsupported(what: str, why: str) -> UnsupportedRandomness:
 def note_dtype(x: Any) -> None:
     """Tell the bound branch's observer (if any) about a float operand that meets randomness: a probability row
     handed to a draw, a tensor compared or combined with lazy uniforms. A sampler audit's float64 run uses it to
-    see a sampler that casts down (:mod:`exactspec.samplers.float_boundary`); nothing happens without an observer.
+    see a sampler that casts down (:mod:`exactspec.samplers.rounding`); nothing happens without an observer.
 
     >>> note_dtype(0.5)        # no branch bound: nothing to tell
     """
@@ -395,8 +400,8 @@ _PATCHES: dict[str, Callable[[], list[tuple]]] = {}
 def register_patches(group: str, specs: Callable[[], list[tuple]]) -> None:
     """Have :func:`intercepting` patch ``group`` with the ``(owner, name, impl[, source])`` tuples ``specs()`` lists.
 
-    ``exactspec.samplers.randomness`` registers numpy's (:func:`~.numpy_rng.legacy_specs`) and torch's
-    (:func:`~.torch_rng.torch_specs`, asked for only once torch is imported).
+    ``exactspec.samplers.randomness`` registers numpy's (:func:`~.numpy_rng.legacy_specs`), ``exactspec.samplers``
+    torch's (:func:`exactspec.samplers.torch_draws.torch_rng.torch_specs`, asked for only once torch is imported).
 
     >>> sorted(_PATCHES)
     ['numpy', 'torch']

@@ -31,7 +31,7 @@ summing to exactly 1.
 >>> from fractions import Fraction as F
 >>> from exactspec.enumerate.rng import PathRng
 >>> from exactspec.fields import get_field
->>> from exactspec.samplers.randomness.lazy_draws import PendingDraw
+>>> from exactspec.samplers.torch_draws.lazy_draws import PendingDraw
 >>> rng = PathRng((), 1, get_field(backend="python"), [], {})
 >>> a = PendingDraw.of_law(rng, (F(1, 2), F(1, 2)))
 >>> b = PendingDraw.of_law(rng, lambda: None)            # its law is read off ``given``
@@ -126,7 +126,7 @@ class Joint:
         exact number): True with probability ``sum table[a] chance[a]``; the assignments kept weighted by the answer's
         probability given them. Nothing forks where one answer is certain.
 
-        >>> from exactspec.samplers.randomness.lazy_draws import PendingDraw
+        >>> from exactspec.samplers.torch_draws.lazy_draws import PendingDraw
         >>> j = Joint(None, [PendingDraw.of_law(None, (_ONE,))], [1], {(0,): _ONE})
         >>> j.decide({(0,): True})
         True
@@ -198,7 +198,7 @@ def _summed(table: dict, i: int, size: int) -> tuple:
 def conditional(d: Any) -> bool:
     """Whether ``d``'s law is a row indexed by pending draws still undrawn (``given``), not computed yet.
 
-    >>> from exactspec.samplers.randomness.lazy_draws import PendingDraw
+    >>> from exactspec.samplers.torch_draws.lazy_draws import PendingDraw
     >>> conditional(PendingDraw.of_law(None, 1))
     False
     """

@@ -1,5 +1,8 @@
 """Lazy random values real samplers compute with: uniforms, exponential races and lazy comparison results.
 
+It is kept as one module: the lazy uniforms, the exponential races and the lazy comparison results are one
+algebra whose operators return one another's types, and the exact race laws are read off those types.
+
 Three kinds of values, shared by the numpy, Python and torch interception:
 
 * :class:`LazyUniform` — a uniform draw (an affine function of one) known only through

@@ -1,7 +1,7 @@
 """Planned draws: torch's uniform and exponential fills write values the audit chose, as real tensors.
 
-Lazy uniforms (:mod:`.torch_rng`) follow Python and torch code exactly, but a Triton kernel (even
-under ``TRITON_INTERPRET=1``) reads raw memory (``untyped_storage``, ``data_ptr``), where a lazy
+Lazy uniforms (:mod:`exactspec.samplers.torch_draws.torch_rng`) follow Python and torch code exactly,
+but a Triton kernel (even under ``TRITON_INTERPRET=1``) reads raw memory (``untyped_storage``, ``data_ptr``), where a lazy
 tensor has nothing. An adapter that evaluates such code as a function of its random values (the
 breakpoint search of :mod:`exactspec.samplers.adapters.explicit_uniforms`) binds a :class:`DrawPlan`
 around the call (:func:`planned_draws`): while it is bound, in that thread, ``torch.rand``,
@@ -17,7 +17,7 @@ per-request generator idiom ``u[start:end].uniform_(generator=g)``) gets that te
 values at its elements.
 
 >>> import torch
->>> from exactspec.samplers.randomness.torch_rng import bind, intercept_torch
+>>> from exactspec.samplers.torch_draws.torch_rng import bind, intercept_torch
 >>> plan = DrawPlan(uniform=np.array([0.25, 0.5, 0.75]), exponential=np.ones(2))
 >>> with intercept_torch(), bind("one branch"), planned_draws(plan):
 ...     u = torch.rand(3, dtype=torch.float64)

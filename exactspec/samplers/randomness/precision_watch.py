@@ -1,7 +1,7 @@
 """Where audited torch code computes coarser than float64 between the draws: a watch over every torch operation.
 
 An audit tells rounding from bias by running the code on float64 inputs
-(:mod:`exactspec.samplers.float_boundary`): what stays there is algorithmic, unless the code computes
+(:mod:`exactspec.samplers.rounding`): what stays there is algorithmic, unless the code computes
 coarser than float64 whatever it is handed. That is seen where the coarser numbers meet the
 randomness (the weights handed to ``multinomial``, the numbers compared with uniforms), and missed
 where the code goes through a coarser dtype and back: ``logits.float().double()``, a softmax in
@@ -223,7 +223,7 @@ def lifting(lifted: Callable[[str, str], None] | None = None, note: Callable[[st
     The audited code's own casts (``.float()``, ``.half()``, ``.bfloat16()``, ``.to(dtype)``, ``.type(dtype)``,
     a ``dtype=`` argument, a factory that would make a tensor of the default float32 dtype) make float64
     tensors instead, so the code runs at float64 what it would run coarser: *algorithmic* bias is what stays
-    then (:mod:`exactspec.samplers.float_boundary`). What the block cannot lift (a float32 constant made
+    then (:mod:`exactspec.samplers.rounding`). What the block cannot lift (a float32 constant made
     before it, a numpy float32 scalar, a numpy cast) is still rounded: the watch (:func:`watching`) sees it.
     ``lifted(precision, site)`` is called for each precision lifted (at its first site). ``note`` / ``sites``:
     the block is also watched, as :func:`watching` would (one mode doing both). The lift is this block's and this

@@ -1,5 +1,8 @@
 """Lazy categorical draws: ``torch.multinomial`` inside an audit forks the enumeration only when its value is read.
 
+It is kept as one module: the pending draw and the tensor subclass that holds pending draws are one type
+seen from Python and from torch; the subclass's dispatch reshapes, joins and forces the draws' cells.
+
 Generation loops draw more than they use: litgpt's ``sample`` draws a token at every target
 position and keeps only the probabilities, transformers draws and may discard, a prefill draws
 a token nobody reads. Drawing eagerly would fork the enumeration on every such draw and
@@ -20,7 +23,7 @@ branch forks in the same order (the enumeration's replay stays deterministic). D
 replacement of several samples from one row are drawn together, in sample order, on the first
 read of any of them.
 
-The argmax of a batch of exponential or Gumbel races (:mod:`exactspec.samplers.randomness.torch_rng`) is such a
+The argmax of a batch of exponential or Gumbel races (:mod:`exactspec.samplers.torch_draws.torch_rng`) is such a
 tensor too, one pending draw per row from its race's law. Operations that pick entries by position
 keep the picked entries pending when their other operands are ordinary integer tensors or numbers:
 ``cat``/``stack``, ``gather``/``index_select``/``take_along_dim``/``take`` with real indices,
@@ -37,7 +40,7 @@ switch ``_fast_path.DEFER_LAST``). Into any other tensor, a write reads the entr
 
 Once read, the tensor holds its values in its own storage, and every later operation (in-place
 ones included) is an ordinary torch operation on those values. An operation that mixes it with
-another lazy tensor type (lazy uniforms, masks, races of :mod:`exactspec.samplers.randomness.torch_rng`)
+another lazy tensor type (lazy uniforms, masks, races of :mod:`exactspec.samplers.torch_draws.torch_rng`)
 reads it first and leaves the operation to that type.
 
 >>> import torch
@@ -45,7 +48,7 @@ reads it first and leaves the operation to that type.
 >>> from exactspec.enumerate.rng import enumerate_program
 >>> from exactspec.fields import get_field
 >>> from exactspec.samplers.randomness.interception import bind, intercepting
->>> from exactspec.samplers.randomness import torch_rng  # noqa: F401  (patches torch in audits)
+>>> from exactspec.samplers.torch_draws import torch_rng  # noqa: F401  (patches torch in audits)
 >>> def program(rng):
 ...     with bind(rng):
 ...         unread = torch.multinomial(torch.tensor([0.5, 0.5]), 1)     # never read: no fork
@@ -64,10 +67,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import _fast_path
-from . import joint_draws as _joint
+from ..randomness import _fast_path
+from ..randomness import joint_draws as _joint
 from ...enumerate.rng import PathRng
-from .interception import deliberate
+from ..randomness.interception import deliberate
 
 try:
     import torch

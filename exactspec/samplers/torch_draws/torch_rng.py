@@ -1,5 +1,9 @@
 """PyTorch interception: inside :func:`intercept_torch`, torch's random draws fork the exact enumeration.
 
+It is kept as one module: the lazy uniform, race and mask tensors turn into one another under torch
+operations (a uniform compared is a mask, exponentials divided into weights a race) through one dispatch,
+and the patched random functions listed by :func:`torch_specs` build them.
+
 ``torch.rand``, ``torch.rand_like``, ``Tensor.uniform_``, ``torch.bernoulli`` (and
 ``Tensor.bernoulli``, ``Tensor.bernoulli_``), ``torch.multinomial`` (function and method),
 ``Tensor.exponential_`` (followed into the exponential race ``argmax(w / E)``, a draw from
@@ -33,7 +37,7 @@ uniforms and ``exponential_()`` draws are race values (:class:`RaceTensor`, see
 (``argmax(log p - log(-log u))``, ``argmax(log(u) / p)``, ``argmax(u ** (1 / p))``,
 ``argmax(p / q.exponential_())``, ``argmax(p / -log u)``) is a categorical draw from its exact
 weights. An argmax over a batch of races is lazy per row, like ``multinomial``
-(:class:`~exactspec.samplers.randomness.lazy_draws.LazyCategoricalTensor`): each race is checked when the
+(:class:`~exactspec.samplers.torch_draws.lazy_draws.LazyCategoricalTensor`): each race is checked when the
 argmax is taken, and row ``i``'s winner is drawn (the enumeration forks) only when entry ``i`` is
 read, so a sampler that races every draft position at once and reads the recovered token at one
 forks on that one only. Anything else raises UnsupportedRandomness naming the torch operation and the
@@ -65,15 +69,16 @@ import numpy as np
 
 from ...enumerate.rng import LATTICES, Lattice, PathRng
 from ...errors import ExactSpecError, UnsupportedRandomness
-from .interception import (below, bind, current_rng, current_session, deliberate, fisher_yates, generator_state,
-                           intercepting, native_uniform, note_dtype, unsupported, user_site)
+from ..randomness.interception import (below, bind, current_rng, current_session, deliberate, fisher_yates,
+                                       generator_state, intercepting, native_uniform, note_dtype, unsupported,
+                                       user_site)
 from .lazy_draws import LazyCategoricalTensor, PendingDraw, exact_rows, lazy_multinomial
 from .lazy_worlds import LazyWorldsTensor, deferring, entry_decision, multinomial_of_worlds, value_of
 from .lazy_worlds import live as _worlds_live
 from . import lazy_worlds as _lazy_worlds
-from ._fast_path import fast_paths
-from .lazy_values import LazyBit, exponential, fresh_op, lazy, race_outcome, race_winner
-from .planned import current_plan
+from ..randomness._fast_path import fast_paths
+from ..randomness.lazy_values import LazyBit, exponential, fresh_op, lazy, race_outcome, race_winner
+from ..randomness.planned import current_plan
 
 try:
     import torch
@@ -615,7 +620,7 @@ if torch is not None:
     def _race_arg(values: np.ndarray, dim: Any, keepdim: bool, smaller_wins: bool) -> Any:
         """argmax / argmin of races along ``dim`` (all entries when None): each race checked now, drawn when read.
 
-        The result is a :class:`~exactspec.samplers.randomness.lazy_draws.LazyCategoricalTensor` whose entry ``i`` is
+        The result is a :class:`~exactspec.samplers.torch_draws.lazy_draws.LazyCategoricalTensor` whose entry ``i`` is
         the pending draw of row ``i``'s winner (``rng.categorical`` of its exact law): a sampler that races every
         position at once and reads one forks on that one only. ``_LAZY_RACES = False`` draws every race at once.
         """
@@ -1122,7 +1127,7 @@ def _multinomial(probs: Any, num_samples: int, replacement: bool = False, **kwar
 
     The weights are checked now (torch's errors for a non-finite or negative entry, a zero row,
     too few categories without replacement); the draws are a
-    :class:`~exactspec.samplers.randomness.lazy_draws.LazyCategoricalTensor`, so a draw whose value is never
+    :class:`~exactspec.samplers.torch_draws.lazy_draws.LazyCategoricalTensor`, so a draw whose value is never
     read never forks the enumeration.
     """
     _fresh(kwargs)

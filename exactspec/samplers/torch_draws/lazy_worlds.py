@@ -1,5 +1,8 @@
 """Values computed from pending draws: a whole-loop audit's stand-ins read no token they are fed.
 
+It is kept as one module: the worlds tensor's torch dispatch is one table of how each operation maps a
+value per world, and the decisions that fork on an answer read that table's results.
+
 A generate loop feeds the tokens it drew back into its models before it knows whether it keeps
 them: litgpt's draft model reads draft ``i`` to propose ``i + 1``, the target scores every draft in
 one call, and only then does verification decide how many drafts stand. A stand-in that read each
@@ -61,8 +64,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _fast_path
-from . import joint_draws as _joint
+from ..randomness import _fast_path
+from ..randomness import joint_draws as _joint
 from .lazy_draws import PendingDraw, exact_rows
 
 try:
@@ -92,7 +95,7 @@ def deferring() -> bool:
 def domain(cell: tuple) -> list | None:
     """The values a pending draw's entry ``cell = (draw, sample)`` can take (its value once drawn); None: unknown.
 
-    >>> from exactspec.samplers.randomness.lazy_draws import exact_row
+    >>> from exactspec.samplers.torch_draws.lazy_draws import exact_row
     >>> domain((PendingDraw(None, *exact_row([1.0, 0.0, 2.0]), 1, True), 0))
     [0, 2]
     """

@@ -1,4 +1,8 @@
-"""``audit_sampler``: the exact law of a third-party sampler, run under the enumerating randomness.
+"""The audit of a sampler on one instance: its exact law, run under the enumerating randomness.
+
+:func:`audit_instance` is what :func:`exactspec.audit_sampler` (:mod:`exactspec.samplers.audit`) runs
+for one instance and what the search (:mod:`exactspec.samplers.search`) runs on each of its instances;
+this module imports neither of them (they sit above it).
 
 >>> import exactspec as es
 >>> from fractions import Fraction as F, Fraction
@@ -32,26 +36,21 @@ from ..models import Model
 from ..report import AuditReport
 from ..rules import Rule
 from .adapters.registry import get_adapter
-from .adapter_fit import DEFAULT_ADAPTER, check_default_adapter
+from .adapters.fit import DEFAULT_ADAPTER, check_default_adapter
 from ..enumerate.rng import DeferredToken, lattice_for
 from .adapters.base import PRECISIONS, at_precision, float_precision, lowest, precision_of
 from .randomness._fast_path import fast_paths
 from .randomness.precision_watch import lifting, user_site, watching
-from .float_boundary import (F64_ALLOWANCE, ROUNDING_CAP, Boundary, coarser_than_float64, decide, rounding_cap,
-                             rounding_allowance)
+from .rounding import (F64_ALLOWANCE, ROUNDING_CAP, Boundary, coarser_than_float64, decide, rounding_cap,
+                       rounding_allowance)
 from .randomness.interception import (FLOAT64_LATTICE, current_session, describe_rng_model, intercepting, private_generators,
                            watch)
 
-__all__ = ["audit_sampler", "ROUNDING_TOLERANCE"]
+__all__ = ["audit_instance", "ROUNDING_TOLERANCE"]
 
 #: a float64 implementation of a correct rule lands within this TV of the target on small instances;
 #: biases above it are algorithmic (stated in every sampler report)
 ROUNDING_TOLERANCE = F64_ALLOWANCE
-
-
-#: the search behind ``audit_sampler(search=True)``; :mod:`exactspec.samplers.sampler_search` installs it
-#: when imported (``exactspec.samplers`` imports it), so this module does not import the search above it
-_SEARCH: list[Callable[..., Any]] = []
 
 
 #: the float precision of a number by its type (numpy scalars, Python numbers), filled as types come
@@ -267,90 +266,25 @@ def _flat_signature(args: tuple, kwargs: dict) -> tuple | None:
     return tuple(sig), tuple(kwargs)
 
 
-def audit_sampler(sampler: Callable, *, adapter: Any = None, target: Model | None = None,
-                  draft: Model | None = None, proposer: Any = None, prompt: Sequence[int] = (), tokens: int | None = None,
-                  rng_model: str = "native", expected: Model | None = None, reference: bool | None = None,
-                  tolerance: Any = ROUNDING_TOLERANCE, budget: Budget | None = None, search: bool = False,
-                  precision: str | None = None, cache: bool = True, on_error: str = "raise",
-                  progress: Any = None) -> Any:
-    """Audit a real sampler exactly: every draw it makes forks the enumeration, floats are exact rationals.
+def audit_instance(sampler: Callable, *, adapter: Any = None, target: Model | None = None,
+                   draft: Model | None = None, proposer: Any = None, prompt: Sequence[int] = (),
+                   tokens: int | None = None, rng_model: str = "native", expected: Model | None = None,
+                   reference: bool | None = None, tolerance: Any = ROUNDING_TOLERANCE, budget: Budget | None = None,
+                   precision: str | None = None, cache: bool = True, on_error: str = "raise",
+                   progress: Any = None) -> AuditReport:
+    """Audit a real sampler exactly on one instance: :func:`exactspec.audit_sampler` without ``search=``.
 
-    The report's law is the exact law of the implementation as it computes in its own floating
-    point (the adapter hands it the laws as float arrays). Rounding is told from bias by one
-    definition, algorithmic bias is what stays at higher precision
-    (:mod:`exactspec.samplers.float_boundary`): a sampler computing coarser than float64 (the
-    ``precision`` given -- the sampler is then handed its laws in that dtype -- else the one the adapter declares,
-    else the coarsest float dtype seen
-    handed to it or compared with its uniforms) runs a second time on float64 inputs
-    (:meth:`~exactspec.samplers.Adapter.with_precision`) with its uniforms on the float64 lattice,
-    and the dtypes meeting its randomness there say whether it casts down. ``biased`` iff that run
-    is further than ``tolerance`` (what float64 rounding may cost, 2**-40 by default; 0 demands
-    exactness) from the target (or ``expected=``), or an outcome the target never emits appears at
-    either precision; a sampler that casts down is held to size-derived float32 bounds instead, and
-    between them the verdict is ``undecided`` (exit 3). ``extra["float_boundary"]`` holds the
-    decision, ``extra["algorithmic_tv"]`` the TV it rests on, ``extra["float64_run"]`` the second
-    run. With ``reference`` (default True for one instance, False for a search) the adapter's
-    correct reference sampler is audited too, as figures
-    only: ``rounding_tv`` (at the sampler's precision, vs the exact rule it implements),
-    ``rounding_tv_float32`` / ``rounding_tv_float64``, and ``reference_tv`` (this sampler vs that
-    reference); a reference further than 2**-12 from its exact rule is refused as broken.
+    The arguments are :func:`~exactspec.samplers.audit.audit_sampler`'s (documented there); the search
+    (:mod:`exactspec.samplers.search`) audits each of its instances through this.
 
-    ``rng_model`` (default ``"native"``): every draw the interception sees lies on the lattice of the
-    library it comes from (numpy and Python's ``random``: ``k * 2**-53``; torch CPU float32:
-    ``k * 2**-24``; 0 included), so code that misbehaves when the generator returns exactly 0 is
-    caught; ``"continuous"`` or a named lattice (``exactspec.enumerate.rng.RNG_MODELS``) applies one
-    model to every draw. ``extra["rng_model"]`` names it and ``extra["rng"]`` (also ``scope["rng"]``)
-    says which generators were drawn from, on which lattice.
-
-    ``cache`` (default True): sampler calls with the same inputs are enumerated once (see
-    :class:`_Calls`) and the references run as fast rules where the adapter has them
-    (``Adapter.fast_reference``); the laws are the same as with ``cache=False``, which runs every
-    call (the benchmark's baseline).
-
-    ``tokens`` defaults, as in :func:`exactspec.audit`, to the proposer's ``max_tokens() + 1``
-    (every position of a first and a second step observed). ``budget`` (an :class:`exactspec.Budget`)
-    bounds the whole audit: its ``seconds`` are shared by the sampler's, the reference's and the
-    exact rule's enumerations.
-
-    ``adapter`` (a name or an :class:`~exactspec.samplers.Adapter`): how a step becomes the sampler's
-    arguments. Left out, it is ``"numpy"``, checked when the sampler crashes: if it raises on its
-    first call there and another registered adapter runs it, :class:`~exactspec.errors.AdapterMismatch`
-    (exit 2) names the adapters that fit instead of a crash being reported
-    (:mod:`exactspec.samplers.adapter_fit`).
-
-    Every randomness source the sampler can reach is intercepted while it runs, for every
-    adapter (:mod:`exactspec.samplers.randomness.interception`): the adapter's ``rng``, Python's ``random``
-    and numpy's legacy global functions, and torch's (when torch is imported). A draw the audit
-    cannot enumerate, or one that escapes the interception (a reference taken before the audit,
-    a generator the sampler holds), raises UnsupportedRandomness; ``sys.exit`` in the sampler
-    raises RuleError; neither ever yields a verdict. Audits in several threads at once are safe:
-    each thread's draws go to its own audit, and threads with no audit get the real functions.
-
-    ``on_error``: a branch on which the sampler raises is a crash of the sampler on this (valid)
-    instance. ``"raise"`` (default): the first one stops the audit with a
-    :class:`~exactspec.RuleError` (exit 2) naming the exception, the branch's draws and the
-    sampler's line; ``"record"``: every crashing branch is an outcome of its own, reported with
-    its exact probability (``extra["error_probability"]``, ``extra["errors"]``,
-    ``extra["error_sites"]``) in a report that is never ``lossless`` while it has any (as
-    ``es.audit_loop(on_error="record")`` reports a loop's). An exception raised calling the
-    sampler, not inside it (a wrong signature), is always an error.
-
-    ``progress``: None or True (default) shows the audit's progress on stderr, by the probability of the
-    outcomes decided so far, per run of the sampler (its own precision, then float64 when the float
-    boundary runs it again): a bar with an ETA on a terminal past a second, a line every few seconds
-    in a log; False nothing; a function ``progress(done, total)`` receives it (percent, of 100).
-
-    ``search=True``: no single instance but an exact search over small ones, returning a minimal
-    Counterexample (of kind ``"crash"`` when the sampler raises on some instance), an EmptySearch
-    or an IncompleteSearch (:mod:`exactspec.samplers.sampler_search`).
+    >>> import exactspec as es
+    >>> r = audit_instance(es.samplers.reference_numpy_chain, adapter="numpy", tokens=1,
+    ...                    target=es.models.context_free(("3/5", "2/5")), draft=es.models.context_free(("1/2", "1/2")),
+    ...                    proposer=es.drafts.chain(1))
+    >>> r.verdict
+    'lossless'
     """
     check_budget(budget, "audit_sampler")
-    if search:  # the search chooses target, draft, prompt and tokens; it audits each instance through here
-        given = {k: v for k, v in locals().items() if k not in ("sampler", "search")}
-        given["reference"] = bool(reference)        # the rounding figures cost four audits an instance: asked for
-        if progress is None:
-            del given["progress"]                   # the search's own default
-        return _SEARCH[0](sampler, **given)
     reference = True if reference is None else bool(reference)
     explicit = adapter is not None
     adapter = get_adapter(DEFAULT_ADAPTER if adapter is None else adapter)
@@ -369,7 +303,7 @@ def audit_sampler(sampler: Callable, *, adapter: Any = None, target: Model | Non
                             expected=expected, rng_model=rng_model, backend="python",
                             rule=Rule(_stand_in, name=name, family=adapter.family, claim="lossless"))
     if getattr(adapter, "needs_torch", False):
-        from .randomness import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
+        from .torch_draws import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
     if on_error not in ("raise", "record"):
         raise ExactSpecError(f"audit_sampler on_error must be 'raise' or 'record', got {on_error!r}")
     if precision is not None and precision not in PRECISIONS:
@@ -507,7 +441,7 @@ def _float_boundary(sampler: Callable, adapter: Any, name: str, inputs: AuditInp
     Then a third run lifts the sampler's own casts to float64 (:func:`~.randomness.precision_watch.lifting`): when
     nothing coarser is met any more, that run is the algorithm at float64 and decides alone (bias and rounding
     separated exactly); otherwise (a cast it cannot lift: numpy, a constant made before the call) the verdict is
-    :func:`~.float_boundary.decide`'s size-derived bounds at the coarsest precision met. ``used``: the (generator,
+    :func:`~.rounding.decide`'s size-derived bounds at the coarsest precision met. ``used``: the (generator,
     lattice) pairs the first run drew from under the ``native`` model. ``tolerance_from``: what
     ``tolerance`` stands for (float64 rounding, or the floor the adapter resolves to), passed to ``decide``.
     """

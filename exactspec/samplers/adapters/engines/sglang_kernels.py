@@ -29,7 +29,7 @@ Assumptions, stated in the resolution: each coin is used through one threshold t
 with the other coins' values, the final coin through thresholds (no pattern A-B-A between two
 probed points) that depend on the coins only through the accept count; a launch that contradicts
 them raises :class:`~exactspec.UnsupportedRandomness`. Kernel rows are cached
-(:class:`~exactspec.samplers.adapters.triton_kernels.RowCache`) and each input's law is found
+(:class:`~exactspec.samplers.adapters.engines.triton_kernels.RowCache`) and each input's law is found
 once.
 
 >>> sglang_chain.name, sglang_chain.family, sglang_chain.precision
@@ -45,10 +45,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...errors import ExactSpecError, UnsupportedRandomness
-from ...protocols import Rng, Step
-from .base import Adapter
-from .explicit_uniforms import KernelAdapter, _kernel_lattice, reference_flashinfer_style
+from ....errors import ExactSpecError, UnsupportedRandomness
+from ....protocols import Rng, Step
+from ..base import Adapter
+from ..explicit_uniforms import KernelAdapter, kernel_lattice, reference_flashinfer_style
 from .triton_kernels import RowCache, interpreted, load_published_module
 
 __all__ = ["SGLANG_VERSION", "CHAIN_FILE", "TREE_FILE", "TREE_STUBS", "sglang_chain_kernel", "published_chain",
@@ -372,7 +372,7 @@ class SglangChainAdapter(KernelAdapter):
         return (f"uniform inputs on the lattice {self.lattice_note(rng_model)}; each coin's cut and the final coin's cuts located exactly "
                 "on it by launches at suggested thresholds and bisection (assumes one threshold per coin, independent "
                 "of the other coins, and final thresholds depending on the accept count only; see "
-                "exactspec.samplers.adapters.sglang_kernels)")
+                "exactspec.samplers.adapters.engines.sglang_kernels)")
 
     def with_precision(self, precision: str) -> "SglangChainAdapter":
         """This adapter handing its laws and uniforms in ``precision`` (the float64 run of a float32 audit).
@@ -386,7 +386,7 @@ class SglangChainAdapter(KernelAdapter):
 
     def call(self, sampler: Callable, step: Step, rng: Rng) -> list[int]:
         import torch
-        lat = _kernel_lattice(rng, self.precision, self.name)
+        lat = kernel_lattice(rng, self.precision, self.name)
         drafts, q, p = self.chain_arrays(step)
         key = (sampler, lat.name, tuple(int(x) for x in drafts), p.tobytes(), q.tobytes())
         law = self._memo.get(key)
@@ -544,7 +544,7 @@ def greedy_model(target: Any) -> Any:
     >>> greedy_model(es.models.context_free(("1/4", "1/2", "1/4")))((0,))
     (Fraction(0, 1), Fraction(1, 1), Fraction(0, 1))
     """
-    from ...models import from_function
+    from ....models import from_function
 
     def point(context: tuple) -> tuple:
         law = target(context)

@@ -42,11 +42,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ...errors import ExactSpecError
-from ...protocols import Rng, Step
-from ..randomness.interception import bind
-from ..randomness.planned import DrawPlan, planned_draws
-from .explicit_uniforms import KernelAdapter, _kernel_lattice, _race_law, _suggested_thresholds, _uniform_cells
+from ....errors import ExactSpecError
+from ....protocols import Rng, Step
+from ...randomness.interception import bind
+from ...randomness.planned import DrawPlan, planned_draws
+from ..explicit_uniforms import (KernelAdapter, kernel_lattice, kernel_race_law, suggested_thresholds,
+                                 uniform_cells)
 
 __all__ = ["VllmRejectionAdapter", "vllm_rejection"]
 
@@ -66,7 +67,10 @@ class VllmRejectionAdapter(KernelAdapter):
     """``rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
     target_logits, bonus_token_ids, sampling_metadata, ...)`` as vLLM v1 defines it, or a ``RejectionSampler``
     module: a batch of requests with ``gamma`` drafts each, target laws as float32 logits (``log p``), draft
-    laws as float32 probabilities (or None), output ``[batch, gamma + 1]`` padded with -1 (see the module)."""
+    laws as float32 probabilities (or None), output ``[batch, gamma + 1]`` padded with -1 (see the module). The
+    ``bonus_token_ids`` handed to ``rejection_sample`` hold the placeholder id ``V``: where the output holds it, the
+    adapter draws the bonus token (the target's law at position ``gamma``; its argmax for a greedy request).
+    Shapes and dtypes of every argument: docs/adapters.md."""
 
     name = "vllm-v1"
     family = "chain"
@@ -115,7 +119,7 @@ class VllmRejectionAdapter(KernelAdapter):
     def resolution(self, rng_model: str) -> str:
         return (f"vLLM's uniforms on the lattice {self.lattice_note(rng_model)}, breakpoints located exactly; its "
                 "exponentials as an ideal race, each weight ratio to one float32 ulp (the float64 run is held to that: "
-                "TV 2**-23 a race; see exactspec.samplers.adapters.vllm_v1)")
+                "TV 2**-23 a race; see exactspec.samplers.adapters.engines.vllm_v1)")
 
     def with_precision(self, precision: str) -> "VllmRejectionAdapter":
         """This adapter handing its logits and draft laws in ``precision`` (the float64 run of a float32 audit).
@@ -234,18 +238,18 @@ class VllmRejectionAdapter(KernelAdapter):
         p32 = [row.astype(np.float64) for row in logits.softmax(dim=-1, dtype=torch.float32).numpy()]
         q32 = [self.floats(step.claimed(j)).astype(np.float32).astype(np.float64) if self.draft_probs else
                np.eye(vocab)[x] for j, x in enumerate(step.drafts)]
-        guesses = _suggested_thresholds(p32, q32, list(step.drafts), lat)
-        cells = _uniform_cells(run, k, lat, guesses, self.fan)
+        guesses = suggested_thresholds(p32, q32, list(step.drafts), lat)
+        cells = uniform_cells(run, k, lat, guesses, self.fan)
         law: dict[tuple, Fraction] = {}
         for cell, weight in cells:
             point = np.array([(a + b) // 2 for a, b in cell], dtype=np.int64)
-            for out, share in _race_law(run, point, vocab, p32, q32, self.fan).items():
+            for out, share in kernel_race_law(run, point, vocab, p32, q32, self.fan).items():
                 law[out] = law.get(out, Fraction(0)) + weight * share
         return law
 
     def call(self, sampler: Callable, step: Step, rng: Rng) -> list[int]:
         # vLLM draws its uniforms in float64 (generate_uniform_probs)
-        lat = _kernel_lattice(rng, "float64", self.name, "torch float64 (vLLM's uniform_probs)")
+        lat = kernel_lattice(rng, "float64", self.name, "torch float64 (vLLM's uniform_probs)")
         key = (inspect.unwrap(sampler), lat.name, tuple(step.drafts), tuple(tuple(step.target(j))
                for j in range(step.gamma + 1)), tuple(tuple(step.claimed(j)) for j in range(step.gamma)))
         law = self._memo.get(key)

@@ -29,7 +29,7 @@ import sys
 from types import ModuleType
 from typing import Any, Callable, Hashable, Iterator, Sequence
 
-from ...errors import ExactSpecError
+from ....errors import ExactSpecError
 
 __all__ = ["load_published_module", "published_version", "RowCache", "interpreted"]
 

@@ -51,8 +51,8 @@ from ..enumerate import Budget
 from ..enumerate.step import check_budget
 from ..errors import BudgetExceeded, ExactSpecError, InexactArithmetic, RuleError, UnsupportedRandomness
 from ..report import AuditReport
-from . import sampler_audit as _sampler_audit
-from .adapter_fit import DEFAULT_ADAPTER, check_default_adapter
+from .instance import audit_instance
+from .adapters.fit import DEFAULT_ADAPTER, check_default_adapter
 from .randomness._fast_path import fast_paths
 from .randomness.interception import intercepting
 
@@ -520,7 +520,7 @@ def search_sampler(sampler: Any, *, adapter: Any = None, space: Space | None = N
     ``adapter`` left out is ``"numpy"``, checked when the search finds a crash: a sampler that raises on
     its first call there while another registered adapter runs it is an
     :class:`~exactspec.errors.AdapterMismatch` naming those adapters, not a crash counterexample
-    (:mod:`exactspec.samplers.adapter_fit`).
+    (:mod:`exactspec.samplers.adapters.fit`).
 
     ``workers`` / ``executor`` / ``chunk_size``: the instances are audited in chunks on worker processes
     (``0``: every core; ``1``: this process, through the chunked path), the sampler sent as its
@@ -542,7 +542,6 @@ def search_sampler(sampler: Any, *, adapter: Any = None, space: Space | None = N
     True
     """
     from .adapters.registry import get_adapter
-    audit_sampler = _sampler_audit.audit_sampler
     if isinstance(sampler, str):
         from .._loading import load_object as _load
         ref = sampler
@@ -570,7 +569,7 @@ def search_sampler(sampler: Any, *, adapter: Any = None, space: Space | None = N
 
     audit_one = _SamplerAudit(sampler, ref, adapter, rng_model, options)
     if isinstance(workers, str) and workers == parallel.AUTO:
-        workers = _auto_workers(audit_one, space, TORCH_SAMPLER_INSTANCE_SECONDS if getattr(
+        workers = search_workers(audit_one, space, TORCH_SAMPLER_INSTANCE_SECONDS if getattr(
             adapter, "needs_torch", False) else SAMPLER_INSTANCE_SECONDS, budget, max_instances, progress)
     kw = dict(space=space, name=name, seed=seed, budget=budget, max_instances=max_instances, progress=progress,
               instance_budget=instance_budget)
@@ -595,7 +594,7 @@ def search_sampler(sampler: Any, *, adapter: Any = None, space: Space | None = N
 
 
 class _SamplerAudit:
-    """``audit_one`` of :func:`search_sampler`: one instance audited by :func:`exactspec.audit_sampler`.
+    """``audit_one`` of :func:`search_sampler`: one instance audited as :func:`exactspec.audit_sampler` audits it.
 
     ``for_workers()`` is what a worker process rebuilds it from (the sampler's ``module:function``, the
     adapter's name when the registry gives it back); ``session()`` keeps the random functions patched
@@ -606,8 +605,8 @@ class _SamplerAudit:
         self.sampler, self.ref, self.adapter, self.rng_model, self.options = sampler, ref, adapter, rng_model, options
 
     def __call__(self, inst: dict) -> AuditReport:
-        return _sampler_audit.audit_sampler(self.sampler, adapter=self.adapter, rng_model=self.rng_model,
-                                            progress=False, **self.options, **inst)
+        return audit_instance(self.sampler, adapter=self.adapter, rng_model=self.rng_model, progress=False,
+                              **self.options, **inst)
 
     def session(self) -> Any:
         return _patched_once(self.adapter)
@@ -655,11 +654,17 @@ class _ShippedAudit:
         return _SamplerAudit(parallel.load_portable(sampler), "", adapter, rng_model, parallel.load_portable(options))
 
 
-def _auto_workers(audit_one: Callable[[dict], AuditReport], space: Space, each: float, budget: float | None,
-                  max_instances: int | None, progress: Any = None) -> int | None:
-    """``workers="auto"``: every core for a search estimated long enough (``each`` seconds an instance in this
-    process), when its audit can go to workers (a lambda or closure without cloudpickle cannot) and ``progress``
-    is not a function (:func:`exactspec.parallel.auto_stays_here`); None (this process) otherwise."""
+def search_workers(audit_one: Callable[[dict], AuditReport], space: Space, each: float, budget: float | None,
+                   max_instances: int | None, progress: Any = None) -> int | None:
+    """The workers of ``workers="auto"`` for a search of ``audit_one`` over ``space``: a count, or None (this process).
+
+    Every core for a search estimated long enough (``each`` seconds an instance in this process), when its
+    audit can go to workers (a lambda or closure without cloudpickle cannot) and ``progress`` is not a
+    function (:func:`exactspec.parallel.auto_stays_here`); None (this process) otherwise.
+
+    >>> search_workers(lambda inst: None, sampler_space(), each=0.0, budget=None, max_instances=None) is None
+    True
+    """
     planned = sum(cell_sizes(space, space.cells()))
     planned = planned if max_instances is None else min(planned, max_instances)
     workers = parallel.auto_workers(parallel.AUTO, planned * each, budget)
@@ -679,8 +684,8 @@ def _patched_once(adapter: Any) -> Iterator[None]:
         yield
         return
     if getattr(adapter, "needs_torch", False):
-        from .randomness import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
-    with intercepting(), _sampler_audit._one_torch_thread():
+        from .torch_draws import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
+    with intercepting(), one_torch_thread():
         yield
 
 
@@ -719,5 +724,3 @@ def search_from_audit_sampler(sampler: Any, *, adapter: Any = None, proposer: An
                           instance_budget=None if budget is None else Budget(
                               paths=budget.paths, depth=budget.depth, outcomes=budget.outcomes), **more)
 
-
-_sampler_audit._SEARCH[:] = [search_from_audit_sampler]

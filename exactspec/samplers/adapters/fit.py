@@ -27,15 +27,15 @@ from __future__ import annotations
 import importlib.util
 from typing import Any, Callable, Sequence
 
-from .._audit import audit
-from .._crash import crash_site
-from .._device import one_torch_thread
-from ..errors import AdapterMismatch, BudgetExceeded, ExactSpecError, UnsupportedRandomness
-from ..models import Model, context_free
-from ..rules import Rule
-from ..rules.shape import looks_like_sampler
-from .adapters.registry import ADAPTER_NAMES, get_adapter
-from .randomness.interception import current_session, intercepting, private_generators, watch
+from ..._audit import audit
+from ..._crash import crash_site
+from ..._device import one_torch_thread
+from ...errors import AdapterMismatch, BudgetExceeded, ExactSpecError, UnsupportedRandomness
+from ...models import Model, context_free
+from ...rules import Rule
+from ...rules.shape import looks_like_sampler
+from .registry import ADAPTER_NAMES, get_adapter
+from ..randomness.interception import current_session, intercepting, private_generators, watch
 
 __all__ = ["DEFAULT_ADAPTER", "first_call", "check_default_adapter"]
 
@@ -68,7 +68,7 @@ def first_call(sampler: Callable, adapter: Any, *, target: Model, draft: Model |
     """
     adapter = get_adapter(adapter)
     if getattr(adapter, "needs_torch", False):
-        from .randomness import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
+        from ..torch_draws import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
     name = getattr(sampler, "__name__", "sampler")
     private = private_generators(getattr(sampler, "__wrapped__", sampler))
 
@@ -143,7 +143,7 @@ def check_default_adapter(sampler: Callable, adapter: Any, *, failure: BaseExcep
         draft = context_free(("1/4", "1/4", "1/2"))
 
     def small(family: str) -> Any:
-        from ..drafts import chain, tree
+        from ...drafts import chain, tree
         return chain(2) if family == "chain" else tree((2, 1))
 
     def run(a: Any) -> BaseException | None:
