@@ -46,7 +46,11 @@ def load_object(spec: str, what: str, preload: Sequence[str] = ()) -> Any:
         raise ExactSpecError(f"cannot load {spec}: syntax error in {exc.filename}, line {exc.lineno}: "
                              f"{exc.msg}") from None
     except ImportError as exc:
-        raise ExactSpecError(f"cannot load {spec}: {exc}") from None
+        missing = getattr(exc, "name", None) or ""
+        if isinstance(exc, ModuleNotFoundError) and missing and (mod_name + ".").startswith(missing + "."):
+            # the module named in ``spec`` (or a package above it) does not exist: an unknown name
+            raise InvalidValue(f"cannot load {spec}: {exc}") from None
+        raise ExactSpecError(f"cannot load {spec}: {exc}") from None   # raised inside the user's module
     except Exception as exc:  # the user's module raised at import: one line naming it
         raise ExactSpecError(f"cannot load {spec}: importing {mod_name} raised {type(exc).__name__}: "
                              f"{exc}") from None

@@ -711,3 +711,14 @@ def test_the_cli_maps_an_argument_error_to_exit_2(capsys, kind):
 
     assert run_command(command, argparse.Namespace(cmd="audit")) == 2
     assert capsys.readouterr().err == "exactspec: error: --thing must be sensible, got 'x'\n"
+
+
+def test_a_rule_reference_naming_no_module_is_an_invalid_value_but_a_failing_import_is_not(tmp_path, monkeypatch):
+    from exactspec._loading import load_object
+    err = _argument_error(lambda: load_object("no_such_module_here:fn", "--rule"))
+    assert type(err) is es.InvalidValue and str(err).startswith("cannot load no_such_module_here:fn: ")
+    (tmp_path / "imports_a_missing_dependency.py").write_text("import no_such_dependency_here\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(es.ExactSpecError) as info:   # the user's module failed: not an argument error
+        load_object("imports_a_missing_dependency:fn", "--rule")
+    assert type(info.value) is es.ExactSpecError and "no_such_dependency_here" in str(info.value)
