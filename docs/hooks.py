@@ -164,7 +164,7 @@ def check_configurations_markdown() -> str:
 
 #: one snippet per public ExactSpecError subclass; it must raise exactly that type (the build fails otherwise)
 ERROR_EXAMPLES: dict[str, str] = {
-    "ExactSpecError": 'es.rules.get("speculative")',
+    "ExactSpecError": 'bool(es.counterexamples.search(es.rules.speculative_sampling, max_instances=3))   # stopped early',
     "InvalidDistribution": "es.models.context_free((1, 2))",
     "InexactArithmetic": '''\
 def float_threshold(step, rng):
@@ -267,6 +267,11 @@ def locked(step, rng):          # holds a lock: cannot be sent to a worker proce
         yield step.draft(0)
 
 es.counterexamples.search(locked, workers=2)''',
+    "ReplayDiverged": '''\
+from exactspec.enumerate import PathRng
+from exactspec.fields import get_field
+rng = PathRng((True,), 1, get_field(), [], {})       # replays a branch whose first draw was a coin
+rng.categorical((F(1, 2), F(1, 2)))                    # internal: the engine reports it as a RuleError''',
     "WorkersLost": '''\
 import os
 from exactspec import parallel

@@ -18,7 +18,7 @@ from .sweep import sweep
 from .enumerate import Budget
 from .errors import (BudgetExceeded, ExactSpecError, InexactArithmetic, InvalidDistribution, ModelError, RuleError,
                      UnsupportedRandomness, UnsupportedRngModel)
-from .errors import NotARule
+from .errors import InvalidArgument, InvalidType, InvalidValue, NotARule
 from .fields import get_field
 from .protocols import Rng, Step, TreeStep
 from .report import AuditReport, Outcome
@@ -59,3 +59,4 @@ __all__ = ["audit", "prove", "Proof", "Refutation", "audit_sampler", "audit_loop
            "theory", "trees", "counterexamples", "strategies", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
            "RuleError", "ModelError", "UnsupportedRandomness", "UnsupportedRngModel", "__version__"]
 __all__ += ["assert_sampler_lossless", "assert_loop_lossless", "IncompleteCheckError", "NotARule"]
+__all__ += ["InvalidArgument", "InvalidValue", "InvalidType"]

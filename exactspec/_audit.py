@@ -12,9 +12,9 @@ from typing import Any, Iterator, Sequence
 from . import _progress
 from .drafts import chain
 from .enumerate import Budget, Engine, greedy_sequence, target_law
-from .enumerate.rng import Lattice, lattice_for
+from .enumerate.rng import RngLattice, lattice_for
 from .enumerate.step import check_budget, crash_index, is_crash
-from .errors import ExactSpecError
+from .errors import InvalidType, InvalidValue
 from .fields import Field, get_field
 from .laws import total_variation
 from .models import Model
@@ -27,19 +27,28 @@ __all__ = ["audit", "default_tokens", "horizon_scope", "AuditInputs", "validate_
 DECODINGS = ("sample", "greedy")
 
 
-def _prompt(prompt: Any, vocab: int) -> tuple[int, ...]:
+def prompt_tokens(prompt: Any, vocab: int) -> tuple[int, ...]:
+    """The prompt as a tuple of token ids in ``0..vocab - 1``, or an argument error naming the entry.
+
+    >>> prompt_tokens([1, 0], 2)
+    (1, 0)
+    >>> prompt_tokens((0, 2), 2)
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.InvalidValue: prompt[1] = 2 is outside the vocabulary 0..1
+    """
     try:
         items = list(prompt)
     except TypeError:
-        raise ExactSpecError(f"prompt must be a sequence of token ids, got {prompt!r}") from None
+        raise InvalidType(f"prompt must be a sequence of token ids, got {prompt!r}") from None
     out = []
     for i, t in enumerate(items):
         try:
             t = operator.index(t)
         except TypeError:
-            raise ExactSpecError(f"prompt[{i}] = {t!r} is not a token id") from None
+            raise InvalidType(f"prompt[{i}] = {t!r} is not a token id") from None
         if not 0 <= t < vocab:
-            raise ExactSpecError(f"prompt[{i}] = {t} is outside the vocabulary 0..{vocab - 1}")
+            raise InvalidValue(f"prompt[{i}] = {t} is outside the vocabulary 0..{vocab - 1}")
         out.append(t)
     return tuple(out)
 
@@ -181,7 +190,7 @@ class AuditInputs:
     expected: Model | None
     worst: int
     rng_model: str
-    lattice: Lattice | None
+    lattice: RngLattice
 
 
 def validate_audit(*, target: Model, rule: Any, draft: Model | None = None, proposer: Any = None,
@@ -202,49 +211,53 @@ def validate_audit(*, target: Model, rule: Any, draft: Model | None = None, prop
     >>> validate_audit(target=m, draft=m, rule="mss", tokens=0)
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: tokens must be an int >= 1, got 0
+    exactspec.errors.InvalidValue: tokens must be an int >= 1, got 0
     """
     if not isinstance(target, Model):
-        raise ExactSpecError(f"target must be an exactspec model (es.models.*), got {target!r}")
+        raise InvalidType(f"target must be an exactspec model (es.models.*), got {target!r}")
     rule_obj: Rule = as_rule(rule)
     if proposer is None:   # the proposer the rule's claim is about, else the family's default
         from .drafts import tree
         proposer = rule_obj.proposer or (chain(4) if rule_obj.family == "chain" else tree((2, 2, 1)))
     if not hasattr(proposer, "step") or not hasattr(proposer, "family"):
-        raise ExactSpecError(f"proposer must be an exactspec proposer (es.drafts.*), got {proposer!r}")
+        raise InvalidType(f"proposer must be an exactspec proposer (es.drafts.*), got {proposer!r}")
     if proposer.family != rule_obj.family:
-        raise ExactSpecError(f"rule {rule_obj.name} verifies {rule_obj.family}s but the proposer drafts a "
-                             f"{proposer.family}")
+        raise InvalidValue(f"rule {rule_obj.name} verifies {rule_obj.family}s but the proposer drafts a "
+                           f"{proposer.family}")
     if proposer.needs_draft() and draft is None:
-        raise ExactSpecError(f"the {proposer.describe()} proposer needs a draft model: pass draft=")
+        raise InvalidValue(f"the {proposer.describe()} proposer needs a draft model: pass draft=")
     for name, m in [("draft model", draft), ("expected model", expected)] + [
             (f"merge draft model {i}" if getattr(proposer, "kind", "") == "merge" else "the proposer's sampled_from model",
              m) for i, m in enumerate(getattr(proposer, "models", []))]:
         if m is not None and not isinstance(m, Model):
             label = name.removesuffix(" model") if name in ("draft model", "expected model") else name
-            raise ExactSpecError(f"{label} must be an exactspec model (es.models.*), got {m!r}")
+            raise InvalidType(f"{label} must be an exactspec model (es.models.*), got {m!r}")
         if m is not None and m.vocab != target.vocab:
-            raise ExactSpecError(f"{name} has vocab {m.vocab} but the target has vocab {target.vocab}")
+            raise InvalidValue(f"{name} has vocab {m.vocab} but the target has vocab {target.vocab}")
     claims = getattr(proposer, "claims", None)
     if claims and len(next(iter(claims.values()))) != target.vocab:
-        raise ExactSpecError(f"the fixed tree's claimed laws have {len(next(iter(claims.values())))} entries but the "
-                             f"target has vocab {target.vocab}")
+        raise InvalidValue(f"the fixed tree's claimed laws have {len(next(iter(claims.values())))} entries but the "
+                           f"target has vocab {target.vocab}")
     if tokens is None:
         tokens = default_tokens(proposer)
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise ExactSpecError(f"tokens must be an int >= 1, got {tokens!r}")
+    if isinstance(tokens, bool) or not isinstance(tokens, int):
+        raise InvalidType(f"tokens must be an int >= 1, got {tokens!r}")
+    elif tokens < 1:
+        raise InvalidValue(f"tokens must be an int >= 1, got {tokens!r}")
     if expected is None and rule_obj.declared_target is not None:
         expected = rule_obj.declared_target(target, draft)
     if decoding is None:
         decoding = rule_obj.decoding
     if decoding not in DECODINGS:
-        raise ExactSpecError(f"decoding must be one of {', '.join(DECODINGS)}, got {decoding!r}")
+        raise InvalidValue(f"decoding must be one of {', '.join(DECODINGS)}, got {decoding!r}")
     if expected is not None and decoding == "greedy":
-        raise ExactSpecError("expected= declares a sampling law; it cannot be combined with decoding='greedy'")
-    if isinstance(worst, bool) or not isinstance(worst, int) or worst < 0:
-        raise ExactSpecError(f"worst must be an int >= 0, got {worst!r}")
+        raise InvalidValue("expected= declares a sampling law; it cannot be combined with decoding='greedy'")
+    if isinstance(worst, bool) or not isinstance(worst, int):
+        raise InvalidType(f"worst must be an int >= 0, got {worst!r}")
+    elif worst < 0:
+        raise InvalidValue(f"worst must be an int >= 0, got {worst!r}")
     fld = get_field(field, precision=precision, tolerance=tolerance, backend=backend)
-    prompt_t = _prompt(prompt, target.vocab)
+    prompt_t = prompt_tokens(prompt, target.vocab)
     lattice = lattice_for(rng_model)
     return AuditInputs(target=target, rule=rule_obj, proposer=proposer, draft=draft, prompt=prompt_t, tokens=tokens,
                        decoding=decoding, field=fld, expected=expected, worst=worst, rng_model=rng_model,
@@ -315,7 +328,7 @@ def compute_laws(engine: Engine, inputs: AuditInputs) -> AuditLaws:
             output, calls = engine.output(prompt_t, tokens)
         finally:
             engine.close()
-        crashes = None
+        crashes: dict[str, Any] | None = None   # what crashed -> (its probability, where)
         if engine.steps.record:   # the branches that crashed leave the output law; their mass is reported apart
             crashes, kept = {}, {}
             for k, v in output.items():

@@ -14,16 +14,16 @@ hostile ``"1e-999999999"`` is refused at once instead of expanding into a billio
 >>> load_json("[" * 100000, "report JSON")
 Traceback (most recent call last):
 ...
-exactspec.errors.ExactSpecError: report JSON: nested deeper than 64 levels
+exactspec.errors.InvalidValue: report JSON: nested deeper than 64 levels
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ._numbers import parse_rational
-from .errors import ExactSpecError, InvalidDistribution
+from .errors import ExactSpecError, InvalidDistribution, InvalidType, InvalidValue
 
 __all__ = ["MAX_DEPTH", "load_json", "obj", "required", "field", "opt_field", "number", "token_tuple", "law_pairs"]
 
@@ -50,6 +50,7 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
     stack = [(value, 1)]
     while stack:
         v, depth = stack.pop()
+        children: Iterable[Any]
         if isinstance(v, dict):
             children = v.values()
         elif isinstance(v, list):
@@ -73,22 +74,22 @@ def load_json(text: Any, what: str) -> Any:
     >>> load_json("not json", "report JSON")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: report JSON: not valid JSON (Expecting value: line 1 column 1 (char 0))
+    exactspec.errors.InvalidValue: report JSON: not valid JSON (Expecting value: line 1 column 1 (char 0))
     >>> load_json(b"{}", "report JSON")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: report JSON: expected a JSON string (str), got bytes
+    exactspec.errors.InvalidType: report JSON: expected a JSON string (str), got bytes
     """
     if not isinstance(text, str):
-        raise ExactSpecError(f"{what}: expected a JSON string (str), got {type(text).__name__}")
+        raise InvalidType(f"{what}: expected a JSON string (str), got {type(text).__name__}")
     try:
         value = json.loads(text, parse_constant=_refuse_constant)
     except RecursionError:
-        raise ExactSpecError(f"{what}: nested deeper than {MAX_DEPTH} levels") from None
+        raise InvalidValue(f"{what}: nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:  # JSONDecodeError, NaN/Infinity, integers beyond int_max_str_digits
-        raise ExactSpecError(f"{what}: not valid JSON ({exc})") from None
+        raise InvalidValue(f"{what}: not valid JSON ({exc})") from None
     if _depth_exceeds(value, MAX_DEPTH):
-        raise ExactSpecError(f"{what}: nested deeper than {MAX_DEPTH} levels")
+        raise InvalidValue(f"{what}: nested deeper than {MAX_DEPTH} levels")
     return value
 
 
@@ -98,10 +99,10 @@ def obj(value: Any, what: str) -> dict:
     >>> obj([], "report JSON")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: report JSON: expected an object, got an array
+    exactspec.errors.InvalidValue: report JSON: expected an object, got an array
     """
     if not isinstance(value, dict):
-        raise ExactSpecError(f"{what}: expected an object, got {_type_name(value)}")
+        raise InvalidValue(f"{what}: expected an object, got {_type_name(value)}")
     return value
 
 
@@ -110,7 +111,7 @@ def _check_type(value: Any, types: type | tuple[type, ...], label: str) -> Any:
     ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
     if not ok:
         names = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
-        raise ExactSpecError(f"{label} must be {names}, got {_type_name(value)}")
+        raise InvalidValue(f"{label} must be {names}, got {_type_name(value)}")
     return value
 
 
@@ -121,7 +122,7 @@ def required(d: dict, key: str, what: str) -> Any:
     '0'
     """
     if key not in d:
-        raise ExactSpecError(f"{what}: missing field {key!r}")
+        raise InvalidValue(f"{what}: missing field {key!r}")
     return d[key]
 
 
@@ -133,15 +134,15 @@ def field(d: dict, key: str, types: type | tuple[type, ...], what: str, *, defau
     >>> field({"paths": "3"}, "paths", int, "report JSON")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: report JSON: field 'paths' must be an integer, got a string
+    exactspec.errors.InvalidValue: report JSON: field 'paths' must be an integer, got a string
     >>> field({}, "rule", str, "report JSON")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: report JSON: missing field 'rule'
+    exactspec.errors.InvalidValue: report JSON: missing field 'rule'
     """
     if key not in d:
         if default is _MISSING:
-            raise ExactSpecError(f"{what}: missing field {key!r}")
+            raise InvalidValue(f"{what}: missing field {key!r}")
         return default
     return _check_type(d[key], types, f"{what}: field {key!r}")
 
@@ -168,16 +169,16 @@ def number(value: Any, label: str, parse: Callable[[str, str], Any] = parse_rati
     >>> number(0.2, "report JSON: field 'tv'")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: report JSON: field 'tv' must be a number written as a string like '3/5', got a number
+    exactspec.errors.InvalidValue: report JSON: field 'tv' must be a number written as a string like '3/5', got a number
     """
     if not isinstance(value, str):
-        raise ExactSpecError(f"{label} must be a number written as a string like '3/5', got {_type_name(value)}")
+        raise InvalidValue(f"{label} must be a number written as a string like '3/5', got {_type_name(value)}")
     try:
         return parse(value, label)
     except ExactSpecError:
         raise
     except (ValueError, TypeError, ArithmeticError) as exc:
-        raise ExactSpecError(f"{label}: {value[:40]!r} is not a number ({exc})") from None
+        raise InvalidValue(f"{label}: {value[:40]!r} is not a number ({exc})") from None
 
 
 def token_tuple(value: Any, label: str, vocab: int | None = None) -> tuple[int, ...]:
@@ -191,10 +192,10 @@ def token_tuple(value: Any, label: str, vocab: int | None = None) -> tuple[int, 
     exactspec.errors.InvalidDistribution: tokens: token 3 is outside the vocabulary 0..2
     """
     if not isinstance(value, list):
-        raise ExactSpecError(f"{label} must be an array of token ids, got {_type_name(value)}")
+        raise InvalidValue(f"{label} must be an array of token ids, got {_type_name(value)}")
     for t in value:
         if isinstance(t, bool) or not isinstance(t, int):
-            raise ExactSpecError(f"{label}: {t!r} is not a token id (an integer)")
+            raise InvalidValue(f"{label}: {t!r} is not a token id (an integer)")
         if t < 0 or (vocab is not None and t >= vocab):
             span = f"0..{vocab - 1}" if vocab is not None else ">= 0"
             raise InvalidDistribution(f"{label}: token {t} is outside the vocabulary {span}")
@@ -219,11 +220,11 @@ def law_pairs(rows: Any, label: str, parse: Callable[[str, str], Any] = parse_ra
     exactspec.errors.InvalidDistribution: output: outcome [0] has negative probability -1/2
     """
     if not isinstance(rows, list):
-        raise ExactSpecError(f"{label} must be an array of [tokens, probability] pairs, got {_type_name(rows)}")
+        raise InvalidValue(f"{label} must be an array of [tokens, probability] pairs, got {_type_name(rows)}")
     law: dict[tuple[int, ...], Any] = {}
     for i, row in enumerate(rows):
         if not isinstance(row, list) or len(row) != 2:
-            raise ExactSpecError(f"{label}: row {i} must be a [tokens, probability] pair, got {_short(row)}")
+            raise InvalidValue(f"{label}: row {i} must be a [tokens, probability] pair, got {_short(row)}")
         key = token_tuple(row[0], f"{label}: row {i} tokens", vocab)
         if length is None:
             length = len(key)

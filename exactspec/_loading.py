@@ -11,7 +11,7 @@ import re
 import sys
 from typing import Any, Sequence
 
-from .errors import ExactSpecError
+from .errors import ExactSpecError, InvalidType, InvalidValue
 
 __all__ = ["load_object"]
 
@@ -28,7 +28,7 @@ def load_object(spec: str, what: str, preload: Sequence[str] = ()) -> Any:
     import importlib
     mod_name, _, name = spec.partition(":")
     if not _DOTTED.fullmatch(mod_name) or not _DOTTED.fullmatch(name):
-        raise ExactSpecError(f"{what} must be MODULE:FUNCTION (dotted Python names), got {spec!r}")
+        raise InvalidValue(f"{what} must be MODULE:FUNCTION (dotted Python names), got {spec!r}")
     for dep in preload:
         try:
             importlib.import_module(dep)
@@ -46,7 +46,11 @@ def load_object(spec: str, what: str, preload: Sequence[str] = ()) -> Any:
         raise ExactSpecError(f"cannot load {spec}: syntax error in {exc.filename}, line {exc.lineno}: "
                              f"{exc.msg}") from None
     except ImportError as exc:
-        raise ExactSpecError(f"cannot load {spec}: {exc}") from None
+        missing = getattr(exc, "name", None) or ""
+        if isinstance(exc, ModuleNotFoundError) and missing and (mod_name + ".").startswith(missing + "."):
+            # the module named in ``spec`` (or a package above it) does not exist: an unknown name
+            raise InvalidValue(f"cannot load {spec}: {exc}") from None
+        raise ExactSpecError(f"cannot load {spec}: {exc}") from None   # raised inside the user's module
     except Exception as exc:  # the user's module raised at import: one line naming it
         raise ExactSpecError(f"cannot load {spec}: importing {mod_name} raised {type(exc).__name__}: "
                              f"{exc}") from None
@@ -60,7 +64,7 @@ def load_object(spec: str, what: str, preload: Sequence[str] = ()) -> Any:
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ExactSpecError(f"cannot load {spec}: {mod_name} has no attribute {name!r}") from None
+            raise InvalidValue(f"cannot load {spec}: {mod_name} has no attribute {name!r}") from None
     if not callable(obj):
-        raise ExactSpecError(f"{spec} is {type(obj).__name__}, not a function")
+        raise InvalidType(f"{spec} is {type(obj).__name__}, not a function")
     return obj

@@ -15,7 +15,7 @@ Fraction(1, 400)
 >>> parse_rational("1e-999999999", "--tolerance")
 Traceback (most recent call last):
 ...
-exactspec.errors.ExactSpecError: --tolerance: '1e-999999999' has an exponent beyond 1000 in absolute value; write a rational like '3/5' or a decimal with a small exponent
+exactspec.errors.InvalidValue: --tolerance: '1e-999999999' has an exponent beyond 1000 in absolute value; write a rational like '3/5' or a decimal with a small exponent
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from .errors import ExactSpecError
+from .errors import InvalidType, InvalidValue
 
 __all__ = ["parse_rational", "finite_float", "MAX_DIGITS", "MAX_EXPONENT", "MAX_TEXT", "PRECISIONS"]
 
@@ -55,27 +55,27 @@ def parse_rational(text: Any, where: str = "number") -> Fraction:
     >>> parse_rational("1/0", "tv")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: tv: '1/0' has a zero denominator
+    exactspec.errors.InvalidValue: tv: '1/0' has a zero denominator
     """
     if isinstance(text, bool):
-        raise ExactSpecError(f"{where}: {text!r} is a bool, not a number")
+        raise InvalidType(f"{where}: {text!r} is a bool, not a number")
     if isinstance(text, int):
         return Fraction(text)
     if isinstance(text, Fraction):
         return text
     if not isinstance(text, str):
-        raise ExactSpecError(f"{where}: expected a rational written as a string like '3/5', got {text!r} "
-                             f"of type {type(text).__name__}")
+        raise InvalidType(f"{where}: expected a rational written as a string like '3/5', got {text!r} "
+                          f"of type {type(text).__name__}")
     if len(text) > MAX_TEXT:
-        raise ExactSpecError(f"{where}: a number string of {len(text)} characters is too long "
-                             f"(at most {MAX_TEXT})")
+        raise InvalidValue(f"{where}: a number string of {len(text)} characters is too long "
+                           f"(at most {MAX_TEXT})")
     m = _RATIO.fullmatch(text)
     if m:
         sign, num, den = m.groups()
         if len(num) > MAX_DIGITS or (den is not None and len(den) > MAX_DIGITS):
-            raise ExactSpecError(f"{where}: {_show(text)} has more than {MAX_DIGITS} digits")
+            raise InvalidValue(f"{where}: {_show(text)} has more than {MAX_DIGITS} digits")
         if den is not None and int(den) == 0:
-            raise ExactSpecError(f"{where}: {_show(text)} has a zero denominator")
+            raise InvalidValue(f"{where}: {_show(text)} has a zero denominator")
         value = Fraction(int(num), int(den) if den is not None else 1)
         return -value if sign == "-" else value
     m = _DECIMAL.fullmatch(text)
@@ -83,17 +83,17 @@ def parse_rational(text: Any, where: str = "number") -> Fraction:
         sign, whole, frac, exp = m.groups()
         frac = frac or ""
         if len(whole) + len(frac) > MAX_DIGITS:
-            raise ExactSpecError(f"{where}: {_show(text)} has more than {MAX_DIGITS} digits")
+            raise InvalidValue(f"{where}: {_show(text)} has more than {MAX_DIGITS} digits")
         e = 0
         if exp is not None:
             if len(exp.lstrip("+-")) > 6 or abs(int(exp)) > MAX_EXPONENT:
-                raise ExactSpecError(f"{where}: {_show(text)} has an exponent beyond {MAX_EXPONENT} in absolute "
-                                     "value; write a rational like '3/5' or a decimal with a small exponent")
+                raise InvalidValue(f"{where}: {_show(text)} has an exponent beyond {MAX_EXPONENT} in absolute "
+                                   "value; write a rational like '3/5' or a decimal with a small exponent")
             e = int(exp)
         value = Fraction(int(whole + frac or "0")) * Fraction(10) ** (e - len(frac))
         return -value if sign == "-" else value
-    raise ExactSpecError(f"{where}: {_show(text)} is not a rational number (write an integer, 'p/q' or a decimal "
-                         "like '0.25')")
+    raise InvalidValue(f"{where}: {_show(text)} is not a rational number (write an integer, 'p/q' or a decimal "
+                       "like '0.25')")
 
 
 def _show(text: str) -> str:
@@ -108,16 +108,16 @@ def finite_float(x: Any, where: str) -> float:
     >>> finite_float(float("nan"), "tolerance")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: tolerance: nan is not a finite number
+    exactspec.errors.InvalidValue: tolerance: nan is not a finite number
     """
     if isinstance(x, bool):
-        raise ExactSpecError(f"{where}: {x!r} is a bool, not a number")
+        raise InvalidType(f"{where}: {x!r} is a bool, not a number")
     if isinstance(x, str):
         x = parse_rational(x, where)
     try:
         v = float(x)
     except (TypeError, ValueError, OverflowError):
-        raise ExactSpecError(f"{where}: {x!r} is not a number") from None
+        raise InvalidType(f"{where}: {x!r} is not a number") from None
     if not math.isfinite(v):
-        raise ExactSpecError(f"{where}: {v!r} is not a finite number")
+        raise InvalidValue(f"{where}: {v!r} is not a finite number")
     return v

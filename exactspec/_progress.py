@@ -35,7 +35,7 @@ from __future__ import annotations
 import io
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TextIO
 
 __all__ = ["reporter", "resolve", "close", "Reporter", "MassProgress", "duration", "DELAY", "EVERY", "PERCENT"]
 
@@ -92,7 +92,8 @@ class Reporter:
         self.next_line = self.start + every   # when the next summary line is due (not on a terminal)
         self.lines = 0                         # summary lines printed
         self.bar: Any = None                   # the tqdm bar, once shown
-        self.done, self.total = 0, None
+        self.done: int = 0
+        self.total: int | None = None
         self.closed = False
 
     def __call__(self, done: int, total: int | None = None) -> None:
@@ -158,7 +159,7 @@ class Reporter:
         self.close()
 
 
-def reporter(what: str, *, unit: str = "chunks", enabled: bool = True, stream: io.TextIOBase | None = None,
+def reporter(what: str, *, unit: str = "chunks", enabled: bool = True, stream: TextIO | None = None,
              clock: Callable[[], float] = time.monotonic, delay: float | None = None, every: float | None = None
              ) -> Reporter | None:
     """The progress callback ``progress(done, total)`` of one job named ``what``, counting ``unit``; None when not ``enabled``.
@@ -195,9 +196,9 @@ def resolve(progress: Any, what: str, *, unit: str = "chunks") -> Callable[..., 
     if progress is False:
         return None
     if not callable(progress):
-        from .errors import ExactSpecError
-        raise ExactSpecError(f"progress must be True, False, None or a function progress(done, total), got "
-                             f"{progress!r}")
+        from .errors import InvalidType
+        raise InvalidType(f"progress must be True, False, None or a function progress(done, total), got "
+                          f"{progress!r}")
     return progress
 
 

@@ -15,7 +15,7 @@ import warnings
 from typing import Any, Callable, Sequence, TypeVar
 
 from ._audit import audit
-from .errors import IncompleteCheckError, LossAssertionError
+from .errors import IncompleteCheckError, InvalidType, InvalidValue, LossAssertionError
 from .models import Model
 from .rules import as_rule
 
@@ -113,14 +113,14 @@ def assert_lossless(rule: Any, *, target: Model, draft: Model | None = None, pro
              report.summary()]
     ce = None
     if search:
-        from .counterexamples import search as find
+        from .counterexamples import Counterexample, search as find
         from .errors import ExactSpecError
         try:
             found = find(rule, proposer=proposer, budget=search_budget, progress=False)
         except ExactSpecError as exc:  # e.g. the rule raised on every instance of the search space
             lines += ["", f"(the search for a smaller counterexample failed: {type(exc).__name__}: {exc})"]
         else:
-            if found.found:
+            if isinstance(found, Counterexample):
                 ce = found
                 lines += ["", "minimal counterexample of the same rule:", str(ce), "", "regression test:",
                           ce.to_pytest()]
@@ -146,9 +146,8 @@ def _audit_options(fn: Callable[..., Any], given: dict, where: str) -> dict:
     known = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY} - set(_OWN)
     bad = sorted(k for k in given if k not in known)
     if bad:
-        from .errors import ExactSpecError
         options = sorted(known | set(_OWN) - {"progress", "instance_budget"})
-        raise ExactSpecError(f"{where}: unknown option(s) {', '.join(bad)} (options: {', '.join(options)})")
+        raise InvalidValue(f"{where}: unknown option(s) {', '.join(bad)} (options: {', '.join(options)})")
     return dict(given)
 
 
@@ -156,10 +155,11 @@ def _small_space(space: Any, family: str, vocab: int | None, gamma: int | None, 
                  where: str, loop: bool = False) -> Any:
     """The search space: ``space`` (or the default one) bounded by ``vocab`` / ``gamma``, at horizon ``tokens``."""
     __tracebackhide__ = _ours     # pytest: the user's line and the message, not this frame
-    from .errors import ExactSpecError
     for label, v, lo in (("vocab", vocab, 2), ("gamma", gamma, 1), ("tokens", tokens, 1)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
-            raise ExactSpecError(f"{where}: {label} must be an int >= {lo}, got {v!r}")
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise InvalidType(f"{where}: {label} must be an int >= {lo}, got {v!r}")
+        if v is not None and v < lo:
+            raise InvalidValue(f"{where}: {label} must be an int >= {lo}, got {v!r}")
     if space is None and vocab is None and gamma is None and (tokens is None or loop):
         return None
     if space is None:
@@ -174,8 +174,8 @@ def _small_space(space: Any, family: str, vocab: int | None, gamma: int | None, 
         changes["vocabs"] = tuple(v for v in space.vocabs if v <= vocab) or (vocab,)
     if gamma is not None:
         if loop or family != "chain":
-            raise ExactSpecError(f"{where}: gamma= bounds a chain sampler's search (a loop drafts with its own "
-                                 "gamma; a tree search takes space=)")
+            raise InvalidValue(f"{where}: gamma= bounds a chain sampler's search (a loop drafts with its own "
+                               "gamma; a tree search takes space=)")
         changes["shapes"] = tuple((g,) for g in range(1, gamma + 1))
     if tokens is not None and not loop:   # every instance at this horizon (fewer tokens are its marginals)
         changes.update(tokens=(tokens,), extra_tokens=None, only_longest=False)
@@ -186,14 +186,13 @@ def _budget_parts(budget: Any, where: str) -> tuple[Any, Any]:
     """A search's budget: seconds for the whole search, and the per-audit limits of an ``es.Budget``."""
     __tracebackhide__ = _ours     # pytest: the user's line and the message, not this frame
     from .enumerate import Budget
-    from .errors import ExactSpecError
     if budget is None:
         return None, None
     if isinstance(budget, Budget):
         return budget.seconds, Budget(paths=budget.paths, depth=budget.depth, outcomes=budget.outcomes)
     if isinstance(budget, (int, float)) and not isinstance(budget, bool) and budget > 0:
         return float(budget), None
-    raise ExactSpecError(f"{where}: budget must be seconds (a positive number) or an es.Budget, got {budget!r}")
+    raise InvalidType(f"{where}: budget must be seconds (a positive number) or an es.Budget, got {budget!r}")
 
 
 def _regression(result: Any) -> list[str]:
@@ -293,7 +292,7 @@ def assert_sampler_lossless(sampler: Any, *, adapter: Any = None, search: bool =
     sampler shared_uniform (adapter numpy) is biased: an exact search over small instances found this minimal counterexample
     """
     __tracebackhide__ = _ours     # pytest: the user's line and the message, not this frame
-    from .errors import BudgetExceeded, ExactSpecError
+    from .errors import BudgetExceeded
     from .samplers import audit_sampler, get_adapter
     where = "assert_sampler_lossless"
     opts = _audit_options(audit_sampler, audit_options, where)
@@ -309,9 +308,9 @@ def assert_sampler_lossless(sampler: Any, *, adapter: Any = None, search: bool =
             given = [k for k, v in (("target", target), ("draft", draft), ("expected", expected)) if v is not None] + (
                 ["prompt"] if tuple(prompt) != () else [])
             if given:
-                raise ExactSpecError(f"{where}: {'= and '.join(given)}= do{'es' if len(given) == 1 else ''} not apply "
-                                     "to the search (it chooses the laws and prompts): pass search=False to assert "
-                                     "one instance")
+                raise InvalidValue(f"{where}: {'= and '.join(given)}= do{'es' if len(given) == 1 else ''} not apply "
+                                   "to the search (it chooses the laws and prompts): pass search=False to assert "
+                                   "one instance")
             from .samplers.search import search_sampler
             seconds, limits = _budget_parts(budget, where)
             result = search_sampler(sampler, adapter=chosen, proposer=proposer, seed=seed, budget=seconds,
@@ -320,9 +319,9 @@ def assert_sampler_lossless(sampler: Any, *, adapter: Any = None, search: bool =
         else:
             for label, v in (("space", space), ("vocab", vocab), ("gamma", gamma), ("max_instances", max_instances)):
                 if v is not None:
-                    raise ExactSpecError(f"{where}: {label}= applies to the search, not to one instance (search=False)")
+                    raise InvalidValue(f"{where}: {label}= applies to the search, not to one instance (search=False)")
             if target is None:
-                raise ExactSpecError(f"{where}(search=False): pass target= (and draft=, proposer=) for the instance")
+                raise InvalidValue(f"{where}(search=False): pass target= (and draft=, proposer=) for the instance")
             from .enumerate import Budget
             seconds, limits = _budget_parts(budget, where)
             one = Budget(seconds=seconds) if limits is None else Budget(
@@ -367,7 +366,7 @@ def assert_loop_lossless(loop: Any, *, search: bool = True, space: Any = None, v
     loop bonus_from_draft is biased: an exact search over small instances found this minimal counterexample
     """
     __tracebackhide__ = _ours     # pytest: the user's line and the message, not this frame
-    from .errors import BudgetExceeded, ExactSpecError
+    from .errors import BudgetExceeded
     from .samplers import audit_loop
     where = "assert_loop_lossless"
     opts = _audit_options(audit_loop, audit_options, where)
@@ -380,9 +379,9 @@ def assert_loop_lossless(loop: Any, *, search: bool = True, space: Any = None, v
             given = [k for k, v in (("target", target), ("draft", draft), ("prompt", prompt), ("expected", expected))
                      if v is not None]
             if given:
-                raise ExactSpecError(f"{where}: {'= and '.join(given)}= do{'es' if len(given) == 1 else ''} not apply "
-                                     "to the search (it chooses the laws and prompts): pass search=False to assert "
-                                     "one instance")
+                raise InvalidValue(f"{where}: {'= and '.join(given)}= do{'es' if len(given) == 1 else ''} not apply "
+                                   "to the search (it chooses the laws and prompts): pass search=False to assert "
+                                   "one instance")
             from .enumerate import Budget
             if budget is not None and not isinstance(budget, Budget):
                 budget = _budget_parts(budget, where)[0]
@@ -393,9 +392,9 @@ def assert_loop_lossless(loop: Any, *, search: bool = True, space: Any = None, v
         else:
             for label, v in (("space", space), ("vocab", vocab), ("max_instances", max_instances)):
                 if v is not None:
-                    raise ExactSpecError(f"{where}: {label}= applies to the search, not to one instance (search=False)")
+                    raise InvalidValue(f"{where}: {label}= applies to the search, not to one instance (search=False)")
             if target is None:
-                raise ExactSpecError(f"{where}(search=False): pass target= (and draft=, prompt=) for the instance")
+                raise InvalidValue(f"{where}(search=False): pass target= (and draft=, prompt=) for the instance")
             from .enumerate import Budget
             seconds, limits = _budget_parts(budget, where)
             one = None if budget is None else Budget(seconds=seconds) if limits is None else Budget(

@@ -175,6 +175,17 @@ class NotARule(RuleError, TypeError):
         self.kind, self.adapter, self.signature = kind, adapter, signature
 
 
+class ReplayDiverged(ExactSpecError):
+    """A replayed run made different draws than the run it replays (the rule is not deterministic).
+
+    Internal: the engine raises it while it replays a branch and turns it into a :class:`RuleError`
+    naming the rule and the draws, so a user never catches it.
+
+    >>> issubclass(ReplayDiverged, ExactSpecError), ReplayDiverged.exit_code
+    (True, 2)
+    """
+
+
 class UnsupportedRandomness(ExactSpecError):
     """A uniform draw was used in a way the enumerator cannot follow exactly (names the operation).
 

@@ -18,10 +18,11 @@ import numbers
 import os
 import sys
 from fractions import Fraction
+from types import FrameType
 from typing import Any
 
 from ._numbers import MAX_TEXT, finite_float, parse_rational
-from .errors import ExactSpecError, InexactArithmetic
+from .errors import ExactSpecError, InexactArithmetic, InvalidType, InvalidValue
 
 __all__ = ["Field", "FractionField", "MpmathField", "FloatField", "get_field"]
 
@@ -37,13 +38,19 @@ _SAMPLER_LAYER = {os.path.join(os.path.dirname(_HERE), "samplers", *f.split("/")
 
 
 def _library_dirs() -> tuple:
-    return tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (
-        sys.modules.get("torch"), sys.modules.get("numpy")) if getattr(m, "__file__", None))
+    files = (getattr(sys.modules.get(name), "__file__", None) for name in ("torch", "numpy"))
+    return tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in files if f)
 
 
-def _caller(depth: int = 2) -> str:
-    """Return ``file:line`` of the first frame outside exactspec's engine (where a value came from)."""
-    frame = sys._getframe(depth)
+def caller_site(depth: int = 2) -> str:
+    """Return ``file:line in function`` of the first frame outside exactspec's engine (where a value came from).
+
+    ``depth``: the frame to start from (1: the caller of this function).
+
+    >>> caller_site(1).rsplit(":", 1)[1]   # this line of the example, in its module
+    '1 in <module>'
+    """
+    frame: FrameType | None = sys._getframe(depth)
     libs = _library_dirs()
     while frame is not None:
         name = os.path.abspath(frame.f_code.co_filename)
@@ -72,7 +79,10 @@ class Field:
         """Return ``x`` as a number of this field, or raise naming ``what`` and the caller's line."""
         raise NotImplementedError  # pragma: no cover - abstract
 
-    native = False
+    @property
+    def native(self) -> bool:
+        """True when the field's numbers are Fractions (model laws need no conversion)."""
+        return False
 
     def tolerance(self) -> Any:
         """The largest TV still reported as lossless (0 in exact fields)."""
@@ -105,12 +115,13 @@ def _coprime_fraction() -> Any:
 
         def make(n: int, d: int) -> Fraction:
             f = new(Fraction)
-            f._numerator, f._denominator = n, d
+            f._numerator, f._denominator = n, d   # type: ignore[attr-defined]  # 3.11's slots, set directly
             return f
         return make
     try:
-        if Fraction(2, 4, _normalize=False).numerator == 2:      # type: ignore[call-arg]
-            return lambda n, d: Fraction(n, d, _normalize=False)   # type: ignore[call-arg]
+        # 3.12+: the keyword typeshed does not list (an unknown keyword is a TypeError, caught below)
+        if Fraction(2, 4, _normalize=False).numerator == 2:      # type: ignore[call-overload]
+            return lambda n, d: Fraction(n, d, _normalize=False)   # type: ignore[call-overload]
     except TypeError:
         pass
     return Fraction
@@ -119,7 +130,13 @@ def _coprime_fraction() -> Any:
 _FRACTION = _coprime_fraction()
 
 
-def _gmpy2_mpq() -> Any:
+def gmpy2_mpq() -> Any:
+    """gmpy2's ``mpq`` (the fast exact rational of ``backend="gmpy2"``), or None when gmpy2 is not installed.
+
+    >>> mpq = gmpy2_mpq()
+    >>> mpq is None or mpq(2, 4) == Fraction(1, 2)
+    True
+    """
     try:
         import gmpy2
     except ImportError:
@@ -145,8 +162,8 @@ class FractionField(Field):
 
     def __init__(self, backend: str = "auto") -> None:
         if backend not in ("auto", "gmpy2", "python"):
-            raise ExactSpecError(f"fraction backend must be auto, gmpy2 or python, got {backend!r}")
-        mpq = None if backend == "python" else _gmpy2_mpq()
+            raise InvalidValue(f"fraction backend must be auto, gmpy2 or python, got {backend!r}")
+        mpq = None if backend == "python" else gmpy2_mpq()
         if backend == "gmpy2" and mpq is None:
             raise ExactSpecError("backend='gmpy2' needs gmpy2 installed (pip install 'exactspec[fast]')")
         self.backend = "gmpy2" if mpq is not None else "python"
@@ -170,10 +187,10 @@ class FractionField(Field):
             return self.convert(x)
         if isinstance(x, float) or (hasattr(x, "dtype") and getattr(x.dtype, "kind", "") == "f"):
             raise InexactArithmetic(
-                f"{what} is the float {x!r} (from {_caller(3)}); the fraction field is exact: use Fraction or int")
+                f"{what} is the float {x!r} (from {caller_site(3)}); the fraction field is exact: use Fraction or int")
         if isinstance(x, numbers.Rational):
             return self.convert(Fraction(int(x.numerator), int(x.denominator)))
-        raise InexactArithmetic(f"{what} is {x!r} of type {t.__name__} (from {_caller(3)}); "
+        raise InexactArithmetic(f"{what} is {x!r} of type {t.__name__} (from {caller_site(3)}); "
                                 "the fraction field takes Fraction or int")
 
     def export(self, x: Any) -> Fraction:
@@ -193,7 +210,7 @@ class FractionField(Field):
         >>> FractionField(backend="python").parse("1e-999999999", "tv")
         Traceback (most recent call last):
         ...
-        exactspec.errors.ExactSpecError: tv: '1e-999999999' has an exponent beyond 1000 in absolute value; write a rational like '3/5' or a decimal with a small exponent
+        exactspec.errors.InvalidValue: tv: '1e-999999999' has an exponent beyond 1000 in absolute value; write a rational like '3/5' or a decimal with a small exponent
         """
         return parse_rational(s, where)
 
@@ -254,8 +271,10 @@ class MpmathField(Field):
     exact = False
 
     def __init__(self, precision: int = 113, tolerance: Any = None) -> None:
-        if not isinstance(precision, int) or isinstance(precision, bool) or precision < 16:
-            raise ExactSpecError(f"mpmath precision must be an int >= 16 bits, got {precision!r}")
+        if not isinstance(precision, int) or isinstance(precision, bool):
+            raise InvalidType(f"mpmath precision must be an int >= 16 bits, got {precision!r}")
+        if precision < 16:
+            raise InvalidValue(f"mpmath precision must be an int >= 16 bits, got {precision!r}")
         self.precision = precision
         self.ctx = _mp_context(precision, shared=False)
         self.zero = self.ctx.mpf(0)
@@ -273,7 +292,7 @@ class MpmathField(Field):
     def _tolerance(self, tolerance: Any) -> Any:
         where = "mpmath field tolerance"
         if isinstance(tolerance, bool):
-            raise ExactSpecError(f"{where}: {tolerance!r} is a bool, not a number")
+            raise InvalidType(f"{where}: {tolerance!r} is a bool, not a number")
         if isinstance(tolerance, str):
             tolerance = parse_rational(tolerance, where)
         if isinstance(tolerance, numbers.Rational):
@@ -281,9 +300,9 @@ class MpmathField(Field):
         elif isinstance(tolerance, numbers.Real) or hasattr(tolerance, "_mpf_"):
             tol = self.ctx.mpf(tolerance)
         else:
-            raise ExactSpecError(f"{where}: {tolerance!r} of type {type(tolerance).__name__} is not a number")
+            raise InvalidType(f"{where}: {tolerance!r} of type {type(tolerance).__name__} is not a number")
         if not self.ctx.isfinite(tol) or tol < 0:
-            raise ExactSpecError(f"{where}: {tolerance!r} must be a finite number >= 0")
+            raise InvalidValue(f"{where}: {tolerance!r} must be a finite number >= 0")
         return tol
 
     def convert(self, x: Fraction) -> Any:
@@ -297,7 +316,7 @@ class MpmathField(Field):
         try:
             return self.ctx.mpf(x)
         except Exception as exc:  # mpmath raises several types for junk
-            raise InexactArithmetic(f"{what} is {x!r}, not a number (from {_caller(3)})") from exc
+            raise InexactArithmetic(f"{what} is {x!r}, not a number (from {caller_site(3)})") from exc
 
     def tolerance(self) -> Any:
         return self._tol
@@ -312,18 +331,18 @@ class MpmathField(Field):
         >>> MpmathField(precision=64).parse("nan", "tv")
         Traceback (most recent call last):
         ...
-        exactspec.errors.ExactSpecError: tv: 'nan' is not a finite number
+        exactspec.errors.InvalidValue: tv: 'nan' is not a finite number
         """
         if not isinstance(s, str):
             return self.convert(parse_rational(s, where))
         if len(s) > MAX_TEXT:
-            raise ExactSpecError(f"{where}: a number string of {len(s)} characters is too long (at most {MAX_TEXT})")
+            raise InvalidValue(f"{where}: a number string of {len(s)} characters is too long (at most {MAX_TEXT})")
         try:
             x = self.ctx.mpf(s)
         except (ValueError, TypeError, ArithmeticError):
-            raise ExactSpecError(f"{where}: {s[:40]!r} is not a number") from None
+            raise InvalidValue(f"{where}: {s[:40]!r} is not a number") from None
         if not self.ctx.isfinite(x):
-            raise ExactSpecError(f"{where}: {s[:40]!r} is not a finite number")
+            raise InvalidValue(f"{where}: {s[:40]!r} is not a finite number")
         return x
 
     def describe(self) -> str:
@@ -345,7 +364,7 @@ class FloatField(Field):
     def __init__(self, tolerance: float = 1e-12) -> None:
         tol = finite_float(tolerance, "float field tolerance")
         if tol < 0:
-            raise ExactSpecError(f"float field tolerance: {tolerance!r} must be >= 0")
+            raise InvalidValue(f"float field tolerance: {tolerance!r} must be >= 0")
         self._tol = tol
 
     def convert(self, x: Fraction) -> float:
@@ -357,7 +376,7 @@ class FloatField(Field):
         try:
             v = float(x)
         except Exception as exc:
-            raise InexactArithmetic(f"{what} is {x!r}, not a number (from {_caller(3)})") from exc
+            raise InexactArithmetic(f"{what} is {x!r}, not a number (from {caller_site(3)})") from exc
         return v
 
     def tolerance(self) -> float:
@@ -379,7 +398,7 @@ class FloatField(Field):
                 pass
             else:
                 if v != v or v in (float("inf"), float("-inf")):
-                    raise ExactSpecError(f"{where}: {s!r} is not a finite number")
+                    raise InvalidValue(f"{where}: {s!r} is not a finite number")
                 return v
         return finite_float(parse_rational(s, where), where)
 
@@ -398,19 +417,19 @@ def get_field(field: str | Field = "fraction", *, precision: int | None = None,
     >>> get_field("decimal")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: unknown field 'decimal': choose one of fraction, mpmath, float
+    exactspec.errors.InvalidValue: unknown field 'decimal': choose one of fraction, mpmath, float
     """
     if isinstance(field, Field):
         return field
     if field == "fraction":
         if tolerance is not None and (isinstance(tolerance, bool) or tolerance != 0):
-            raise ExactSpecError(f"the fraction field is exact: its tolerance is 0 (got tolerance={tolerance!r})")
+            raise InvalidValue(f"the fraction field is exact: its tolerance is 0 (got tolerance={tolerance!r})")
         return FractionField(backend)
     if field == "mpmath":
         return MpmathField(precision=113 if precision is None else precision, tolerance=tolerance)
     if field == "float":
         return FloatField(1e-12 if tolerance is None else tolerance)
-    raise ExactSpecError(f"unknown field {field!r}: choose one of fraction, mpmath, float")
+    raise InvalidValue(f"unknown field {field!r}: choose one of fraction, mpmath, float")
 
 
 def is_finite_number(x: Any) -> bool:

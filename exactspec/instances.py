@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from . import drafts, models
-from .errors import ExactSpecError
+from .errors import InvalidType, InvalidValue
 from .rules import Rule, catalog, speculative_sampling
 
 __all__ = ["Instance", "CheckCase", "default_instance", "make_instance", "check_cases"]
@@ -41,8 +41,10 @@ def make_instance(*, vocab: int = 5, order: int = 2, gamma: int = 4, tokens: int
     (0,)
     """
     for name, v, lo in (("vocab", vocab, 2), ("order", order, 0), ("gamma", gamma, 1), ("tokens", tokens, 1)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise ExactSpecError(f"{name} must be an int >= {lo}, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise InvalidType(f"{name} must be an int >= {lo}, got {v!r}")
+        elif v < lo:
+            raise InvalidValue(f"{name} must be an int >= {lo}, got {v!r}")
     target = models.random_table(vocab=vocab, order=order, seed=seed)
     draft = models.perturbed(target, seed=seed + 1)
     if prompt is None:

@@ -22,7 +22,7 @@ from fractions import Fraction
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ._numbers import MAX_DIGITS, MAX_EXPONENT, parse_rational
-from .errors import ExactSpecError, InexactArithmetic, InvalidDistribution
+from .errors import ExactSpecError, InexactArithmetic, InvalidDistribution, InvalidType, InvalidValue
 
 __all__ = ["to_law", "normalize", "residual", "positive_part", "argmax", "point_mass",
            "total_variation", "acceptance", "memoised"]
@@ -86,6 +86,7 @@ def _decimal(x: decimal.Decimal, where: str, error: type[ExactSpecError]) -> Fra
     if not x.is_finite():
         raise error(f"{where} is {x!r}")
     sign, digits, exp = x.as_tuple()
+    assert isinstance(exp, int)   # a finite Decimal's exponent ('n', 'N', 'F' are NaN and infinity)
     if len(digits) > MAX_DIGITS or abs(exp) > MAX_EXPONENT:
         raise error(f"{where} is {str(x)[:40]!r}, beyond {MAX_DIGITS} digits or an exponent of {MAX_EXPONENT} "
                     "in absolute value")
@@ -104,10 +105,10 @@ def to_rational(x: Any, where: str, *, floats: bool = True) -> Fraction:
     >>> to_rational("1e-999999999", "ensemble weight")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: ensemble weight: '1e-999999999' has an exponent beyond 1000 in absolute value; write a rational like '3/5' or a decimal with a small exponent
+    exactspec.errors.InvalidValue: ensemble weight: '1e-999999999' has an exponent beyond 1000 in absolute value; write a rational like '3/5' or a decimal with a small exponent
     """
     if isinstance(x, bool):
-        raise ExactSpecError(f"{where}: {x!r} is a bool, not a number")
+        raise InvalidType(f"{where}: {x!r} is a bool, not a number")
     if type(x) is Fraction:
         return x
     if isinstance(x, str):
@@ -121,11 +122,11 @@ def to_rational(x: Any, where: str, *, floats: bool = True) -> Fraction:
     if isinstance(x, float) or (hasattr(x, "dtype") and getattr(x.dtype, "kind", "") == "f"):
         fx = float(x)
         if not math.isfinite(fx):
-            raise ExactSpecError(f"{where}: {fx!r} is not a finite number")
+            raise InvalidValue(f"{where}: {fx!r} is not a finite number")
         if not floats:
-            raise ExactSpecError(f"{where}: the float {fx!r} is not accepted here; write a rational like '3/5'")
+            raise InvalidType(f"{where}: the float {fx!r} is not accepted here; write a rational like '3/5'")
         return Fraction(fx)
-    raise ExactSpecError(f"{where}: {x!r} of type {type(x).__name__} is not a number")
+    raise InvalidType(f"{where}: {x!r} of type {type(x).__name__} is not a number")
 
 
 def to_law(values: Any, vocab: int, *, where: str = "law", exact_floats: bool = False) -> tuple[Fraction, ...]:
@@ -325,14 +326,15 @@ def exceeds_typical_threshold(value: Any, p: Sequence[Any], alpha: Any, shift: A
     False
     """
     v, a, s = _exact_rational(value), _exact_rational(alpha), _exact_rational(shift)
-    ps = [_exact_rational(x) for x in p]
-    if v is None or a is None or s is None or any(x is None for x in ps):
+    exact = [_exact_rational(x) for x in p]
+    if v is None or a is None or s is None or any(x is None for x in exact):
         import mpmath
         ctx = getattr(value, "context", None) or mpmath.mp
         log_term = sum((x * ctx.log(x + shift) for x in p if x > 0), ctx.mpf(0))
         return value > alpha * ctx.exp(log_term)
     if s < 0:
-        raise ExactSpecError(f"the entropy shift must be >= 0, got {shift}")
+        raise InvalidValue(f"the entropy shift must be >= 0, got {shift}")
+    ps = [x for x in exact if x is not None]   # every one is (checked above)
     if a == 0:
         return v > 0          # the threshold is exactly 0
     if v <= 0:

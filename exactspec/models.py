@@ -18,7 +18,7 @@ import random
 from fractions import Fraction
 from typing import Any, Callable, Mapping, Sequence
 
-from .errors import ExactSpecError, InvalidDistribution, ModelError
+from .errors import ExactSpecError, InvalidDistribution, InvalidType, InvalidValue, ModelError
 from .laws import to_law, to_rational
 
 __all__ = ["Model", "table", "from_function", "context_free", "random_table", "perturbed", "sharpen", "mixture",
@@ -28,16 +28,20 @@ Law = tuple[Fraction, ...]
 
 
 def _check_vocab(vocab: Any) -> int:
-    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
-        raise ExactSpecError(f"vocab must be a positive int, got {vocab!r}")
+    if isinstance(vocab, bool) or not isinstance(vocab, int):
+        raise InvalidType(f"vocab must be a positive int, got {vocab!r}")
+    elif vocab < 1:
+        raise InvalidValue(f"vocab must be a positive int, got {vocab!r}")
     return vocab
 
 
 def _check_order(order: Any) -> int | None:
     if order is None:
         return None
-    if isinstance(order, bool) or not isinstance(order, int) or order < 0:
-        raise ExactSpecError(f"order must be a non-negative int or None (whole context), got {order!r}")
+    if isinstance(order, bool) or not isinstance(order, int):
+        raise InvalidType(f"order must be a non-negative int or None (whole context), got {order!r}")
+    elif order < 0:
+        raise InvalidValue(f"order must be a non-negative int or None (whole context), got {order!r}")
     return order
 
 
@@ -98,15 +102,17 @@ class _Table(Model):
     def __init__(self, vocab: int, order: int | None, entries: Mapping[tuple, Any], name: str,
                  exact_floats: bool) -> None:
         super().__init__(vocab, order, name, exact_floats=exact_floats)
-        if not isinstance(entries, Mapping) or not entries:
-            raise ExactSpecError(f"{name} model: table must be a non-empty dict {{context tuple: law}}")
+        if not isinstance(entries, Mapping):
+            raise InvalidType(f"{name} model: table must be a non-empty dict {{context tuple: law}}")
+        if not entries:
+            raise InvalidValue(f"{name} model: table must be a non-empty dict {{context tuple: law}}")
         self._entries: dict[tuple, Any] = {}
         for k, v in entries.items():
             key = (k,) if isinstance(k, int) and not isinstance(k, bool) else k
             if not isinstance(key, tuple) or not all(isinstance(t, int) and 0 <= t < vocab for t in key):
-                raise ExactSpecError(f"{name} model: table key {k!r} is not a tuple of tokens in 0..{vocab - 1}")
+                raise InvalidValue(f"{name} model: table key {k!r} is not a tuple of tokens in 0..{vocab - 1}")
             if self.order is not None and len(key) > self.order:
-                raise ExactSpecError(f"{name} model: table key {k!r} is longer than order={self.order}")
+                raise InvalidValue(f"{name} model: table key {k!r} is longer than order={self.order}")
             self._entries[key] = v
             self(key)  # validate every law now, where the user wrote it
 
@@ -139,7 +145,7 @@ class _Function(Model):
     def __init__(self, vocab: int, fn: Callable[[tuple], Any], order: int | None, name: str,
                  exact_floats: bool) -> None:
         if not callable(fn):
-            raise ExactSpecError(f"from_function needs a callable, got {fn!r}")
+            raise InvalidType(f"from_function needs a callable, got {fn!r}")
         super().__init__(vocab, order, name, exact_floats=exact_floats)
         self._fn = fn
 
@@ -157,7 +163,7 @@ def from_function(*, vocab: int, fn: Callable[[tuple], Any], order: int | None =
     >>> m((0, 1)), m((1, 0))
     ((Fraction(1, 1), Fraction(0, 1)), (Fraction(1, 2), Fraction(1, 2)))
     """
-    return _Function(vocab, fn, order, name or getattr(fn, "__name__", "function"), exact_floats)
+    return _Function(vocab, fn, order, name if name else getattr(fn, "__name__", "function"), exact_floats)
 
 
 def context_free(law: Sequence[Any], *, exact_floats: bool = False, name: str = "context_free") -> Model:
@@ -186,10 +192,14 @@ def _random_law(rng: random.Random, vocab: int, max_weight: int, zero_prob: floa
 class _Random(Model):
     def __init__(self, vocab: int, order: int | None, seed: Any, max_weight: int, zero_prob: float) -> None:
         super().__init__(vocab, order, f"random_table(seed={seed!r})")
-        if isinstance(max_weight, bool) or not isinstance(max_weight, int) or max_weight < 1:
-            raise ExactSpecError(f"max_weight must be a positive int, got {max_weight!r}")
-        if isinstance(zero_prob, bool) or not isinstance(zero_prob, (int, float)) or not 0 <= zero_prob < 1:
-            raise ExactSpecError(f"zero_prob must lie in [0, 1), got {zero_prob!r}")
+        if isinstance(max_weight, bool) or not isinstance(max_weight, int):
+            raise InvalidType(f"max_weight must be a positive int, got {max_weight!r}")
+        elif max_weight < 1:
+            raise InvalidValue(f"max_weight must be a positive int, got {max_weight!r}")
+        if isinstance(zero_prob, bool) or not isinstance(zero_prob, (int, float)):
+            raise InvalidType(f"zero_prob must lie in [0, 1), got {zero_prob!r}")
+        if not 0 <= zero_prob < 1:
+            raise InvalidValue(f"zero_prob must lie in [0, 1), got {zero_prob!r}")
         self.seed, self.max_weight, self.zero_prob = seed, max_weight, zero_prob
 
     def _raw(self, key: tuple) -> Law:
@@ -237,15 +247,17 @@ def perturbed(base: Model, *, seed: Any = 1, strength: Any = Fraction(1, 2), max
     True
     """
     if not isinstance(base, Model):
-        raise ExactSpecError(f"perturbed needs a Model, got {base!r}")
-    if isinstance(max_weight, bool) or not isinstance(max_weight, int) or max_weight < 1:
-        raise ExactSpecError(f"max_weight must be a positive int, got {max_weight!r}")
+        raise InvalidType(f"perturbed needs a Model, got {base!r}")
+    if isinstance(max_weight, bool) or not isinstance(max_weight, int):
+        raise InvalidType(f"max_weight must be a positive int, got {max_weight!r}")
+    elif max_weight < 1:
+        raise InvalidValue(f"max_weight must be a positive int, got {max_weight!r}")
     try:
         s = None if isinstance(strength, float) else to_rational(strength, "perturbed strength")
     except ExactSpecError as exc:
-        raise ExactSpecError(f"strength must be a rational in [0, 1]: {exc}") from None
+        raise InvalidValue(f"strength must be a rational in [0, 1]: {exc}") from None
     if s is None or not 0 <= s <= 1:
-        raise ExactSpecError(f"strength must be a rational in [0, 1], got {strength!r}")
+        raise InvalidValue(f"strength must be a rational in [0, 1], got {strength!r}")
     return _Perturbed(base, seed, s, max_weight)
 
 
@@ -267,23 +279,25 @@ def sharpen(base: Model, k: int) -> Model:
     (Fraction(1, 5), Fraction(4, 5))
     """
     if not isinstance(base, Model):
-        raise ExactSpecError(f"sharpen needs a Model, got {base!r}")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ExactSpecError(f"sharpen needs an int power k >= 1, got {k!r}")
+        raise InvalidType(f"sharpen needs a Model, got {base!r}")
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise InvalidType(f"sharpen needs an int power k >= 1, got {k!r}")
+    elif k < 1:
+        raise InvalidValue(f"sharpen needs an int power k >= 1, got {k!r}")
     return _Sharpened(base, k)
 
 
 class _Mixture(Model):
     def __init__(self, parts: list[Model], weights: tuple[Fraction, ...]) -> None:
         orders = [m.order for m in parts]
-        order = None if any(o is None for o in orders) else max(orders)
+        order = None if any(o is None for o in orders) else max(o for o in orders if o is not None)
         name = "mixture(" + ", ".join(f"{w}*{m.name}" for m, w in zip(parts, weights)) + ")"
         super().__init__(parts[0].vocab, order, name)
         self.parts, self.weights = parts, weights
 
     def _raw(self, key: tuple) -> Law:
         laws = [m(key) for m in self.parts]
-        return tuple(sum(w * law[i] for w, law in zip(self.weights, laws)) for i in range(self.vocab))
+        return tuple(sum((w * law[i] for w, law in zip(self.weights, laws)), Fraction(0)) for i in range(self.vocab))
 
 
 def mixture(parts: Sequence[Model], weights: Sequence[Any]) -> Model:
@@ -297,11 +311,11 @@ def mixture(parts: Sequence[Model], weights: Sequence[Any]) -> Model:
     """
     parts = list(parts)
     if not parts or not all(isinstance(m, Model) for m in parts):
-        raise ExactSpecError("mixture needs a non-empty list of Models")
+        raise InvalidValue("mixture needs a non-empty list of Models")
     if len({m.vocab for m in parts}) != 1:
-        raise ExactSpecError(f"mixture parts have different vocabularies: {[m.vocab for m in parts]}")
+        raise InvalidValue(f"mixture parts have different vocabularies: {[m.vocab for m in parts]}")
     if len(weights) != len(parts):
-        raise ExactSpecError(f"mixture has {len(parts)} parts but {len(weights)} weights")
+        raise InvalidValue(f"mixture has {len(parts)} parts but {len(weights)} weights")
     w = to_law(weights, len(parts), where="mixture weights")
     return _Mixture(parts, w)
 
@@ -349,7 +363,7 @@ def rounded(base: Model, fmt: str = "bfloat16") -> Model:
     (Fraction(41, 409), Fraction(368, 409))
     """
     if not isinstance(base, Model):
-        raise ExactSpecError(f"rounded needs a Model, got {base!r}")
+        raise InvalidType(f"rounded needs a Model, got {base!r}")
     if fmt not in FORMATS:
-        raise ExactSpecError(f"unknown float format {fmt!r}: choose one of {', '.join(FORMATS)}")
+        raise InvalidValue(f"unknown float format {fmt!r}: choose one of {', '.join(FORMATS)}")
     return _Rounded(base, fmt)

@@ -59,9 +59,9 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence, TextIO, overload
 
-from .errors import ExactSpecError, NotPicklable, WorkersLost
+from .errors import ExactSpecError, InvalidType, InvalidValue, NotPicklable, WorkersLost
 
 __all__ = ["run_chunks", "ChunkRun", "executor_for", "resolve_workers", "portable", "load_portable",
            "derive_seed", "NotPicklable", "WorkersLost", "chunked", "terminal_progress", "DEFAULT_RETRIES",
@@ -106,7 +106,7 @@ def chunked(items: Sequence[Any], size: int) -> list[tuple[int, list[Any]]]:
     [(0, ['a', 'b']), (2, ['c', 'd']), (4, ['e'])]
     """
     if size < 1:
-        raise ExactSpecError(f"chunk size must be >= 1, got {size!r}")
+        raise InvalidValue(f"chunk size must be >= 1, got {size!r}")
     return [(i, list(items[i:i + size])) for i in range(0, len(items), size)]
 
 
@@ -247,6 +247,14 @@ def load_rule(ref: Any) -> Any:
 
 # -- executors ----------------------------------------------------------------------------------------
 
+@overload
+def resolve_workers(workers: None) -> None: ...
+@overload
+def resolve_workers(workers: int) -> int: ...
+@overload
+def resolve_workers(workers: Any) -> int | None: ...
+
+
 def resolve_workers(workers: Any) -> int | None:
     """``workers`` as a number of processes: ``None`` stays None, ``0`` is every core available to this process.
 
@@ -255,8 +263,10 @@ def resolve_workers(workers: Any) -> int | None:
     """
     if workers is None:
         return None
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-        raise ExactSpecError(f"workers must be an int >= 0 (0: every core) or None, got {workers!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int):
+        raise InvalidType(f"workers must be an int >= 0 (0: every core) or None, got {workers!r}")
+    elif workers < 0:
+        raise InvalidValue(f"workers must be an int >= 0 (0: every core) or None, got {workers!r}")
     if workers == 0:
         try:
             return max(1, len(os.sched_getaffinity(0)))
@@ -400,7 +410,7 @@ def executor_for(executor: cf.Executor | None = None, workers: Any = None,
     """
     if executor is not None:
         if not isinstance(executor, cf.Executor) and not hasattr(executor, "submit"):
-            raise ExactSpecError(f"executor must be a concurrent.futures.Executor, got {type(executor).__name__}")
+            raise InvalidType(f"executor must be a concurrent.futures.Executor, got {type(executor).__name__}")
         yield executor, False
         return
     if scheduler is not None:
@@ -491,7 +501,7 @@ def _is_worker_failure(exc: BaseException) -> bool:
     return name in ("KilledWorker", "CommClosedError", "FutureCancelledError", "TimeoutError", "BrokenExecutor")
 
 
-def run_chunks(fn: Callable[[Any], Any], chunks: Sequence[Any], *, executor: cf.Executor | None = None,
+def run_chunks(fn: Callable[[Any], Any], chunks: Sequence[Any] | Iterable[Any], *, executor: cf.Executor | None = None,
                owned: bool = False, final: Callable[[Any], bool] | None = None, deadline: float | None = None,
                grace: float = DEFAULT_GRACE, retries: int = DEFAULT_RETRIES, window: int | None = None,
                order: Sequence[int] | None = None, progress: Callable[[int, int], None] | None = None,
@@ -513,26 +523,27 @@ def run_chunks(fn: Callable[[Any], Any], chunks: Sequence[Any], *, executor: cf.
     >>> run.stop_at, sorted(run.results)
     (2, [0, 1, 2])
     """
+    items: Any = chunks   # indexed below: the chunks as a sequence, or (an iterator) the view that makes them
     if total is None:
-        chunks = list(chunks)
-    n = len(chunks) if total is None else total
-    if not hasattr(chunks, "__getitem__"):  # an iterator: chunks are made as the window asks for them
+        items = list(chunks)
+    n = len(items) if total is None else total
+    if not hasattr(items, "__getitem__"):  # an iterator: chunks are made as the window asks for them
         made: list[Any] = []
-        source = iter(chunks)
+        source = iter(items)
 
         class _Lazy:
             def __getitem__(self, k: int) -> Any:
                 while len(made) <= k:
                     made.append(next(source))
                 return made[k]
-        chunks = _Lazy()
+        items = _Lazy()
     run = ChunkRun(total=n)
     sequence = list(range(n)) if order is None else list(order)
     if sorted(sequence) != list(range(n)):
-        raise ExactSpecError("run_chunks: order must be a permutation of the chunk numbers")
+        raise InvalidValue("run_chunks: order must be a permutation of the chunk numbers")
     if executor is None:  # in this process, in order: the reference the parallel runs must match
         for k in range(n):
-            r = fn(chunks[k])
+            r = fn(items[k])
             run.results[k] = r = r if on_result is None else on_result(r)
             if progress is not None:
                 progress(len(run.results), n)
@@ -540,21 +551,22 @@ def run_chunks(fn: Callable[[Any], Any], chunks: Sequence[Any], *, executor: cf.
                 run.stop_at = k
                 break
         return run
-    window = window or max(2, 2 * _slots(executor))
+    pool: cf.Executor = executor   # replaced by ``rebuild()`` when it breaks
+    window = window or max(2, 2 * _slots(pool))
     attempts: dict[int, int] = {}
     pending: dict[cf.Future, int] = {}
     queue = list(sequence)  # chunk numbers still to submit, in submission order
     retry_queue: list[int] = []
 
     def submit(k: int) -> None:
-        nonlocal executor
+        nonlocal pool
         try:
-            pending[executor.submit(fn, chunks[k])] = k
+            pending[pool.submit(fn, items[k])] = k
         except (RuntimeError, cf.BrokenExecutor) as exc:  # a broken or shut-down pool
             if owned and rebuild is not None:
-                _stop_pool(executor)
-                executor = rebuild()
-                pending[executor.submit(fn, chunks[k])] = k
+                _stop_pool(pool)
+                pool = rebuild()
+                pending[pool.submit(fn, items[k])] = k
             else:
                 run.lost[k] = f"the executor refused it: {type(exc).__name__}: {exc}"
 
@@ -623,8 +635,8 @@ def run_chunks(fn: Callable[[Any], Any], chunks: Sequence[Any], *, executor: cf.
                     f.cancel()
                     retry_queue.append(k)
                 pending.clear()
-                _stop_pool(executor)
-                executor = rebuild()
+                _stop_pool(pool)
+                pool = rebuild()
             retry_queue.sort()
     finally:
         for f in pending:
@@ -638,7 +650,7 @@ def pool_maker(workers: Any, isolate: bool = False) -> Callable[[], cf.Executor]
     return (lambda: _pool(n)) if n is not None and (n > 1 or (isolate and n == 1)) else None
 
 
-def run_on(fn: Callable[[Any], Any], chunks: Sequence[Any], *, executor: cf.Executor | None = None,
+def run_on(fn: Callable[[Any], Any], chunks: Sequence[Any] | Iterable[Any], *, executor: cf.Executor | None = None,
            workers: Any = None, scheduler: str | None = None, **kw: Any) -> ChunkRun:
     """:func:`run_chunks` on the executor ``executor`` / ``scheduler`` / ``workers`` name (see :func:`executor_for`).
 
@@ -664,7 +676,7 @@ def parallel_requested(executor: Any = None, workers: Any = None, scheduler: Any
     return executor is not None or workers is not None or scheduler is not None
 
 
-def terminal_progress(what: str, stream: io.TextIOBase | None = None) -> Callable[[int, int], None] | None:
+def terminal_progress(what: str, stream: TextIO | None = None) -> Callable[[int, int], None] | None:
     """A ``progress(done, total)`` callback counting finished chunks: :func:`exactspec._progress.reporter`.
 
     A bar with an ETA on a terminal, a line every few seconds elsewhere, nothing for a job shorter

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
-__all__ = ["UniformLike", "Rng", "Step", "TreeStep", "Law", "RuleFn"]
+__all__ = ["UniformLike", "Rng", "Step", "TreeStep", "Law", "RuleFn", "ChainRuleFn", "TreeRuleFn"]
 
 #: a law over the vocabulary: ``vocab`` probabilities in the audit's field, summing to 1
 Law = Sequence[Any]
@@ -203,5 +203,9 @@ class TreeStep(Protocol):
 
 
 
-#: the type of a rule's function: ``fn(step, rng)`` yields (or returns) the tokens it emits
-RuleFn = Callable[[Step | TreeStep, Rng], Iterable[int]]
+#: the type of a chain rule's function: ``fn(step, rng)`` yields (or returns) the tokens it emits
+ChainRuleFn = Callable[[Step, Rng], Iterable[int]]
+#: the type of a tree rule's function: the same over a :class:`TreeStep`
+TreeRuleFn = Callable[[TreeStep, Rng], Iterable[int]]
+#: the type of a rule's function, chain or tree (its ``family`` says which step it takes)
+RuleFn = ChainRuleFn | TreeRuleFn

@@ -57,12 +57,12 @@ def marker_options(node: Any, marker: str) -> dict:
     >>> marker_options(Node(), "exactspec_sampler")
     {'vocab': 2, 'gamma': 1}
     """
-    from .errors import ExactSpecError
+    from .errors import InvalidType
     options: dict = {}
     for mark in reversed(list(node.iter_markers(name=marker))):
         if mark.args:
-            raise ExactSpecError(f"@pytest.mark.{marker} takes keyword options only (the defaults of the "
-                                 f"{MARKERS[marker]} fixture), got positional {mark.args!r}")
+            raise InvalidType(f"@pytest.mark.{marker} takes keyword options only (the defaults of the "
+                              f"{MARKERS[marker]} fixture), got positional {mark.args!r}")
         options.update(mark.kwargs)
     return options
 

@@ -327,13 +327,13 @@ class AuditReport:
         >>> AuditReport.from_json("[]")
         Traceback (most recent call last):
         ...
-        exactspec.errors.ExactSpecError: AuditReport JSON: expected an object, got an array
+        exactspec.errors.InvalidValue: AuditReport JSON: expected an object, got an array
         """
         import dataclasses
         import math
 
         from . import _jsonread as jr
-        from .errors import ExactSpecError, InvalidDistribution
+        from .errors import ExactSpecError, InvalidDistribution, InvalidValue
         from .laws import total_variation
 
         what = "AuditReport JSON"
@@ -347,16 +347,16 @@ class AuditReport:
         instance = jr.field(d, "instance", dict, what)
         vocab = jr.opt_field(instance, "vocab", int, f"{what}: instance")
         if vocab is not None and vocab < 1:
-            raise ExactSpecError(f"{what}: instance vocab must be >= 1, got {vocab}")
+            raise InvalidValue(f"{what}: instance vocab must be >= 1, got {vocab}")
         name = jr.field(d, "field", str, what)
         precision = jr.opt_field(d, "precision", int, what)
         if name == "mpmath" and precision is not None and not 16 <= precision <= 65536:
-            raise ExactSpecError(f"{label('precision')} must lie in 16..65536 bits, got {precision}")
+            raise InvalidValue(f"{label('precision')} must lie in 16..65536 bits, got {precision}")
         try:
             f = get_field(name, precision=precision)
             tolerance = jr.number(jr.required(d, "tolerance", what), label("tolerance"), f.parse)
             if tolerance < 0:
-                raise ExactSpecError(f"{label('tolerance')} is negative")
+                raise InvalidValue(f"{label('tolerance')} is negative")
             if not f.exact:  # the field states its own tolerance: rebuild it with the one written
                 f = get_field(name, precision=precision, tolerance=tolerance)
         except ExactSpecError as exc:
@@ -367,7 +367,7 @@ class AuditReport:
                 return None
             x = jr.number(jr.required(d, key, what), label(key), f.parse)
             if x < 0:
-                raise ExactSpecError(f"{label(key)} is negative ({d[key][:40]})")
+                raise InvalidValue(f"{label(key)} is negative ({d[key][:40]})")
             return x
 
         output = jr.law_pairs(jr.field(d, "output", list, what), label("output"), f.parse, vocab=vocab, exact=f.exact)
@@ -380,11 +380,11 @@ class AuditReport:
                                       f"{f.to_str(total_variation(output, expected))[:40]}")
         seconds = jr.opt_field(d, "seconds", (int, float), what, 0.0)
         if not (isinstance(seconds, float) or abs(seconds) < 2 ** 53) or not math.isfinite(seconds) or seconds < 0:
-            raise ExactSpecError(f"{label('seconds')} must be a finite number >= 0, got {seconds}")
+            raise InvalidValue(f"{label('seconds')} must be a finite number >= 0, got {seconds}")
         counts = {k: jr.opt_field(d, k, int, what, 0) for k in ("paths", "step_laws")}
         for k, v in counts.items():
             if v < 0:
-                raise ExactSpecError(f"{label(k)} is negative ({v})")
+                raise InvalidValue(f"{label(k)} is negative ({v})")
         kwargs: dict[str, Any] = {}
         if isinstance(d.get("scope"), dict) and "scope" in {x.name for x in dataclasses.fields(cls)}:
             kwargs["scope"] = d["scope"]
@@ -415,8 +415,9 @@ class AuditReport:
         if self.exact and self.lossless and self.tv != 0:
             head = "LOSSLESS UP TO ROUNDING" if ("rounding_tv" in self.extra or self.boundary) else \
                 "LOSSLESS WITHIN TOLERANCE"
-        if self.undecided:
-            head = f"UNDECIDED WITHIN {str(self.boundary.get('precision', 'float')).upper()} ROUNDING"
+        boundary = self.boundary
+        if self.undecided and boundary is not None:   # undecided: the boundary decision said so
+            head = f"UNDECIDED WITHIN {str(boundary.get('precision', 'float')).upper()} ROUNDING"
         lines = [
             f"rule {self.rule} (claim: {self.claim}) — {head}{self._claim_tag()}",
             f"  verdict: {self.verdict_text}",

@@ -29,7 +29,7 @@ from . import parallel
 from ._device import best_device
 from .enumerate import target_law
 from .enumerate.env import Env
-from .errors import ExactSpecError
+from .errors import ExactSpecError, InvalidType, InvalidValue
 from .fields import get_field
 from .models import Model
 from .protocols import Law
@@ -81,7 +81,7 @@ class _SamplingRng:
         self._r = random.Random(seed)
         self.lattice = None
         self._field = get_field("float")
-        self._cdfs: dict[int, tuple[Any, Any]] = {}
+        self._cdfs: dict[int, tuple[Law, Any, int]] = {}   # id(law) -> (law, its cdf, its last nonzero token)
 
     def uniform(self) -> float:
         return self._r.random()
@@ -220,8 +220,10 @@ def _sample_chunked(sampler: Callable, adapter: Any, target: Model, draft: Model
                     prompt: tuple, tokens: int, samples: int, seed: int, seconds: float | None, counts: dict,
                     executor: Any, workers: Any, size: int) -> int:
     """Draw ``samples`` in chunks on an executor and add them to ``counts`` in chunk order; the number drawn."""
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ExactSpecError(f"chunk_samples must be a positive int, got {size!r}")
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise InvalidType(f"chunk_samples must be a positive int, got {size!r}")
+    elif size < 1:
+        raise InvalidValue(f"chunk_samples must be a positive int, got {size!r}")
     bundle = parallel.portable((sampler, adapter, target, draft, proposer, prompt), "sampler, adapter, models or "
                                                                                      "proposer")
     deadline = parallel.wall_deadline(seconds)
@@ -269,9 +271,11 @@ def audit_statistically(sampler: Callable, *, adapter: Any = "numpy", target: Mo
     import time
     from .drafts import chain
     if not 0 < confidence < 1:
-        raise ExactSpecError(f"confidence must lie in (0, 1), got {confidence!r}")
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise ExactSpecError(f"samples must be a positive int, got {samples!r}")
+        raise InvalidValue(f"confidence must lie in (0, 1), got {confidence!r}")
+    if isinstance(samples, bool) or not isinstance(samples, int):
+        raise InvalidType(f"samples must be a positive int, got {samples!r}")
+    elif samples < 1:
+        raise InvalidValue(f"samples must be a positive int, got {samples!r}")
     if isinstance(adapter, str):   # a name, for users: resolved by the samplers registry, which sits above this module
         adapter = _adapter_named(adapter)
     proposer = chain(4) if proposer is None else proposer
@@ -294,7 +298,7 @@ def audit_statistically(sampler: Callable, *, adapter: Any = "numpy", target: Mo
         samples = 0
     if batch > 1:
         if adapter.name != "vllm" or tokens != 1:
-            raise ExactSpecError("batch > 1 needs the vllm adapter (rows of one call) and tokens=1")
+            raise InvalidValue("batch > 1 needs the vllm adapter (rows of one call) and tokens=1")
         drawn = _batched_first_tokens(sampler, adapter, proposer, env, rng, tuple(prompt), samples, batch, counts,
                                       deadline, device)
         samples = 0
@@ -302,7 +306,8 @@ def audit_statistically(sampler: Callable, *, adapter: Any = "numpy", target: Mo
         if deadline is not None and not drawn % 32 and time.perf_counter() > deadline and drawn:
             break
         drawn += 1
-        ctx, out = tuple(prompt), ()
+        ctx = tuple(prompt)
+        out: tuple[int, ...] = ()
         while len(out) < tokens:
             emitted = tuple(rule.fn(proposer.step(env, ctx, rng), rng))
             if not emitted:

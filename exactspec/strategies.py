@@ -39,14 +39,14 @@ from __future__ import annotations
 
 import itertools
 from fractions import Fraction
-from typing import Any, Callable
+from typing import Any, Callable, TypeGuard
 
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 from . import models as _models
 from .drafts import chain as _chain, tree as _tree
-from .errors import ExactSpecError
+from .errors import InvalidType, InvalidValue
 from .models import Model
 
 __all__ = ["distributions", "models", "instances", "FAMILIES", "PROPOSERS"]
@@ -60,13 +60,15 @@ Law = tuple[Fraction, ...]
 
 # -- argument checks -----------------------------------------------------------------------------------
 
-def _is_int(x: Any) -> bool:
+def _is_int(x: Any) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _check_int(where: str, name: str, value: Any, low: int) -> int:
-    if not _is_int(value) or value < low:
-        raise ExactSpecError(f"{where}: {name} must be an int >= {low}, got {value!r}")
+    if not _is_int(value):
+        raise InvalidType(f"{where}: {name} must be an int >= {low}, got {value!r}")
+    if value < low:
+        raise InvalidValue(f"{where}: {name} must be an int >= {low}, got {value!r}")
     return value
 
 
@@ -74,8 +76,10 @@ def _check_int_or_strategy(where: str, name: str, value: Any, low: int) -> Any:
     """A plain int is checked now; a strategy's values are checked by :func:`_draw_int` when drawn."""
     if isinstance(value, SearchStrategy):
         return value
-    if not _is_int(value) or value < low:
-        raise ExactSpecError(f"{where}: {name} must be an int >= {low} or a strategy of such ints, got {value!r}")
+    if not _is_int(value):
+        raise InvalidType(f"{where}: {name} must be an int >= {low} or a strategy of such ints, got {value!r}")
+    if value < low:
+        raise InvalidValue(f"{where}: {name} must be an int >= {low} or a strategy of such ints, got {value!r}")
     return value
 
 
@@ -83,21 +87,23 @@ def _draw_int(draw: Callable[[SearchStrategy[Any]], Any], where: str, name: str,
     if not isinstance(value, SearchStrategy):
         return value
     x = draw(value)
-    if not _is_int(x) or x < low:
-        raise ExactSpecError(f"{where}: {name} must be an int >= {low}, but the strategy {value!r} drew {x!r}")
+    if not _is_int(x):
+        raise InvalidType(f"{where}: {name} must be an int >= {low}, but the strategy {value!r} drew {x!r}")
+    if x < low:
+        raise InvalidValue(f"{where}: {name} must be an int >= {low}, but the strategy {value!r} drew {x!r}")
     return x
 
 
 def _check_nonzero_fits(where: str, vocab: int, max_denominator: int) -> None:
     # With no zero entry every part of the composition is >= 1, so the denominator is >= vocab.
     if max_denominator < vocab:
-        raise ExactSpecError(f"{where}: allow_zero=False needs max_denominator >= vocab (every one of the {vocab} "
-                             f"tokens gets at least 1/denominator), got max_denominator={max_denominator}")
+        raise InvalidValue(f"{where}: allow_zero=False needs max_denominator >= vocab (every one of the {vocab} "
+                           f"tokens gets at least 1/denominator), got max_denominator={max_denominator}")
 
 
 def _check_family(where: str, family: Any) -> None:
     if family is not None and family not in FAMILIES:
-        raise ExactSpecError(f"{where}: family must be None or one of {', '.join(FAMILIES)}, got {family!r}")
+        raise InvalidValue(f"{where}: family must be None or one of {', '.join(FAMILIES)}, got {family!r}")
 
 
 # -- names that rebuild the model ----------------------------------------------------------------------
@@ -153,12 +159,12 @@ def distributions(vocab: int | SearchStrategy[int], *, max_denominator: int = 12
     >>> distributions(5, max_denominator=4, allow_zero=False)
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: distributions: allow_zero=False needs max_denominator >= vocab (every one of the 5 tokens gets at least 1/denominator), got max_denominator=4
+    exactspec.errors.InvalidValue: distributions: allow_zero=False needs max_denominator >= vocab (every one of the 5 tokens gets at least 1/denominator), got max_denominator=4
     """
     vocab = _check_int_or_strategy("distributions", "vocab", vocab, 1)
     _check_int("distributions", "max_denominator", max_denominator, 1)
     if not isinstance(allow_zero, bool):
-        raise ExactSpecError(f"distributions: allow_zero must be True or False, got {allow_zero!r}")
+        raise InvalidType(f"distributions: allow_zero must be True or False, got {allow_zero!r}")
     if not allow_zero and _is_int(vocab):
         _check_nonzero_fits("distributions", vocab, max_denominator)
     return _distribution(vocab, max_denominator, allow_zero)
@@ -225,7 +231,7 @@ def models(vocab: int | SearchStrategy[int], *, order: int = 1, family: str | No
     vocab = _check_int_or_strategy("models", "vocab", vocab, 1)
     _check_family("models", family)
     if order not in TABLE_ORDERS or not _is_int(order):
-        raise ExactSpecError(f"models: order must be 1 or 2 (the table family's order), got {order!r}")
+        raise InvalidValue(f"models: order must be 1 or 2 (the table family's order), got {order!r}")
     _check_int("models", "max_denominator", max_denominator, 1)
     return _any_model(vocab, family, order, max_denominator)
 
@@ -276,5 +282,5 @@ def instances(*, vocab: int | SearchStrategy[int] = st.integers(2, 4),
     _check_family("instances", family)
     _check_int("instances", "max_denominator", max_denominator, 1)
     if proposer not in PROPOSERS:
-        raise ExactSpecError(f"instances: proposer must be one of {', '.join(PROPOSERS)}, got {proposer!r}")
+        raise InvalidValue(f"instances: proposer must be one of {', '.join(PROPOSERS)}, got {proposer!r}")
     return _instance(vocab, gamma, tokens, family, max_denominator, proposer)

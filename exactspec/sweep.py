@@ -26,7 +26,7 @@ from fractions import Fraction
 from typing import Any, Sequence
 
 from . import _progress, parallel
-from .errors import BudgetExceeded, ExactSpecError
+from .errors import BudgetExceeded, ExactSpecError, InvalidType, InvalidValue
 
 __all__ = ["sweep", "SweepTable", "COLUMNS"]
 
@@ -174,7 +174,7 @@ def _cell(job: tuple) -> dict:
 
 def _search_row(row: dict, rule: Any, proposer: Any, family: str, vocab: int, gamma: Any, tokens: int, seed: int,
                 left: float | None) -> None:
-    from .counterexamples import default_space, search
+    from .counterexamples import Counterexample, EmptySearch, default_space, search
     from .rules.record import configuration
     shape = (gamma,) if family == "chain" or isinstance(gamma, int) else tuple(gamma)
     space = default_space(rule, proposer).with_(vocabs=(vocab,), shapes=(shape,), tokens=(tokens,))
@@ -183,10 +183,10 @@ def _search_row(row: dict, rule: Any, proposer: Any, family: str, vocab: int, ga
     models = "context_free" if set(space.families) <= {"context_free"} else "context_dependent"
     row["claim"] = rule.claim_for(configuration(proposer, tokens=tokens, models=models) | {"vocab": vocab})
     lossless_claim = row["claim"] != "biased"
-    if found.found:
+    if isinstance(found, Counterexample):
         row.update(tv=_s(found.tv), verdict="biased", holds="NO" if lossless_claim else "yes",
                    detail=f"{found.explanation} on {found.instance.describe()}")
-    elif found.complete:
+    elif isinstance(found, EmptySearch):
         row.update(tv="0", verdict="lossless", holds="yes" if lossless_claim else "NO",
                    detail=f"no counterexample among {found.audited} instances of this cell")
     else:
@@ -194,8 +194,10 @@ def _search_row(row: dict, rule: Any, proposer: Any, family: str, vocab: int, ga
 
 
 def _names(xs: Any, what: str) -> list:
-    if isinstance(xs, (str, int)) or not isinstance(xs, Sequence) or not xs:
-        raise ExactSpecError(f"sweep: {what} must be a non-empty list, got {xs!r}")
+    if isinstance(xs, (str, int)) or not isinstance(xs, Sequence):
+        raise InvalidType(f"sweep: {what} must be a non-empty list, got {xs!r}")
+    if not xs:
+        raise InvalidValue(f"sweep: {what} must be a non-empty list, got {xs!r}")
     return list(xs)
 
 
@@ -238,7 +240,7 @@ def sweep(rules: Sequence[Any] | None = None, proposers: Sequence[str] | None = 
     """
     from .rules import catalog, get
     if family not in ("chain", "tree"):
-        raise ExactSpecError(f"sweep: family must be 'chain' or 'tree', got {family!r}")
+        raise InvalidValue(f"sweep: family must be 'chain' or 'tree', got {family!r}")
     if rules is None:
         rule_objs = [r for r in catalog() if r.family == family]
     else:
@@ -247,18 +249,22 @@ def sweep(rules: Sequence[Any] | None = None, proposers: Sequence[str] | None = 
         rule_objs = [as_rule(r) for r in rule_objs]
     wrong = [r.name for r in rule_objs if r.family != family]
     if wrong:
-        raise ExactSpecError(f"sweep: {', '.join(wrong)} verif{'ies' if len(wrong) == 1 else 'y'} "
-                             f"{'trees' if family == 'chain' else 'chains'}, not {family}s (family={family!r})")
+        raise InvalidValue(f"sweep: {', '.join(wrong)} verif{'ies' if len(wrong) == 1 else 'y'} "
+                           f"{'trees' if family == 'chain' else 'chains'}, not {family}s (family={family!r})")
     specs = list(_names(proposers, "proposers")) if proposers is not None else [
         "sample/draft" if family == "chain" else "iid/draft"]
     vocabs, gammas, tokens = _names(vocabs, "vocabs"), _names(gammas, "gammas"), _names(tokens, "tokens")
     for spec in specs:  # bad specs fail here, before anything runs
         _proposer(family, spec, gammas[0])
     for v in vocabs:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 2:
-            raise ExactSpecError(f"sweep: vocabs must be ints >= 2, got {v!r}")
-    if seconds is not None and (not isinstance(seconds, (int, float)) or seconds <= 0):
-        raise ExactSpecError(f"sweep: seconds must be > 0 (None for no limit), got {seconds!r}")
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise InvalidType(f"sweep: vocabs must be ints >= 2, got {v!r}")
+        elif v < 2:
+            raise InvalidValue(f"sweep: vocabs must be ints >= 2, got {v!r}")
+    if seconds is not None and not isinstance(seconds, (int, float)):
+        raise InvalidType(f"sweep: seconds must be > 0 (None for no limit), got {seconds!r}")
+    if seconds is not None and seconds <= 0:
+        raise InvalidValue(f"sweep: seconds must be > 0 (None for no limit), got {seconds!r}")
     mode = "search" if search else "audit"
     deadline = parallel.wall_deadline(seconds)
     grid = list(itertools.product(rule_objs, specs, vocabs, gammas, tokens))

@@ -16,10 +16,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sized
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence, cast
 
 from ._numbers import finite_float, parse_rational
-from .errors import ExactSpecError, InvalidDistribution
+from .errors import ExactSpecError, InvalidDistribution, InvalidType, InvalidValue
 from .laws import acceptance, to_law
 
 #: how far from 1 a law of floats may sum (per entry) and still be accepted as a law
@@ -34,21 +34,23 @@ def _num(x: Any, name: str, lo: Any = 0, hi: Any = None) -> Any:
             x = parse_rational(x, name)
         except ExactSpecError as exc:
             shown = repr(x) if len(x) <= 40 else repr(x[:37] + "...")
-            raise ExactSpecError(f"{name} = {shown} is not a number ({str(exc).removeprefix(name + ': ')})") from None
+            raise InvalidValue(f"{name} = {shown} is not a number ({str(exc).removeprefix(name + ': ')})") from None
     if isinstance(x, bool) or not isinstance(x, (int, float, Fraction)):
-        raise ExactSpecError(f"{name} must be a number, got {x!r}")
+        raise InvalidType(f"{name} must be a number, got {x!r}")
     if x != x:
-        raise ExactSpecError(f"{name} is NaN")
+        raise InvalidValue(f"{name} is NaN")
     if isinstance(x, float) and not math.isfinite(x):
-        raise ExactSpecError(f"{name} = {x} is not a finite number")
+        raise InvalidValue(f"{name} = {x} is not a finite number")
     if x < lo or (hi is not None and x > hi):
-        raise ExactSpecError(f"{name} = {x} must lie in [{lo}, {'inf' if hi is None else hi}]")
+        raise InvalidValue(f"{name} = {x} must lie in [{lo}, {'inf' if hi is None else hi}]")
     return x
 
 
 def _gamma(g: Any) -> int:
-    if isinstance(g, bool) or not isinstance(g, int) or g < 0:
-        raise ExactSpecError(f"gamma must be an int >= 0, got {g!r}")
+    if isinstance(g, bool) or not isinstance(g, int):
+        raise InvalidType(f"gamma must be an int >= 0, got {g!r}")
+    elif g < 0:
+        raise InvalidValue(f"gamma must be an int >= 0, got {g!r}")
     return g
 
 
@@ -65,7 +67,7 @@ def _law(values: Any, name: str, vocab: int | None = None) -> tuple:
         raise InvalidDistribution(f"{name}: law has {n} entries, but the other law has {vocab}")
     if n == 0:
         raise InvalidDistribution(f"{name}: the law is empty")
-    seq = list(values)
+    seq = list(cast(Iterable[Any], values))   # a sized law is iterable (a str, bytes or mapping is refused)
     if not any(_is_float(x) for x in seq):
         return to_law(seq, n, where=name)
     law = []
@@ -147,7 +149,7 @@ def optimal_gamma(a: Any, c: Any, *, max_gamma: int = 64) -> int:
     1
     """
     if _gamma(max_gamma) < 1:
-        raise ExactSpecError(f"max_gamma must be >= 1, got {max_gamma}")
+        raise InvalidValue(f"max_gamma must be >= 1, got {max_gamma}")
     best, best_g = None, 1
     for g in range(1, max_gamma + 1):
         s = speedup(a, g, c)

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .errors import ExactSpecError
+from .errors import InvalidType, InvalidValue
 
 __all__ = ["TokenTree", "check_tree_attention", "TreeAttentionReport"]
 
@@ -43,23 +43,25 @@ __all__ = ["TokenTree", "check_tree_attention", "TreeAttentionReport"]
 def _index(value: Any, what: str) -> int:
     """``value`` as a Python int (numpy ints accepted; bools, floats and strings refused)."""
     if isinstance(value, bool):
-        raise ExactSpecError(f"{what} is the bool {value!r}; expected an int")
+        raise InvalidType(f"{what} is the bool {value!r}; expected an int")
     try:
         return operator.index(value)
     except TypeError:
-        raise ExactSpecError(f"{what} is {value!r}; expected an int") from None
+        raise InvalidType(f"{what} is {value!r}; expected an int") from None
 
 
 def _token(value: Any, what: str) -> int:
     tok = _index(value, what)
     if tok < 0:
-        raise ExactSpecError(f"{what} is {tok}; token ids must be non-negative ints")
+        raise InvalidValue(f"{what} is {tok}; token ids must be non-negative ints")
     return tok
 
 
 def _count(value: Any, name: str, *, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ExactSpecError(f"{name} must be an int >= {least}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidType(f"{name} must be an int >= {least}, got {value!r}")
+    elif value < least:
+        raise InvalidValue(f"{name} must be an int >= {least}, got {value!r}")
     return value
 
 
@@ -76,9 +78,14 @@ class TokenTree:
     """
 
     __slots__ = ("_tokens", "_parents", "_depths", "_children", "_order")
+    _tokens: tuple[int, ...]
+    _parents: tuple[int, ...]
+    _depths: tuple[int, ...]
+    _children: tuple[tuple[int, ...], ...]
+    _order: tuple[int, ...]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise ExactSpecError("build a TokenTree with TokenTree.from_parents, from_chains or from_expansion")
+        raise InvalidType("build a TokenTree with TokenTree.from_parents, from_chains or from_expansion")
 
     @classmethod
     def _make(cls, tokens: Sequence[int], parents: Sequence[int], *, record_order: bool = True) -> TokenTree:
@@ -129,26 +136,26 @@ class TokenTree:
         >>> TokenTree.from_parents([5, 8, 9], [-1, 2, 1])
         Traceback (most recent call last):
         ...
-        exactspec.errors.ExactSpecError: from_parents: nodes 1 -> 2 -> 1 form a cycle (node 1's parent chain never reaches the root 0)
+        exactspec.errors.InvalidValue: from_parents: nodes 1 -> 2 -> 1 form a cycle (node 1's parent chain never reaches the root 0)
         """
         tokens, parents = list(tokens), list(parents)
         n = len(tokens)
         if n == 0:
-            raise ExactSpecError("from_parents: a tree needs at least the root (node 0); got no tokens")
+            raise InvalidValue("from_parents: a tree needs at least the root (node 0); got no tokens")
         if len(parents) != n:
-            raise ExactSpecError(f"from_parents: {n} tokens but {len(parents)} parents; give one parent per token")
+            raise InvalidValue(f"from_parents: {n} tokens but {len(parents)} parents; give one parent per token")
         tokens = [_token(t, f"from_parents: token of node {i}") for i, t in enumerate(tokens)]
         parents = [_index(p, f"from_parents: parent of node {i}") for i, p in enumerate(parents)]
         if parents[0] != -1:
-            raise ExactSpecError(f"from_parents: node 0 must be the root (parent -1), but its parent is {parents[0]}")
+            raise InvalidValue(f"from_parents: node 0 must be the root (parent -1), but its parent is {parents[0]}")
         for i in range(1, n):
             p = parents[i]
             if p == -1:
-                raise ExactSpecError(f"from_parents: node {i} has parent -1 too (two roots); only node 0 is the root")
+                raise InvalidValue(f"from_parents: node {i} has parent -1 too (two roots); only node 0 is the root")
             if not 0 <= p < n:
-                raise ExactSpecError(f"from_parents: node {i} has parent {p}, outside the nodes 0..{n - 1}")
+                raise InvalidValue(f"from_parents: node {i} has parent {p}, outside the nodes 0..{n - 1}")
             if p == i:
-                raise ExactSpecError(f"from_parents: node {i} is its own parent (a cycle)")
+                raise InvalidValue(f"from_parents: node {i} is its own parent (a cycle)")
         reaches_root = [False] * n
         reaches_root[0] = True
         for i in range(1, n):  # walk up from i; a node met twice on one walk is on a cycle
@@ -158,8 +165,8 @@ class TokenTree:
             while not reaches_root[j]:
                 if j in on_walk:
                     cycle = walk[walk.index(j):] + [j]
-                    raise ExactSpecError(f"from_parents: nodes {' -> '.join(map(str, cycle))} form a cycle (node "
-                                         f"{cycle[0]}'s parent chain never reaches the root 0)")
+                    raise InvalidValue(f"from_parents: nodes {' -> '.join(map(str, cycle))} form a cycle (node "
+                                       f"{cycle[0]}'s parent chain never reaches the root 0)")
                 walk.append(j)
                 on_walk.add(j)
                 j = parents[j]
@@ -210,7 +217,7 @@ class TokenTree:
         root = _token(root_token, "from_expansion: root_token")
         widths = [_count(k, f"from_expansion: expansion[{d}]", least=1) for d, k in enumerate(expansion)]
         if not callable(tokens_fn):
-            raise ExactSpecError(f"from_expansion: tokens_fn must be callable, got {tokens_fn!r}")
+            raise InvalidType(f"from_expansion: tokens_fn must be callable, got {tokens_fn!r}")
         tokens, parents = [root], [-1]
 
         def grow(node: int, path: tuple[int, ...]) -> None:
@@ -219,8 +226,8 @@ class TokenTree:
             k = widths[len(path)]
             got = list(tokens_fn(path))
             if len(got) != k:
-                raise ExactSpecError(f"from_expansion: tokens_fn({path}) returned {len(got)} tokens; expansion asks "
-                                     f"for {k} children at depth {len(path) + 1}")
+                raise InvalidValue(f"from_expansion: tokens_fn({path}) returned {len(got)} tokens; expansion asks "
+                                   f"for {k} children at depth {len(path) + 1}")
             for j, tok in enumerate(got):
                 tok = _token(tok, f"from_expansion: tokens_fn({path})[{j}]")
                 tokens.append(tok)
@@ -261,7 +268,7 @@ class TokenTree:
     def _node(self, i: Any) -> int:
         i = _index(i, "node")
         if not 0 <= i < len(self._tokens):
-            raise ExactSpecError(f"node {i} is not in this tree (nodes 0..{len(self._tokens) - 1})")
+            raise InvalidValue(f"node {i} is not in this tree (nodes 0..{len(self._tokens) - 1})")
         return i
 
     def children(self, i: int) -> tuple[int, ...]:
@@ -576,16 +583,16 @@ def check_tree_attention(mask_fn: Callable[[Any], Any], positions_fn: Callable[[
       got row 2:      1110
     """
     if not callable(mask_fn):
-        raise ExactSpecError(f"check_tree_attention: mask_fn must be callable, got {mask_fn!r}")
+        raise InvalidType(f"check_tree_attention: mask_fn must be callable, got {mask_fn!r}")
     if positions_fn is not None and not callable(positions_fn):
-        raise ExactSpecError(f"check_tree_attention: positions_fn must be callable or None, got {positions_fn!r}")
+        raise InvalidType(f"check_tree_attention: positions_fn must be callable or None, got {positions_fn!r}")
     trees = _count(trees, "check_tree_attention: trees", least=1)
     max_depth = _count(max_depth, "check_tree_attention: max_depth", least=1)
     max_width = _count(max_width, "check_tree_attention: max_width", least=1)
     prefix_len = _count(prefix_len, "check_tree_attention: prefix_len", least=0)
     if input not in _INPUTS:
-        raise ExactSpecError(f"check_tree_attention: input must be one of {', '.join(map(repr, _INPUTS))}; "
-                             f"got {input!r}")
+        raise InvalidValue(f"check_tree_attention: input must be one of {', '.join(map(repr, _INPUTS))}; "
+                           f"got {input!r}")
     checked = 0
     for tree in _trees_to_check(trees, max_depth, max_width, seed):
         if checked == trees:

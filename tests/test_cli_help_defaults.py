@@ -96,9 +96,9 @@ def test_audit_sampler_help_states_what_the_default_search_covers():
 
 
 def test_audit_loop_and_tolerance_defaults():
-    from exactspec.samplers.float_boundary import F64_ALLOWANCE
-    from exactspec.samplers.loops.loop_audit import _loop_space
-    from exactspec.samplers.sampler_audit import ROUNDING_TOLERANCE
+    from exactspec.samplers.rounding import F64_ALLOWANCE
+    from exactspec.samplers.loops.loop_audit import loop_space as _loop_space
+    from exactspec.samplers.audit import ROUNDING_TOLERANCE
     h = helps("audit-loop")
     lo, hi = map(int, re.search(r"default: (\d+)\.\.(\d+) in the search", h["--tokens"]).groups())
     assert _loop_space(None, None).tokens == tuple(range(lo, hi + 1))

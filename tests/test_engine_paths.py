@@ -349,7 +349,7 @@ def test_names_are_still_resolved_at_the_entry_points():
     assert es.audit(target=half, draft=half, rule="speculative_sampling", tokens=2).lossless
     with pytest.raises(es.ExactSpecError) as info:
         es.audit(target=half, draft=half, rule="speculative", tokens=2)
-    assert type(info.value) is es.ExactSpecError
+    assert type(info.value) is es.errors.InvalidValue
     assert str(info.value) == ("unknown rule 'speculative': did you mean speculative_sampling? "
                                "(`exactspec rules` lists them)")
 

@@ -2,8 +2,9 @@
 
 Every failure is an ``ExactSpecError``: ``InvalidDistribution``, ``InexactArithmetic``,
 ``RuleError`` (with a replayable branch trace), ``BudgetExceeded`` (with what was covered) and
-``UnsupportedRandomness``; argument errors are ``ExactSpecError`` with a message that says what
-is wrong.
+``UnsupportedRandomness``; argument errors are ``InvalidValue`` (a ``ValueError``) or
+``InvalidType`` (a ``TypeError``), both ``InvalidArgument`` and ``ExactSpecError``, with a message
+that says what is wrong.
 """
 
 from __future__ import annotations
@@ -446,7 +447,7 @@ def test_a_bare_number_as_budget_is_a_typed_error_saying_what_to_pass(entry, bad
     where = entry.split("(")[0]
     with pytest.raises(es.ExactSpecError) as info:
         _bare_number_budget_calls()[entry](bad)
-    assert type(info.value) is es.ExactSpecError and info.value.exit_code == 2
+    assert type(info.value) is es.errors.InvalidType and info.value.exit_code == 2
     assert str(info.value).startswith(f"{where}: budget must be an es.Budget or None, got {bad!r} "
                                       f"({type(bad).__name__}); ")
     assert hint in str(info.value)
@@ -612,3 +613,112 @@ def test_every_error_is_catchable_by_the_base_class():
     for kind in (es.InvalidDistribution, es.InexactArithmetic, es.BudgetExceeded, es.RuleError,
                  es.UnsupportedRandomness):
         assert issubclass(kind, es.ExactSpecError)
+
+
+# -- argument errors: InvalidValue (a ValueError) and InvalidType (a TypeError) ------------------------------
+
+def _argument_error(make):
+    """The error ``make()`` raises; it must be an argument error (exit code 2, caught by ExactSpecError)."""
+    with pytest.raises(es.ExactSpecError) as info:
+        make()
+    err = info.value
+    assert isinstance(err, es.InvalidArgument) and isinstance(err, es.errors.InvalidArgument)
+    assert err.exit_code == 2
+    return err
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: es.audit(target=HALF, draft=HALF, rule="speculative_sampling", tokens=0),
+     "tokens must be an int >= 1, got 0"),
+    (lambda: es.audit(target=HALF, draft=HALF, rule="speculative_sampling", prompt=(0, 5)),
+     "prompt[1] = 5 is outside the vocabulary 0..1"),
+    (lambda: es.audit(target=HALF, draft=HALF, rule="speculative_sampling", tokens=1, worst=-1),
+     "worst must be an int >= 0, got -1"),
+    (lambda: es.audit(target=HALF, draft=HALF, rule="speculative", tokens=1),
+     "unknown rule 'speculative': did you mean speculative_sampling? (`exactspec rules` lists them)"),
+    (lambda: es.models.random_table(vocab=0), "vocab must be a positive int, got 0"),
+    (lambda: es.models.sharpen(HALF, 0), "sharpen needs an int power k >= 1, got 0"),
+    (lambda: es.models.rounded(HALF, "fp7"), "unknown float format 'fp7': choose one of"),
+    (lambda: es.models.mixture([HALF, es.models.context_free((F(1, 3), F(1, 3), F(1, 3)))], [F(1, 2), F(1, 2)]),
+     "mixture parts have different vocabularies: [2, 3]"),
+    (lambda: es.drafts.chain(0), "chain: gamma must be an int >= 1, got 0"),
+    (lambda: es.Budget(paths=0), "Budget: paths must be a positive int or None, got 0"),
+    (lambda: es.get_field("decimal"), "unknown field 'decimal': choose one of fraction, mpmath, float"),
+    (lambda: es.rules.get("nope"), "unknown rule 'nope'"),
+    (lambda: es.counterexamples.search(es.rules.speculative_sampling, budget=0),
+     "search: budget must be > 0 seconds (None for no limit), got 0"),
+])
+def test_a_bad_argument_value_is_an_invalid_value_and_a_value_error(make, message):
+    err = _argument_error(make)
+    assert type(err) is es.InvalidValue and isinstance(err, ValueError) and not isinstance(err, TypeError)
+    assert str(err).startswith(message), str(err)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: es.audit(target=HALF, draft=HALF, rule="speculative_sampling", tokens="2"),
+     "tokens must be an int >= 1, got '2'"),
+    (lambda: es.audit(target=HALF, draft=HALF, rule="speculative_sampling", prompt=3),
+     "prompt must be a sequence of token ids, got 3"),
+    (lambda: es.audit(target="half", draft=HALF, rule="speculative_sampling"),
+     "target must be an exactspec model (es.models.*), got 'half'"),
+    (lambda: es.audit(target=HALF, draft=HALF, rule="speculative_sampling", budget=5),
+     "audit: budget must be an es.Budget or None, got 5 (int)"),
+    (lambda: es.models.random_table(vocab="2"), "vocab must be a positive int, got '2'"),
+    (lambda: es.models.sharpen("half", 2), "sharpen needs a Model, got 'half'"),
+    (lambda: es.models.from_function(vocab=2, fn=None), "from_function needs a callable, got None"),
+    (lambda: es.drafts.chain(True), "chain: gamma must be an int >= 1, got True"),
+    (lambda: es.Budget(seconds="5"), "Budget: seconds must be a positive number or None, got '5'"),
+    (lambda: es.counterexamples.search(es.rules.speculative_sampling, budget="5"),
+     "search: budget must be a number of seconds > 0 (or None for no limit), got '5'"),
+])
+def test_a_bad_argument_type_is_an_invalid_type_and_a_type_error(make, message):
+    err = _argument_error(make)
+    assert type(err) is es.InvalidType and isinstance(err, TypeError) and not isinstance(err, ValueError)
+    assert str(err).startswith(message), str(err)
+
+
+def test_the_argument_error_classes_are_exported():
+    assert {"InvalidArgument", "InvalidValue", "InvalidType"} <= set(es.__all__)
+    assert (es.InvalidArgument, es.InvalidValue, es.InvalidType) == (
+        es.errors.InvalidArgument, es.errors.InvalidValue, es.errors.InvalidType)
+    assert issubclass(es.InvalidValue, (es.InvalidArgument, ValueError)) and issubclass(es.InvalidArgument,
+                                                                                         es.ExactSpecError)
+    assert issubclass(es.InvalidType, (es.InvalidArgument, TypeError))
+    # the distribution and float errors are argument errors too
+    assert issubclass(es.InvalidDistribution, es.InvalidValue) and issubclass(es.InexactArithmetic, es.InvalidType)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["search", "--rule", "speculative_sampling", "--max-vocab", "1"], "--max-vocab must be >= 2, got 1"),
+    (["sweep", "--json", "--csv"], "--json and --csv are exclusive"),
+])
+def test_a_bad_command_line_option_exits_2_with_one_line(capsys, argv, message):
+    from exactspec import cli
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err == f"exactspec: error: {message}\n"
+
+
+@pytest.mark.parametrize("kind", [es.InvalidValue, es.InvalidType])
+def test_the_cli_maps_an_argument_error_to_exit_2(capsys, kind):
+    import argparse
+
+    from exactspec.cli.common import run_command
+
+    def command(args):
+        raise kind("--thing must be sensible, got 'x'")
+
+    assert run_command(command, argparse.Namespace(cmd="audit")) == 2
+    assert capsys.readouterr().err == "exactspec: error: --thing must be sensible, got 'x'\n"
+
+
+def test_a_rule_reference_naming_no_module_is_an_invalid_value_but_a_failing_import_is_not(tmp_path, monkeypatch):
+    from exactspec._loading import load_object
+    err = _argument_error(lambda: load_object("no_such_module_here:fn", "--rule"))
+    assert type(err) is es.InvalidValue and str(err).startswith("cannot load no_such_module_here:fn: ")
+    (tmp_path / "imports_a_missing_dependency.py").write_text("import no_such_dependency_here\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(es.ExactSpecError) as info:   # the user's module failed: not an argument error
+        load_object("imports_a_missing_dependency:fn", "--rule")
+    assert type(info.value) is es.ExactSpecError and "no_such_dependency_here" in str(info.value)

@@ -245,13 +245,13 @@ def test_a_deep_branch_travels_to_the_workers():
     # not travel past a few thousand draws; it travels as one flat tuple of choices
     import pickle
 
-    from exactspec.enumerate.rng import _link, _unwind
+    from exactspec.enumerate.rng import link_choices, unwind_choices
     choices = tuple(i % 3 for i in range(20_000))
-    node = _link(choices)
+    node = link_choices(choices)
     with pytest.raises(RecursionError):
         pickle.dumps(node)
     flat, w = pickle.loads(pickle.dumps(_on_workers._flat((node, F(1, 3)))))
-    assert flat == choices and w == F(1, 3) and _unwind(_link(flat)) == list(choices)
+    assert flat == choices and w == F(1, 3) and unwind_choices(link_choices(flat)) == list(choices)
 
 
 def test_the_float64_run_goes_to_workers_at_once_when_the_first_run_did(monkeypatch):

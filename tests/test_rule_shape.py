@@ -1,5 +1,5 @@
 """A sampler or a whole loop handed where a rule ``fn(step, rng)`` is expected: refused before any enumeration,
-with the call that audits it (exactspec.rules._shape, exactspec.errors.NotARule); real rules are never refused."""
+with the call that audits it (exactspec.rules.shape, exactspec.errors.NotARule); real rules are never refused."""
 
 from __future__ import annotations
 

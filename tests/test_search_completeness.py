@@ -8,6 +8,7 @@ import pytest
 import exactspec as es
 from exactspec.counterexamples import Counterexample, EmptySearch, IncompleteSearch, Space, search, worst
 from exactspec.counterexamples import searching
+from exactspec.counterexamples.bookkeeping import cell_instances
 
 #: one cell per vocab, one draft, one token, context-free models: a few hundred instances, well under a second
 TINY = Space(vocabs=(2, 3), shapes=((1,),), tokens=(1,), families=("context_free",), exhaustive_denominator=2,
@@ -45,7 +46,7 @@ def test_max_instances_stops_in_a_named_cell():
     assert d["found"] is False and d["complete"] is False and d["reason"] == "max_instances 1 reached"
     # stopping after a whole cell: that cell is covered, the next one is where it stopped
     cells = TINY.cells()
-    first = sum(1 for _ in searching._cell_instances(TINY, cells[0], __import__("random").Random("search|0")))
+    first = sum(1 for _ in cell_instances(TINY, cells[0], __import__("random").Random("search|0")))
     cut = search(es.rules.speculative_sampling, space=TINY, max_instances=first, progress=False)
     assert isinstance(cut, IncompleteSearch) and cut.audited == first
     assert cut.covered == ("vocab 2, gamma 1, 1 token(s), context-free models",) and cut.cells_covered == 1

@@ -6,7 +6,7 @@ numpy ``Generator`` (the ``numpy`` adapter) and return the emitted token ids.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -90,7 +90,7 @@ def tiny_clamp(draft_ids, draft_probs, target_probs, rng):
     return out
 
 
-def _inverse_cdf(law: np.ndarray, u: Any, side: str) -> int:
+def _inverse_cdf(law: np.ndarray, u: Any, side: Literal["left", "right"]) -> int:
     cdf = np.cumsum(law)
     cdf /= cdf[-1]                  # as numpy's choice does: the float cumsum may end below 1, this ends at 1.0
     return int(np.searchsorted(cdf, u, side=side))

@@ -9,6 +9,8 @@ doctests) works without torch; calling a sampler needs it.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from exactspec.samplers.adapters.torch_adapters import reference_vllm_style as correct
 
 
@@ -81,7 +83,8 @@ def searchsorted_left(target_probs, draft_probs, draft_token_ids, bonus_token_id
     return chain(target_probs, draft_probs, draft_token_ids, bonus_token_ids, recover)
 
 
-ZOO = [
+#: (biased sampler, the correct sampler it departs from or None, what is wrong and where it was reported)
+ZOO: list[tuple[Callable[..., Any], Callable[..., Any] | None, str]] = [
     (tiny_clamp, correct, "recovered probabilities clamped at float32 tiny: vLLM v0 rejection_sampler.py "
                           "(vllm-project/vllm#2336)"),
     (resample_target, correct, "resampling from the target after a rejection: ShopeeLLM/Spec-RL#14"),

@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import parallel
 from ..enumerate import Budget
-from ..errors import ExactSpecError
+from ..errors import InvalidValue
 from ..instances import make_instance
 from .common import _code_search_out, _load, _no_timings_needs_json, _report_out, _tolerance
 from .parser import Options
@@ -16,17 +16,17 @@ def _cmd_audit_loop(args: Any) -> int:
     """``exactspec audit-loop``: search small instances for a whole loop's bias (default), or audit one (--instance)."""
     _no_timings_needs_json(args)
     if args.workers is not None and args.workers < 0:
-        raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {args.workers}")
+        raise InvalidValue(f"--workers must be >= 0 (0: every core), got {args.workers}")
     if args.reference is not None and args.reference < 1:
-        raise ExactSpecError(f"--reference (the gamma of the correct reference loop) must be >= 1, got "
-                             f"{args.reference}")
+        raise InvalidValue(f"--reference (the gamma of the correct reference loop) must be >= 1, got "
+                           f"{args.reference}")
     if args.tokens is not None and args.tokens < 1:
-        raise ExactSpecError(f"--tokens must be >= 1, got {args.tokens}")
+        raise InvalidValue(f"--tokens must be >= 1, got {args.tokens}")
     fn = _load(args.target, "the loop", preload=("numpy", "torch") + (
         ("transformers",) if args.kind == "transformers" else ()))
     if args.dtype is not None and args.precision is not None and args.dtype != args.precision:
-        raise ExactSpecError(f"--dtype {args.dtype} and --precision {args.precision} disagree: they name the same "
-                             "thing (the stand-ins' dtype); pass one")
+        raise InvalidValue(f"--dtype {args.dtype} and --precision {args.precision} disagree: they name the same "
+                           "thing (the stand-ins' dtype); pass one")
     from ..samplers.rounding import F64_ALLOWANCE
     tolerance = F64_ALLOWANCE if args.tolerance is None else args.tolerance
     import torch
@@ -36,10 +36,10 @@ def _cmd_audit_loop(args: Any) -> int:
                    rng_model=args.rng_model)
     if not args.instance:  # the default: an exact search over small instances, exit codes as `search`
         if args.order != 1:
-            raise ExactSpecError("--order applies with --instance (the search covers context-free, per-position and "
-                                 "order-1 models)")
+            raise InvalidValue("--order applies with --instance (the search covers context-free, per-position and "
+                               "order-1 models)")
         if args.vocab < 2:
-            raise ExactSpecError(f"--vocab (the search's largest vocabulary) must be >= 2, got {args.vocab}")
+            raise InvalidValue(f"--vocab (the search's largest vocabulary) must be >= 2, got {args.vocab}")
         space = _loop_space(None, args.tokens).with_(vocabs=tuple(range(2, args.vocab + 1)))
         workers = parallel.AUTO if args.workers is None else args.workers   # default: every core for a long search
         found = audit_loop(fn, target=None, search=True, space=space, seed=args.seed, budget=args.time_limit,

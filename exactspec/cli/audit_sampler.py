@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..enumerate import Budget
-from ..errors import ExactSpecError
+from ..errors import InvalidValue
 from .._numbers import PRECISIONS
 from .common import (_code_search_out, _family_options, _horizon, _instance, _ints, _load, _no_timings_needs_json,
                      _report_out, _tolerance, adapter_names)
@@ -22,28 +22,28 @@ def _sampler_search_space(args: Any, family: str) -> Any:
     from ..drafts import chain, tree
     from ..samplers.search import sampler_space
     if args.order != 1:
-        raise ExactSpecError("--order applies with --instance (the search covers context-free, per-position and "
-                             "order-1 models)")
+        raise InvalidValue("--order applies with --instance (the search covers context-free, per-position and "
+                           "order-1 models)")
     proposer = chain(1, sampling=args.sampling or "sample", claim=args.claim) if family == "chain" else tree(
         (1,), children=args.children or "iid", claim=args.claim)
     space = sampler_space(family, proposer)
     changes: dict[str, Any] = {}
     if args.vocab < 2:
-        raise ExactSpecError(f"--vocab (the search's largest vocabulary) must be >= 2, got {args.vocab}")
+        raise InvalidValue(f"--vocab (the search's largest vocabulary) must be >= 2, got {args.vocab}")
     changes["vocabs"] = tuple(range(2, args.vocab + 1))
     if args.gamma is not None:
         if args.gamma < 1:
-            raise ExactSpecError(f"--gamma (the search's largest gamma) must be >= 1, got {args.gamma}")
+            raise InvalidValue(f"--gamma (the search's largest gamma) must be >= 1, got {args.gamma}")
         changes["shapes"] = tuple((g,) for g in range(1, args.gamma + 1))
     if args.expansion is not None:
         top = _ints(args.expansion, "--expansion", "ints like '2 1'")
         if not top or min(top) < 1:
-            raise ExactSpecError(f"--expansion must be ints >= 1 like '2 1', got {args.expansion!r}")
+            raise InvalidValue(f"--expansion must be ints >= 1 like '2 1', got {args.expansion!r}")
         shapes = [s for d in range(1, len(top) + 1) for s in itertools.product(*(range(1, k + 1) for k in top[:d]))]
         changes["shapes"] = tuple(sorted(shapes, key=lambda s: (sum(math.prod(s[:i + 1]) for i in range(len(s))), s)))
     if args.tokens is not None:  # every cell at this horizon (fewer tokens are its marginals)
         if args.tokens < 1:
-            raise ExactSpecError(f"--tokens (the search's horizon) must be >= 1, got {args.tokens}")
+            raise InvalidValue(f"--tokens (the search's horizon) must be >= 1, got {args.tokens}")
         changes.update(tokens=(args.tokens,), extra_tokens=None, only_longest=False)
     return space.with_(**changes)
 
@@ -52,7 +52,7 @@ def _cmd_audit_sampler(args: Any) -> int:
     from ..samplers import audit_sampler, get_adapter
     _no_timings_needs_json(args)
     if args.workers is not None and args.workers < 0:
-        raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {args.workers}")
+        raise InvalidValue(f"--workers must be >= 0 (0: every core), got {args.workers}")
     adapter = get_adapter(args.adapter or "numpy")
     given = adapter if args.adapter else None     # not given: numpy, checked (a sampler it cannot call: exit 2)
     _family_options(args, adapter.family, f"the {adapter.name} adapter")
@@ -77,7 +77,7 @@ def _cmd_audit_sampler(args: Any) -> int:
 
 def register(sub: Any, o: Options) -> None:
     """Add the ``audit-sampler`` sub-command to ``sub`` (the parser's sub-parsers)."""
-    from ..samplers.sampler_search import sampler_space
+    from ..samplers.search import sampler_space
     words = search_words(sampler_space("chain"), sampler_space("tree"))
     sa = sub.add_parser("audit-sampler", help="audit a third-party sampler MODULE:FUNCTION exactly",
                         description=f"Search small instances (vocab 2..VOCAB, default {SEARCH_VOCAB}; gamma "

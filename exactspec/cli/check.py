@@ -16,8 +16,8 @@ from typing import Any
 
 from .._audit import audit, shared_expected_laws
 from ..enumerate import Budget
-from ..errors import BudgetExceeded, ExactSpecError
-from ..fields import _gmpy2_mpq
+from ..errors import BudgetExceeded, ExactSpecError, InvalidValue
+from ..fields import gmpy2_mpq
 from ..instances import check_cases, default_instance
 from .. import _progress
 from .common import TABLE_WIDTH, _Clock, _dump, _no_timings_needs_json, _print, _wrap
@@ -103,7 +103,7 @@ def _short_proposer(proposer: Any) -> str:
     return str(proposer.describe())
 
 
-_CHECK_CASES: dict[int, Any] = {}
+_CHECK_CASES: dict[str, Any] = {}
 
 
 def _check_chunk(job: tuple) -> tuple:
@@ -154,13 +154,13 @@ def _check_parallel(args: Any, cases: list, workers: Any = None,
     """
     from .. import parallel
     if workers is not None and workers < 0:
-        raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {workers}")
+        raise InvalidValue(f"--workers must be >= 0 (0: every core), got {workers}")
     deadline = parallel.wall_deadline(args.time_limit)
     vocab = default_instance().target.vocab
     order = sorted(range(len(cases)), key=lambda i: (-_case_weight(cases[i], vocab), i))
     jobs = [(i, args.field, args.precision, deadline, bool(args.json)) for i in range(len(cases))]
     _CHECK_CASES.clear()   # this process (workers=1) and forked workers rebuild the cases this run audits
-    _gmpy2_mpq()           # imported before the workers fork, not in each of them (tens of milliseconds apiece)
+    gmpy2_mpq()           # imported before the workers fork, not in each of them (tens of milliseconds apiece)
     with parallel.executor_for(None, workers, args.scheduler) as (ex, owned):
         run = parallel.run_chunks(_check_chunk, jobs, executor=ex or parallel._Inline(), owned=owned or ex is None,
                                   order=order, deadline=deadline, rebuild=parallel.pool_maker(workers),
@@ -189,7 +189,7 @@ def _check_parallel(args: Any, cases: list, workers: Any = None,
 def _cmd_check(args: Any) -> int:
     _no_timings_needs_json(args)
     if args.wide and args.json:
-        raise ExactSpecError("--wide applies to the table, not to --json output (which has every field)")
+        raise InvalidValue("--wide applies to the table, not to --json output (which has every field)")
     inst = default_instance()
     clock = _Clock(args.time_limit)
     cases = check_cases(inst)

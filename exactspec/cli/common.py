@@ -24,7 +24,7 @@ from .._audit import default_tokens
 from .._loading import load_object
 from .._numbers import finite_float
 from ..enumerate import Budget
-from ..errors import BudgetExceeded, ExactSpecError
+from ..errors import BudgetExceeded, ExactSpecError, InvalidValue
 from ..instances import make_instance
 from ..laws import to_rational
 from ..rules import Rule, as_rule, get
@@ -142,7 +142,7 @@ def _dump(data: dict, args: Any) -> str:
 
 def _no_timings_needs_json(args: Any) -> None:
     if getattr(args, "no_timings", False) and not args.json:
-        raise ExactSpecError("--no-timings applies to --json output (add --json)")
+        raise InvalidValue("--no-timings applies to --json output (add --json)")
 
 
 def adapter_names() -> tuple[str, ...]:
@@ -177,17 +177,17 @@ def _ints(text: str, flag: str, what: str, *, empty: bool = False) -> tuple[int,
     >>> _ints(" ", "--expansion", "ints like '2 1'")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: --expansion must be ints like '2 1', got ' ' (empty)
+    exactspec.errors.InvalidValue: --expansion must be ints like '2 1', got ' ' (empty)
     """
     parts = text.replace(",", " ").split()
     if not parts and not empty:
-        raise ExactSpecError(f"{flag} must be {what}, got {text!r} (empty)")
+        raise InvalidValue(f"{flag} must be {what}, got {text!r} (empty)")
     if any(len(t) > 12 for t in parts):
-        raise ExactSpecError(f"{flag} must be {what}, got {text[:40]!r}")
+        raise InvalidValue(f"{flag} must be {what}, got {text[:40]!r}")
     try:
         return tuple(int(t) for t in parts)
     except ValueError:
-        raise ExactSpecError(f"{flag} must be {what}, got {text!r}") from None
+        raise InvalidValue(f"{flag} must be {what}, got {text!r}") from None
 
 
 def _names(text: str, flag: str, what: str) -> list[str]:
@@ -198,7 +198,7 @@ def _names(text: str, flag: str, what: str) -> list[str]:
     """
     names = [n for n in text.replace(",", " ").split() if n]
     if not names:
-        raise ExactSpecError(f"{flag} must be {what}, got {text!r} (empty)")
+        raise InvalidValue(f"{flag} must be {what}, got {text!r} (empty)")
     return names
 
 
@@ -221,8 +221,8 @@ def _family_options(args: Any, family: str, what: str) -> None:
     wrong = _TREE_ONLY if family == "chain" else _CHAIN_ONLY
     given = [f"--{o}" for o in wrong if getattr(args, o, None) is not None]
     if given:
-        raise ExactSpecError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to {what}, which "
-                             f"verifies {family}s (use {' / '.join('--' + o for o in (_CHAIN_ONLY if family == 'chain' else _TREE_ONLY))})")
+        raise InvalidValue(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to {what}, which "
+                           f"verifies {family}s (use {' / '.join('--' + o for o in (_CHAIN_ONLY if family == 'chain' else _TREE_ONLY))})")
 
 
 #: the one seeded instance of ``audit`` / ``audit-sampler --instance`` when --gamma / --expansion are left out (the

@@ -172,7 +172,7 @@ class Options:
 def search_words(chain: Any, tree: Any) -> dict[str, str]:
     """What a sampler search covers by default, in the words of the help: from its real spaces ``chain`` and ``tree``.
 
-    >>> from exactspec.samplers.sampler_search import sampler_space
+    >>> from exactspec.samplers.search import sampler_space
     >>> words = search_words(sampler_space("chain"), sampler_space("tree"))
     >>> words["gamma"], words["tokens"]
     ('1..3', 'gamma + 1 (trees: depth + 1)')

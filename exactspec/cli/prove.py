@@ -7,27 +7,28 @@ import textwrap
 from typing import Any
 
 from .. import _progress
-from ..errors import ExactSpecError
+from ..errors import InvalidValue
 from .common import DEFAULT_TIME_LIMIT, _ints, _print, _rule, _seconds
 from .parser import Options
 
 
 def _cmd_prove(args: Any) -> int:
     """``exactspec prove``: exit 0 proven, 1 refuted (with a witness replayed exactly), 2 bad input, 3 gave up."""
-    from ..drafts import chain, tree
-    from ..prove import prove
+    from ..drafts import ChainProposer, TreeProposer, chain, tree
+    from ..prove import Refutation, prove
     rule = _rule(args.rule)
+    proposer: ChainProposer | TreeProposer
     if args.workers is not None and args.workers < 0:
-        raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {args.workers}")
+        raise InvalidValue(f"--workers must be >= 0 (0: every core), got {args.workers}")
     if rule.family == "tree":
         if args.gamma is not None or args.sampling is not None:
-            raise ExactSpecError(f"--gamma and --sampling do not apply to rule {rule.name}, which verifies trees")
+            raise InvalidValue(f"--gamma and --sampling do not apply to rule {rule.name}, which verifies trees")
         exp = (2,) if args.expansion is None else _ints(args.expansion, "--expansion",
                                                           "children per depth like '2' or '2 1'")
         proposer = tree(tuple(exp), children=args.children or "iid", claim=args.claim or "draft")
     else:
         if args.expansion is not None or args.children is not None:
-            raise ExactSpecError(f"--expansion and --children do not apply to rule {rule.name}, which verifies chains")
+            raise InvalidValue(f"--expansion and --children do not apply to rule {rule.name}, which verifies chains")
         proposer = chain(1 if args.gamma is None else args.gamma, sampling=args.sampling or "sample",
                          claim=args.claim or "draft")
     shown = _progress.reporter("proving", unit="cells proven", enabled=not args.quiet)
@@ -40,7 +41,7 @@ def _cmd_prove(args: Any) -> int:
         _print(res.to_json())
     else:
         _print(readable(res))
-        if not res:
+        if isinstance(res, Refutation):   # a refutation is falsy, a proof truthy
             _print("\nregression test (fails while the bias exists):\n")
             _print(res.counterexample.to_pytest())
     return res.exit_code

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import ExactSpecError
+from ..errors import InvalidValue
 from ..rules import get
 from .common import DEFAULT_TIME_LIMIT, _dump, _no_timings_needs_json, _print, _rule, _seconds
 from .parser import Options
@@ -32,43 +32,44 @@ def _search_result_json(found: Any, rule: Any, args: Any) -> str:
 
 
 def _cmd_search(args: Any) -> int:
-    from ..counterexamples import default_space, search
-    from ..drafts import chain, tree
+    from ..counterexamples import Counterexample, default_space, search
+    from ..drafts import ChainProposer, TreeProposer, chain, tree
     _no_timings_needs_json(args)
     rule = _rule(args.rule)
+    proposer: ChainProposer | TreeProposer | None
     if rule.family == "tree":
         if args.sampling is not None:
-            raise ExactSpecError(f"--sampling does not apply to rule {rule.name}, which verifies trees")
+            raise InvalidValue(f"--sampling does not apply to rule {rule.name}, which verifies trees")
         proposer = tree((1,), children=args.children or "iid", claim=args.claim or "draft") if (
             args.children or args.claim) else None
     else:
         if args.children is not None:
-            raise ExactSpecError(f"--children does not apply to rule {rule.name}, which verifies chains")
+            raise InvalidValue(f"--children does not apply to rule {rule.name}, which verifies chains")
         proposer = chain(1, sampling=args.sampling or "sample", claim=args.claim or "draft")
     space = default_space(rule, proposer)
     changes: dict[str, Any] = {}
     if args.max_vocab is not None:
         if args.max_vocab < 2:
-            raise ExactSpecError(f"--max-vocab must be >= 2, got {args.max_vocab}")
+            raise InvalidValue(f"--max-vocab must be >= 2, got {args.max_vocab}")
         changes["vocabs"] = tuple(range(2, args.max_vocab + 1))
     if args.max_gamma is not None:
         if args.max_gamma < 1:
-            raise ExactSpecError(f"--max-gamma must be >= 1, got {args.max_gamma}")
+            raise InvalidValue(f"--max-gamma must be >= 1, got {args.max_gamma}")
         changes["shapes"] = (tuple((g,) for g in range(1, args.max_gamma + 1)) if rule.family == "chain"
                              else tuple(s for s in space.shapes if len(s) <= args.max_gamma))
     if args.tokens is not None:
         if args.tokens < 1:
-            raise ExactSpecError(f"--tokens must be >= 1, got {args.tokens}")
+            raise InvalidValue(f"--tokens must be >= 1, got {args.tokens}")
         changes["tokens"] = tuple(range(1, args.tokens + 1))
     if args.max_denominator is not None:
         if args.max_denominator < 1:
-            raise ExactSpecError(f"--max-denominator must be >= 1, got {args.max_denominator}")
+            raise InvalidValue(f"--max-denominator must be >= 1, got {args.max_denominator}")
         changes["max_denominator"] = args.max_denominator
         changes["exhaustive_denominator"] = min(space.exhaustive_denominator, args.max_denominator)
     space = space.with_(**changes)
     from .. import parallel
     if args.workers is not None and args.workers < 0:
-        raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {args.workers}")
+        raise InvalidValue(f"--workers must be >= 0 (0: every core), got {args.workers}")
     workers = parallel.AUTO if args.workers is None else args.workers   # default: every core for a long search
     with parallel.executor_for(None, None, args.scheduler) as (ex, _):
         found = search(rule, proposer=proposer, space=space, seed=args.seed, budget=args.time_limit, executor=ex,
@@ -80,7 +81,7 @@ def _cmd_search(args: Any) -> int:
         _print(_search_result_json(found, rule, args))
         return code
     _print(str(found))
-    if code == 1:
+    if isinstance(found, Counterexample):   # code 1
         _print("\nregression test (fails while the bias exists):\n")
         _print(found.to_pytest())
     return code

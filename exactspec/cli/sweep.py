@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ExactSpecError
+from ..errors import InvalidValue
 from .common import DEFAULT_TIME_LIMIT, _dump, _ints, _names, _Out, _print, _seconds
 from .parser import Options
 
@@ -13,11 +13,11 @@ def _cmd_sweep(args: Any) -> int:
     from .. import parallel
     from ..sweep import sweep
     if args.json and args.csv:
-        raise ExactSpecError("--json and --csv are exclusive")
+        raise InvalidValue("--json and --csv are exclusive")
     if args.no_timings and not (args.json or args.csv):
-        raise ExactSpecError("--no-timings applies to --json or --csv output")
+        raise InvalidValue("--no-timings applies to --json or --csv output")
     if args.workers is not None and args.workers < 0:
-        raise ExactSpecError(f"--workers must be >= 0 (0: every core), got {args.workers}")
+        raise InvalidValue(f"--workers must be >= 0 (0: every core), got {args.workers}")
     rules = None if args.rules is None else _names(args.rules, "--rules", "catalog names like 'speculative_sampling,mss'")
     proposers = None if args.proposers is None else _names(args.proposers, "--proposers", "proposers like "
                                                            "'sample/draft argmax/point_mass'")

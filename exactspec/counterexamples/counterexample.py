@@ -32,7 +32,7 @@ from typing import Any
 
 from .._jsonread import load_json
 from .._numbers import parse_rational
-from ..errors import ExactSpecError
+from ..errors import ExactSpecError, InvalidValue
 from ..report import Outcome
 from ..rules.record import CLAIMS as RULE_CLAIMS
 from .space import SearchInstance, _choice, _fail, _int, _kind
@@ -98,8 +98,16 @@ def _rule_name(x: Any, where: str = "rule", strict: bool = True) -> str:
     return str.__str__(x)
 
 
-def _rule_ref(x: Any, where: str = "rule_ref") -> str:
-    """``""`` or a dotted path of Python identifiers (``pkg.module.fn``), the only thing rendered as an import."""
+def valid_rule_ref(x: Any, where: str = "rule_ref") -> str:
+    """``""`` or a dotted path of Python identifiers (``pkg.module.fn``), the only thing rendered as an import.
+
+    >>> valid_rule_ref("mypkg.rules.my_rule")
+    'mypkg.rules.my_rule'
+    >>> valid_rule_ref("os.system('x')")
+    Traceback (most recent call last):
+    ...
+    exactspec.errors.InvalidValue: rule_ref: "os.system('x')" is not a dotted path of Python identifiers like 'mypkg.rules.my_rule'
+    """
     if not isinstance(x, str):
         raise _fail(where, f"expected a dotted Python path (a string), got {_kind(x)}")
     if x and (len(x) > 300 or not _RULE_REF.fullmatch(x) or any(keyword.iskeyword(p) for p in x.split("."))):
@@ -108,15 +116,15 @@ def _rule_ref(x: Any, where: str = "rule_ref") -> str:
     return str.__str__(x)
 
 
-def _sampler_ref(x: Any, where: str = "sampler_ref") -> str:
+def valid_sampler_ref(x: Any, where: str = "sampler_ref") -> str:
     """``""`` or ``module.path:qual.name`` (identifiers only, no keywords): how a generated test imports the sampler.
 
-    >>> _sampler_ref("exactspec.bugzoo.numpy_samplers:shared_uniform")
+    >>> valid_sampler_ref("exactspec.bugzoo.numpy_samplers:shared_uniform")
     'exactspec.bugzoo.numpy_samplers:shared_uniform'
-    >>> _sampler_ref("os:system; rm")
+    >>> valid_sampler_ref("os:system; rm")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: sampler_ref: 'os:system; rm' is not MODULE:FUNCTION (dotted Python identifiers) like 'mypkg.samplers:my_sampler'
+    exactspec.errors.InvalidValue: sampler_ref: 'os:system; rm' is not MODULE:FUNCTION (dotted Python identifiers) like 'mypkg.samplers:my_sampler'
     """
     if not isinstance(x, str):
         raise _fail(where, f"expected 'MODULE:FUNCTION' (a string), got {_kind(x)}")
@@ -136,7 +144,7 @@ def _name(x: Any, where: str) -> str:
     return str.__str__(x)
 
 
-def _loop_options(x: Any, where: str = "loop") -> dict:
+def valid_loop_options(x: Any, where: str = "loop") -> dict:
     """The replay options of a loop counterexample, validated: allow-listed names, a rational, a gamma or a reference.
 
     ``stand_in`` (``torch-lm`` or ``transformers``), ``dtype`` (a torch float dtype's name),
@@ -147,14 +155,14 @@ def _loop_options(x: Any, where: str = "loop") -> dict:
     default ``"0"``): the probability, a rational string in [0, 1], that the loop raised on the
     instance (``on_error="record"``).
 
-    >>> _loop_options({"stand_in": "torch-lm", "dtype": "float64", "output": "full", "on_error": "raise",
-    ...                "tolerance": "1/1099511627776", "reference": 2})["reference"]
+    >>> valid_loop_options({"stand_in": "torch-lm", "dtype": "float64", "output": "full", "on_error": "raise",
+    ...                     "tolerance": "1/1099511627776", "reference": 2})["reference"]
     2
-    >>> _loop_options({"stand_in": "torch-lm", "dtype": "float64; import os", "output": "full",
-    ...                "on_error": "raise", "tolerance": "0", "reference": None})
+    >>> valid_loop_options({"stand_in": "torch-lm", "dtype": "float64; import os", "output": "full",
+    ...                     "on_error": "raise", "tolerance": "0", "reference": None})
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: loop.dtype: must be one of float64, float32, float16, bfloat16, got 'float64; import os'
+    exactspec.errors.InvalidValue: loop.dtype: must be one of float64, float32, float16, bfloat16, got 'float64; import os'
     """
     if not isinstance(x, dict):
         raise _fail(where, f"expected an object with the keys {', '.join(LOOP_OPTIONS)}, got {_kind(x)}")
@@ -182,7 +190,7 @@ def _loop_options(x: Any, where: str = "loop") -> dict:
         if isinstance(ref, int) and not isinstance(ref, bool):
             ref = _int(ref, f"{where}.reference", lo=1, hi=_LOOP_MAX_GAMMA)
         elif isinstance(ref, str):
-            ref = _sampler_ref(ref, f"{where}.reference")
+            ref = valid_sampler_ref(ref, f"{where}.reference")
         else:
             raise _fail(f"{where}.reference", f"expected null, a gamma (an int) or 'MODULE:FUNCTION', got {_kind(ref)}")
     return {"stand_in": _choice(x["stand_in"], f"{where}.stand_in", _LOOP_STAND_INS),
@@ -206,7 +214,7 @@ def _crash_record(x: Any, where: str = "crash") -> dict:
     ...                "where": ""})
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: crash.exception: "os.system('x')" is not an exception type's name
+    exactspec.errors.InvalidValue: crash.exception: "os.system('x')" is not an exception type's name
     """
     if not isinstance(x, dict):
         raise _fail(where, f"expected an object with the keys {', '.join(CRASH_FIELDS)}, got {_kind(x)}")
@@ -448,7 +456,7 @@ class Counterexample:
             return 1 - Fraction(_crash_record(self.crash, "crash")["probability"])
         if self.kind != "loop":
             return Fraction(1)
-        return 1 - Fraction(_loop_options(self.loop, "loop")["error_probability"])
+        return 1 - Fraction(valid_loop_options(self.loop, "loop")["error_probability"])
 
     def _describe_instance(self) -> str:
         """The instance in words; a loop's instance without the proposer (the loop drafts with its own gamma)."""
@@ -476,24 +484,24 @@ class Counterexample:
         """
         _rule_name(self.rule, "rule", strict=False)  # any str: rendered through str.__repr__ only
         _choice(self.claim, "claim", RULE_CLAIMS)
-        _rule_ref(self.rule_ref, "rule_ref")
+        valid_rule_ref(self.rule_ref, "rule_ref")
         _choice(self.kind, "kind", KINDS)
         if self.kind == "sampler":
-            _sampler_ref(self.sampler_ref, "sampler_ref")
+            valid_sampler_ref(self.sampler_ref, "sampler_ref")
             _name(self.adapter, "adapter")
             _name(self.rng_model, "rng_model")
         if self.kind == "loop":
-            _sampler_ref(self.sampler_ref, "sampler_ref")
+            valid_sampler_ref(self.sampler_ref, "sampler_ref")
             _name(self.rng_model, "rng_model")
-            _loop_options(self.loop, "loop")
+            valid_loop_options(self.loop, "loop")
         if self.kind == "crash":
             crash = _crash_record(self.crash, "crash")
-            _sampler_ref(self.sampler_ref, "sampler_ref")
+            valid_sampler_ref(self.sampler_ref, "sampler_ref")
             _name(self.rng_model, "rng_model")
             if crash["of"] == "sampler":
                 _name(self.adapter, "adapter")
             else:
-                loop = _loop_options(self.loop, "loop")
+                loop = valid_loop_options(self.loop, "loop")
                 if loop["error_probability"] != crash["probability"] or loop["on_error"] != "record":
                     raise _fail("loop", "a loop's crash replays with on_error 'record' and the crash's probability")
         if not isinstance(self.instance, SearchInstance):
@@ -532,7 +540,7 @@ class Counterexample:
                                  "es.audit_sampler(..., search=True), or a loop with es.audit_loop(..., "
                                  "search=True), to get one")
         inst = self.instance
-        name, rule_ref = _rule_name(self.rule, strict=False), _rule_ref(self.rule_ref)
+        name, rule_ref = _rule_name(self.rule, strict=False), valid_rule_ref(self.rule_ref)
         ref = rule_ref or f"es.rules.get({str.__repr__(name)})"
         fname = "".join(c if c.isascii() and c.isalnum() else "_" for c in name).strip("_").lower() or "rule"
         prompt, tokens = tuple(int(t) for t in inst.prompt), int(inst.tokens)
@@ -583,7 +591,7 @@ class Counterexample:
         name = _rule_name(self.rule, strict=False)
         module, qual = self._user_code("loop", name, "search it from the command line as 'module:function' "
                                                      "(exactspec audit-loop)")
-        opts = _loop_options(self.loop, "loop")
+        opts = valid_loop_options(self.loop, "loop")
         rng_model = _name(self.rng_model, "rng_model")
         ref = opts["reference"]
         ref_import: list[str] = []
@@ -615,7 +623,7 @@ class Counterexample:
                 f"to_pytest: the {what} {str.__repr__(name)} cannot be imported by a test (a lambda, a closure, a "
                 "method of an instance, or a function defined in __main__ or inside another function): define it at "
                 f"the top level of an importable module, or {how}, to get a regression test")
-        module, qual = _sampler_ref(self.sampler_ref).split(":")
+        module, qual = valid_sampler_ref(self.sampler_ref).split(":")
         return module, qual
 
     def _code_test(self, name: str, what: str, imports: list[str], origin: str, call: list[str],
@@ -686,24 +694,25 @@ class Counterexample:
         >>> Counterexample.from_json("[]")
         Traceback (most recent call last):
         ...
-        exactspec.errors.ExactSpecError: not a counterexample JSON: expected an object, got a list
+        exactspec.errors.InvalidValue: not a counterexample JSON: expected an object, got a list
         """
         try:
             return cls._from_json(text)
         except ExactSpecError as exc:
-            raise ExactSpecError(f"not a counterexample JSON: {exc}") from None
+            raise InvalidValue(f"not a counterexample JSON: {exc}") from None
 
     @classmethod
     def _from_json(cls, text: Any) -> "Counterexample":
         d = load_json(text, "input")  # str only; invalid JSON, NaN and deep nesting are typed errors
         if not isinstance(d, dict):
-            raise ExactSpecError(f"expected an object, got {_kind(d)}")
+            raise InvalidValue(f"expected an object, got {_kind(d)}")
         missing = [k for k in ("rule", "claim", "instance", "output", "expected", "tv") if k not in d]
         if missing:
-            raise ExactSpecError(f"missing field(s) {', '.join(missing)}")
+            raise InvalidValue(f"missing field(s) {', '.join(missing)}")
         inst = SearchInstance.from_dict(d["instance"], "instance")
         crash = _crash_record(d.get("crash"), "crash") if d.get("kind") == "crash" else {}
-        loop = _loop_options(d.get("loop"), "loop") if d.get("kind") == "loop" or crash.get("of") == "loop" else {}
+        is_loop = d.get("kind") == "loop" or crash.get("of") == "loop"
+        loop = valid_loop_options(d.get("loop"), "loop") if is_loop else {}
         output = _law_dict(d["output"], "output", inst.vocab, inst.tokens,
                            total=1 - Fraction(crash.get("probability", loop.get("error_probability", "0"))))
         expected = _law_dict(d["expected"], "expected", inst.vocab, inst.tokens)
@@ -728,7 +737,7 @@ class Counterexample:
                 raise _fail(key, f"expected a string, got {_kind(d[key])}")
         kind = _choice(d.get("kind", "rule"), "kind", KINDS)
         sampler: dict = {} if kind == "rule" else dict(
-            kind=kind, sampler_ref=_sampler_ref(d.get("sampler_ref", ""), "sampler_ref"),
+            kind=kind, sampler_ref=valid_sampler_ref(d.get("sampler_ref", ""), "sampler_ref"),
             rng_model=_name(d.get("rng_model", "continuous"), "rng_model"))
         if kind == "sampler" or crash.get("of") == "sampler":
             sampler["adapter"] = _name(d.get("adapter"), "adapter")
@@ -740,7 +749,8 @@ class Counterexample:
                  output=output, expected=expected, tv=tv, space=space,
                  audited=_int(d.get("audited", 0), "audited", lo=0), seconds=float(seconds),
                  shrink_steps=_int(d.get("shrink_steps", 0), "shrink_steps", lo=0),
-                 rule_ref=_rule_ref(d.get("rule_ref", ""), "rule_ref"), complete=complete, stopped=stopped, **sampler)
+                 rule_ref=valid_rule_ref(d.get("rule_ref", ""), "rule_ref"), complete=complete, stopped=stopped,
+                 **sampler)
         return ce.check()
 
     def __eq__(self, other: object) -> bool:
@@ -777,8 +787,8 @@ class EmptySearch:
 
     def __post_init__(self) -> None:
         if self.errors:
-            raise ExactSpecError(f"EmptySearch with errors={self.errors}: a search that skipped instances where the "
-                                 "rule raised is an IncompleteSearch")
+            raise InvalidValue(f"EmptySearch with errors={self.errors}: a search that skipped instances where the "
+                               "rule raised is an IncompleteSearch")
 
     found = False
     complete = True

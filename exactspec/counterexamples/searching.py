@@ -16,29 +16,27 @@ A search that stops before covering its space returns an :class:`IncompleteSearc
 
 from __future__ import annotations
 
-import functools
 import itertools
-import math
-import numbers
 import random
 import time
 from dataclasses import replace
 from fractions import Fraction
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeGuard
 
-from .. import _progress, parallel
+from .. import parallel
 from .._audit import audit
 from ..enumerate import Budget
 from ..errors import BudgetExceeded, ExactSpecError, RuleError
 from ..rules import Rule, as_rule
+from .bookkeeping import (ERROR_SAMPLES, ChunkBar, ChunkOut, SearchClock, cell_instances, cell_sizes, chunk_progress,
+                          count_limit, default_progress, describe_instance, end_progress, incomplete_search,
+                          merge_chunk, planned_instances, seconds_limit, tally_failure)
 from .counterexample import Counterexample, EmptySearch, IncompleteSearch
-from .counterexample import _rule_ref as _valid_rule_ref
-from .space import SearchInstance, Space, _denominator, default_space, random_law, simplex_grid
+from .counterexample import valid_rule_ref
+from .space import SearchInstance, Space, _denominator, default_space, simplex_grid
 
 __all__ = ["search", "worst", "shrink", "shrink_by", "evaluate"]
 
-#: how many (instance, message) pairs of instances where the rule raised a result keeps
-ERROR_SAMPLES = 5
 
 #: instances per chunk of a parallel search (about 40 ms of audits on the default space; see
 #: benchmarks/bench_parallel.py for the per-chunk overhead this amortises)
@@ -47,84 +45,6 @@ SEARCH_CHUNK = 256
 #: what ``workers="auto"`` assumes one audit of a search costs in this process, in seconds (the default
 #: spaces' audits take 0.2-2.5 ms on a loaded 2-core machine; catalog rules' closed forms are the fast end)
 SEARCH_INSTANCE_SECONDS = 1e-3
-
-
-def _seconds(x: Any, name: str) -> float | None:
-    """A time limit: None or ``inf`` (no limit), else a finite number of seconds > 0."""
-    if x is None:
-        return None
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise ExactSpecError(f"{name} must be a number of seconds > 0 (or None for no limit), got {x!r}")
-    try:
-        v = float(x)
-    except OverflowError:  # a huge Fraction or int: no practical limit
-        v = math.inf
-    if math.isnan(v):
-        raise ExactSpecError(f"{name} must be a number of seconds > 0 (or None for no limit), got nan")
-    if v <= 0:
-        raise ExactSpecError(f"{name} must be > 0 seconds (None for no limit), got {x!r}")
-    return None if math.isinf(v) else v
-
-
-def _count(x: Any, name: str, lo: int, none_ok: bool = True) -> int | None:
-    if x is None and none_ok:
-        return None
-    if isinstance(x, bool) or not isinstance(x, int) or x < lo:
-        raise ExactSpecError(f"{name} must be an int >= {lo}{' or None' if none_ok else ''}, got {x!r}")
-    return x
-
-
-class _Clock:
-    """Counts audits, watches the limits, and records the instances whose TV could not be computed."""
-
-    def __init__(self, seconds: float | None, instances: int | None, progress: Callable | None) -> None:
-        self.start = time.perf_counter()
-        self.seconds = seconds
-        self.deadline = None if seconds is None else self.start + seconds
-        self.max_instances = instances
-        self.audited = 0
-        self.errors = 0
-        self.error_samples: list[tuple[str, str]] = []
-        self.first_error: ExactSpecError | None = None
-        self.over_budget = 0
-        self.undecided = 0        # float code whose bias could not be told from its rounding (exit 3 each)
-        self.stop_reason = ""     # set once a limit stopped the search
-        self.progress = progress
-
-    def spent(self) -> bool:
-        if self.stop_reason:
-            return True
-        if self.max_instances is not None and self.audited >= self.max_instances:
-            self.stop_reason = f"max_instances {self.max_instances} reached"
-        elif self.deadline is not None and time.perf_counter() > self.deadline:
-            self.stop_reason = f"time limit {self.seconds:g} s reached"
-        return bool(self.stop_reason)
-
-    def audit_budget(self) -> Budget | None:
-        """The per-audit budget that keeps one audit inside the search's time limit."""
-        if self.deadline is None:
-            return None
-        return Budget(seconds=max(self.deadline - time.perf_counter(), 1e-9))
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start
-
-    def report(self) -> None:
-        """Tell ``progress`` how many audits are done: the default reporter at every audit, a user's callable
-        ``progress(n, seconds)`` every 50."""
-        if self.progress is not None and (isinstance(self.progress, _Planned) or not self.audited % 50):
-            self.progress(self.audited, self.elapsed())
-
-    def reasons(self) -> list[str]:
-        out = [self.stop_reason] if self.stop_reason else []
-        if self.errors:
-            out.append(f"the rule raised on {self.errors} of {self.audited} instances")
-        if self.over_budget:
-            out.append(f"the audit budget was exceeded on {self.over_budget} of {self.audited} instances")
-        if self.undecided:
-            out.append(f"undecided within float rounding on {self.undecided} of {self.audited} instances (bias and "
-                       "rounding could not be told apart there)")
-        return out
 
 
 def _audit_one(rule: Rule, inst: SearchInstance, budget: Budget | None = None) -> Any:
@@ -155,13 +75,7 @@ def evaluate(rule: Rule, inst: SearchInstance) -> Any:
     return rep
 
 
-def _describe(inst: SearchInstance) -> str:
-    laws = "; ".join(f"{name} " + " ".join("(" + ", ".join(str(x) for x in law) + ")" for law in group)
-                     for name, group in (("target", inst.target), ("draft", inst.draft)))
-    return f"{inst.describe()}; {laws}"
-
-
-def _tv(rule: Rule, inst: SearchInstance, clock: _Clock, timed: bool = False) -> Fraction | None:
+def _tv(rule: Rule, inst: SearchInstance, clock: SearchClock, timed: bool = False) -> Fraction | None:
     """The exact TV on ``inst``, or None when it is unknown (the rule raised, or the audit ran past a budget).
 
     ``timed``: give the audit what is left of the search's time limit; an audit cut by it is not
@@ -172,106 +86,18 @@ def _tv(rule: Rule, inst: SearchInstance, clock: _Clock, timed: bool = False) ->
     rep = _audit_one(rule, inst, clock.audit_budget() if timed else None)
     if not isinstance(rep, ExactSpecError):
         return rep.tv
-    _tally_failure(clock, rep, inst, timed)
+    tally_failure(clock, rep, inst, timed)
     return None
 
 
-def _tally_failure(clock: "_Clock", exc: ExactSpecError, inst: SearchInstance, timed: bool) -> None:
-    """Count an instance whose audit raised: cut by the search's own time limit (not audited), over a
-    budget (exit code 3: covered incompletely), or an error of the rule (sampled for the report)."""
-    if isinstance(exc, BudgetExceeded) and timed and exc.what == "seconds" and clock.deadline is not None \
-            and time.perf_counter() >= clock.deadline:
-        clock.audited -= 1
-        clock.stop_reason = clock.stop_reason or f"time limit {clock.seconds:g} s reached"
-    elif exc.exit_code == 3:
-        clock.over_budget += 1
-    else:
-        clock.errors += 1
-        clock.first_error = clock.first_error or exc
-        if len(clock.error_samples) < ERROR_SAMPLES:
-            clock.error_samples.append((_describe(inst), f"{type(exc).__name__}: {exc}"))
-
-
-def _raise_if_all_raised(rule: Rule, clock: _Clock) -> None:
-    """A rule that raised on every instance audited is broken, not unexamined: a RuleError (exit 2)."""
-    if not clock.errors or clock.errors != clock.audited:
-        return
-    first = clock.first_error
-    desc, msg = clock.error_samples[0]
-    err = RuleError(f"{rule.name} raised on every one of the {clock.errors} instances the search audited; "
-                    f"the first: {desc}: {msg}", rule=rule.name, trace=getattr(first, "trace", None),
-                    replay=getattr(first, "_replay", None))
-    raise err from first
-
-
-def _incomplete(rule: Rule, space: Space, clock: _Clock, cells: list, covered: list[str],
-                stopped_in: tuple | None) -> IncompleteSearch:
-    _raise_if_all_raised(rule, clock)
-    return IncompleteSearch(rule=rule.name, space=space.describe(), reason="; ".join(clock.reasons()),
-                            audited=clock.audited, seconds=clock.elapsed(), cells_covered=len(covered),
-                            cells_total=len(cells), covered=tuple(covered),
-                            stopped_in="" if stopped_in is None else space.describe_cell(stopped_in),
-                            errors=clock.errors, error_samples=tuple(clock.error_samples),
-                            over_budget=clock.over_budget)
-
-
-@functools.lru_cache(maxsize=64)
-def _grid_pairs(vocab: int, denominator: int) -> tuple:
-    """Every (p, q) pair of the simplex grid, simplest first (the same for every cell of a vocab: made once)."""
-    grid = simplex_grid(vocab, denominator)
-    return tuple(sorted(itertools.product(grid, grid), key=lambda pq: (max(_denominator(pq[0]), _denominator(pq[1])),
-                                                                       pq)))
-
-
-def _cell_instances(space: Space, cell: tuple, rng: random.Random) -> Iterator[SearchInstance]:
-    vocab, shape, tokens, family = cell
-    n = space.n_laws(vocab, family)
-    if family == "context_free":
-        for p, q in _grid_pairs(vocab, space.exhaustive_denominator)[: space.exhaustive_limit]:
-            yield space.instance(vocab, shape, tokens, family, (p,), (q,))
-    for _ in range(space.random_points):
-        target = tuple(random_law(rng, vocab, space.max_denominator) for _ in range(n))
-        draft = tuple(random_law(rng, vocab, space.max_denominator) for _ in range(n))
-        yield space.instance(vocab, shape, tokens, family, target, draft)
-
-
-class _Planned:
-    """The default progress of a search, as the clock calls it (``n, seconds``): ``n`` of the ``total``
-    instances the space plans, on :func:`exactspec._progress.reporter` (a bar, or a line every few seconds)."""
-
-    def __init__(self, bar: _progress.Reporter, total: int) -> None:
-        self.bar, self.total = bar, total
-
-    def __call__(self, done: int, seconds: float = 0.0) -> None:
-        self.bar(done, self.total)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def _default_progress(progress: Any = None, space: Space | None = None, limit: int | None = None,
-                      what: str = "searching") -> Callable | None:
-    """The clock's ``progress(n, seconds)`` for a search's ``progress=`` argument: the default reporter
-    counting instances against the space's total (None or True), a user's callable as given, or None (False)."""
-    if progress is False:
-        return None
-    if callable(progress) and progress is not True:
-        return progress
-    total = None
-    if space is not None:
-        total = sum(_cell_sizes(space, space.cells()))
-        total = total if limit is None else min(total, limit)
-    bar = _progress.reporter(what, unit="instances")
-    return None if bar is None else _Planned(bar, total)
-
-
-def _end_progress(clock: "_Clock") -> None:
-    """Close the clock's default reporter (a user's callable is left alone)."""
-    if isinstance(clock.progress, _Planned):
-        clock.progress.close()
-
-
 def rule_reference(rule: Rule) -> str:
+    """How a generated test imports ``rule``: ``module.qualname``, or ``""`` for a catalog rule (found by name)
+    and for a rule no test can import (a lambda, a closure, a function defined in ``__main__``).
+
+    >>> import exactspec as es
+    >>> rule_reference(es.rules.speculative_sampling), rule_reference(es.rule()(lambda step, rng: [0]))
+    ('', '')
+    """
     from ..rules import catalog
     if any(r is rule or r.name == rule.name for r in catalog()):
         return ""
@@ -279,13 +105,13 @@ def rule_reference(rule: Rule) -> str:
     if isinstance(mod, str) and isinstance(qual, str) and mod and mod != "__main__" and "<" not in qual:
         ref = f"{mod}.{qual}"
         try:  # rendered as an import line: only a dotted path of identifiers qualifies
-            return _valid_rule_ref(ref)
+            return valid_rule_ref(ref)
         except ExactSpecError:
             return ""
     return ""
 
 
-def _counterexample(rule: Rule, inst: SearchInstance, space: Space, clock: _Clock, steps: int,
+def _counterexample(rule: Rule, inst: SearchInstance, space: Space, clock: SearchClock, steps: int,
                     stopped: str = "") -> Counterexample:
     rep = evaluate(rule, inst)
     return Counterexample(rule=rule.name, claim=rule.claim, instance=inst, output=dict(rep.output),
@@ -349,69 +175,56 @@ def search(rule: Any, *, proposer: Any = None, space: Space | None = None, seed:
     >>> search(es.rules.greedy_match_sampled, budget=0)
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: search: budget must be > 0 seconds (None for no limit), got 0
+    exactspec.errors.InvalidValue: search: budget must be > 0 seconds (None for no limit), got 0
     """
     rule = as_rule(rule)
-    seconds = _seconds(budget, "search: budget")
-    max_instances = _count(max_instances, "search: max_instances", 1)
+    seconds = seconds_limit(budget, "search: budget")
+    max_instances = count_limit(max_instances, "search: max_instances", 1)
     space = space or default_space(rule, proposer)
     rng = random.Random(f"search|{seed}")
     if isinstance(workers, str) and workers == parallel.AUTO:
-        planned = sum(_cell_sizes(space, space.cells()))
+        planned = sum(cell_sizes(space, space.cells()))
         planned = planned if max_instances is None else min(planned, max_instances)
         workers = parallel.auto_workers(workers, planned * SEARCH_INSTANCE_SECONDS, seconds)
         if workers is not None and parallel.auto_stays_here(progress, lambda: parallel.portable_rule(rule)):
             workers = None
     if parallel.parallel_requested(executor, workers):
-        return _search_chunked(rule, space, rng, _Clock(seconds, max_instances, progress if callable(progress)
+        return _search_chunked(rule, space, rng, SearchClock(seconds, max_instances, progress if callable(progress)
                                                         and progress is not True else None),
                                executor, workers, chunk_size, progress)
-    clock = _Clock(seconds, max_instances, _default_progress(progress, space, max_instances))
+    clock = SearchClock(seconds, max_instances, default_progress(progress, space, max_instances))
     cells = space.cells()
     covered: list[str] = []
     try:
         for cell in cells:
-            for inst in _cell_instances(space, cell, rng):
+            for inst in cell_instances(space, cell, rng):
                 if clock.spent():
-                    return _incomplete(rule, space, clock, cells, covered, cell)
+                    return incomplete_search(rule, space, clock, cells, covered, cell)
                 tv = _tv(rule, inst, clock, timed=True)
                 if tv is not None and tv > 0:
                     small, steps = shrink(rule, inst, space=space, _clock=clock)
                     return _counterexample(rule, small, space, clock, steps)
             if clock.stop_reason:  # the cell's last audit was cut by the time limit
-                return _incomplete(rule, space, clock, cells, covered, cell)
+                return incomplete_search(rule, space, clock, cells, covered, cell)
             covered.append(space.describe_cell(cell))
         if clock.errors or clock.over_budget:
-            return _incomplete(rule, space, clock, cells, covered, None)
+            return incomplete_search(rule, space, clock, cells, covered, None)
         return EmptySearch(rule.name, space.describe(), clock.audited, clock.elapsed())
     finally:
-        _end_progress(clock)
+        end_progress(clock)
 
 
 # -- the chunked (parallel) search ----------------------------------------------------------------------
 
-class _ChunkOut:
-    """What one chunk of a parallel search or worst() sends back (picklable, small)."""
 
-    __slots__ = ("audited", "biased_at", "errors", "samples", "over_budget", "cut", "tvs")
-
-    def __init__(self) -> None:
-        self.audited = 0                       # instances audited (an audit cut by the deadline is not counted)
-        self.biased_at: int | None = None      # offset of the first biased instance (search: the chunk stops there)
-        self.errors: list[int] = []            # offsets where the rule raised
-        self.samples: list[tuple[str, str]] = []
-        self.over_budget: list[int] = []       # offsets whose audit ran past its own budget
-        self.cut = False                       # stopped by the deadline before its last instance
-        self.tvs: list | None = None           # worst(): the TV of every audited instance (None: unknown)
-
-
-def _audit_chunk(job: tuple) -> _ChunkOut:
+def _audit_chunk(job: tuple) -> ChunkOut:
     """Audit a chunk's instances in order (a worker's side); stop at the first bias when asked, or at the deadline."""
     rule_ref, insts, deadline, stop_at_bias, keep_tvs = job
     rule = parallel.load_rule(rule_ref)
-    out = _ChunkOut()
+    out = ChunkOut()
+    tvs: list | None = None
     if keep_tvs:
-        out.tvs = []
+        out.tvs = tvs = []
     for i, inst in enumerate(insts):
         budget = None
         if deadline is not None:
@@ -432,81 +245,20 @@ def _audit_chunk(job: tuple) -> _ChunkOut:
             else:
                 out.errors.append(i)
                 if len(out.samples) < ERROR_SAMPLES:
-                    out.samples.append((_describe(inst), f"{type(rep).__name__}: {rep}"))
-            if keep_tvs:
-                out.tvs.append(None)
+                    out.samples.append((describe_instance(inst), f"{type(rep).__name__}: {rep}"))
+            if tvs is not None:
+                tvs.append(None)
             continue
         out.audited += 1
-        if keep_tvs:
-            out.tvs.append(rep.tv)
+        if tvs is not None:
+            tvs.append(rep.tv)
         if stop_at_bias and rep.tv > 0:
             out.biased_at = i
             break
     return out
 
 
-def _cell_sizes(space: Space, cells: list) -> list[int]:
-    """How many instances :func:`_cell_instances` yields for each cell (without making them)."""
-    grids: dict[int, int] = {}
-    out = []
-    for vocab, _, _, family in cells:
-        n = space.random_points
-        if family == "context_free":
-            if vocab not in grids:
-                grids[vocab] = len(simplex_grid(vocab, space.exhaustive_denominator))
-            n += min(grids[vocab] ** 2, space.exhaustive_limit)
-        out.append(n)
-    return out
-
-
-def _planned(space: Space, cells: list, rng: random.Random, limit: int | None) -> Iterator[SearchInstance]:
-    """Every instance of the space in search order, at most ``limit``: what the sequential search visits."""
-    made = 0
-    for cell in cells:
-        for inst in _cell_instances(space, cell, rng):
-            if limit is not None and made >= limit:
-                return
-            made += 1
-            yield inst
-
-
-def _merge_chunk(clock: _Clock, out: _ChunkOut, upto: int | None = None) -> None:
-    """Add a chunk's counts to the clock (only offsets < ``upto``, when given: the sequential prefix)."""
-    for e, i in enumerate(out.errors):
-        if upto is not None and i >= upto:
-            break
-        clock.errors += 1
-        if len(clock.error_samples) < ERROR_SAMPLES and e < len(out.samples):
-            clock.error_samples.append(out.samples[e])
-    clock.over_budget += sum(1 for i in out.over_budget if upto is None or i < upto)
-    clock.audited += out.audited if upto is None else min(out.audited, upto)
-
-
-def _chunk_progress(clock: _Clock, what: str, progress: Any, size: int, n: int) -> Callable[[int, int], None] | None:
-    """``run_chunks``' ``progress(done chunks, total)``: the default reporter counting instances (``size`` a chunk,
-    ``n`` in all), or a user's ``progress(done chunks, seconds)``."""
-    if progress is False:
-        return None
-    if progress is None or progress is True:
-        bar = _progress.reporter(what, unit="instances")
-        return None if bar is None else _ChunkBar(bar, size, n)
-    return lambda done, total: progress(done, clock.elapsed())
-
-
-class _ChunkBar:
-    """Finished chunks as instances on a reporter (a chunk holds ``size`` of the ``n`` instances)."""
-
-    def __init__(self, bar: _progress.Reporter, size: int, n: int) -> None:
-        self.bar, self.size, self.n = bar, size, n
-
-    def __call__(self, done: int, total: int) -> None:
-        self.bar(min(done * self.size, self.n), self.n)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def _first_error(rule: Rule, clock: _Clock, parts: dict, run: Any) -> None:
+def _first_error(rule: Rule, clock: SearchClock, parts: dict, run: Any) -> None:
     """Rebuild the first error (the audit is replayed here) so that a rule that always raised is a RuleError."""
     if clock.errors and clock.errors == clock.audited:
         for k in sorted(run.results):
@@ -518,35 +270,35 @@ def _first_error(rule: Rule, clock: _Clock, parts: dict, run: Any) -> None:
                 return
 
 
-def _search_chunked(rule: Rule, space: Space, rng: random.Random, clock: _Clock, executor: Any, workers: Any,
+def _search_chunked(rule: Rule, space: Space, rng: random.Random, clock: SearchClock, executor: Any, workers: Any,
                     chunk_size: int | None, progress: Any) -> Counterexample | EmptySearch | IncompleteSearch:
     import bisect
     cells = space.cells()
-    sizes = _cell_sizes(space, cells)
+    sizes = cell_sizes(space, cells)
     ends = list(itertools.accumulate(sizes))        # instance positions where each cell ends
     everything = ends[-1] if ends else 0
     limit = clock.max_instances
     n = everything if limit is None else min(limit, everything)
     limited = n < everything                        # max_instances stops the search before the space's end
-    size = _count(chunk_size, "search: chunk_size", 1) or SEARCH_CHUNK
+    size = count_limit(chunk_size, "search: chunk_size", 1) or SEARCH_CHUNK
     total = -(-n // size)
     deadline = None if clock.deadline is None else time.time() + (clock.deadline - time.perf_counter())
     ref = parallel.portable_rule(rule)
     parts: dict[int, list[SearchInstance]] = {}     # the instances of every chunk made so far
 
     def jobs() -> Iterator[tuple]:
-        stream = _planned(space, cells, rng, n)
+        stream = planned_instances(space, cells, rng, n)
         for k in range(total):
             parts[k] = list(itertools.islice(stream, size))
             yield (ref, parts[k], deadline, True, False)
 
-    shown = _chunk_progress(clock, "searching", progress, size, n)
+    shown = chunk_progress(clock, "searching", progress, size, n)
     try:
         run = parallel.run_on(_audit_chunk, jobs(), total=total, executor=executor, workers=workers,
                               deadline=deadline, final=lambda out: out.biased_at is not None or out.cut,
                               progress=shown)
     finally:
-        if isinstance(shown, _ChunkBar):
+        if isinstance(shown, ChunkBar):
             shown.close()
 
     def cell_of(pos: int) -> int:  # the cell of instance ``pos`` (len(cells) past the last one)
@@ -555,8 +307,8 @@ def _search_chunked(rule: Rule, space: Space, rng: random.Random, clock: _Clock,
     def stop(pos: int) -> IncompleteSearch:  # incomplete, the sequential search having stopped before ``pos``
         _first_error(rule, clock, parts, run)
         c = cell_of(pos)
-        return _incomplete(rule, space, clock, cells, [space.describe_cell(cells[j]) for j in range(c)],
-                           cells[c] if c < len(cells) else None)
+        return incomplete_search(rule, space, clock, cells, [space.describe_cell(cells[j]) for j in range(c)],
+                                 cells[c] if c < len(cells) else None)
 
     for k in range(total):
         start = k * size
@@ -568,17 +320,17 @@ def _search_chunked(rule: Rule, space: Space, rng: random.Random, clock: _Clock,
                 f"instances {start + 1}..{min(start + size, n)} of the search were not covered: {reason}")
             return stop(start)
         if out.biased_at is not None:
-            _merge_chunk(clock, out, upto=out.biased_at + 1)
+            merge_chunk(clock, out, upto=out.biased_at + 1)
             small, steps = shrink(rule, parts[k][out.biased_at], space=space, _clock=clock)
             return _counterexample(rule, small, space, clock, steps)
-        _merge_chunk(clock, out)
+        merge_chunk(clock, out)
         if out.cut:
             clock.stop_reason = clock.stop_reason or f"time limit {clock.seconds:g} s reached"
             later = [j for j in run.results if j > k and run.results[j].biased_at is not None]
             if later:
                 j = min(later)
                 clock.stop_reason += (f"; a biased instance was found later in the search order "
-                                      f"({_describe(parts[j][run.results[j].biased_at])}) before the earlier "
+                                      f"({describe_instance(parts[j][run.results[j].biased_at])}) before the earlier "
                                       "instances were covered: rerun with more time for the minimal one")
             return stop(start + out.audited)
     if limited:
@@ -586,24 +338,24 @@ def _search_chunked(rule: Rule, space: Space, rng: random.Random, clock: _Clock,
         return stop(n)
     if clock.errors or clock.over_budget:
         _first_error(rule, clock, parts, run)
-        return _incomplete(rule, space, clock, cells, [space.describe_cell(c) for c in cells], None)
+        return incomplete_search(rule, space, clock, cells, [space.describe_cell(c) for c in cells], None)
     return EmptySearch(rule.name, space.describe(), clock.audited, clock.elapsed())
 
 
-def _sample_chunked(rule: Rule, space: Space, cells: list, rng: random.Random, clock: _Clock, scored: list,
+def _sample_chunked(rule: Rule, space: Space, cells: list, rng: random.Random, clock: SearchClock, scored: list,
                     covered: list, executor: Any, workers: Any, chunk_size: int | None) -> tuple | None:
     """worst()'s sampling phase on an executor: fills ``scored`` and ``covered`` as the sequential loop would."""
     import bisect
-    ends = list(itertools.accumulate(_cell_sizes(space, cells)))
+    ends = list(itertools.accumulate(cell_sizes(space, cells)))
     n = ends[-1] if ends else 0
-    size = _count(chunk_size, "worst: chunk_size", 1) or SEARCH_CHUNK
+    size = count_limit(chunk_size, "worst: chunk_size", 1) or SEARCH_CHUNK
     total = -(-n // size)
     deadline = None if clock.deadline is None else time.time() + (clock.deadline - time.perf_counter())
     ref = parallel.portable_rule(rule)
     parts: dict[int, list[SearchInstance]] = {}
 
     def jobs() -> Iterator[tuple]:
-        stream = _planned(space, cells, rng, None)
+        stream = planned_instances(space, cells, rng, None)
         for k in range(total):
             parts[k] = list(itertools.islice(stream, size))
             yield (ref, parts[k], deadline, False, True)
@@ -620,7 +372,7 @@ def _sample_chunked(rule: Rule, space: Space, cells: list, rng: random.Random, c
                 f"instances {k * size + 1}..{min(k * size + size, n)} were not covered: {reason}")
             pos = k * size
             break
-        _merge_chunk(clock, out)
+        merge_chunk(clock, out)
         for inst, tv in zip(parts[k], out.tvs or []):
             if tv is not None:
                 scored.append((tv, len(scored), inst))
@@ -643,8 +395,9 @@ def _drop_token(inst: SearchInstance, t: int) -> SearchInstance | None:
     laws = []
     for group in (inst.target, inst.draft):
         rows = group if inst.family != "table" else group[:t] + group[t + 1:]
-        new = tuple(squash(law) for law in rows)
-        if any(law is None for law in new):
+        squashed = [squash(law) for law in rows]
+        new = tuple(law for law in squashed if law is not None)
+        if len(new) != len(squashed):   # a law with all its mass on token t
             return None
         laws.append(new)
     prompt = tuple(x - (x > t) for x in inst.prompt if x != t) or (() if inst.family != "table" else (0,))
@@ -687,7 +440,7 @@ def _simpler_laws(inst: SearchInstance, limit: int = 60) -> Iterator[SearchInsta
 
 
 def shrink(rule: Any, inst: SearchInstance, *, space: Space | None = None,
-           _clock: _Clock | None = None) -> tuple[SearchInstance, int]:
+           _clock: SearchClock | None = None) -> tuple[SearchInstance, int]:
     """Shrink a biased instance: smaller vocab, then drafts, tokens, family, denominators; keep TV > 0.
 
     Returns the smallest instance reached and the number of accepted shrink steps; every step
@@ -702,7 +455,7 @@ def shrink(rule: Any, inst: SearchInstance, *, space: Space | None = None,
     (2, (1,), 1)
     """
     rule = as_rule(rule)
-    clock = _clock or _Clock(None, None, None)
+    clock = _clock or SearchClock(None, None, None)
 
     def biased(cand: SearchInstance) -> bool:
         tv = _tv(rule, cand, clock)
@@ -726,7 +479,7 @@ def shrink_by(biased: Callable[[SearchInstance], bool], inst: SearchInstance) ->
     """
     steps = 0
 
-    def smaller_and_biased(cand: SearchInstance | None) -> bool:
+    def smaller_and_biased(cand: SearchInstance | None) -> TypeGuard[SearchInstance]:
         return cand is not None and cand.key() < inst.key() and biased(cand)
 
     improved = True
@@ -763,7 +516,7 @@ def _neighbours(inst: SearchInstance, rng: random.Random, denominator: int) -> S
         law[a] -= step
         law[b] += step
     group[i] = tuple(law)
-    return replace(inst, **{which: tuple(group)})
+    return replace(inst, target=tuple(group)) if which == "target" else replace(inst, draft=tuple(group))
 
 
 def worst(rule: Any, space: Space | None = None, *, proposer: Any = None, seed: int = 0,
@@ -793,12 +546,12 @@ def worst(rule: Any, space: Space | None = None, *, proposer: Any = None, seed: 
     (Fraction(1, 2), True)
     """
     rule = as_rule(rule)
-    seconds = _seconds(budget, "worst: budget")
-    restarts = _count(restarts, "worst: restarts", 0, none_ok=False)
-    steps = _count(steps, "worst: steps", 0, none_ok=False)
+    seconds = seconds_limit(budget, "worst: budget")
+    restarts = count_limit(restarts, "worst: restarts", 0, none_ok=False)
+    steps = count_limit(steps, "worst: steps", 0, none_ok=False)
     space = space or default_space(rule, proposer)
     rng = random.Random(f"worst|{seed}")
-    clock = _Clock(seconds, None, None)
+    clock = SearchClock(seconds, None, None)
     scored: list[tuple[Fraction, int, SearchInstance]] = []
     cells = space.cells()
     covered: list[str] = []
@@ -808,7 +561,7 @@ def worst(rule: Any, space: Space | None = None, *, proposer: Any = None, seed: 
         stopped_in = _sample_chunked(rule, sampled, cells, rng, clock, scored, covered, executor, workers,
                                      chunk_size)
     for cell in ([] if parallel.parallel_requested(executor, workers) else cells):
-        for inst in _cell_instances(sampled, cell, rng):
+        for inst in cell_instances(sampled, cell, rng):
             if clock.spent():
                 break
             tv = _tv(rule, inst, clock, timed=True)
@@ -834,8 +587,8 @@ def worst(rule: Any, space: Space | None = None, *, proposer: Any = None, seed: 
         if cur_tv > best_tv:
             best_tv, best = cur_tv, cur
     reasons = clock.reasons()
-    if best_tv > 0:
+    if best_tv > 0 and best is not None:   # a positive TV was measured on ``best``
         return _counterexample(rule, best, space, clock, 0, stopped="; ".join(reasons))
     if reasons:
-        return _incomplete(rule, space, clock, cells, covered, stopped_in)
+        return incomplete_search(rule, space, clock, cells, covered, stopped_in)
     return EmptySearch(rule.name, space.describe(), clock.audited, clock.elapsed())

@@ -25,7 +25,7 @@ from .. import drafts, models
 from .._numbers import parse_rational
 from ..drafts.chain import CLAIMS as CHAIN_CLAIMS, SAMPLINGS as CHAIN_SAMPLINGS
 from ..drafts.tree import CHILDREN as TREE_CHILDREN, CLAIMS as TREE_CLAIMS
-from ..errors import ExactSpecError
+from ..errors import ExactSpecError, InvalidValue
 
 __all__ = ["SearchInstance", "Space", "default_space", "simplex_grid", "random_law", "FAMILIES"]
 
@@ -42,7 +42,7 @@ Law = tuple[Fraction, ...]
 # -- validation of values read from JSON (or built by hand) ------------------------------------------
 
 def _fail(where: str, problem: str) -> ExactSpecError:
-    return ExactSpecError(f"{where}: {problem}")
+    return InvalidValue(f"{where}: {problem}")
 
 
 def _kind(x: Any) -> str:
@@ -221,7 +221,7 @@ class SearchInstance:
         Only ``repr()`` of validated ints is rendered (see :meth:`check`); ``var`` must be an identifier.
         """
         if var not in ("target", "draft"):
-            raise ExactSpecError(f"model_source: var must be 'target' or 'draft', got {var!r}")
+            raise InvalidValue(f"model_source: var must be 'target' or 'draft', got {var!r}")
         self.check()
         group = self.target if var == "target" else self.draft
         if laws is not group:
@@ -275,7 +275,7 @@ class SearchInstance:
         ...                           "draft": [["1", "0"]], "shape": "1); import os; (", "tokens": 1})
         Traceback (most recent call last):
         ...
-        exactspec.errors.ExactSpecError: instance.shape: expected a list of ints, got a string
+        exactspec.errors.InvalidValue: instance.shape: expected a list of ints, got a string
         """
         if not isinstance(d, dict):
             raise _fail(where, f"expected an object, got {_kind(d)}")
@@ -314,7 +314,7 @@ class SearchInstance:
         ...                shape=(1,), tokens=1, sampling="sample; import os").check()
         Traceback (most recent call last):
         ...
-        exactspec.errors.ExactSpecError: instance.sampling: must be one of sample, argmax, got 'sample; import os'
+        exactspec.errors.InvalidValue: instance.sampling: must be one of sample, argmax, got 'sample; import os'
         """
         vocab = _int(self.vocab, f"{where}.vocab", lo=2)
         family = _choice(self.family, f"{where}.family", FAMILIES)
@@ -384,19 +384,19 @@ class Space:
 
     def __post_init__(self) -> None:
         if not self.vocabs or min(self.vocabs) < 2:
-            raise ExactSpecError(f"Space: vocabs must be ints >= 2, got {self.vocabs}")
+            raise InvalidValue(f"Space: vocabs must be ints >= 2, got {self.vocabs}")
         if not self.tokens or min(self.tokens) < 1:
-            raise ExactSpecError(f"Space: tokens must be ints >= 1, got {self.tokens}")
+            raise InvalidValue(f"Space: tokens must be ints >= 1, got {self.tokens}")
         bad = [f for f in self.families if f not in FAMILIES]
         if bad:
-            raise ExactSpecError(f"Space: unknown model family {bad[0]!r}; choose from {', '.join(FAMILIES)}")
+            raise InvalidValue(f"Space: unknown model family {bad[0]!r}; choose from {', '.join(FAMILIES)}")
         if self.exhaustive_denominator < 1 or self.max_denominator < self.exhaustive_denominator:
-            raise ExactSpecError("Space: need 1 <= exhaustive_denominator <= max_denominator")
+            raise InvalidValue("Space: need 1 <= exhaustive_denominator <= max_denominator")
         if self.extra_tokens is not None and (isinstance(self.extra_tokens, bool) or not isinstance(
                 self.extra_tokens, int) or self.extra_tokens < 0):
-            raise ExactSpecError(f"Space: extra_tokens must be None or an int >= 0, got {self.extra_tokens!r}")
+            raise InvalidValue(f"Space: extra_tokens must be None or an int >= 0, got {self.extra_tokens!r}")
         if self.only_longest and self.extra_tokens is None:
-            raise ExactSpecError("Space: only_longest needs extra_tokens (the longest horizon is depth + extra_tokens)")
+            raise InvalidValue("Space: only_longest needs extra_tokens (the longest horizon is depth + extra_tokens)")
 
     def cells(self) -> list[tuple[int, tuple[int, ...], int, str]]:
         """(vocab, shape, tokens, family) in shrink order."""

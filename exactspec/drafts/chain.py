@@ -7,9 +7,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import ExactSpecError
+from ..errors import InvalidType, InvalidValue
+
+if TYPE_CHECKING:
+    from ..models import Model
 
 __all__ = ["ChainProposer", "ChainStep", "ChainLaws", "chain"]
 
@@ -67,13 +70,17 @@ class ChainStep:
         self._env = env
         self._rng = rng
         # the proposer reads a draft as soon as it is drawn: never a deferred draw (see PathRng.draw_now)
-        self._draw = getattr(rng, "draw_now", None) or getattr(rng, "categorical", None)
+        self._draw: Any = getattr(rng, "draw_now", None) or getattr(rng, "categorical", None)
         hit = getattr(env, "chain_nodes", None)
         if hit is None or hit[0] is not proposer or not (hit[1] is context or hit[1] == context):
             hit = (proposer, context, _Node(context), _state_length(proposer, env), proposer.sampling == "sample",
                    proposer.claim == "point_mass", proposer.sampled_from)
             if hasattr(env, "chain_nodes"):
                 env.chain_nodes = hit
+        self._keep: int | None
+        self._sample: bool
+        self._point: bool
+        self._source: Model | None
         _, _, root, self._keep, self._sample, self._point, self._source = hit
         self._nodes = [root]     # the node after each draft drawn so far (and the root)
         self._drafts: list[int] = []
@@ -285,15 +292,17 @@ def chain(gamma: int = 4, *, sampling: str = "sample", claim: str = "draft", sam
     >>> chain(0)
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: chain: gamma must be an int >= 1, got 0
+    exactspec.errors.InvalidValue: chain: gamma must be an int >= 1, got 0
     """
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise ExactSpecError(f"chain: gamma must be an int >= 1, got {gamma!r}")
+    if isinstance(gamma, bool) or not isinstance(gamma, int):
+        raise InvalidType(f"chain: gamma must be an int >= 1, got {gamma!r}")
+    elif gamma < 1:
+        raise InvalidValue(f"chain: gamma must be an int >= 1, got {gamma!r}")
     if sampling not in SAMPLINGS:
-        raise ExactSpecError(f"chain: sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
+        raise InvalidValue(f"chain: sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
     if claim not in CLAIMS:
-        raise ExactSpecError(f"chain: claim must be one of {', '.join(CLAIMS)}, got {claim!r}")
+        raise InvalidValue(f"chain: claim must be one of {', '.join(CLAIMS)}, got {claim!r}")
     from ..models import Model
     if sampled_from is not None and not isinstance(sampled_from, Model):
-        raise ExactSpecError(f"chain: sampled_from must be an exactspec model, got {sampled_from!r}")
+        raise InvalidType(f"chain: sampled_from must be an exactspec model, got {sampled_from!r}")
     return ChainProposer(gamma, sampling, claim, sampled_from)

@@ -8,9 +8,9 @@ merge(1 draft models, gamma=2)
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Any, Generator, Iterator, Sequence
 
-from ..errors import ExactSpecError
+from ..errors import InvalidType, InvalidValue
 from ..models import Model
 
 __all__ = ["TreeProposer", "MergeProposer", "FixedTreeProposer", "TreeStep", "TreeLaws", "tree", "merge", "fixed"]
@@ -307,10 +307,10 @@ class TreeProposer:
         def known(path: tuple) -> Any:
             return zero if len(path) >= self.depth else memo.get(path)
 
-        def size(path: tuple) -> Iterator[tuple]:
+        def size(path: tuple) -> Generator[tuple, Any, Any]:
             """Expected nodes below ``path``; yields each child path and is sent that child's size."""
             total = zero
-            stack = [((), one)]
+            stack: list[tuple[tuple[int, ...], Any]] = [((), one)]
             while stack:
                 sib, w = stack.pop()
                 law = laws.next_child(path, sib)
@@ -375,7 +375,7 @@ class MergeProposer:
         views = [env.view(m) for m in self.models]
         one = env.field.one
         total = env.field.zero
-        stack = [((), [one] * len(views))]
+        stack: list[tuple[tuple[int, ...], list[Any]]] = [((), [one] * len(views))]
         while stack:
             path, probs = stack.pop()
             if len(path) >= self.gamma:
@@ -452,21 +452,21 @@ def fixed(tree: Any, claims: Any) -> FixedTreeProposer:
     from ..laws import to_law
     from ..trees import TokenTree
     if not isinstance(tree, TokenTree):
-        raise ExactSpecError(f"fixed: tree must be an es.trees.TokenTree, got {tree!r}")
+        raise InvalidType(f"fixed: tree must be an es.trees.TokenTree, got {tree!r}")
     if tree.n_speculated < 1:
-        raise ExactSpecError("fixed: the tree has no speculated node")
+        raise InvalidValue("fixed: the tree has no speculated node")
     items = claims.items() if isinstance(claims, dict) else enumerate(claims)
     given = {int(k): v for k, v in items if int(k) != 0 or isinstance(claims, dict)}
     vocab = None
     laws: dict[int, tuple] = {}
     for node in range(1, len(tree)):
         if node not in given:
-            raise ExactSpecError(f"fixed: no claimed law for node {node} (token {tree.tokens[node]})")
+            raise InvalidValue(f"fixed: no claimed law for node {node} (token {tree.tokens[node]})")
         law = given[node]
         vocab = vocab or len(law)
         laws[node] = to_law(law, vocab, where=f"fixed tree, claimed law of node {node}")
         if not 0 <= tree.tokens[node] < vocab:
-            raise ExactSpecError(f"fixed: node {node} has token {tree.tokens[node]}, outside 0..{vocab - 1}")
+            raise InvalidValue(f"fixed: node {node} has token {tree.tokens[node]}, outside 0..{vocab - 1}")
     return FixedTreeProposer(tree, laws)
 
 
@@ -485,15 +485,15 @@ def tree(expansion: Sequence[int] = (2, 2, 1), *, children: str = "iid", claim: 
     >>> tree((0,))
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: tree: expansion must be a non-empty sequence of ints >= 1, got (0,)
+    exactspec.errors.InvalidValue: tree: expansion must be a non-empty sequence of ints >= 1, got (0,)
     """
     exp = tuple(expansion) if not isinstance(expansion, int) else (expansion,)
     if not exp or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in exp):
-        raise ExactSpecError(f"tree: expansion must be a non-empty sequence of ints >= 1, got {expansion!r}")
+        raise InvalidValue(f"tree: expansion must be a non-empty sequence of ints >= 1, got {expansion!r}")
     if children not in CHILDREN:
-        raise ExactSpecError(f"tree: children must be one of {', '.join(CHILDREN)}, got {children!r}")
+        raise InvalidValue(f"tree: children must be one of {', '.join(CHILDREN)}, got {children!r}")
     if claim not in CLAIMS:
-        raise ExactSpecError(f"tree: claim must be one of {', '.join(CLAIMS)}, got {claim!r}")
+        raise InvalidValue(f"tree: claim must be one of {', '.join(CLAIMS)}, got {claim!r}")
     return TreeProposer(exp, children, claim)
 
 
@@ -507,13 +507,15 @@ def merge(models: Sequence[Model], gamma: int) -> MergeProposer:
     >>> merge([], 2)
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: merge: needs a non-empty list of draft models (es.models.*)
+    exactspec.errors.InvalidValue: merge: needs a non-empty list of draft models (es.models.*)
     """
     models = list(models)
     if not models or not all(isinstance(m, Model) for m in models):
-        raise ExactSpecError("merge: needs a non-empty list of draft models (es.models.*)")
+        raise InvalidValue("merge: needs a non-empty list of draft models (es.models.*)")
     if len({m.vocab for m in models}) != 1:
-        raise ExactSpecError(f"merge: draft models have different vocabularies {[m.vocab for m in models]}")
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise ExactSpecError(f"merge: gamma must be an int >= 1, got {gamma!r}")
+        raise InvalidValue(f"merge: draft models have different vocabularies {[m.vocab for m in models]}")
+    if isinstance(gamma, bool) or not isinstance(gamma, int):
+        raise InvalidType(f"merge: gamma must be an int >= 1, got {gamma!r}")
+    elif gamma < 1:
+        raise InvalidValue(f"merge: gamma must be an int >= 1, got {gamma!r}")
     return MergeProposer(models, gamma)

@@ -118,5 +118,5 @@ def state_key(context: Sequence[int], orders: Sequence[int | None]) -> tuple:
     context = tuple(context)
     if any(o is None for o in orders):
         return context
-    k = max(orders, default=0)
+    k = max(orders, default=0)  # type: ignore[type-var]  # no None left (returned above); hot: no filtering copy
     return context[-k:] if k else ()

@@ -15,25 +15,21 @@ True
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import math
 import numbers
 from fractions import Fraction
 
-from ..errors import ExactSpecError, InvalidDistribution, UnsupportedRandomness
-from ..fields import Field, _caller
+from ..errors import InvalidDistribution, InvalidValue, ReplayDiverged, UnsupportedRandomness
+from ..fields import Field, caller_site
 
 __all__ = ["PathRng", "Uniform", "enumerate_program", "Lattice", "RoundedLattice", "LATTICES", "NATIVE", "NATIVE64",
-           "RNG_MODELS", "DeferredToken", "lattice_for"]
+           "RNG_MODELS", "DeferredToken", "lattice_for", "link_choices", "unwind_choices", "RngLattice"]
 
 
 class _Nothing:
     """A type no number has (:attr:`PathRng._plain` when thresholds must be checked)."""
-
-
-class _Diverged(ExactSpecError):
-    """A replayed run made different draws than the run it replays (the rule is not deterministic)."""
 
 
 #: float -> its exact rational (:meth:`PathRng.number` with ``exact_floats``): samplers compare with the same floats
@@ -54,15 +50,15 @@ class PathRng:
                  "_one", "_zero", "_exact", "_plain", "max_depth", "lattice", "exact_floats", "_head", "observe",
                  "defer", "deferred", "spreads")
 
-    def __init__(self, prefix: tuple, weight: Any, field: Field, stack: list, supports: dict,
-                 max_depth: int | None = None, lattice: "Lattice | None" = None, exact_floats: bool = False) -> None:
+    def __init__(self, prefix: Sequence[Any], weight: Any, field: Field, stack: list, supports: dict,
+                 max_depth: int | None = None, lattice: RngLattice = None, exact_floats: bool = False) -> None:
         # ``prefix``: the choices to replay, as a tuple of choices or as a pushed node (see _fork)
         if prefix and type(prefix[0]) is tuple:
             self._head = prefix
-            prefix = _unwind(prefix)
+            prefix = unwind_choices(prefix)
             self._choices: list = prefix   # shared: replay reads below len(prefix), forks append after it
         else:
-            self._head = _link(prefix)
+            self._head = link_choices(prefix)
             self._choices = list(prefix)
         self._prefix = prefix
         self._n = len(prefix)
@@ -131,7 +127,7 @@ class PathRng:
         pos = self._pos
         value = self._prefix[pos]
         if type(value) is not expect:
-            raise _Diverged(f"replay diverged at draw {pos}: the rule asked for a {kind} where it drew "
+            raise ReplayDiverged(f"replay diverged at draw {pos}: the rule asked for a {kind} where it drew "
                             f"{value!r} before; rules must be deterministic functions of their draws")
         self._pos = pos + 1
         self._kinds.append(kind)
@@ -149,17 +145,17 @@ class PathRng:
             values = [field.check(x, where) for x in law]
         except TypeError:
             raise InvalidDistribution(f"{where} is {law!r}, not a sequence of probabilities "
-                                      f"(from {_caller(3)})") from None
+                                      f"(from {caller_site(3)})") from None
         total = self._zero
         for i, x in enumerate(values):
             if not x >= 0:
-                raise InvalidDistribution(f"{where} has entry {i} = {x} < 0 or NaN (from {_caller(3)})")
+                raise InvalidDistribution(f"{where} has entry {i} = {x} < 0 or NaN (from {caller_site(3)})")
             total += x
         if self._exact:
             if total != 1:
-                raise InvalidDistribution(f"{where} sums to {total}, not exactly 1 (from {_caller(3)})")
+                raise InvalidDistribution(f"{where} sums to {total}, not exactly 1 (from {caller_site(3)})")
         elif not abs(total - 1) <= 1e-9:
-            raise InvalidDistribution(f"{where} sums to {total}, not 1 (from {_caller(3)})")
+            raise InvalidDistribution(f"{where} sums to {total}, not 1 (from {caller_site(3)})")
         support = [(i, x) for i, x in enumerate(values) if x > 0]
         if type(law) is tuple:  # immutable: safe to remember by identity
             cache[key] = (law, support)
@@ -179,10 +175,10 @@ class PathRng:
             return support[0][0]
         if self._pos < self._n:
             if self._prefix[self._pos] is UNSEEN:
-                return self._defer(support)
+                return self._defer(support)  # type: ignore[return-value]  # stands for the token it will be
             return self._replayed("categorical", int)
         if self.defer:
-            return self._defer(support)
+            return self._defer(support)  # type: ignore[return-value]  # stands for the token it will be
         return self._fork("categorical", support)
 
     def draw_now(self, law: Any) -> int:
@@ -300,7 +296,7 @@ class PathRng:
         """
         prob = self._field.check(prob, "the probability passed to rng.bernoulli")
         if not (prob >= 0 and prob <= 1):
-            raise InvalidDistribution(f"rng.bernoulli got probability {prob}, outside [0, 1] (from {_caller(2)})")
+            raise InvalidDistribution(f"rng.bernoulli got probability {prob}, outside [0, 1] (from {caller_site(2)})")
         if prob == 1:
             return True
         if prob == 0:
@@ -323,7 +319,7 @@ class PathRng:
             exact = _EXACT.get(fx)          # the float's exact rational, made once per value
             if exact is None:
                 if fx != fx or fx in (float("inf"), float("-inf")):
-                    raise InvalidDistribution(f"{what} is {fx} (from {_caller(3)})")
+                    raise InvalidDistribution(f"{what} is {fx} (from {caller_site(3)})")
                 if len(_EXACT) > 1 << 16:
                     _EXACT.clear()
                 exact = _EXACT[fx] = Fraction(fx)
@@ -353,6 +349,7 @@ class PathRng:
             lat = None if lattice is None else LATTICES["float64"]
         if lat is None:
             return Uniform(_Cell(self, self._zero, self._one, None), self._one, self._zero)
+        assert isinstance(lat, Lattice)   # NATIVE and NATIVE64 were resolved above
         return Uniform(_Cell(self, lat.kmin, lat.kmax, lat), self._one, self._zero)
 
     random = uniform
@@ -503,6 +500,7 @@ class DeferredToken:
 
     __slots__ = ("_es_support", "_es_pos", "_es_keep", "_es_height", "_es_weight", "_es_touched", "_es_rng",
                  "_es_sub", "_es_mass", "_es_eqs")
+    _es_eqs: list[Any]
 
     def __init__(self, support: list, pos: int, keep: int, height: int, weight: Any, rng: Any = None) -> None:
         self._es_support, self._es_pos, self._es_keep = support, pos, keep
@@ -693,6 +691,10 @@ class _NativeFloat64(_Native):
 #: the ``native`` model with every generator at float64 (internal: the float64 run of a sampler or loop audit)
 NATIVE64 = _NativeFloat64()
 
+#: what a branch's uniforms are drawn on: a generator's lattice, the ``native`` model (:data:`NATIVE`,
+#: :data:`NATIVE64`: each generator's own lattice), or None (continuous)
+RngLattice = Lattice | _Native | None
+
 LATTICES = {
     "torch-float32": Lattice("torch-float32", Fraction(0), Fraction(1, 2 ** 24), 0, 2 ** 24 - 1,
                              "k * 2**-24 for k = 0 .. 2**24 - 1 (0 included), as torch.rand in float32"),
@@ -710,7 +712,7 @@ LATTICES = {
 RNG_MODELS = ("continuous", "native") + tuple(LATTICES)
 
 
-def lattice_for(rng_model: str) -> "Lattice | _Native | None":
+def lattice_for(rng_model: str) -> RngLattice:
     """The lattice of an rng model name (None for "continuous", :data:`NATIVE` for "native").
 
     >>> lattice_for("continuous") is None, lattice_for("curand").kmin, lattice_for("native") is NATIVE
@@ -725,24 +727,28 @@ def lattice_for(rng_model: str) -> "Lattice | _Native | None":
     try:
         return LATTICES[rng_model]
     except (KeyError, TypeError):
-        raise ExactSpecError(f"unknown rng_model {rng_model!r}: choose one of {', '.join(RNG_MODELS)}") from None
+        raise InvalidValue(f"unknown rng_model {rng_model!r}: choose one of {', '.join(RNG_MODELS)}") from None
 
 
-def _link(choices: Any) -> tuple:
-    """The node chain of a sequence of choices (``()`` for none): each node is ``(parent, choice)``."""
+def link_choices(choices: Any) -> tuple:
+    """The node chain of a sequence of choices (``()`` for none): each node is ``(parent, choice)``.
+
+    >>> link_choices((1, True))
+    (((), 1), True)
+    """
     node: tuple = ()
     for c in choices:
         node = (node, c)
     return node
 
 
-def _unwind(node: tuple) -> list:
+def unwind_choices(node: Sequence[Any]) -> list:
     """The choices along a node chain, first to last (a loop: chains are as long as branches).
 
-    >>> _unwind(_link((1, True, 0)))
+    >>> unwind_choices(link_choices((1, True, 0)))
     [1, True, 0]
     """
-    out = []
+    out: list[Any] = []
     append = out.append
     while node:
         node, c = node
@@ -766,7 +772,7 @@ class _Cell:
 
 def _where() -> str:
     """``file:line`` of the rule's own code that used the uniform."""
-    return _caller(3)
+    return caller_site(3)
 
 
 class Uniform:

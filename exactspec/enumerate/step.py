@@ -17,8 +17,9 @@ import time
 from types import GeneratorType
 from typing import Any, Callable
 
-from ..errors import BudgetExceeded, ExactSpecError, RuleError, UnsupportedRandomness
-from .rng import DeferredToken, PathRng, Touched, _Diverged
+from ..errors import (BudgetExceeded, ExactSpecError, InvalidType, InvalidValue, ReplayDiverged, RuleError,
+                      UnsupportedRandomness)
+from .rng import DeferredToken, PathRng, Touched
 from .watchdog import guard
 
 __all__ = ["Budget", "StepEnumerator", "run_rule", "check_budget", "crash_outcome", "is_crash", "crash_index",
@@ -50,13 +51,17 @@ class Budget:
                  seconds: float | None = None, outcomes: int | None = 5_000_000,
                  clock: Callable[[], float] | None = None) -> None:
         for name, v in (("paths", paths), ("depth", depth), ("outcomes", outcomes)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ExactSpecError(f"Budget: {name} must be a positive int or None, got {v!r}")
-        if seconds is not None and not (isinstance(seconds, (int, float)) and seconds > 0):
-            raise ExactSpecError(f"Budget: seconds must be a positive number or None, got {seconds!r}")
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                raise InvalidType(f"Budget: {name} must be a positive int or None, got {v!r}")
+            if v is not None and v < 1:
+                raise InvalidValue(f"Budget: {name} must be a positive int or None, got {v!r}")
+        if seconds is not None and not isinstance(seconds, (int, float)):
+            raise InvalidType(f"Budget: seconds must be a positive number or None, got {seconds!r}")
+        if seconds is not None and not seconds > 0:
+            raise InvalidValue(f"Budget: seconds must be a positive number or None, got {seconds!r}")
         if clock is not None and not callable(clock):
-            raise ExactSpecError(f"Budget: clock must be a function returning seconds (like time.perf_counter) "
-                                 f"or None, got {clock!r}")
+            raise InvalidType(f"Budget: clock must be a function returning seconds (like time.perf_counter) "
+                              f"or None, got {clock!r}")
         self.paths, self.depth, self.seconds, self.outcomes = paths, depth, seconds, outcomes
         self.custom_clock = clock is not None
         self.clock: Callable[[], float] = time.perf_counter if clock is None else clock
@@ -78,7 +83,7 @@ def check_budget(budget: Any, where: str, name: str = "budget") -> Budget | None
     >>> check_budget(5, "audit")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: audit: budget must be an es.Budget or None, got 5 (int); for a time limit of 5 seconds pass budget=es.Budget(seconds=5) (es.Budget also limits paths, depth and outcomes)
+    exactspec.errors.InvalidType: audit: budget must be an es.Budget or None, got 5 (int); for a time limit of 5 seconds pass budget=es.Budget(seconds=5) (es.Budget also limits paths, depth and outcomes)
     """
     if budget is None or isinstance(budget, Budget):
         return budget
@@ -87,8 +92,8 @@ def check_budget(budget: Any, where: str, name: str = "budget") -> Budget | None
         hint = f"; for a time limit of {budget!r} seconds pass {name}=es.Budget(seconds={budget!r})"
     else:
         hint = f"; e.g. {name}=es.Budget(seconds=5)"
-    raise ExactSpecError(f"{where}: {name} must be an es.Budget or None, got {budget!r} ({type(budget).__name__})"
-                         f"{hint} (es.Budget also limits paths, depth and outcomes)")
+    raise InvalidType(f"{where}: {name} must be an es.Budget or None, got {budget!r} ({type(budget).__name__})"
+                      f"{hint} (es.Budget also limits paths, depth and outcomes)")
 
 
 class Meter:
@@ -313,16 +318,16 @@ def engine_rule(rule: Any, where: str = "the engine") -> Any:
     >>> engine_rule("speculative_sampling")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: the engine takes a rule, not the name 'speculative_sampling': pass es.rules.get('speculative_sampling') (es.audit and the other entry points take names)
+    exactspec.errors.InvalidType: the engine takes a rule, not the name 'speculative_sampling': pass es.rules.get('speculative_sampling') (es.audit and the other entry points take names)
     """
     if isinstance(rule, str):
-        raise ExactSpecError(f"{where} takes a rule, not the name {rule!r}: pass es.rules.get({rule!r}) (es.audit and "
-                             "the other entry points take names)")
+        raise InvalidType(f"{where} takes a rule, not the name {rule!r}: pass es.rules.get({rule!r}) (es.audit and "
+                          "the other entry points take names)")
     if callable(getattr(rule, "fn", None)) and isinstance(getattr(rule, "name", None), str):
         return rule
     if callable(rule):
         return _BareRule(rule)
-    raise ExactSpecError(f"rule must be a Rule, a function fn(step, rng) or a catalog name, got {rule!r}")
+    raise InvalidType(f"rule must be a Rule, a function fn(step, rng) or a catalog name, got {rule!r}")
 
 
 def _to_redraw(rng: PathRng, tok: DeferredToken | None = None) -> DeferredToken:
@@ -351,7 +356,7 @@ class StepEnumerator:
         #: draws gains nothing from deferring them and pays a partial run each time: deferring stops then)
         self.deferrals, self.redraws = 0, 0
         if on_error not in ("raise", "record"):
-            raise ExactSpecError(f"on_error must be 'raise' or 'record', got {on_error!r}")
+            raise InvalidValue(f"on_error must be 'raise' or 'record', got {on_error!r}")
         #: ``on_error="record"``: a branch on which the rule's own code raises is an outcome of its own (see
         #: :meth:`law`), ``crashes[i]`` its ``(what, site)``; otherwise the first one raises a RuleError
         self.record = on_error == "record"
@@ -413,7 +418,7 @@ class StepEnumerator:
                     exc.rule = name
                     exc._replay = self._replayer(context, run_h, rng.choices)
                 raise
-            except _Diverged as exc:
+            except ReplayDiverged as exc:
                 if rng.deferred:
                     self._redraw(rng)
                     continue

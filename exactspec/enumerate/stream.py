@@ -18,7 +18,7 @@ from __future__ import annotations
 from fractions import Fraction as F  # noqa: F401  (doctest)
 from typing import Any
 
-from ..errors import ExactSpecError
+from ..errors import InvalidType, InvalidValue
 from ..fields import Field
 from ..laws import clear_memo
 from ..models import Model
@@ -302,12 +302,12 @@ class Engine:
         nodes = self.proposer.expected_nodes(self.env, key)
         by_len = self._closed(key, None, lengths=True)
         if by_len is not None:
-            tokens: Any = 0
+            emitted_tokens: Any = 0
             accepted: Any = 0
             for (n, a), w in by_len.items():
-                tokens += n * w
+                emitted_tokens += n * w
                 accepted += a * w
-            return tokens, accepted, nodes
+            return emitted_tokens, accepted, nodes
         stats: dict = {}
         marks = getattr(self.rule, "marks_accepted", False)
         if self.fast:
@@ -346,8 +346,10 @@ def target_law(target: Model, prompt: tuple, tokens: int, field: Field, orders: 
     [Fraction(1, 16), Fraction(3, 16), Fraction(3, 16), Fraction(9, 16)]
     """
     from .env import ModelView
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise ExactSpecError(f"tokens must be an int >= 1, got {tokens!r}")
+    if isinstance(tokens, bool) or not isinstance(tokens, int):
+        raise InvalidType(f"tokens must be an int >= 1, got {tokens!r}")
+    elif tokens < 1:
+        raise InvalidValue(f"tokens must be an int >= 1, got {tokens!r}")
     view = ModelView(target, field)
     if fast is None:
         fast = field.exact
@@ -358,7 +360,7 @@ def target_law(target: Model, prompt: tuple, tokens: int, field: Field, orders: 
     root = (state_key(tuple(prompt), orders), tokens)
     # a loop over an explicit stack (one frame per token), folding in the order recursion would;
     # a frame: [memo key, context, r, (token, prob) items, law, (t, pt) waiting for its sub-law]
-    stack = [[root, tuple(prompt), tokens, iter(enumerate(view(tuple(prompt)))), {}, None]]
+    stack: list[list[Any]] = [[root, tuple(prompt), tokens, iter(enumerate(view(tuple(prompt)))), {}, None]]
     done: dict = {}
     hold = meter.hold if meter is not None else _ignore
     while stack:
@@ -420,7 +422,7 @@ def greedy_sequence(target: Model, prompt: tuple, tokens: int) -> tuple[int, ...
     """
     from ..laws import argmax
     if tokens < 1:
-        raise ExactSpecError("tokens must be >= 1")
+        raise InvalidValue("tokens must be >= 1")
     ctx = tuple(prompt)
     out = []
     for _ in range(tokens):

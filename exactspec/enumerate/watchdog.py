@@ -29,7 +29,7 @@ import ctypes
 import os
 import sys
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal
 
 from ..errors import BudgetExceeded
 
@@ -44,6 +44,7 @@ class _Deadline(BaseException):
     """Raised asynchronously into the audited thread when a deadline passes (never escapes a block)."""
 
 
+_set_async_exc: Callable[[Any, Any], int] | None
 try:
     _set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc   # (unsigned long id, PyObject *exc or NULL)
 except (AttributeError, TypeError):  # not CPython: only the engine's cooperative clock checks remain
@@ -54,10 +55,12 @@ _local = threading.local()      # per thread: the stack of active watches, inner
 
 
 def _raise_in(tid: int, exc: type[BaseException]) -> None:
-    """Make ``exc`` pending in thread ``tid``."""
-    n = _set_async_exc(ctypes.c_ulong(tid), ctypes.py_object(exc))
+    """Make ``exc`` pending in thread ``tid`` (a watch is armed only where the C API exists)."""
+    set_async_exc = _set_async_exc
+    assert set_async_exc is not None
+    n = set_async_exc(ctypes.c_ulong(tid), ctypes.py_object(exc))
     if n > 1:  # documented as impossible for one id (more than one thread state touched): undo
-        _set_async_exc(ctypes.c_ulong(tid), None)
+        set_async_exc(ctypes.c_ulong(tid), None)
 
 
 def _landing() -> None:
@@ -204,7 +207,7 @@ class deadline:
             raise
         return self
 
-    def __exit__(self, et: Any, ev: Any, tb: Any) -> bool:
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> Literal[False]:
         w = self._watch
         if w is None:
             return False
@@ -267,7 +270,7 @@ class guard:
         self._deadline.__enter__()
         return self
 
-    def __exit__(self, et: Any, ev: Any, tb: Any) -> bool:
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> Literal[False]:
         try:
             self._deadline.__exit__(et, ev, tb)
         except (MemoryError, RecursionError) as exc:  # raised while leaving: still ours to convert

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pathlib
 
+from ..errors import InvalidValue
 from . import _data, _vllm
 from ._render import packages_table, replace_blocks, rows_table
 from ._types import Finding, Package, Result, release_key
@@ -37,7 +38,7 @@ def fetch_vllm(release: str = _vllm.DEFAULT_VERSION, directory: str | None = Non
     >>> es.published.fetch_vllm("0.34.0")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    exactspec.published._vllm.ReleaseUnsupported: vllm 0.34.0 removed the v1 GPU model runner ...
+    exactspec.errors.ReleaseUnsupported: vllm 0.34.0 removed the v1 GPU model runner ...
     """
     return _vllm.fetch(release, directory, quiet=quiet)
 
@@ -52,7 +53,7 @@ def load_vllm(release: str = _vllm.DEFAULT_VERSION, directory: str | None = None
     >>> es.published.load_vllm("0.1.0")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: vllm '0.1.0': exactspec knows vllm 0.32.0, 0.33.0, 0.34.0 ...
+    exactspec.errors.InvalidValue: vllm '0.1.0': exactspec knows vllm 0.32.0, 0.33.0, 0.34.0 ...
     """
     return _vllm.load(release, directory)
 
@@ -84,7 +85,7 @@ def _package(name: str) -> Package:
     for p in _data.PACKAGES:
         if p.name == name:
             return p
-    raise ValueError(f"no audited package {name!r}; known: {', '.join(p.name for p in _data.PACKAGES)}")
+    raise InvalidValue(f"no audited package {name!r}; known: {', '.join(p.name for p in _data.PACKAGES)}")
 
 
 def findings(package: str | None = None) -> tuple[Finding, ...]:
@@ -112,7 +113,7 @@ def finding(id: str) -> Finding:
             return f
     prefix = id.split("-")[0]
     close = [f.id for f in _data.FINDINGS if f.id.startswith(prefix)] or [f.id for f in _data.FINDINGS]
-    raise ValueError(f"no finding {id!r}; known: {', '.join(close)}")
+    raise InvalidValue(f"no finding {id!r}; known: {', '.join(close)}")
 
 
 def tables(package: str | None = None) -> dict[str, str]:
@@ -144,7 +145,7 @@ def write_tables(*paths: str | pathlib.Path) -> list[str]:
         present = {name: body for name, body in rendered.items() if f"findings:{name} begin" in text}
         new = replace_blocks(text, present, str(path)) if present else text
         if not present:
-            raise ValueError(f"{path}: holds no findings block to render into")
+            raise InvalidValue(f"{path}: holds no findings block to render into")
         if new != text:
             path.write_text(new)
             changed.append(str(path))

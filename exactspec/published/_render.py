@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from itertools import groupby
 
+from ..errors import InvalidValue
 from ._types import Finding, Package, Result, release_key
 
 #: the marked blocks a document may hold: name -> (begin, end)
@@ -87,6 +88,6 @@ def replace_blocks(text: str, blocks: dict[str, str], where: str) -> str:
         begin, end = BLOCKS[name]
         pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), flags=re.S)
         if not pattern.search(text):
-            raise ValueError(f"{where}: no block {begin!r} ... {end!r} to render the {name} table into")
+            raise InvalidValue(f"{where}: no block {begin!r} ... {end!r} to render the {name} table into")
         text = pattern.sub(lambda _: f"{begin}\n{body}\n{end}", text)
     return text

@@ -6,6 +6,8 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..errors import InvalidValue
+
 #: the verdicts a row may carry, in the README's words
 VERDICTS = ("lossless", "biased", "crashes", "refused")
 
@@ -37,7 +39,7 @@ class Result:
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict {self.verdict!r}: expected one of {VERDICTS}")
+            raise InvalidValue(f"verdict {self.verdict!r}: expected one of {VERDICTS}")
 
     @property
     def figures(self) -> dict[str, str]:

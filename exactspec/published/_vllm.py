@@ -33,7 +33,7 @@ import sys
 import tempfile
 import zipfile
 
-from ..errors import ExactSpecError, ReleaseUnsupported
+from ..errors import ExactSpecError, InvalidValue, ReleaseUnsupported
 
 #: the release audited by default: the newest vLLM built for torch 2.13 (this project's torch); its Triton is 3.7.1
 DEFAULT_VERSION = "0.32.0"
@@ -60,10 +60,11 @@ RELEASES: dict[str, dict] = {
 
 
 def _release(version: str) -> dict:
-    """The known release ``version``; ValueError naming the known ones otherwise."""
+    """The known release ``version``; an InvalidValue (a ValueError) naming the known ones otherwise."""
     if version not in RELEASES:
-        raise ValueError(f"vllm {version!r}: exactspec knows vllm {', '.join(sorted(RELEASES))} (each with its wheel's "
-                         "published sha256; another release needs its sha256 and file list added to RELEASES)")
+        raise InvalidValue(f"vllm {version!r}: exactspec knows vllm {', '.join(sorted(RELEASES))} (each with its "
+                           "wheel's published sha256; another release needs its sha256 and file list added to "
+                           "RELEASES)")
     return RELEASES[version]
 
 #: the files every known release's audited module needs (0.32.0's import closure, less :data:`STUBS`)

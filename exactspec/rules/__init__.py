@@ -19,9 +19,10 @@ Fraction(1, 4)
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 from .._numbers import parse_rational
-from ..errors import ExactSpecError
+from ..errors import ExactSpecError, InvalidType, InvalidValue
 from .chain import (CHAIN_RULES, TINY, ensemble, greedy_match, greedy_match_sampled, no_bonus, resample_from_target,
                     sample_and_match, speculative_sampling, stale_draft_probs, tiny_clamp_residual,
                     unverified_first_draft)
@@ -37,8 +38,8 @@ __all__ = ["Rule", "rule", "as_rule", "catalog", "get", "names", "CLAIMS", "FAMI
            "ensemble", "mss", "naive_tree_sampling", "greedy_tree", "multi_sample_match", "shared_coin_tree",
            "typical_acceptance", "typical_acceptance_medusa"]
 
-_FACTORIES = {"ensemble": ensemble, "shared_coin_tree": shared_coin_tree, "typical_acceptance": typical_acceptance,
-              "typical_acceptance_medusa": typical_acceptance_medusa}
+_FACTORIES: dict[str, Callable[..., Rule]] = {"ensemble": ensemble, "shared_coin_tree": shared_coin_tree, "typical_acceptance": typical_acceptance,
+                                               "typical_acceptance_medusa": typical_acceptance_medusa}
 
 
 def catalog() -> list[Rule]:
@@ -67,10 +68,10 @@ def get(name: str) -> Rule:
     >>> get("speculative")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: unknown rule 'speculative': did you mean speculative_sampling? (`exactspec rules` lists them)
+    exactspec.errors.InvalidValue: unknown rule 'speculative': did you mean speculative_sampling? (`exactspec rules` lists them)
     """
     if not isinstance(name, str):
-        raise ExactSpecError(f"a rule name must be a string, got {name!r}")
+        raise InvalidType(f"a rule name must be a string, got {name!r}")
     name = name.strip()
     for r in catalog():
         if r.name == name:
@@ -84,14 +85,16 @@ def get(name: str) -> Rule:
             # bounded parsing: Fraction("1e-999999999") would expand a billion digits
             values = [parse_rational(a, f"argument {i + 1}") for i, a in enumerate(args)]
         except ExactSpecError as exc:
-            raise ExactSpecError(f"bad arguments for rule {m.group(1)}: {exc}") from None
+            raise InvalidValue(f"bad arguments for rule {m.group(1)}: {exc}") from None
         try:
             return _FACTORIES[m.group(1)](*values)
+        except ExactSpecError:   # the factory's own message names what was wrong (an InvalidValue is a ValueError)
+            raise
         except (ValueError, ZeroDivisionError, TypeError) as exc:
-            raise ExactSpecError(f"bad arguments for rule {m.group(1)}: {m.group(2)!r} ({exc})") from None
+            raise InvalidValue(f"bad arguments for rule {m.group(1)}: {m.group(2)!r} ({exc})") from None
     if name in _FACTORIES:
         return _FACTORIES[name]()
     import difflib
     close = difflib.get_close_matches(name, [r.name for r in catalog()] + list(_FACTORIES), n=1, cutoff=0.5)
     hint = f": did you mean {close[0]}?" if close else ""
-    raise ExactSpecError(f"unknown rule {name!r}{hint} (`exactspec rules` lists them)")
+    raise InvalidValue(f"unknown rule {name!r}{hint} (`exactspec rules` lists them)")

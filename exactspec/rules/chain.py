@@ -14,7 +14,7 @@ from fractions import Fraction
 from typing import Any, Iterator
 
 from ..laws import argmax, memoised, normalize, residual
-from ..protocols import Rng, Step
+from ..protocols import Law, Rng, Step
 from .closed_form import chain_step_law
 from .record import Rule
 
@@ -29,7 +29,7 @@ LEVIATHAN = ("Leviathan, Kalman, Matias. Fast Inference from Transformers via Sp
              "ICML 2023 (arXiv:2211.17192), Algorithm 1; Chen et al. 2023 (arXiv:2302.01318)")
 
 
-def _ratio(p: tuple, q: tuple, x: int) -> Any:
+def _ratio(p: Law, q: Law, x: int) -> Any:
     """``min(1, p(x)/q(x))``; where ``q(x) == 0`` the ratio is infinite (accept) unless ``p(x) == 0`` too.
 
     That is what float code computes: ``p/q`` is ``inf`` or ``nan``, and ``u < nan`` is false.
@@ -250,7 +250,7 @@ no_bonus = Rule(
 
 
 # -- tiny_clamp_residual ---------------------------------------------------------------------------
-def _tiny_residual(p: tuple, q: tuple, tiny: Any) -> tuple:
+def _tiny_residual(p: Law, q: Law, tiny: Any) -> tuple:
     return memoised("tiny_residual", p, q, lambda: normalize([a - b if a - b > tiny else tiny for a, b in zip(p, q)]))
 
 
@@ -318,13 +318,13 @@ def ensemble(weight: Any = Fraction(1, 2)) -> Rule:
     >>> ensemble("1/3").name
     'ensemble(1/3)'
     """
-    from ..errors import ExactSpecError
+    from ..errors import InvalidValue
     from ..laws import to_rational
     w = to_rational(weight, "ensemble weight must be a rational in [0, 1]", floats=False)
     if not 0 <= w <= 1:
-        raise ExactSpecError(f"ensemble weight must be a rational in [0, 1], got {weight!r}")
+        raise InvalidValue(f"ensemble weight must be a rational in [0, 1], got {weight!r}")
 
-    def _accept_prob(p: tuple, q: tuple, x: int, wf: Any) -> Any:
+    def _accept_prob(p: Law, q: Law, x: int, wf: Any) -> Any:
         if not q[x]:
             return 1
         a = 1 - wf + wf * p[x] / q[x]

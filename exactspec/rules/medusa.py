@@ -46,7 +46,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any, Iterator, Sequence
 
-from ..errors import ExactSpecError
+from ..errors import InvalidValue
 from ..laws import argmax, exceeds_typical_threshold, to_rational
 from ..protocols import Rng, TreeStep
 from .record import Rule
@@ -92,7 +92,7 @@ def typical_acceptance_medusa(posterior_threshold: Any = Fraction(9, 100), poste
     eps = to_rational(posterior_threshold, "typical_acceptance_medusa posterior_threshold must be a rational")
     alpha = to_rational(posterior_alpha, "typical_acceptance_medusa posterior_alpha must be a rational")
     if eps < 0 or alpha < 0:
-        raise ExactSpecError("typical_acceptance_medusa parameters must be >= 0")
+        raise InvalidValue("typical_acceptance_medusa parameters must be >= 0")
 
     def _typical_acceptance_medusa(step: TreeStep, rng: Rng) -> Iterator[int]:
         e, al, shift = step.number(eps), step.number(alpha), step.number(MEDUSA_ENTROPY_SHIFT)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Iterable, Mapping
 
-from ..errors import ExactSpecError
+from ..errors import InvalidType, InvalidValue
 from ..protocols import Rng, RuleFn, Step, TreeStep
 
 __all__ = ["Rule", "CLAIMS", "FAMILIES", "as_rule", "rule", "Condition", "CONDITION_KEYS", "configuration"]
@@ -54,29 +54,33 @@ class Condition:
     'gamma >= 2 and models == context_dependent'
     """
 
-    def __init__(self, text: str) -> None:
+    text: str
+
+    def __init__(self, text: "str | Condition") -> None:
         if isinstance(text, Condition):
             text = text.text
-        if not isinstance(text, str) or not text.strip():
-            raise ExactSpecError(f"a claim's condition must be text like 'gamma >= 2', got {text!r}")
+        if not isinstance(text, str):
+            raise InvalidType(f"a claim's condition must be text like 'gamma >= 2', got {text!r}")
+        if not text.strip():
+            raise InvalidValue(f"a claim's condition must be text like 'gamma >= 2', got {text!r}")
         atoms = []
         for part in re.split(r"\s+and\s+", text.strip()):
             m = _ATOM.match(part)
             if m is None:
-                raise ExactSpecError(f"claim condition {text!r}: {part.strip()!r} is not KEY OP VALUE "
-                                     f"(KEY one of {', '.join(CONDITION_KEYS)}; OP one of {' '.join(_OPS)})")
+                raise InvalidValue(f"claim condition {text!r}: {part.strip()!r} is not KEY OP VALUE "
+                                   f"(KEY one of {', '.join(CONDITION_KEYS)}; OP one of {' '.join(_OPS)})")
             key, op, raw = m.groups()
             if key not in CONDITION_KEYS:
-                raise ExactSpecError(f"claim condition {text!r}: unknown key {key!r} (one of "
-                                     f"{', '.join(CONDITION_KEYS)})")
+                raise InvalidValue(f"claim condition {text!r}: unknown key {key!r} (one of "
+                                   f"{', '.join(CONDITION_KEYS)})")
             if key == "models":
                 if raw not in _MODELS or op not in ("==", "!="):
-                    raise ExactSpecError(f"claim condition {text!r}: models compares with == or != to one of "
-                                         f"{', '.join(_MODELS)}, got {part.strip()!r}")
+                    raise InvalidValue(f"claim condition {text!r}: models compares with == or != to one of "
+                                       f"{', '.join(_MODELS)}, got {part.strip()!r}")
                 value: Any = raw
             else:
                 if not raw.isdigit():
-                    raise ExactSpecError(f"claim condition {text!r}: {key} compares with an int, got {raw!r}")
+                    raise InvalidValue(f"claim condition {text!r}: {key} compares with an int, got {raw!r}")
                 value = int(raw)
             atoms.append((key, op, value))
         self.atoms: tuple = tuple(atoms)
@@ -153,7 +157,7 @@ def configuration(proposer: Any, *, target: Any = None, draft: Any = None, token
         config["vocab"] = target.vocab
     if models is not None:
         if models not in _MODELS:
-            raise ExactSpecError(f"configuration: models must be one of {', '.join(_MODELS)}, got {models!r}")
+            raise InvalidValue(f"configuration: models must be one of {', '.join(_MODELS)}, got {models!r}")
         config["models"] = models
     elif target is not None:
         laws = [m for m in (target, draft, *getattr(proposer, "models", ()),
@@ -182,15 +186,15 @@ class Rule:
                  declared_target: Callable | None = None, when: "str | Condition | None" = None,
                  otherwise: str | None = None) -> None:
         if not callable(fn):
-            raise ExactSpecError(f"a rule must be callable as fn(step, rng), got {fn!r}")
+            raise InvalidType(f"a rule must be callable as fn(step, rng), got {fn!r}")
         if claim not in CLAIMS:
-            raise ExactSpecError(f"rule claim must be one of {', '.join(CLAIMS)}, got {claim!r}")
+            raise InvalidValue(f"rule claim must be one of {', '.join(CLAIMS)}, got {claim!r}")
         if family not in FAMILIES:
-            raise ExactSpecError(f"rule family must be one of {', '.join(FAMILIES)}, got {family!r}")
+            raise InvalidValue(f"rule family must be one of {', '.join(FAMILIES)}, got {family!r}")
         if closed_form is None:   # a sampler or a loop handed as a rule: say which call audits it, before any run
             _refuse_non_rule(fn)
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "rule")
+        self.name: str = name if name else getattr(fn, "__name__", "rule")
         self.family, self.claim = family, claim
         doc = (getattr(fn, "__doc__", None) or "").strip().splitlines()
         self.description = description or (doc[0] if doc else "")
@@ -204,21 +208,22 @@ class Rule:
         #: for claim "declared-target": ``declared_target(target, draft) -> Model`` whose law the output must follow
         self.declared_target = declared_target
         if claim == "declared-target" and declared_target is None:
-            raise ExactSpecError("a rule claiming 'declared-target' needs declared_target=fn(target, draft) -> model")
+            raise InvalidValue("a rule claiming 'declared-target' needs declared_target=fn(target, draft) -> model")
         if (when is None) != (otherwise is None):
-            raise ExactSpecError(f"rule {self.name}: a conditional claim needs both when= (where the claim holds) and "
-                                 f"otherwise= (the claim elsewhere), got when={when!r}, otherwise={otherwise!r}")
+            raise InvalidValue(f"rule {self.name}: a conditional claim needs both when= (where the claim holds) and "
+                               f"otherwise= (the claim elsewhere), got when={when!r}, otherwise={otherwise!r}")
         if otherwise is not None and (otherwise not in CLAIMS or otherwise == "declared-target"
                                       or claim == "declared-target" or otherwise == claim):
-            raise ExactSpecError(f"rule {self.name}: otherwise= must be a claim other than {claim!r} among "
-                                 f"lossless, lossless-greedy, biased (and the claim not declared-target), "
-                                 f"got {otherwise!r}")
+            raise InvalidValue(f"rule {self.name}: otherwise= must be a claim other than {claim!r} among "
+                               f"lossless, lossless-greedy, biased (and the claim not declared-target), "
+                               f"got {otherwise!r}")
         #: where the claim holds (None: everywhere) and the claim elsewhere
         self.condition: Condition | None = None if when is None else Condition(when)
         self.otherwise = otherwise
 
     def __call__(self, step: Step | TreeStep, rng: Rng) -> Iterable[int]:
-        return self.fn(step, rng)
+        # the rule's family says which step it takes; the engine hands it that one
+        return self.fn(step, rng)  # type: ignore[arg-type]
 
     @property
     def decoding(self) -> str:
@@ -253,14 +258,14 @@ class Rule:
         """What the engine adds to the error when the rule's first call failed to bind ``fn(step, rng)``, or "".
 
         ``caller`` is the code object of the engine's frame that called the rule (see
-        :func:`exactspec.rules._shape.binding_hint`): a sampler or a loop handed as a rule gets told
+        :func:`exactspec.rules.shape.binding_hint`): a sampler or a loop handed as a rule gets told
         which call audits it.
 
         >>> r = Rule(lambda step, rng: [0])
         >>> r.binding_hint(TypeError("boom"), None, True)
         ''
         """
-        from ._shape import binding_hint
+        from .shape import binding_hint
         return binding_hint(self.fn, exc, caller, first)
 
     def without_closed_form(self) -> "Rule":
@@ -276,8 +281,8 @@ class Rule:
 
 def _refuse_non_rule(fn: Any) -> None:
     """Raise :class:`~exactspec.errors.NotARule` when ``fn`` cannot be called as ``fn(step, rng)`` and looks like
-    a sampler or a whole loop (see :mod:`exactspec.rules._shape`); anything callable with two arguments passes."""
-    from ._shape import looks_like_sampler, not_a_rule_message
+    a sampler or a whole loop (see :mod:`exactspec.rules.shape`); anything callable with two arguments passes."""
+    from .shape import looks_like_sampler, not_a_rule_message
     shape = looks_like_sampler(fn)
     if shape is not None:
         from ..errors import NotARule
@@ -298,7 +303,7 @@ def as_rule(obj: Any) -> Rule:
         return get(obj)
     if callable(obj):
         return Rule(obj)
-    raise ExactSpecError(f"rule must be a Rule, a function fn(step, rng) or a catalog name, got {obj!r}")
+    raise InvalidType(f"rule must be a Rule, a function fn(step, rng) or a catalog name, got {obj!r}")
 
 
 def rule(*, claim: str = "lossless", family: str = "chain", name: str | None = None, description: str = "",

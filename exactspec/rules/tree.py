@@ -13,7 +13,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any, Iterator
 
-from ..errors import ExactSpecError
+from ..errors import InvalidValue
 from ..laws import argmax, exceeds_typical_threshold, normalize, residual, to_rational
 from ..protocols import Rng, TreeStep
 from .chain import _ratio
@@ -63,7 +63,7 @@ def _mss_closed_form(laws: Any, horizon: int | None, lengths: bool = False) -> d
             return hit
         out: dict = {}
         get = out.get
-        stack = [((), laws.target(path), one)]
+        stack: list[tuple[tuple[int, ...], Any, Any]] = [((), laws.target(path), one)]
         while stack:
             sib, r, w = stack.pop()
             law = laws.next_child(path, sib)
@@ -162,10 +162,11 @@ def _multi_sample_match(step: TreeStep, rng: Rng) -> Iterator[int]:
             return
         # n independent target samples; the ones after the first match are never looked at,
         # so they are drawn lazily (the same law, fewer branches)
-        first = None
-        for _ in range(n):
+        first = 0   # n >= 1: the first sample, set below
+        for i in range(n):
             s = rng.categorical(p)
-            first = s if first is None else first
+            if i == 0:
+                first = s
             match = next((c for c in kids if step.token(c) == s), None)
             if match is not None:
                 yield step.accept(match)
@@ -213,7 +214,7 @@ def _multi_sample_match_closed_form(laws: Any, horizon: int | None, lengths: boo
         get = out.get
         p = laws.target(path)
         accepted: dict = {}   # child token -> probability it is the one accepted, over every draw of the children
-        stack = [((), one)]
+        stack: list[tuple[tuple[int, ...], Any]] = [((), one)]
         while stack:
             sib, w = stack.pop()
             law = laws.next_child(path, sib)
@@ -280,7 +281,7 @@ def shared_coin_tree(threshold_single: Any = 1, threshold_acc: Any = 1) -> Rule:
     ts = to_rational(threshold_single, "shared_coin_tree threshold_single must be a rational")
     ta = to_rational(threshold_acc, "shared_coin_tree threshold_acc must be a rational")
     if not (0 < ts <= 1 and 0 < ta <= 1):
-        raise ExactSpecError(f"shared_coin_tree thresholds must lie in (0, 1], got {ts}, {ta}")
+        raise InvalidValue(f"shared_coin_tree thresholds must lie in (0, 1], got {ts}, {ta}")
 
     def _shared_coin_tree(step: TreeStep, rng: Rng) -> Iterator[int]:
         t_single, t_acc = step.number(ts), step.number(ta)
@@ -329,7 +330,7 @@ def typical_acceptance(posterior_threshold: Any = Fraction(9, 100), posterior_al
     eps = to_rational(posterior_threshold, "typical_acceptance posterior_threshold must be a rational like '9/100'")
     alpha = to_rational(posterior_alpha, "typical_acceptance posterior_alpha must be a rational like '3/10'")
     if eps < 0 or alpha < 0:
-        raise ExactSpecError("typical_acceptance parameters must be >= 0")
+        raise InvalidValue("typical_acceptance parameters must be >= 0")
 
     def _typical_acceptance(step: TreeStep, rng: Rng) -> Iterator[int]:
         e, al = step.number(eps), step.number(alpha)

@@ -37,12 +37,15 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Any, Callable, Iterator
 
-from ..counterexamples.counterexample import Counterexample, EmptySearch, IncompleteSearch, _sampler_ref, crash_record
+from ..counterexamples.counterexample import (Counterexample, EmptySearch, IncompleteSearch, crash_record,
+                                              valid_sampler_ref)
 from .. import parallel
 from .._device import one_torch_thread
-from ..counterexamples.searching import (ERROR_SAMPLES, _cell_instances, _cell_sizes, _chunk_progress, _ChunkBar,
-                                         _Clock, _count, _default_progress, _describe, _end_progress, _incomplete,
-                                         _merge_chunk, _planned, _seconds, _tally_failure, shrink_by)
+from ..counterexamples.bookkeeping import (ERROR_SAMPLES, ChunkBar, SearchClock, cell_instances, cell_sizes,
+                                           chunk_progress, count_limit, default_progress, describe_instance,
+                                           end_progress, incomplete_search, merge_chunk, planned_instances,
+                                           seconds_limit, tally_failure)
+from ..counterexamples.searching import shrink_by
 from ..counterexamples.space import SearchInstance, Space
 from ..enumerate import Budget
 from ..enumerate.step import check_budget
@@ -134,7 +137,7 @@ def _budget(limits: Budget | None, seconds: Budget | None) -> Budget:
     return Budget(paths=limits.paths, depth=limits.depth, outcomes=limits.outcomes, seconds=left)
 
 
-def _run(audit_one: Callable[[dict], AuditReport], inst: SearchInstance, clock: _Clock,
+def _run(audit_one: Callable[[dict], AuditReport], inst: SearchInstance, clock: SearchClock,
          timed: bool, limits: Budget | None = None) -> AuditReport | None:
     """The report on ``inst``, or None when it is unknown (the code raised, or the audit ran past its budget).
 
@@ -149,7 +152,7 @@ def _run(audit_one: Callable[[dict], AuditReport], inst: SearchInstance, clock: 
     except ExactSpecError as exc:
         if _fatal(exc):
             raise
-        _tally_failure(clock, exc, inst, timed)
+        tally_failure(clock, exc, inst, timed)
     return None
 
 
@@ -220,9 +223,9 @@ def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space |
     >>> bool(found), found.audited   # 2 context-free cells of 9 grid pairs + 2 random, 4 other cells of 2
     (False, 30)
     """
-    seconds = _seconds(budget, "search_instances: budget")
+    seconds = seconds_limit(budget, "search_instances: budget")
     check_budget(instance_budget, "search_instances", "instance_budget")
-    max_instances = _count(max_instances, "search_instances: max_instances", 1)
+    max_instances = count_limit(max_instances, "search_instances: max_instances", 1)
     if not callable(audit_one):
         raise ExactSpecError(f"search_instances: audit_one must be a function instance -> AuditReport, got "
                              f"{type(audit_one).__name__}")
@@ -230,31 +233,31 @@ def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space |
     biased = biased or _is_biased
     rng = random.Random(f"search|{seed}")
     if parallel.parallel_requested(executor, workers):
-        return _search_chunked(audit_one, biased, name, space, rng, _Clock(
+        return _search_chunked(audit_one, biased, name, space, rng, SearchClock(
             seconds, max_instances, progress if callable(progress) and progress is not True else None),
             instance_budget, executor, workers, chunk_size, progress)
-    clock = _Clock(seconds, max_instances, _default_progress(progress, space, max_instances))
+    clock = SearchClock(seconds, max_instances, default_progress(progress, space, max_instances))
     who = _Named(name)
     cells = space.cells()
     covered: list[str] = []
     try:
         for cell in cells:
-            for inst in _cell_instances(space, cell, rng):
+            for inst in cell_instances(space, cell, rng):
                 if clock.spent():
-                    return _incomplete(who, space, clock, cells, covered, cell)
+                    return incomplete_search(who, space, clock, cells, covered, cell)
                 rep = _run(audit_one, inst, clock, timed=True, limits=instance_budget)
                 if rep is not None and (_crashes(rep) or biased(rep)):
                     return _shrunk(audit_one, biased, name, inst, rep, space, clock, instance_budget)
                 if rep is not None and rep.undecided:     # not covered: the search cannot end empty
                     clock.undecided += 1
             if clock.stop_reason:  # the cell's last audit was cut by the time limit
-                return _incomplete(who, space, clock, cells, covered, cell)
+                return incomplete_search(who, space, clock, cells, covered, cell)
             covered.append(space.describe_cell(cell))
         if clock.errors or clock.over_budget or clock.undecided:
-            return _incomplete(who, space, clock, cells, covered, None)
+            return incomplete_search(who, space, clock, cells, covered, None)
         return EmptySearch(name, space.describe(), clock.audited, clock.elapsed())
     finally:
-        _end_progress(clock)
+        end_progress(clock)
 
 
 # -- the chunked (parallel) search ----------------------------------------------------------------------
@@ -323,7 +326,7 @@ def _audit_chunk(job: tuple) -> _Verdicts:
                 else:
                     out.errors.append(i)
                     if len(out.samples) < ERROR_SAMPLES:
-                        out.samples.append((_describe(inst), f"{type(exc).__name__}: {exc}"))
+                        out.samples.append((describe_instance(inst), f"{type(exc).__name__}: {exc}"))
                 continue
             out.audited += 1
             if _crashes(rep) or biased(rep):
@@ -334,9 +337,9 @@ def _audit_chunk(job: tuple) -> _Verdicts:
     return out
 
 
-def _merge(clock: _Clock, out: _Verdicts, upto: int | None = None) -> None:
+def _merge(clock: SearchClock, out: _Verdicts, upto: int | None = None) -> None:
     """Add a chunk's counts to the clock (only offsets < ``upto``, when given: the sequential prefix)."""
-    _merge_chunk(clock, out, upto)   # audited, errors and their samples, over budget: as the rule search's chunks
+    merge_chunk(clock, out, upto)   # audited, errors and their samples, over budget: as the rule search's chunks
     clock.undecided += sum(1 for i in out.undecided if upto is None or i < upto)
 
 
@@ -348,18 +351,18 @@ def _for_workers(audit_one: Callable[[dict], AuditReport], biased: Callable[[Aud
 
 
 def _search_chunked(audit_one: Callable[[dict], AuditReport], biased: Callable[[AuditReport], bool], name: str,
-                    space: Space, rng: random.Random, clock: _Clock, limits: Budget | None, executor: Any,
+                    space: Space, rng: random.Random, clock: SearchClock, limits: Budget | None, executor: Any,
                     workers: Any, chunk_size: int | None, progress: Any
                     ) -> Counterexample | EmptySearch | IncompleteSearch:
     """:func:`search_instances` on an executor: the sequential search's result, its verdicts merged in search order."""
     import bisect
     audit_ref, biased_ref = _for_workers(audit_one, biased)   # NotPicklable before any work
     cells = space.cells()
-    ends = list(itertools.accumulate(_cell_sizes(space, cells)))   # instance positions where each cell ends
+    ends = list(itertools.accumulate(cell_sizes(space, cells)))   # instance positions where each cell ends
     everything = ends[-1] if ends else 0
     limit = clock.max_instances
     n = everything if limit is None else min(limit, everything)
-    size = _count(chunk_size, "search_instances: chunk_size", 1) or SAMPLER_CHUNK
+    size = count_limit(chunk_size, "search_instances: chunk_size", 1) or SAMPLER_CHUNK
     total = -(-n // size)
     deadline = None if clock.deadline is None else time.time() + (clock.deadline - time.perf_counter())
     parts: dict[int, list[SearchInstance]] = {}     # the instances of every chunk made so far
@@ -368,18 +371,18 @@ def _search_chunked(audit_one: Callable[[dict], AuditReport], biased: Callable[[
     here = session if session is not None else contextlib.nullcontext
 
     def jobs() -> Iterator[tuple]:
-        stream = _planned(space, cells, rng, n)
+        stream = planned_instances(space, cells, rng, n)
         for k in range(total):
             parts[k] = list(itertools.islice(stream, size))
             yield (audit_ref, biased_ref, parts[k], deadline, limits)
 
-    shown = _chunk_progress(clock, "searching", progress, size, n)
+    shown = chunk_progress(clock, "searching", progress, size, n)
     try:
         run = parallel.run_on(_audit_chunk, jobs(), total=total, executor=executor, workers=workers,
                               deadline=deadline, progress=shown,
                               final=lambda out: out.found_at is not None or out.fatal_at is not None or out.cut)
     finally:
-        if isinstance(shown, _ChunkBar):
+        if isinstance(shown, ChunkBar):
             shown.close()
 
     def replay(inst: SearchInstance) -> AuditReport | None:
@@ -403,8 +406,8 @@ def _search_chunked(audit_one: Callable[[dict], AuditReport], biased: Callable[[
     def stop(pos: int) -> IncompleteSearch:  # incomplete, the sequential search having stopped before ``pos``
         first_error()
         c = bisect.bisect_right(ends, pos)
-        return _incomplete(who, space, clock, cells, [space.describe_cell(cells[j]) for j in range(c)],
-                           cells[c] if c < len(cells) else None)
+        return incomplete_search(who, space, clock, cells, [space.describe_cell(cells[j]) for j in range(c)],
+                                 cells[c] if c < len(cells) else None)
 
     for k in range(total):
         start = k * size
@@ -418,16 +421,16 @@ def _search_chunked(audit_one: Callable[[dict], AuditReport], biased: Callable[[
         if out.fatal_at is not None:
             _merge(clock, out, upto=out.fatal_at)
             replay(parts[k][out.fatal_at])
-            raise ExactSpecError(f"{name}: the audit of {_describe(parts[k][out.fatal_at])} raised an error that "
-                                 "cannot be skipped on a worker but not in this process (the audited code is not "
-                                 "deterministic)")
+            raise ExactSpecError(f"{name}: the audit of {describe_instance(parts[k][out.fatal_at])} raised an error "
+                                 "that cannot be skipped on a worker but not in this process (the audited code is "
+                                 "not deterministic)")
         if out.found_at is not None:
             _merge(clock, out, upto=out.found_at + 1)
             inst = parts[k][out.found_at]
             rep = out.report or replay(inst)
             if rep is None or not (_crashes(rep) or biased(rep)):
-                raise ExactSpecError(f"{name}: {_describe(inst)} was biased or crashed on a worker but not in this "
-                                     "process (the audited code is not deterministic)")
+                raise ExactSpecError(f"{name}: {describe_instance(inst)} was biased or crashed on a worker but not in "
+                                     "this process (the audited code is not deterministic)")
             with here():
                 return _shrunk(audit_one, biased, name, inst, rep, space, clock, limits)
         _merge(clock, out)
@@ -439,12 +442,12 @@ def _search_chunked(audit_one: Callable[[dict], AuditReport], biased: Callable[[
         return stop(n)
     if clock.errors or clock.over_budget or clock.undecided:
         first_error()
-        return _incomplete(who, space, clock, cells, [space.describe_cell(c) for c in cells], None)
+        return incomplete_search(who, space, clock, cells, [space.describe_cell(c) for c in cells], None)
     return EmptySearch(name, space.describe(), clock.audited, clock.elapsed())
 
 
 def _shrunk(audit_one: Callable[[dict], AuditReport], biased: Callable[[AuditReport], bool], name: str,
-            inst: SearchInstance, rep: AuditReport, space: Space, clock: _Clock,
+            inst: SearchInstance, rep: AuditReport, space: Space, clock: SearchClock,
             limits: Budget | None) -> Counterexample:
     reports = {inst: rep}
     crash = _crashes(rep)      # a crash is shrunk to the smallest instance that still crashes
@@ -488,7 +491,7 @@ def sampler_reference(sampler: Any) -> str:
     if obj is not sampler:
         return ""
     try:
-        return _sampler_ref(f"{mod}:{qual}")
+        return valid_sampler_ref(f"{mod}:{qual}")
     except ExactSpecError:
         return ""
 
@@ -542,7 +545,7 @@ def search_sampler(sampler: Any, *, adapter: Any = None, space: Space | None = N
         from .._loading import load_object as _load
         ref = sampler
         sampler = _load(sampler, "the sampler", preload=("numpy",))
-        ref = _sampler_ref(ref) if ":" in ref else sampler_reference(sampler)
+        ref = valid_sampler_ref(ref) if ":" in ref else sampler_reference(sampler)
     else:
         if not callable(sampler):
             raise ExactSpecError(f"search_sampler: the sampler must be a function or 'module:function', got "
@@ -661,7 +664,7 @@ def search_workers(audit_one: Callable[[dict], AuditReport], space: Space, each:
     >>> search_workers(lambda inst: None, sampler_space(), each=0.0, budget=None, max_instances=None) is None
     True
     """
-    planned = sum(_cell_sizes(space, space.cells()))
+    planned = sum(cell_sizes(space, space.cells()))
     planned = planned if max_instances is None else min(planned, max_instances)
     workers = parallel.auto_workers(parallel.AUTO, planned * each, budget)
     if workers is not None and parallel.auto_stays_here(progress, lambda: _for_workers(audit_one, _is_biased)):

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._device import best_device  # re-exported: exactspec.tensor.best_device
-from ..errors import ExactSpecError
+from ..errors import ExactSpecError, InvalidValue
 
 __all__ = ["chain_step_laws", "TensorStepLaw", "TENSOR_CHAIN_RULES", "best_device"]
 
@@ -163,7 +163,7 @@ def _pieces(rule: str, p: Any, q: Any, sampling: str, claim: str, weight: float)
         return s, alpha, (s * (1 - alpha)).sum(-1, keepdim=True) * residual(pj, stale), bonus
     if rule == "sample_and_match":
         return s, pj, pj * (1 - s), bonus                     # sum_x s(x) p(y) [y != x] = p(y) (1 - s(y))
-    raise ExactSpecError(f"no tensor form for rule {rule!r}; tensor rules: {', '.join(TENSOR_CHAIN_RULES)}")
+    raise InvalidValue(f"no tensor form for rule {rule!r}; tensor rules: {', '.join(TENSOR_CHAIN_RULES)}")
 
 
 TENSOR_CHAIN_RULES = ("speculative_sampling", "greedy_match", "greedy_match_sampled", "resample_from_target",
@@ -194,10 +194,10 @@ def chain_step_laws(rule: Any, target: Any, draft: Any, *, sampling: str = "samp
         p, q = p.unsqueeze(0), q.unsqueeze(0)
     if p.dim() != 3 or q.dim() != 3 or p.shape[0] != q.shape[0] or p.shape[2] != q.shape[2] \
             or p.shape[1] != q.shape[1] + 1:
-        raise ExactSpecError(f"chain_step_laws: target must be [B?, gamma + 1, V] and draft [B?, gamma, V]; got "
-                             f"{tuple(p.shape)} and {tuple(q.shape)}")
+        raise InvalidValue(f"chain_step_laws: target must be [B?, gamma + 1, V] and draft [B?, gamma, V]; got "
+                           f"{tuple(p.shape)} and {tuple(q.shape)}")
     if sampling not in ("sample", "argmax") or claim not in ("draft", "point_mass"):
-        raise ExactSpecError("chain_step_laws: sampling must be sample|argmax and claim draft|point_mass")
+        raise InvalidValue("chain_step_laws: sampling must be sample|argmax and claim draft|point_mass")
     s, alpha, rej, bonus = _pieces(base, p, q, sampling, claim, weight)
     gamma = q.shape[1]
     accept = (s * alpha).sum(-1)                                            # a_j: [B, gamma]

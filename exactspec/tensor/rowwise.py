@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from .._device import one_torch_thread
-from ..errors import ExactSpecError, UnsupportedRandomness
+from ..errors import ExactSpecError, InvalidValue, UnsupportedRandomness
 from .chain_laws import TensorStepLaw, best_device
 
 __all__ = ["audit_batched_sampler", "BatchedAudit"]
@@ -178,7 +178,7 @@ def _tensor_classes() -> tuple[type, type, type]:
             t._ids = ids
             return t
 
-        def __repr__(self) -> str:  # noqa: D105
+        def __repr__(self) -> str:  # type: ignore[override]  # torch's takes tensor_contents=: none to show here
             return f"RowUniform(shape={tuple(self._ids.shape)})"
 
         @classmethod
@@ -335,15 +335,19 @@ def _intercept() -> Iterator[None]:
             raise UnsupportedRandomness("row-wise audit: multinomial with num_samples > 1 is not followed")
         return _state().record(probs).unsqueeze(-1)
 
+    # torch's draws are stood in for while the block runs (restored in ``finally``); typeshed sees methods
     try:
-        torch.rand = rand
-        torch.rand_like = lambda t, **kw: RowUniform(_new_uniforms(tuple(t.shape)))
-        torch.Tensor.uniform_ = uniform_
-        torch.Tensor.exponential_ = exponential_
-        torch.multinomial = multinomial
+        torch.rand = rand  # type: ignore[assignment]
+        torch.rand_like = lambda t, **kw: RowUniform(_new_uniforms(tuple(t.shape)))  # type: ignore[assignment]
+        torch.Tensor.uniform_ = uniform_  # type: ignore[method-assign, assignment]
+        torch.Tensor.exponential_ = exponential_  # type: ignore[method-assign]
+        torch.multinomial = multinomial  # type: ignore[assignment]
         yield
     finally:
-        torch.rand, torch.Tensor.exponential_, torch.multinomial, torch.rand_like, torch.Tensor.uniform_ = saved
+        rand0, exponential0, multinomial0, rand_like0, uniform0 = saved
+        torch.rand, torch.multinomial, torch.rand_like = rand0, multinomial0, rand_like0
+        torch.Tensor.exponential_ = exponential0  # type: ignore[method-assign]
+        torch.Tensor.uniform_ = uniform0  # type: ignore[method-assign]
 
 
 @dataclass
@@ -435,8 +439,8 @@ def audit_batched_sampler(sampler: Callable, *, target: Any, draft: Any, chunk: 
     p = torch.as_tensor(target, dtype=torch.float64).cpu()
     q = torch.as_tensor(draft, dtype=torch.float64).cpu()
     if p.dim() != 2 or q.dim() != 2 or p.shape[0] != q.shape[0] + 1 or p.shape[1] != q.shape[1] or q.shape[0] < 1:
-        raise ExactSpecError(f"audit_batched_sampler: target must be [k + 1, V] and draft [k, V] with k >= 1; got "
-                             f"{tuple(p.shape)} and {tuple(q.shape)}")
+        raise InvalidValue(f"audit_batched_sampler: target must be [k + 1, V] and draft [k, V] with k >= 1; got "
+                           f"{tuple(p.shape)} and {tuple(q.shape)}")
     with one_torch_thread():
         try:
             out = _audit(sampler, p, q, chunk, max_rows, check_pairing, tolerance, check_rows)
@@ -615,6 +619,7 @@ def _audit(sampler: Callable, p: Any, q: Any, chunk: int, max_rows: int, check_p
     full = n_seq * 2 ** k <= max_rows and (vocab + 1) ** (k + 1) <= 2 ** 24
     calls = _Calls(sampler, p, q, chunk)
     findings: set[str] = set()
+    seq_tv: float | None                # None: the sequence bound cannot decide
     if full:
         law, seq_tv = _full(calls, p, q, cands, findings)
         mode, note = "full", ASSUMPTIONS
@@ -850,7 +855,8 @@ def _diagonal(calls: _Calls, p: Any, q: Any, cands: list, findings: set[str], ch
         length[j] = pat_mass[last].sum() if j < k else (pat_mass[last]).sum()
     # sequence: group the patterns emitting j by the laws of the tokens before it; exact with one group,
     # an upper bound (sum over groups) otherwise
-    seq_tv: float | None = 0.0
+    seq_tv = 0.0
+    decided = True                               # False: the bound cannot decide (no claim)
     for j in range(1, k + 1):
         groups: dict[tuple, Any] = {}
         for b in range(n_pat):
@@ -870,10 +876,10 @@ def _diagonal(calls: _Calls, p: Any, q: Any, cands: list, findings: set[str], ch
             continue
         dev = sum(float((h - h.sum() * p[j]).abs().sum()) for h in groups.values()) / 2 / emitted
         if len(groups) > 1 and dev > 1e-12:
-            seq_tv = None                        # the bound cannot decide: no claim about the sequence
+            decided = False                      # the bound cannot decide: no claim about the sequence
             break
         seq_tv = max(seq_tv, dev)
-    return _step_law(calls.sampler, p, length, joint, marg), seq_tv
+    return _step_law(calls.sampler, p, length, joint, marg), (seq_tv if decided else None)
 
 
 def reference_vectorized(target_probs: Any, draft_probs: Any, draft_token_ids: Any, bonus_token_ids: Any) -> Any:

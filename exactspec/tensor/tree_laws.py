@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ExactSpecError
+from ..errors import InvalidType, InvalidValue
 from .chain_laws import TensorStepLaw, best_device
 
 __all__ = ["tree_step_laws"]
@@ -41,8 +41,10 @@ def tree_step_laws(rule: Any, target: Any, draft: Any, *, width: int, children: 
     """
     import torch
     name = getattr(rule, "name", rule)
-    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-        raise ExactSpecError(f"tree_step_laws: width must be an int >= 1, got {width!r}")
+    if isinstance(width, bool) or not isinstance(width, int):
+        raise InvalidType(f"tree_step_laws: width must be an int >= 1, got {width!r}")
+    elif width < 1:
+        raise InvalidValue(f"tree_step_laws: width must be an int >= 1, got {width!r}")
     device = device or best_device()
     p = torch.as_tensor(target, dtype=torch.float64, device=device)
     q = torch.as_tensor(draft, dtype=torch.float64, device=device)
@@ -50,8 +52,8 @@ def tree_step_laws(rule: Any, target: Any, draft: Any, *, width: int, children: 
     if not batched:
         p, q = p.unsqueeze(0), q.unsqueeze(0)
     if p.dim() != 3 or q.dim() != 3 or p.shape[1] != q.shape[1] + 1 or p.shape[2] != q.shape[2]:
-        raise ExactSpecError(f"tree_step_laws: target must be [B?, depth + 1, V] and draft [B?, depth, V]; got "
-                             f"{tuple(p.shape)} and {tuple(q.shape)}")
+        raise InvalidValue(f"tree_step_laws: target must be [B?, depth + 1, V] and draft [B?, depth, V]; got "
+                           f"{tuple(p.shape)} and {tuple(q.shape)}")
     depth = q.shape[1]
     cont, emit = [], []        # per depth: P(move down | reached) [B]; mass of (emit y and stop) [B, V]; marg [B, V]
     margs = []
@@ -93,8 +95,8 @@ def tree_step_laws(rule: Any, target: Any, draft: Any, *, width: int, children: 
             accepted = pj * hit
             stop = pj * (1 - hit)
         else:
-            raise ExactSpecError(f"no tensor tree form for {name!r} with children={children!r}, claim={claim!r}; "
-                                 "supported: mss (iid, draft) or (topk, point_mass); naive_tree_sampling (iid, topk)")
+            raise InvalidValue(f"no tensor tree form for {name!r} with children={children!r}, claim={claim!r}; "
+                               "supported: mss (iid, draft) or (topk, point_mass); naive_tree_sampling (iid, topk)")
         cont.append(accepted.sum(-1))
         emit.append(stop)
         margs.append(accepted + stop)

@@ -33,7 +33,7 @@ from ..._device import one_torch_thread
 from ...errors import AdapterMismatch, BudgetExceeded, ExactSpecError, UnsupportedRandomness
 from ...models import Model, context_free
 from ...rules import Rule
-from ...rules._shape import looks_like_sampler
+from ...rules.shape import looks_like_sampler
 from .registry import ADAPTER_NAMES, get_adapter
 from ..randomness.interception import current_session, intercepting, private_generators, watch
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ... import parallel
-from ...enumerate.rng import _link, _unwind
+from ...enumerate.rng import link_choices, unwind_choices
 from ...errors import BudgetExceeded, ExactSpecError
 
 __all__ = ["SWITCH_AFTER", "TASK_SECONDS", "Plan", "plan", "finish_on_workers"]
@@ -108,7 +108,7 @@ def _run_share(branches: Any, entries: list, allowance: int | None, deadline: fl
     session = branches.session
     approximations = None if here else dict(session.approximations)
     run = branches.fresh_run()
-    stack = [(_link(choices), w) for choices, w in reversed(entries)]
+    stack = [(link_choices(choices), w) for choices, w in reversed(entries)]
     ran = 0
     mass = branches.fld.zero
     end = time.perf_counter() + TASK_SECONDS
@@ -154,7 +154,7 @@ def _flat(entry: tuple) -> tuple:
     """A stack entry (a branch's node chain, its weight) with its choices as one flat tuple: a chain is nested as
     deep as the branch has draws, which pickle would follow by recursion."""
     node, w = entry
-    return tuple(_unwind(node)), w
+    return tuple(unwind_choices(node)), w
 
 
 def _parts(entries: list, n: int) -> list[list]:

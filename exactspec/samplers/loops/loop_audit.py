@@ -50,13 +50,13 @@ from typing import Any, Callable, Sequence
 
 from ... import _progress, parallel
 from ..._progress import MassProgress
-from ..._audit import _prompt
+from ..._audit import prompt_tokens
 from ...enumerate import Budget
-from ...enumerate.rng import PathRng, _Diverged, lattice_for
+from ...enumerate.rng import PathRng, lattice_for
 from ...enumerate.step import Meter, check_budget
 from ...enumerate.stream import target_law
 from ..._crash import CrashReport, crash_site
-from ...errors import BudgetExceeded, ExactSpecError, RuleError
+from ...errors import BudgetExceeded, ExactSpecError, ReplayDiverged, RuleError
 from ...fields import get_field
 from ...laws import to_rational, total_variation
 from ...models import Model
@@ -441,7 +441,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     if tol < 0:
         raise ExactSpecError(f"audit_loop: tolerance must be >= 0, got {tolerance!r}")
     try:
-        prompt_t = _prompt((0,) if prompt is None else prompt, target.vocab)
+        prompt_t = prompt_tokens((0,) if prompt is None else prompt, target.vocab)
     except ExactSpecError as exc:
         raise ExactSpecError(f"audit_loop: {exc}") from None
     lattice_for(rng_model)
@@ -931,7 +931,7 @@ class _Branches:
             if not exc.trace:
                 exc.trace = rng.trace
             raise
-        except _Diverged as exc:
+        except ReplayDiverged as exc:
             raise RuleError(f"loop {name}: {exc}", rule=name, trace=rng.trace) from exc
         except (ExactSpecError, MemoryError, RecursionError):
             raise
@@ -1120,7 +1120,7 @@ def _search(fn: Callable, name: str, *, tokens: int | None, kind: str, dtype: An
     """
     import dataclasses
 
-    from ...counterexamples.counterexample import Counterexample, _loop_options
+    from ...counterexamples.counterexample import Counterexample, valid_loop_options
     from ..search import sampler_reference, search_instances, search_workers as _auto_workers
     where = "audit_loop(search=True)"
     _check_options(where, tokens=tokens, kind=kind, output=output, on_error=on_error, worst=worst)
@@ -1151,8 +1151,8 @@ def _search(fn: Callable, name: str, *, tokens: int | None, kind: str, dtype: An
         ref_record = reference
     elif reference is not None:
         ref_record = sampler_reference(reference)
-    record = _loop_options({"stand_in": kind, "dtype": str(dtype).replace("torch.", ""), "output": output,
-                            "on_error": on_error, "tolerance": str(tol), "reference": ref_record})
+    record = valid_loop_options({"stand_in": kind, "dtype": str(dtype).replace("torch.", ""), "output": output,
+                                 "on_error": on_error, "tolerance": str(tol), "reference": ref_record})
 
     audit_one = _LoopAudit(fn, kind, dtype, output, tol, rng_model, worst, reference)
     opts.setdefault("workers", parallel.AUTO)
@@ -1165,7 +1165,7 @@ def _search(fn: Callable, name: str, *, tokens: int | None, kind: str, dtype: An
         if found.kind == "crash":          # replayed with on_error="record": the test sees the crash's probability
             record["on_error"] = "record"
             return dataclasses.replace(found, sampler_ref=sampler_reference(fn), rng_model=rng_model,
-                                       loop=_loop_options(record), crash={**found.crash, "of": "loop"})
+                                       loop=valid_loop_options(record), crash={**found.crash, "of": "loop"})
         return dataclasses.replace(found, kind="loop", sampler_ref=sampler_reference(fn), rng_model=rng_model,
                                    loop=record)
     return found

@@ -58,7 +58,7 @@ import contextvars
 
 from ...enumerate.rng import NATIVE, NATIVE64, Lattice, Uniform
 from ...errors import UnsupportedRandomness
-from ...fields import _caller
+from ...fields import caller_site
 
 __all__ = ["LazyUniform", "RaceValue", "LazyBit", "lazy", "exponential", "gumbel", "race_winner", "race_outcome",
            "race_law"]
@@ -74,7 +74,7 @@ APPROXIMATIONS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("ex
 
 
 def _refuse(what: str, why: str) -> UnsupportedRandomness:
-    return UnsupportedRandomness(f"{what} (at {_caller(2)}): {why}")
+    return UnsupportedRandomness(f"{what} (at {caller_site(2)}): {why}")
 
 
 def _number(x: Any) -> Any:

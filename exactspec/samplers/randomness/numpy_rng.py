@@ -36,7 +36,7 @@ import numpy as np
 
 from ...enumerate.rng import LATTICES, Uniform
 from ...errors import UnsupportedRandomness
-from ...fields import _caller
+from ...fields import caller_site
 from .interception import FLOAT64_LATTICE, current_rng, deliberate, fisher_yates, native_uniform, unsupported
 from .lazy_values import exponential, gumbel, lazy
 
@@ -68,7 +68,7 @@ class EnumGenerator:
     def random(self, size: Any = None, dtype: Any = np.float64, out: Any = None) -> Any:
         """Lazy uniforms on [0, 1) (a scalar, or an object array of them)."""
         if out is not None:
-            raise UnsupportedRandomness(f"Generator.random(out=...) at {_caller(2)}: pass size= instead")
+            raise UnsupportedRandomness(f"Generator.random(out=...) at {caller_site(2)}: pass size= instead")
         lat = LATTICES["torch-float32"] if np.dtype(dtype) == np.float32 else FLOAT64_LATTICE   # k * 2**-24 in float32
         return self._fill(size, lambda: lazy(native_uniform(self._rng, lat, "numpy")))
 
@@ -89,21 +89,21 @@ class EnumGenerator:
         True
         """
         if np.ndim(scale) != 0 or not float(scale) > 0:
-            raise UnsupportedRandomness(f"Generator.exponential(scale={scale!r}) at {_caller(2)}: only one positive "
-                                        "scale is followed")
+            raise UnsupportedRandomness(f"Generator.exponential(scale={scale!r}) at {caller_site(2)}: only one "
+                                        "positive scale is followed")
         return self._fill(size, lambda: exponential(self._rng) * scale)
 
     def standard_exponential(self, size: Any = None, dtype: Any = np.float64, method: str = "zig",
                              out: Any = None) -> Any:
         """Exp(1) draws as race values."""
         if out is not None:
-            raise UnsupportedRandomness(f"standard_exponential(out=...) at {_caller(2)}: pass size= instead")
+            raise UnsupportedRandomness(f"standard_exponential(out=...) at {caller_site(2)}: pass size= instead")
         return self._fill(size, lambda: exponential(self._rng))
 
     def gumbel(self, loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -> Any:
         """Gumbel draws ``loc - scale * log(E)`` as race values (followed into argmax: ``argmax(log p + g)``)."""
         if np.ndim(loc) != 0 or np.ndim(scale) != 0 or not float(scale) > 0:
-            raise UnsupportedRandomness(f"Generator.gumbel(loc={loc!r}, scale={scale!r}) at {_caller(2)}: only "
+            raise UnsupportedRandomness(f"Generator.gumbel(loc={loc!r}, scale={scale!r}) at {caller_site(2)}: only "
                                         "one location and one positive scale are followed")
         return self._fill(size, lambda: gumbel(self._rng) * scale + loc)
 
@@ -122,7 +122,7 @@ class EnumGenerator:
     def choice(self, a: Any, size: Any = None, replace: bool = True, p: Any = None, shuffle: bool = True) -> Any:
         """numpy's ``choice``: with ``p``, one uniform searched into the float64 cumulative sum of ``p``."""
         if not replace:
-            raise UnsupportedRandomness(f"Generator.choice(replace=False) at {_caller(2)} is not intercepted")
+            raise UnsupportedRandomness(f"Generator.choice(replace=False) at {caller_site(2)} is not intercepted")
         pool = np.arange(a) if np.ndim(a) == 0 else np.asarray(a)
         if p is None:
             return self._fill(size, lambda: pool[self.integers(len(pool))])
@@ -165,7 +165,7 @@ class EnumGenerator:
     def binomial(self, n: int, p: Any, size: Any = None) -> Any:
         """``n = 1`` only (a coin): ``u < p``."""
         if int(n) != 1:
-            raise UnsupportedRandomness(f"Generator.binomial(n={n}) at {_caller(2)}: only n = 1 is intercepted")
+            raise UnsupportedRandomness(f"Generator.binomial(n={n}) at {caller_site(2)}: only n = 1 is intercepted")
         return self._fill(size, lambda: int(native_uniform(self._rng, FLOAT64_LATTICE, "numpy") < p))
 
     def permutation(self, x: Any, axis: int = 0) -> Any:
@@ -177,7 +177,7 @@ class EnumGenerator:
     def shuffle(self, x: Any, axis: int = 0) -> None:
         """Shuffle ``x`` in place along its first axis, a uniform permutation drawn exactly."""
         if axis != 0:
-            raise UnsupportedRandomness(f"shuffle(axis={axis}) at {_caller(2)}: only axis 0 is intercepted")
+            raise UnsupportedRandomness(f"shuffle(axis={axis}) at {caller_site(2)}: only axis 0 is intercepted")
         perm = fisher_yates(self._rng, len(x), "shuffle")
         if isinstance(x, np.ndarray):
             x[...] = x[perm]
@@ -187,7 +187,7 @@ class EnumGenerator:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        raise UnsupportedRandomness(f"numpy Generator.{name} is not intercepted (at {_caller(2)}); the enumerator "
+        raise UnsupportedRandomness(f"numpy Generator.{name} is not intercepted (at {caller_site(2)}); the enumerator "
                                     "follows random, uniform, integers, choice, binomial(1, p), permutation, "
                                     "shuffle, and exponential and gumbel draws into argmax races")
 
