@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 import exactspec as es
 from exactspec.enumerate import Engine
-from exactspec.enumerate.rng import DeferredToken, Touched
+from exactspec.enumerate.rng import DeferredToken, _Touched
 from exactspec.fields import get_field
 from exactspec.instances import make_instance
 
@@ -256,7 +256,7 @@ def test_a_deferred_draw_stands_for_all_its_values_and_any_use_is_seen():
     assert type(tok) is DeferredToken and tok.values() == [(0, F(1, 3)), (1, F(2, 3))]
     for use in (lambda t: t == 0.0, lambda t: t == F(0), lambda t: hash(t), lambda t: int(t), lambda t: [0, 1][t], lambda t: t + 1,
                 lambda t: str(t), lambda t: t.numerator, lambda t: bool(t), lambda t: f"{t}", lambda t: t < 1):
-        with pytest.raises(Touched):
+        with pytest.raises(_Touched):
             use(tok)
     assert rng.draw_now((F(1, 2), F(1, 2))) == 0   # a proposer's draw is never deferred
 

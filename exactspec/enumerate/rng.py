@@ -6,6 +6,10 @@ replays the recorded choices up to that point and continues from the alternative
 cannot fork (a law with one token, a probability of 0 or 1, a comparison decided by the
 uniform's current interval) consume no choice, so replays stay aligned.
 
+Kept as one module: the path rng, the deferred token, the uniform and the rng lattices share one
+replay protocol (the recorded choices, the stack of alternatives, the cells a uniform is cut into);
+a change to any of them must keep replays aligned for all, and reads best beside the others.
+
 >>> from fractions import Fraction as F
 >>> from exactspec.fields import get_field
 >>> law = enumerate_program(lambda rng: rng.categorical((F(1, 4), F(3, 4))), get_field(backend="python"))
@@ -460,7 +464,7 @@ class _Unseen:
 UNSEEN = _Unseen()
 
 
-class Touched(BaseException):
+class _Touched(BaseException):
     """Code looked at a :class:`DeferredToken`: the engine draws it for real and runs the branch again.
 
     A ``BaseException``, so that a rule's ``except Exception`` does not swallow it (the token also
@@ -481,7 +485,7 @@ class DeferredToken:
     emitted unread before other kept tokens is drawn for real when the branch ends. ``tok == t`` and
     ``tok != t`` with an int ``t`` fork two ways (equal or not) and narrow the values it stands for. Any other
     use of its value (ordering, hashing, indexing, arithmetic, ``int()``, ``str()``, any attribute)
-    raises :class:`Touched`, and the engine redraws it for real; so does any exception raised while a
+    raises :class:`_Touched`, and the engine redraws it for real; so does any exception raised while a
     branch holds one. Only code that tells it from an int by ``type()``, ``isinstance`` or ``is``
     without raising could see the difference.
 
@@ -493,7 +497,7 @@ class DeferredToken:
     >>> tok < 1
     Traceback (most recent call last):
     ...
-    exactspec.enumerate.rng.Touched: a deferred draw was looked at
+    exactspec.enumerate.rng._Touched: a deferred draw was looked at
     >>> tok.values()
     [(0, Fraction(1, 4)), (1, Fraction(3, 4))]
     """
@@ -531,7 +535,7 @@ class DeferredToken:
 
     def _es_touch(self, *args: Any, **kwargs: Any) -> Any:
         self._es_touched = True
-        raise Touched(self)
+        raise _Touched(self)
 
     def __getattr__(self, name: str) -> Any:
         return self._es_touch()

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from ..errors import (BudgetExceeded, ExactSpecError, InvalidType, InvalidValue, ReplayDiverged, RuleError,
                       UnsupportedRandomness)
-from .rng import DeferredToken, PathRng, Touched
+from .rng import DeferredToken, PathRng, _Touched
 from .watchdog import guard
 
 __all__ = ["Budget", "StepEnumerator", "run_rule", "check_budget", "crash_outcome", "is_crash", "crash_index",
@@ -406,7 +406,7 @@ class StepEnumerator:
             step = make_step(env, context, rng)
             try:
                 out = run_rule(fn, step, rng, run_h, vocab, name, cap, lazy_from)
-            except Touched as exc:   # the rule looked at a deferred draw: draw it for real, run the branch again
+            except _Touched as exc:   # the rule looked at a deferred draw: draw it for real, run the branch again
                 self._redraw(rng, exc.token)
                 continue
             except RuleError as exc:

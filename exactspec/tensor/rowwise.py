@@ -13,6 +13,10 @@ vocabulary shifted by ``r`` (token ``t`` is ``(t + r) mod V``; outputs are mappe
 that reads another row's probabilities, drafts, bonus token or recovered token emits tokens of the
 wrong law, which the laws show.
 
+Kept as one module: the stand-ins for torch's draws and comparisons and the row accounting (weights,
+patterns, the full and diagonal coverings) read and write one per-call state (:class:`_State`); split,
+each half would have to export that state's internals to the other.
+
 Two ways of covering the draft sequences, chosen by size:
 
 - **full** (when ``prod_j |supp q_j| * 2**k <= max_rows``): every draft sequence is a group of rows,
