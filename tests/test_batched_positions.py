@@ -251,3 +251,34 @@ def test_the_vllm_adapter_audits_a_row_of_a_batch():
         assert r.verdict == "lossless" and r.output == one.output
     with pytest.raises(es.ExactSpecError, match="row must be in 0 .. 1"):
         VllmChainAdapter(batch=2, row=2)
+
+
+def test_the_row_wise_draws_are_stood_in_for_in_the_auditing_thread_only():
+    # torch.rand in another thread, while a row-wise audit runs, is torch's own (a plain tensor of real draws);
+    # the stand-ins used to replace torch.rand process-wide for the duration of the audit
+    import threading
+    import torch
+
+    started, other_done = threading.Event(), threading.Event()
+    seen = {}
+
+    def other_thread():
+        started.wait(30)
+        try:
+            seen["type"] = type(torch.rand(3))
+        except BaseException as e:   # noqa: BLE001  (the old stand-in raises outside an audit's state)
+            seen["type"] = e
+        other_done.set()
+
+    def waiting_sampler(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
+        if not started.is_set():
+            started.set()
+            other_done.wait(30)
+        return bz.correct(target_probs, draft_probs, draft_token_ids, bonus_token_ids)
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    a = audit_batched_sampler(waiting_sampler, target=floats(P), draft=floats(Q), device="cpu")
+    t.join(30)
+    assert seen["type"] is torch.Tensor
+    assert a.verdict == audit_batched_sampler(bz.correct, target=floats(P), draft=floats(Q), device="cpu").verdict

@@ -306,7 +306,6 @@ def _new_uniforms(shape: tuple) -> Any:
 def _intercept() -> Iterator[None]:
     import torch
     RowUniform, RowExp, _ = _tensor_classes()
-    saved = (torch.rand, torch.Tensor.exponential_, torch.multinomial, torch.rand_like, torch.Tensor.uniform_)
 
     def size_of(size: tuple) -> tuple:
         return tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)) else size
@@ -339,19 +338,20 @@ def _intercept() -> Iterator[None]:
             raise UnsupportedRandomness("row-wise audit: multinomial with num_samples > 1 is not followed")
         return _state().record(probs).unsqueeze(-1)
 
-    # torch's draws are stood in for while the block runs (restored in ``finally``); typeshed sees methods
-    try:
-        torch.rand = rand  # type: ignore[assignment]
-        torch.rand_like = lambda t, **kw: RowUniform(_new_uniforms(tuple(t.shape)))  # type: ignore[assignment]
-        torch.Tensor.uniform_ = uniform_  # type: ignore[method-assign, assignment]
-        torch.Tensor.exponential_ = exponential_  # type: ignore[method-assign]
-        torch.multinomial = multinomial  # type: ignore[assignment]
+    def rand_like(t: Any, **kw: Any) -> Any:
+        return RowUniform(_new_uniforms(tuple(t.shape)))
+
+    standing_in = {torch.rand: rand, torch.rand_like: rand_like, torch.Tensor.uniform_: uniform_,
+                   torch.Tensor.exponential_: exponential_, torch.multinomial: multinomial}
+
+    class Draws(torch.overrides.TorchFunctionMode):
+        """torch's draws stood in for, in this thread only (torch keeps function modes per thread)."""
+
+        def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+            return standing_in.get(func, func)(*args, **(kwargs or {}))
+
+    with Draws():
         yield
-    finally:
-        rand0, exponential0, multinomial0, rand_like0, uniform0 = saved
-        torch.rand, torch.multinomial, torch.rand_like = rand0, multinomial0, rand_like0
-        torch.Tensor.exponential_ = exponential0  # type: ignore[method-assign]
-        torch.Tensor.uniform_ = uniform0  # type: ignore[method-assign]
 
 
 @dataclass
