@@ -282,3 +282,37 @@ def test_the_row_wise_draws_are_stood_in_for_in_the_auditing_thread_only():
     t.join(30)
     assert seen["type"] is torch.Tensor
     assert a.verdict == audit_batched_sampler(bz.correct, target=floats(P), draft=floats(Q), device="cpu").verdict
+
+
+def test_two_row_wise_audits_in_two_threads_equal_the_sequential_ones():
+    import threading
+
+    samplers = [bz.correct, bz.row0_probs]
+    # different instances (k = 2 and k = 1 drafts), so a call that read the other thread's state would differ
+    cases = [(P, Q), (P[:2], Q[:1])]
+    alone = [audit_batched_sampler(s, target=floats(p), draft=floats(q), device="cpu")
+             for s, (p, q) in zip(samplers, cases)]
+    together: dict = {}
+    barrier = threading.Barrier(2)
+
+    def run(i):
+        first = [True]
+
+        def sampler(*args):
+            if first[0]:              # both audits are inside their first sampler call at once
+                first[0] = False
+                barrier.wait(30)
+            return samplers[i](*args)
+        p, q = cases[i]
+        together[i] = audit_batched_sampler(sampler, target=floats(p), draft=floats(q), device="cpu")
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for i in range(2):
+        assert (together[i].verdict, together[i].tv) == (alone[i].verdict, alone[i].tv)
+        import numpy as np
+        assert np.array_equal(np.asarray(together[i].law.joint), np.asarray(alone[i].law.joint))
+        assert together[i].findings == alone[i].findings

@@ -57,6 +57,7 @@ to :func:`exactspec.audit_statistically`, saying so, and never reads ``lossless`
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -148,13 +149,15 @@ def torch_empty_index() -> Any:
     return torch.zeros(0, dtype=torch.long)
 
 
-_STATE: list[_State] = []
+#: the state of the sampler call running in this context (this thread's, or this task's)
+_STATE: contextvars.ContextVar[_State | None] = contextvars.ContextVar("exactspec_rowwise_state", default=None)
 
 
 def _state() -> _State:
-    if not _STATE:
+    st = _STATE.get()
+    if st is None:
         raise ExactSpecError("row-wise interception used outside audit_batched_sampler")
-    return _STATE[-1]
+    return st
 
 
 def _meta(func: Any, args: tuple, kwargs: dict | None) -> Any:
@@ -521,7 +524,7 @@ class _Calls:
             target = self.p32[:, gather].permute(1, 0, 2).contiguous()
             draft = self.q32[:, gather].permute(1, 0, 2).contiguous()
             bonus = (vocab + torch.arange(rows)).reshape(rows, 1)
-            _STATE.append(st)
+            token = _STATE.set(st)
             try:
                 with _intercept():
                     out = self.sampler(target, draft, (ids + shift.unsqueeze(1)) % vocab, bonus)
@@ -532,7 +535,7 @@ class _Calls:
                                             "they hold marker ids >= V for the bonus tokens and stand-in tensors "
                                             "for the draws") from exc
             finally:
-                _STATE.pop()
+                _STATE.reset(token)
             self.calls += 1
             out = torch.as_tensor(out).to(torch.long).cpu()
             if tuple(out.shape) != (rows, k + 1):
