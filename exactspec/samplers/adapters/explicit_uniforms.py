@@ -506,7 +506,7 @@ def tensor_randomness(arguments: Sequence[str], randomness: dict[str, str], *, n
                                    reference=reference)
 
 
-def suggested_thresholds(p: list, q: list, drafts: list, lat: Any) -> dict[str, list[int]]:
+def suggested_thresholds(p: list, q: list, drafts: list, lat: Any) -> dict[str, Any]:
     """Lattice indices where a chain kernel's uniforms likely change its output: per coin and for the last uniform.
 
     The coins' around each draft's ``p / q`` (in float64 and float32), the last uniform's around the

@@ -160,7 +160,7 @@ def tree_buffers(expansion_or_choices: Any, *, topk: int | None = None) -> TreeB
     """
     choices = sorted(_choices(expansion_or_choices), key=lambda c: (len(c), c))
     depth = max(len(c) for c in choices)
-    index = {(): 0}
+    index: dict[tuple[int, ...], int] = {(): 0}
     index.update({c: i + 1 for i, c in enumerate(choices)})
     n = len(choices) + 1
     if topk is not None:

@@ -69,7 +69,7 @@ from .lazy_draws import PendingDraw, exact_rows
 try:
     import torch
 except ImportError:  # pragma: no cover - exercised only without the torch extra
-    torch = None
+    torch = None  # type: ignore[assignment]  # optional dependency: None (checked) where torch is not installed
 
 __all__ = ["LazyWorldsTensor", "WORLDS", "deferring", "domain", "entry_decision", "lazy_logits",
            "multinomial_of_worlds", "value_of"]
@@ -166,8 +166,10 @@ if torch is not None:
         _gi: np.ndarray         # per entry, its group's index in ``_groups``
         _gp: np.ndarray         # per entry, its flat position in that group's tensors
         _fam: "_Family"
+        _whole: bool            # one group whose tensors hold exactly these entries in this order
+        _plan: Any              # the operation plan memoised on it (None: none yet)
 
-        def __repr__(self, *args: Any, **kwargs: Any) -> str:  # noqa: D105
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # noqa: D105
             return _disabled(torch.Tensor.__repr__, (), (force(self),), {})
 
         @classmethod
@@ -238,7 +240,7 @@ if torch is not None:
         if type(x) is not LazyWorldsTensor:
             return x
         _settle(x)
-        x.__class__ = torch.Tensor
+        x.__class__ = torch.Tensor  # type: ignore[assignment]  # deliberate: read, it is the plain tensor it holds
         return x
 
     def _force_all(items: Any) -> None:
@@ -322,7 +324,7 @@ if torch is not None:
         if type(x) is not LazyWorldsTensor:
             return False
         if x._fam.settled:
-            x.__class__ = torch.Tensor
+            x.__class__ = torch.Tensor  # type: ignore[assignment]  # deliberate: settled, it is a plain tensor
             return False
         return True
 
@@ -832,7 +834,7 @@ if torch is not None:
             # a result on an operand's storage (the operand itself, a view of it) aliases it in plain torch: read
             # (checked while this world's operands are alive: a freed one's address may be reused, by chance)
             if func not in _FRESH:
-                mine: set = set()
+                mine = set()
                 _storages(a_w, mine)
                 _storages(tuple(k_w.values()), mine)
                 if _aliases(res, mine):
@@ -1209,7 +1211,8 @@ if torch is not None:
         hit = _MEMO.get(memo)
         if hit is not None and hit[0] is g.worlds:
             return hit[1]
-        table, positive = {}, None
+        table: dict[Any, np.ndarray] | None = {}
+        positive: Any = None
         for key, t in g.worlds.items():
             arr = t.detach().cpu().to(torch.float64).numpy()   # exact for every float dtype (bfloat16: no .numpy())
             arr = arr.reshape(-1, arr.shape[-1]) if arr.ndim else arr.reshape(1, 1)

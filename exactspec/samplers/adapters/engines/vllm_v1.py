@@ -193,13 +193,14 @@ class VllmRejectionAdapter(KernelAdapter):
             draft_probs = probs.repeat(batch, 1) if self.draft_probs else None
             with planned_draws(plan):
                 if module:
-                    rows = torch.arange(batch * (k + 1), dtype=torch.int32).view(batch, k + 1)
+                    assert spec_class is not None       # checked above: a RejectionSampler's module has one
+                    at = torch.arange(batch * (k + 1), dtype=torch.int32).view(batch, k + 1)
                     spec = spec_class(
                         draft_token_ids=drafts.repeat(batch), num_draft_tokens=[k] * batch,
                         cu_num_draft_tokens=torch.arange(1, batch + 1, dtype=torch.int32) * k,
                         cu_num_sampled_tokens=torch.arange(1, batch + 1, dtype=torch.int32) * (k + 1),
-                        target_logits_indices=rows[:, :k].reshape(-1).contiguous(),
-                        bonus_logits_indices=rows[:, k].contiguous(), logits_indices=rows.reshape(-1))
+                        target_logits_indices=at[:, :k].reshape(-1).contiguous(),
+                        bonus_logits_indices=at[:, k].contiguous(), logits_indices=at.reshape(-1))
                     metadata.output_token_ids = [[] for _ in range(batch)]
                     out = sampler(spec, draft_probs, torch.cat([logits, bonus_logits]).repeat(batch, 1),
                                   metadata).sampled_token_ids
@@ -249,8 +250,8 @@ class VllmRejectionAdapter(KernelAdapter):
                 law[out] = law.get(out, Fraction(0)) + weight * share
         return law
 
-    def call(self, sampler: Callable, step: Step, rng: Rng) -> list[int]:
-        # vLLM draws its uniforms in float64 (generate_uniform_probs)
+    def call(self, sampler: Callable, step: Step, rng: Any) -> list[int]:
+        # rng: the enumerating rng (its field converts the law's float weights); vLLM draws its uniforms in float64 (generate_uniform_probs)
         lat = kernel_lattice(rng, "float64", self.name, "torch float64 (vLLM's uniform_probs)")
         key = (inspect.unwrap(sampler), lat.name, tuple(step.drafts), tuple(tuple(step.target(j))
                for j in range(step.gamma + 1)), tuple(tuple(step.claimed(j)) for j in range(step.gamma)))
