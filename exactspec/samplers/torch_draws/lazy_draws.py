@@ -269,7 +269,7 @@ if torch is not None:
             t._fam = family if family is not None else _Family(t)
             return t
 
-        def __repr__(self, *, tensor_contents: Any = None) -> str:  # noqa: D105
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's stub types Tensor.__repr__ so that no override with a str return matches
             return _plain_call(torch.Tensor.__repr__, (force(self),), {})
 
         @classmethod
@@ -552,7 +552,7 @@ if torch is not None:
             cell = _KNOWN[v] = (PendingDraw.of_law(None, v), 0)
         return cell
 
-    def _pick(func: Any, name: str, args: tuple, kwargs: dict) -> Any:
+    def _pick(func: Any, name: str, operands: tuple, kwargs: dict) -> Any:
         """An operation that picks entries of its value operands by position, done on the entries' positions.
 
         The value operands (the tensors of ``cat``/``stack``, ``input`` and ``other`` of ``where``, the
@@ -561,10 +561,10 @@ if torch is not None:
         picked cells, still pending; NotImplemented when an operand does not allow it.
         """
         if name in _JOINS:
-            joined = _join(func, name, args, kwargs)
+            joined = _join(func, name, operands, kwargs)
             if joined is not None:
                 return joined
-        args = list(args)
+        args = list(operands)
         slots: list[tuple[str, Any]]            # ("a", position) or ("k", keyword) of each value operand
         if name in _SEQUENCES:
             slots = [("a", 0)] if args else [("k", "tensors")]

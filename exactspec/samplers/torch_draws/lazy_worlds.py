@@ -169,7 +169,7 @@ if torch is not None:
         _whole: bool            # one group whose tensors hold exactly these entries in this order
         _plan: Any              # the operation plan memoised on it (None: none yet)
 
-        def __repr__(self, *, tensor_contents: Any = None) -> str:  # noqa: D105
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's stub types Tensor.__repr__ so that no override with a str return matches
             return _disabled(torch.Tensor.__repr__, (), (force(self),), {})
 
         @classmethod
@@ -757,7 +757,7 @@ if torch is not None:
 
     def _domains(cells: list) -> list | None:
         """The values each draw can take, or None where their combinations (the worlds) are more than WORLDS."""
-        domains = [domain(c) for c in cells]
+        domains: list[Any] = [domain(c) for c in cells]
         count = 1
         for d in domains:
             count *= len(d)
@@ -1211,17 +1211,18 @@ if torch is not None:
         hit = _MEMO.get(memo)
         if hit is not None and hit[0] is g.worlds:
             return hit[1]
-        table: dict[Any, np.ndarray] | None = {}
+        table: dict[Any, np.ndarray] = {}
         positive: Any = None
+        valid = True
         for key, t in g.worlds.items():
             arr = t.detach().cpu().to(torch.float64).numpy()   # exact for every float dtype (bfloat16: no .numpy())
             arr = arr.reshape(-1, arr.shape[-1]) if arr.ndim else arr.reshape(1, 1)
             if not np.isfinite(arr).all() or (arr < 0).any() or (arr.sum(axis=-1) <= 0).any():
-                table = None
+                valid = False
                 break
             table[key] = arr
             positive = arr > 0 if positive is None else positive | (arr > 0)
-        out = None if table is None else (table, [[int(i) for i in np.nonzero(row)[0]] for row in positive])
+        out = None if not valid else (table, [[int(i) for i in np.nonzero(row)[0]] for row in positive])
         _memo_put(memo, (g.worlds, out))
         return out
 
@@ -1272,7 +1273,8 @@ if torch is not None:
             table, domains = rows
             if not g.deps:
                 arr = next(iter(table.values()))
-                d = PendingDraw(rng, *exact_rows(arr)[0][k], 1, True)     # no pending draw behind it: its law
+                weights, first = exact_rows(arr)[0][k]
+                d = PendingDraw(rng, weights, first, 1, True)     # no pending draw behind it: its law
             else:
                 def law(g: Any = g, k: int = k, table: dict = table) -> Any:
                     values = tuple(value_of(c) for c in g.deps)    # the draws the weights depend on, in order

@@ -255,7 +255,7 @@ if torch is not None:
             t._u = uniforms
             return t
 
-        def __repr__(self, *, tensor_contents: Any = None) -> str:  # noqa: D105
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's stub types Tensor.__repr__ so that no override with a str return matches
             return f"LazyUniformTensor(shape={tuple(self._u.shape)})"
 
         @classmethod
@@ -426,6 +426,7 @@ if torch is not None:
             cell = u._cell
             if getattr(cell, "cond", None) is not None:
                 cell.cond()
+            res: tuple[Any, ...]
             if type(cell.rng) is not PathRng or not hasattr(cell, "cond"):
                 res = ("value", entry_decision(b, index, None, read=True)[1])
             else:
@@ -508,7 +509,7 @@ if torch is not None:
             t._r = values
             return t
 
-        def __repr__(self, *, tensor_contents: Any = None) -> str:  # noqa: D105
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's stub types Tensor.__repr__ so that no override with a str return matches
             return f"RaceTensor(shape={tuple(self._r.shape)})"
 
         @classmethod
@@ -607,8 +608,16 @@ if torch is not None:
         out = np.empty(shape, dtype=object)
         for idx in np.ndindex(*shape):
             v, t = rs[idx], ts[idx]
-            below: Callable[[], bool] = (lambda v=v, t=t: v < t) if strict else (lambda v=v, t=t: v <= t)
-            out[idx] = LazyBit((lambda f=below: not f()) if flip else below)
+            if strict:
+                def below(v: Any = v, t: Any = t) -> Any:
+                    return v < t
+            else:
+                def below(v: Any = v, t: Any = t) -> Any:
+                    return v <= t
+
+            def above(f: Callable[[], Any] = below) -> bool:
+                return not f()
+            out[idx] = LazyBit(above if flip else below)
         return LazyMask(out, torch.bool)
 
     def _race_arg(values: np.ndarray, dim: Any, keepdim: bool, smaller_wins: bool) -> Any:
@@ -678,7 +687,7 @@ if torch is not None:
             t._fam = family if family is not None else _Family(t)
             return t
 
-        def __repr__(self, *, tensor_contents: Any = None) -> str:  # noqa: D105
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's stub types Tensor.__repr__ so that no override with a str return matches
             return f"LazyMask(shape={tuple(self._c.shape)})"
 
         @classmethod
