@@ -59,7 +59,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ...errors import ExactSpecError, InvalidValue
+from ...errors import InvalidValue
 from ...laws import memoised
 from ...protocols import Law, Rng, TreeStep
 from .base import Adapter
@@ -148,8 +148,8 @@ def torch_tree_inputs(step: TreeStep, dtype: Any = torch.float32) -> TorchTree:
             visit(c, path + (k,))
     visit(step.root, ())
     if len(nodes) == 1:
-        raise ExactSpecError("the drafted tree has no node below the root; the torch-tree adapter needs a tree with "
-                             "at least one drafted token (a proposer of depth >= 1)")
+        raise InvalidValue("the drafted tree has no node below the root; the torch-tree adapter needs a tree with "
+                           "at least one drafted token (a proposer of depth >= 1)")
     buffers = _buffers(tuple(paths[1:]))
     linear = {path: i for i, path in enumerate(((),) + buffers.choices)}
     order = [0] * len(nodes)
