@@ -306,7 +306,8 @@ class Adapter:
     @staticmethod
     def _call_key(step: Any) -> tuple[Hashable, list[Law]] | None:
         if hasattr(step, "drafts") and hasattr(step, "gamma"):
-            laws: list[Law] = [step.claimed(j) for j in range(step.gamma)] + [step.target(j) for j in range(step.gamma + 1)]
+            laws: list[Law] = [step.claimed(j) for j in range(step.gamma)] + \
+                [step.target(j) for j in range(step.gamma + 1)]
             return ("chain", tuple(step.drafts), tuple(map(id, laws))), laws
         if hasattr(step, "root") and hasattr(step, "children"):
             nodes: list[tuple[int, int, int, int] | None] = []

@@ -269,7 +269,8 @@ if torch is not None:
             t._fam = family if family is not None else _Family(t)
             return t
 
-        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's stub types Tensor.__repr__ so that no override with a str return matches
+        # mypy reads torch's Tensor.__repr__ as matched by no override, not even its own signature (hence the ignore)
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # noqa: D105
             return _plain_call(torch.Tensor.__repr__, (force(self),), {})
 
         @classmethod

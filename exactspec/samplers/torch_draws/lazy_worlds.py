@@ -169,7 +169,8 @@ if torch is not None:
         _whole: bool            # one group whose tensors hold exactly these entries in this order
         _plan: Any              # the operation plan memoised on it (None: none yet)
 
-        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's stub types Tensor.__repr__ so that no override with a str return matches
+        # mypy reads torch's Tensor.__repr__ as matched by no override, not even its own signature (hence the ignore)
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # noqa: D105
             return _disabled(torch.Tensor.__repr__, (), (force(self),), {})
 
         @classmethod

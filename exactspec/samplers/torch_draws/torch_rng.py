@@ -255,7 +255,8 @@ if torch is not None:
             t._u = uniforms
             return t
 
-        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's stub types Tensor.__repr__ so that no override with a str return matches
+        # mypy reads torch's Tensor.__repr__ as matched by no override, not even its own signature (hence the ignore)
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # noqa: D105
             return f"LazyUniformTensor(shape={tuple(self._u.shape)})"
 
         @classmethod
@@ -338,8 +339,8 @@ if torch is not None:
         return int(kwargs.get("dim", args[1] if len(args) > 1 else 0)) == 0
 
     def _lazy_cells(x: Any, shape: tuple) -> Any:
-        """A uniform operand's entries broadcast to ``shape`` (LazyUniform objects; an object array, typed Any: numpy's
-        stubs type an entry of an array as an array)."""
+        """A uniform operand's entries broadcast to ``shape`` (LazyUniform objects; an object array, typed Any:
+        numpy's stubs type an entry of an array as an array)."""
         return np.broadcast_to(x._u, shape)
 
     def _flat_floats(x: Any, shape: tuple) -> list:
@@ -509,7 +510,8 @@ if torch is not None:
             t._r = values
             return t
 
-        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's stub types Tensor.__repr__ so that no override with a str return matches
+        # mypy reads torch's Tensor.__repr__ as matched by no override, not even its own signature (hence the ignore)
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # noqa: D105
             return f"RaceTensor(shape={tuple(self._r.shape)})"
 
         @classmethod
@@ -687,7 +689,8 @@ if torch is not None:
             t._fam = family if family is not None else _Family(t)
             return t
 
-        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's stub types Tensor.__repr__ so that no override with a str return matches
+        # mypy reads torch's Tensor.__repr__ as matched by no override, not even its own signature (hence the ignore)
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # noqa: D105
             return f"LazyMask(shape={tuple(self._c.shape)})"
 
         @classmethod

@@ -268,7 +268,8 @@ def sglang_rows(sampler: Callable, drafts: list[int], p: Any, q: Any, lat: Any, 
     return launch
 
 
-def chain_law(launch: Callable | RowCache, drafts: list[int], p: np.ndarray, q: np.ndarray, lat: Any) -> dict[tuple, Fraction]:
+def chain_law(launch: Callable | RowCache, drafts: list[int], p: np.ndarray, q: np.ndarray,
+              lat: Any) -> dict[tuple, Fraction]:
     """The exact law of the emitted tokens of a chain kernel on the lattice ``lat``, from few rows (see the module).
 
     ``launch(rows)`` maps rows ``(coin indices, final index)`` to ``(accept count, tokens)``; ``p``, ``q``: float64

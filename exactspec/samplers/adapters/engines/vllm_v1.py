@@ -251,7 +251,8 @@ class VllmRejectionAdapter(KernelAdapter):
         return law
 
     def call(self, sampler: Callable, step: Step, rng: Any) -> list[int]:
-        # rng: the enumerating rng (its field converts the law's float weights); vLLM draws its uniforms in float64 (generate_uniform_probs)
+        # rng: the enumerating rng (its field converts the law's float weights);
+        # vLLM draws its uniforms in float64 (generate_uniform_probs)
         lat = kernel_lattice(rng, "float64", self.name, "torch float64 (vLLM's uniform_probs)")
         key = (inspect.unwrap(sampler), lat.name, tuple(step.drafts), tuple(tuple(step.target(j))
                for j in range(step.gamma + 1)), tuple(tuple(step.claimed(j)) for j in range(step.gamma)))
