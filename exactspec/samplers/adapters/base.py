@@ -31,7 +31,7 @@ import numpy as np
 from ..._numbers import PRECISIONS   # float precisions from the coarsest to the finest
 from ...errors import ExactSpecError
 from ...laws import memoised
-from ...protocols import Law, Rng, Step, TreeStep
+from ...protocols import Law, Rng, Step
 
 __all__ = ["Adapter", "PRECISIONS", "float_precision", "precision_of", "cast_floats", "at_precision", "lowest"]
 

@@ -43,7 +43,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ....errors import InvalidType, InvalidValue
-from ....protocols import Law, Rng, Step
+from ....protocols import Law, Step
 from ...randomness.interception import bind
 from ...randomness.planned import DrawPlan, planned_draws
 from ..explicit_uniforms import (KernelAdapter, kernel_lattice, kernel_race_law, suggested_thresholds,
