@@ -24,13 +24,14 @@ import sys
 import threading
 from types import SimpleNamespace
 from fractions import Fraction
-from typing import Any, Callable, Hashable, Iterator
+from typing import Any, Callable, Hashable, Iterator, Self
 
 import numpy as np
 
 from ..._numbers import PRECISIONS   # float precisions from the coarsest to the finest
+from ...errors import ExactSpecError
 from ...laws import memoised
-from ...protocols import Rng, Step, TreeStep
+from ...protocols import Law, Rng, Step
 
 __all__ = ["Adapter", "PRECISIONS", "float_precision", "precision_of", "cast_floats", "at_precision", "lowest"]
 
@@ -240,14 +241,14 @@ class Adapter:
         declared = self.declared_precision()
         return self if declared is None or declared == precision else None
 
-    def _copy_at(self, precision: str, **attrs: Any) -> "Adapter":
+    def _copy_at(self, precision: str, **attrs: Any) -> Self:
         """A shallow copy declaring ``precision`` (and setting ``attrs``), its per-thread caches fresh."""
         new = copy.copy(self)
         new.precision = precision
         for k, v in attrs.items():
             setattr(new, k, v)
         if "_local" in new.__dict__:
-            new._local = threading.local()
+            new.__dict__["_local"] = threading.local()
         return new
 
     def reference_at(self, precision: str) -> Callable | None:
@@ -276,10 +277,11 @@ class Adapter:
         """
         return self.fast_reference(precision)
 
-    def call_key(self, step: Any) -> Hashable | None:
+    def call_key(self, step: Any) -> tuple[Hashable, list[Law]] | None:
         """What ``call(sampler, step, rng)`` depends on besides the rng: the drafted tokens and the identities
         of the laws (a chain step: ``gamma`` claimed, ``gamma + 1`` target; a tree step: every node's token,
-        parent and laws, which draws the whole tree). None: not cached. Equal keys mean equal inputs.
+        parent and laws, which draws the whole tree), with the laws it names. None: not cached. Equal keys
+        mean equal inputs.
 
         The laws themselves are kept alive by the caller's cache (``call_laws``), so an id is never reused
         while its key is held.
@@ -293,13 +295,23 @@ class Adapter:
         last["step"], last["key"] = step, key
         return key
 
+    def _keyed(self, step: Any) -> tuple[Hashable, list[Law]]:
+        """:meth:`call_key` of a step this adapter caches by (a cacheable adapter's chain or tree step): never None."""
+        got = self.call_key(step)
+        if got is None:
+            raise ExactSpecError(f"the {self.name} adapter has no call key for a {type(step).__name__} "
+                                 "(an internal error: a cacheable adapter is handed a chain or tree step)")
+        return got
+
     @staticmethod
-    def _call_key(step: Any) -> Hashable | None:
+    def _call_key(step: Any) -> tuple[Hashable, list[Law]] | None:
         if hasattr(step, "drafts") and hasattr(step, "gamma"):
-            laws = [step.claimed(j) for j in range(step.gamma)] + [step.target(j) for j in range(step.gamma + 1)]
+            laws: list[Law] = [step.claimed(j) for j in range(step.gamma)] + \
+                [step.target(j) for j in range(step.gamma + 1)]
             return ("chain", tuple(step.drafts), tuple(map(id, laws))), laws
         if hasattr(step, "root") and hasattr(step, "children"):
-            nodes, laws = [], []
+            nodes: list[tuple[int, int, int, int] | None] = []
+            laws = []
 
             def visit(n: Any, depth: int) -> None:
                 for c in step.children(n):
@@ -313,7 +325,7 @@ class Adapter:
         return None
 
     @staticmethod
-    def floats(law: tuple) -> np.ndarray:
+    def floats(law: Law) -> np.ndarray:
         """A law as float64 (memoised per law object), as a float implementation receives it."""
         return memoised("float64", law, None, lambda: np.array([float(x) for x in law], dtype=np.float64))
 
@@ -346,6 +358,9 @@ class Adapter:
         """Emitted token ids from a sampler's return value (negative ids are padding)."""
         return [int(t) for t in np.asarray(out).ravel() if int(t) >= 0]
 
-    def call(self, sampler: Callable, step: Step | TreeStep, rng: Rng) -> list[int]:  # pragma: no cover - abstract
+    def call(self, sampler: Callable, step: Any, rng: Rng) -> list[int]:  # pragma: no cover - abstract
+        """Run ``sampler`` once on ``step`` (a :class:`~exactspec.protocols.Step` for a ``"chain"`` adapter, a
+        :class:`~exactspec.protocols.TreeStep` for a ``"tree"`` one: each subclass names the one it takes)
+        with ``rng`` behind its random draws; the tokens it emits."""
         raise NotImplementedError
 

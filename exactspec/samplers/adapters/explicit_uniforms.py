@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ...enumerate.rng import LATTICES, NATIVE, NATIVE64, Lattice, lattice_for
-from ...errors import ExactSpecError, UnsupportedRngModel
+from ...errors import InvalidValue, UnsupportedRngModel
 from ...protocols import Step
 from .base import Adapter
 
@@ -218,7 +218,7 @@ class FlashinferChainAdapter(KernelAdapter):
 
     def __init__(self, method: str = "guided") -> None:
         if method not in ("guided", "bisection"):
-            raise ExactSpecError(f"FlashinferChainAdapter method must be 'guided' or 'bisection', got {method!r}")
+            raise InvalidValue(f"FlashinferChainAdapter method must be 'guided' or 'bisection', got {method!r}")
         self.method = method
         self._declared = TensorRandomnessAdapter(FLASHINFER_ARGUMENTS, {"uniform_samples": "uniform k+1"},
                                                  name="flashinfer")
@@ -330,7 +330,7 @@ def _count(expr: str, k: int, vocab: int) -> int:
         return table[expr]
     if expr.isdigit():
         return int(expr)
-    raise ExactSpecError(f"tensor_randomness: cannot read the count {expr!r} (use k, k+1, V or a number)")
+    raise InvalidValue(f"tensor_randomness: cannot read the count {expr!r} (use k, k+1, V or a number)")
 
 
 class TensorRandomnessAdapter(KernelAdapter):
@@ -367,21 +367,21 @@ class TensorRandomnessAdapter(KernelAdapter):
         for arg, spec in dict(randomness).items():
             kind, _, count = str(spec).strip().partition(" ")
             if kind not in ("uniform", "exponential") or not count:
-                raise ExactSpecError(f"tensor_randomness: argument {arg!r}: declare 'uniform <count>' or "
-                                     f"'exponential <count>' (count: k, k+1, V, a number; 'k+1,V' for a matrix), "
-                                     f"got {spec!r}")
+                raise InvalidValue(f"tensor_randomness: argument {arg!r}: declare 'uniform <count>' or "
+                                   f"'exponential <count>' (count: k, k+1, V, a number; 'k+1,V' for a matrix), "
+                                   f"got {spec!r}")
             if arg not in self.arguments:
-                raise ExactSpecError(f"tensor_randomness: {arg!r} is declared random but is not among the arguments "
-                                     f"{self.arguments}")
+                raise InvalidValue(f"tensor_randomness: {arg!r} is declared random but is not among the arguments "
+                                   f"{self.arguments}")
             self.specs[arg] = (kind, count)
         if sum(kind == "exponential" for kind, _ in self.specs.values()) > 1:
-            raise ExactSpecError("tensor_randomness: at most one exponential argument (one race) is followed")
+            raise InvalidValue("tensor_randomness: at most one exponential argument (one race) is followed")
         self.races = any(kind == "exponential" for kind, _ in self.specs.values())
         unknown = [a for a in self.arguments if a not in ROLES and a not in self.specs and a not in self.extra]
         if unknown:
-            raise ExactSpecError(f"tensor_randomness: arguments {unknown} are neither step inputs "
-                                 f"({', '.join(ROLES)}), "
-                                 "declared randomness nor extra constants")
+            raise InvalidValue(f"tensor_randomness: arguments {unknown} are neither step inputs "
+                               f"({', '.join(ROLES)}), "
+                               "declared randomness nor extra constants")
 
     def resolution(self, rng_model: str) -> str:
         return (f"uniform inputs on the lattice {self.lattice_note(rng_model)}; breakpoints located exactly on it by "
@@ -419,9 +419,9 @@ class TensorRandomnessAdapter(KernelAdapter):
                 if kind == "exponential"]
         m = sum(n for _, n in uniforms)
         if race and race[0][1][-1] != vocab:
-            raise ExactSpecError(f"tensor_randomness: the exponential argument {race[0][0]!r} must end with "
-                                 f"V = {vocab} "
-                                 "values (one per token)")
+            raise InvalidValue(f"tensor_randomness: the exponential argument {race[0][0]!r} must end with "
+                               f"V = {vocab} "
+                               "values (one per token)")
 
         def run(points: np.ndarray, exps: np.ndarray | None = None) -> list[tuple]:
             """Outputs for lattice-index rows ``[R, m]`` (and race exponentials ``[R, V]``, ones when None)."""
@@ -506,7 +506,7 @@ def tensor_randomness(arguments: Sequence[str], randomness: dict[str, str], *, n
                                    reference=reference)
 
 
-def suggested_thresholds(p: list, q: list, drafts: list, lat: Any) -> dict[str, list[int]]:
+def suggested_thresholds(p: list, q: list, drafts: list, lat: Any) -> dict[str, Any]:
     """Lattice indices where a chain kernel's uniforms likely change its output: per coin and for the last uniform.
 
     The coins' around each draft's ``p / q`` (in float64 and float32), the last uniform's around the

@@ -29,7 +29,7 @@ enumerated once; an adapter whose ``call`` reads more of the step sets ``cacheab
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 import numpy as np
 
@@ -92,17 +92,18 @@ class NumpyChainAdapter(Adapter):
         if type(self).call is not NumpyChainAdapter.call or self.reference is not reference_numpy_chain:
             return None
         dtype = np.dtype(precision)
-        memo: dict = {}
+        #: call key -> (laws kept alive, drafts, ratios, target laws, draft laws, residual law per position)
+        memo: dict[Hashable, tuple[Any, ...]] = {}
 
         def reference(step: Step, rng: Rng) -> list[int]:
-            key, laws = self.call_key(step)
+            key, laws = self._keyed(step)
             hit = memo.get(key)
             if hit is None:
-                drafts, q, p = self.chain_arrays(step)
+                ids, q, p = self.chain_arrays(step)
                 q, p = q.astype(dtype), p.astype(dtype)
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    ratios = [p[j][x] / q[j][x] for j, x in enumerate(drafts)]
-                hit = memo[key] = (laws, [int(x) for x in drafts], ratios, p, q, {})
+                    ratios = [p[j][x] / q[j][x] for j, x in enumerate(ids)]
+                hit = memo[key] = (laws, [int(x) for x in ids], ratios, p, q, {})
             _, drafts, ratios, p, q, residuals = hit
             gen = EnumGenerator(rng)
             out: list[int] = []
@@ -121,7 +122,7 @@ class NumpyChainAdapter(Adapter):
 
 
 numpy_chain = NumpyChainAdapter()
-ADAPTERS = {"numpy": numpy_chain}
+ADAPTERS: dict[str, Adapter] = {"numpy": numpy_chain}
 #: every adapter name :func:`get_adapter` knows (the torch ones need torch), in the order messages list them
 ADAPTER_NAMES = ("numpy", "numpy-tree", "transformers", "vllm", "flashinfer", "vllm-v1", "torch-tree", "sglang",
                  "sglang-tree-greedy")
@@ -133,7 +134,7 @@ def get_adapter(adapter: Any) -> Adapter:
     >>> get_adapter("numpy") is numpy_chain
     True
     """
-    from ...errors import ExactSpecError
+    from ...errors import ExactSpecError, InvalidType, InvalidValue
     if isinstance(adapter, Adapter):
         return adapter
     if adapter in ("transformers", "vllm", "flashinfer"):
@@ -164,8 +165,9 @@ def get_adapter(adapter: Any) -> Adapter:
     try:
         return ADAPTERS[adapter]
     except (KeyError, TypeError):
-        raise ExactSpecError(f"unknown adapter {adapter!r}: choose one of {', '.join(ADAPTER_NAMES)} or pass an "
-                             "es.samplers.Adapter") from None
+        bad = InvalidValue if isinstance(adapter, str) else InvalidType
+        raise bad(f"unknown adapter {adapter!r}: choose one of {', '.join(ADAPTER_NAMES)} or pass an "
+                  "es.samplers.Adapter") from None
 
 
 def reference_numpy_tree(tokens: np.ndarray, parents: np.ndarray, claimed: np.ndarray, target: np.ndarray,

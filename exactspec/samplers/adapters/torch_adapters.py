@@ -15,7 +15,7 @@ import numpy as np
 
 from ...enumerate.rng import PathRng
 from ...laws import memoised
-from ...protocols import Rng, Step
+from ...protocols import Law, Rng, Step
 from ..torch_draws.lazy_draws import LazyCategoricalTensor, PendingDraw, as_array, tokens_deferring_last
 from ..torch_draws.torch_rng import bind
 from .base import Adapter
@@ -69,7 +69,7 @@ class TransformersChainAdapter(Adapter):
         self.kwargs = sampler_kwargs
         self._local = threading.local()
 
-    def logits(self, law: tuple) -> Any:
+    def logits(self, law: Law) -> Any:
         """A law as logits (``log p``) in the adapter's precision (float32 unless :meth:`with_precision`)."""
         import torch
         dtype = getattr(torch, self.precision)
@@ -90,7 +90,7 @@ class TransformersChainAdapter(Adapter):
     def _tensors(self, step: Step) -> tuple[Any, Any, Any, tuple]:
         """(ids, candidate logits, new logits, their version counters), cached by the step's drafts and laws."""
         import torch
-        key, laws = self.call_key(step)
+        key, laws = self._keyed(step)
         local = self.__dict__.get("_local")
         if local is None:                  # a subclass that did not call __init__
             local = self._local = threading.local()
@@ -138,7 +138,7 @@ class TransformersChainAdapter(Adapter):
         memo: dict = {}
 
         def prepared(step: Step) -> tuple:
-            key, laws = self.call_key(step)
+            key, laws = self._keyed(step)
             hit = memo.get(key)
             if hit is None:
                 _, cand_logits, new_logits, _ = self._tensors(step)
@@ -272,15 +272,19 @@ class VllmChainAdapter(Adapter):
     precision = "float32"
 
     def __init__(self, batch: int = 1, row: int | None = None) -> None:
-        from ...errors import ExactSpecError
-        if not isinstance(batch, int) or batch < 1:
-            raise ExactSpecError(f"VllmChainAdapter batch must be an integer >= 1, got {batch!r}")
+        from ...errors import InvalidType, InvalidValue
+        if not isinstance(batch, int):
+            raise InvalidType(f"VllmChainAdapter batch must be an integer >= 1, got {batch!r}")
+        if batch < 1:
+            raise InvalidValue(f"VllmChainAdapter batch must be an integer >= 1, got {batch!r}")
         row = batch - 1 if row is None else row
-        if not isinstance(row, int) or not 0 <= row < batch:
-            raise ExactSpecError(f"VllmChainAdapter row must be in 0 .. {batch - 1}, got {row!r}")
+        if not isinstance(row, int):
+            raise InvalidType(f"VllmChainAdapter row must be in 0 .. {batch - 1}, got {row!r}")
+        if not 0 <= row < batch:
+            raise InvalidValue(f"VllmChainAdapter row must be in 0 .. {batch - 1}, got {row!r}")
         self.batch, self.row = batch, row
 
-    def probs(self, law: tuple) -> Any:
+    def probs(self, law: Law) -> Any:
         """A law as a probability tensor in the adapter's precision (float32 unless :meth:`with_precision`)."""
         import torch
         dtype = getattr(torch, self.precision)
@@ -373,7 +377,7 @@ class VllmChainAdapter(Adapter):
         return [(int(t) - row) % vocab for t in mine if int(t) >= 0]
 
 
-def _shifted_law(law: tuple, shift: int) -> tuple:
+def _shifted_law(law: Law, shift: int) -> Law:
     """``law`` with token ``t`` moved to ``(t + shift) mod V`` (memoised per law object: the rng caches its support).
 
     >>> _shifted_law((1, 2, 3), 1)

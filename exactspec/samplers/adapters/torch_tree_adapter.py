@@ -59,9 +59,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ...errors import ExactSpecError
+from ...errors import InvalidValue
 from ...laws import memoised
-from ...protocols import Rng, TreeStep
+from ...protocols import Law, Rng, TreeStep
 from .base import Adapter
 from ..torch_draws.torch_rng import bind
 from .tree_buffers import TreeBuffers, tree_buffers
@@ -115,12 +115,12 @@ class TorchTree:
         return _in_path_order(self.tree_candidates[0], self.claimed, self.tree_logits[0], retrieve_indices, pad)
 
 
-def _tensor(law: tuple, dtype: Any) -> torch.Tensor:
+def _tensor(law: Law, dtype: Any) -> torch.Tensor:
     return memoised(f"torch {dtype} probs", law, None,
                     lambda: torch.tensor([float(x) for x in law], dtype=dtype))
 
 
-def _logits(law: tuple, dtype: Any) -> torch.Tensor:
+def _logits(law: Law, dtype: Any) -> torch.Tensor:
     return memoised(f"torch {dtype} logits", law, None, lambda: torch.log(_tensor(law, dtype)))
 
 
@@ -148,8 +148,8 @@ def torch_tree_inputs(step: TreeStep, dtype: Any = torch.float32) -> TorchTree:
             visit(c, path + (k,))
     visit(step.root, ())
     if len(nodes) == 1:
-        raise ExactSpecError("the drafted tree has no node below the root; the torch-tree adapter needs a tree with "
-                             "at least one drafted token (a proposer of depth >= 1)")
+        raise InvalidValue("the drafted tree has no node below the root; the torch-tree adapter needs a tree with "
+                           "at least one drafted token (a proposer of depth >= 1)")
     buffers = _buffers(tuple(paths[1:]))
     linear = {path: i for i, path in enumerate(((),) + buffers.choices)}
     order = [0] * len(nodes)
@@ -268,7 +268,7 @@ class TorchTreeAdapter(Adapter):
 
     def __init__(self, dtype: Any = torch.float32) -> None:
         if dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
-            raise ExactSpecError(f"TorchTreeAdapter dtype must be a torch floating dtype, got {dtype!r}")
+            raise InvalidValue(f"TorchTreeAdapter dtype must be a torch floating dtype, got {dtype!r}")
         self.dtype = dtype
 
     def with_precision(self, precision: str) -> "TorchTreeAdapter":

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ...errors import ExactSpecError
+from ...errors import InvalidType, InvalidValue
 
 __all__ = ["TreeBuffers", "tree_buffers", "choices_of"]
 
@@ -87,33 +87,35 @@ class TreeBuffers:
 
 def _path(c: Any, where: str) -> tuple[int, ...]:
     if isinstance(c, (str, bytes)) or not isinstance(c, Sequence) and not isinstance(c, torch.Tensor):
-        raise ExactSpecError(f"{where} is {c!r}; a tree path is a sequence of child indices like [0, 1]")
+        raise InvalidType(f"{where} is {c!r}; a tree path is a sequence of child indices like [0, 1]")
     out = []
     for k in (c.tolist() if isinstance(c, torch.Tensor) else c):
         if isinstance(k, bool):
-            raise ExactSpecError(f"{where} holds the bool {k!r}; child indices are ints >= 0")
+            raise InvalidType(f"{where} holds the bool {k!r}; child indices are ints >= 0")
         try:
             k = operator.index(k)
         except TypeError:
-            raise ExactSpecError(f"{where} holds {k!r}; child indices are ints >= 0") from None
+            raise InvalidType(f"{where} holds {k!r}; child indices are ints >= 0") from None
         if k < 0:
-            raise ExactSpecError(f"{where} holds {k}; child indices are ints >= 0")
+            raise InvalidValue(f"{where} holds {k}; child indices are ints >= 0")
         out.append(k)
     if not out:
-        raise ExactSpecError(f"{where} is empty; the root is implicit, list only the nodes below it")
+        raise InvalidValue(f"{where} is empty; the root is implicit, list only the nodes below it")
     return tuple(out)
 
 
 def _choices(shape: Any) -> list[tuple[int, ...]]:
     """An expansion tuple or a choices list as the list of node paths (validated, any order)."""
     if isinstance(shape, (str, bytes)) or not isinstance(shape, (Sequence, torch.Tensor)) or len(shape) == 0:
-        raise ExactSpecError(f"tree_buffers takes an expansion like (2, 1) or choices like [[0], [1], [0, 0]], "
-                             f"got {shape!r}")
+        bad = InvalidValue if isinstance(shape, (Sequence, torch.Tensor)) and not isinstance(shape, (str, bytes)) \
+            else InvalidType
+        raise bad(f"tree_buffers takes an expansion like (2, 1) or choices like [[0], [1], [0, 0]], "
+                  f"got {shape!r}")
     items = shape.tolist() if isinstance(shape, torch.Tensor) else list(shape)
     if all(not isinstance(k, (Sequence, torch.Tensor)) or isinstance(k, (str, bytes)) for k in items):
         widths = _path(items, "the expansion")
         if 0 in widths:
-            raise ExactSpecError(f"the expansion {tuple(widths)} has a depth with 0 children; drop the depths below it")
+            raise InvalidValue(f"the expansion {tuple(widths)} has a depth with 0 children; drop the depths below it")
         paths: list[tuple[int, ...]] = [()]
         out: list[tuple[int, ...]] = []
         for k in widths:
@@ -124,11 +126,11 @@ def _choices(shape: Any) -> list[tuple[int, ...]]:
     seen = set(out)
     if len(seen) != len(out):
         dup = next(c for c in out if out.count(c) > 1)
-        raise ExactSpecError(f"the choices list {list(dup)} twice; each node once")
+        raise InvalidValue(f"the choices list {list(dup)} twice; each node once")
     for c in out:
         if len(c) > 1 and c[:-1] not in seen:
-            raise ExactSpecError(f"the choice {list(c)} has no parent {list(c[:-1])} in the choices; list every "
-                                 "node of the tree (each path's prefixes too)")
+            raise InvalidValue(f"the choice {list(c)} has no parent {list(c[:-1])} in the choices; list every "
+                               "node of the tree (each path's prefixes too)")
     return out
 
 
@@ -154,19 +156,21 @@ def tree_buffers(expansion_or_choices: Any, *, topk: int | None = None) -> TreeB
     >>> tree_buffers([[0, 1]])
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: the choice [0, 1] has no parent [0] in the choices; list every node ...
+    exactspec.errors.InvalidValue: the choice [0, 1] has no parent [0] in the choices; list every node ...
     """
     choices = sorted(_choices(expansion_or_choices), key=lambda c: (len(c), c))
     depth = max(len(c) for c in choices)
-    index = {(): 0}
+    index: dict[tuple[int, ...], int] = {(): 0}
     index.update({c: i + 1 for i, c in enumerate(choices)})
     n = len(choices) + 1
     if topk is not None:
-        if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
-            raise ExactSpecError(f"topk must be an int >= 1, got {topk!r}")
+        if isinstance(topk, bool) or not isinstance(topk, int):
+            raise InvalidType(f"topk must be an int >= 1, got {topk!r}")
+        if topk < 1:
+            raise InvalidValue(f"topk must be an int >= 1, got {topk!r}")
         wide = max(c[-1] for c in choices)
         if wide >= topk:
-            raise ExactSpecError(f"a choice takes child index {wide}, past topk={topk} slots")
+            raise InvalidValue(f"a choice takes child index {wide}, past topk={topk} slots")
         widths = (topk,) * depth
     else:
         widths = tuple(max(c[-1] for c in choices if len(c) == d) + 1 for d in range(1, depth + 1))
@@ -207,7 +211,7 @@ def choices_of(parents: Sequence[int]) -> list[tuple[int, ...]]:
     for i, par in enumerate(parents[1:], start=1):
         par = operator.index(par)
         if not 0 <= par < i:
-            raise ExactSpecError(f"node {i} has parent {par}; parents come before their children (node 0 is the root)")
+            raise InvalidValue(f"node {i} has parent {par}; parents come before their children (node 0 is the root)")
         k = count.get(par, 0)
         count[par] = k + 1
         paths.append(paths[par] + (k,))

@@ -74,7 +74,7 @@ from ..randomness.interception import deliberate
 try:
     import torch
 except ImportError:  # pragma: no cover - exercised only without the torch extra
-    torch = None
+    torch = None  # type: ignore[assignment]  # optional dependency: None (checked) where torch is not installed
 
 __all__ = ["LazyCategoricalTensor", "PendingDraw", "lazy_multinomial", "exact_row", "exact_rows", "force",
            "as_array", "tokens_deferring_last", "unread_entries"]
@@ -179,7 +179,7 @@ _ROWS: dict[bytes, tuple[tuple, tuple]] = {}
 _MATRICES: dict[tuple, tuple[list, int]] = {}
 
 
-def exact_rows(w: np.ndarray) -> tuple[list, int]:
+def exact_rows(w: np.ndarray) -> tuple[list[tuple[tuple, tuple]], int]:
     """The rows of a float64 weight array (1-D or 2-D) as :func:`exact_row` pairs, and a row's fewest positive entries.
 
     Raises torch's errors for weights ``torch.multinomial`` refuses (non-finite, negative, a row
@@ -204,7 +204,7 @@ def exact_rows(w: np.ndarray) -> tuple[list, int]:
     return hit
 
 
-def exact_row(row: Sequence[float]) -> tuple[tuple, tuple]:
+def exact_row(row: Sequence[float] | np.ndarray) -> tuple[tuple, tuple]:
     """(exact weights, their law) of a row of float weights, each float taken as the rational it is; memoised.
 
     The caller checks the row first (finite, no negative entry, positive sum).
@@ -269,7 +269,8 @@ if torch is not None:
             t._fam = family if family is not None else _Family(t)
             return t
 
-        def __repr__(self, *args: Any, **kwargs: Any) -> str:  # noqa: D105
+        # mypy reads torch's Tensor.__repr__ as matched by no override, not even its own signature (hence the ignore)
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # noqa: D105
             return _plain_call(torch.Tensor.__repr__, (force(self),), {})
 
         @classmethod
@@ -464,6 +465,7 @@ if torch is not None:
 
     def _plain_cells(x: Any) -> Any:
         """The cells of an ordinary integer tensor (known values), or of a Python int; None for anything else."""
+        cells: np.ndarray
         if isinstance(x, int) and not isinstance(x, bool):
             cells = np.empty((), dtype=object)
             cells[()] = _known(x)
@@ -497,7 +499,7 @@ if torch is not None:
         if not _basic(idx) or not isinstance(target, torch.Tensor):
             return False
         lazy_target = isinstance(target, LazyCategoricalTensor)
-        if lazy_target:
+        if isinstance(target, LazyCategoricalTensor):
             if target._read or target._fam.written or target._fam.root is not target or \
                     target._cells.shape != tuple(target.shape):
                 return False
@@ -551,7 +553,7 @@ if torch is not None:
             cell = _KNOWN[v] = (PendingDraw.of_law(None, v), 0)
         return cell
 
-    def _pick(func: Any, name: str, args: tuple, kwargs: dict) -> Any:
+    def _pick(func: Any, name: str, operands: tuple, kwargs: dict) -> Any:
         """An operation that picks entries of its value operands by position, done on the entries' positions.
 
         The value operands (the tensors of ``cat``/``stack``, ``input`` and ``other`` of ``where``, the
@@ -560,10 +562,11 @@ if torch is not None:
         picked cells, still pending; NotImplemented when an operand does not allow it.
         """
         if name in _JOINS:
-            joined = _join(func, name, args, kwargs)
+            joined = _join(func, name, operands, kwargs)
             if joined is not None:
                 return joined
-        args = list(args)
+        args = list(operands)
+        slots: list[tuple[str, Any]]            # ("a", position) or ("k", keyword) of each value operand
         if name in _SEQUENCES:
             slots = [("a", 0)] if args else [("k", "tensors")]
         elif name == "where":
@@ -834,6 +837,7 @@ def tokens_deferring_last(x: Any, rng: Any) -> list | None:
     else:
         field = rng._field
         law = draw.law if getattr(field, "Q", None) is Fraction else tuple(field.convert(v) for v in draw.law)
+    tok: Any                # a token, or a pending draw where the rng defers it
     if isinstance(law, int):
         tok = law
     else:

@@ -69,7 +69,7 @@ from .lazy_draws import PendingDraw, exact_rows
 try:
     import torch
 except ImportError:  # pragma: no cover - exercised only without the torch extra
-    torch = None
+    torch = None  # type: ignore[assignment]  # optional dependency: None (checked) where torch is not installed
 
 __all__ = ["LazyWorldsTensor", "WORLDS", "deferring", "domain", "entry_decision", "lazy_logits",
            "multinomial_of_worlds", "value_of"]
@@ -166,8 +166,11 @@ if torch is not None:
         _gi: np.ndarray         # per entry, its group's index in ``_groups``
         _gp: np.ndarray         # per entry, its flat position in that group's tensors
         _fam: "_Family"
+        _whole: bool            # one group whose tensors hold exactly these entries in this order
+        _plan: Any              # the operation plan memoised on it (None: none yet)
 
-        def __repr__(self, *args: Any, **kwargs: Any) -> str:  # noqa: D105
+        # mypy reads torch's Tensor.__repr__ as matched by no override, not even its own signature (hence the ignore)
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # noqa: D105
             return _disabled(torch.Tensor.__repr__, (), (force(self),), {})
 
         @classmethod
@@ -238,7 +241,7 @@ if torch is not None:
         if type(x) is not LazyWorldsTensor:
             return x
         _settle(x)
-        x.__class__ = torch.Tensor
+        x.__class__ = torch.Tensor  # type: ignore[assignment]  # deliberate: read, it is the plain tensor it holds
         return x
 
     def _force_all(items: Any) -> None:
@@ -322,7 +325,7 @@ if torch is not None:
         if type(x) is not LazyWorldsTensor:
             return False
         if x._fam.settled:
-            x.__class__ = torch.Tensor
+            x.__class__ = torch.Tensor  # type: ignore[assignment]  # deliberate: settled, it is a plain tensor
             return False
         return True
 
@@ -755,7 +758,7 @@ if torch is not None:
 
     def _domains(cells: list) -> list | None:
         """The values each draw can take, or None where their combinations (the worlds) are more than WORLDS."""
-        domains = [domain(c) for c in cells]
+        domains: list[Any] = [domain(c) for c in cells]
         count = 1
         for d in domains:
             count *= len(d)
@@ -832,7 +835,7 @@ if torch is not None:
             # a result on an operand's storage (the operand itself, a view of it) aliases it in plain torch: read
             # (checked while this world's operands are alive: a freed one's address may be reused, by chance)
             if func not in _FRESH:
-                mine: set = set()
+                mine = set()
                 _storages(a_w, mine)
                 _storages(tuple(k_w.values()), mine)
                 if _aliases(res, mine):
@@ -1209,16 +1212,18 @@ if torch is not None:
         hit = _MEMO.get(memo)
         if hit is not None and hit[0] is g.worlds:
             return hit[1]
-        table, positive = {}, None
+        table: dict[Any, np.ndarray] = {}
+        positive: Any = None
+        valid = True
         for key, t in g.worlds.items():
             arr = t.detach().cpu().to(torch.float64).numpy()   # exact for every float dtype (bfloat16: no .numpy())
             arr = arr.reshape(-1, arr.shape[-1]) if arr.ndim else arr.reshape(1, 1)
             if not np.isfinite(arr).all() or (arr < 0).any() or (arr.sum(axis=-1) <= 0).any():
-                table = None
+                valid = False
                 break
             table[key] = arr
             positive = arr > 0 if positive is None else positive | (arr > 0)
-        out = None if table is None else (table, [[int(i) for i in np.nonzero(row)[0]] for row in positive])
+        out = None if not valid else (table, [[int(i) for i in np.nonzero(row)[0]] for row in positive])
         _memo_put(memo, (g.worlds, out))
         return out
 
@@ -1269,7 +1274,8 @@ if torch is not None:
             table, domains = rows
             if not g.deps:
                 arr = next(iter(table.values()))
-                d = PendingDraw(rng, *exact_rows(arr)[0][k], 1, True)     # no pending draw behind it: its law
+                weights, first = exact_rows(arr)[0][k]
+                d = PendingDraw(rng, weights, first, 1, True)     # no pending draw behind it: its law
             else:
                 def law(g: Any = g, k: int = k, table: dict = table) -> Any:
                     values = tuple(value_of(c) for c in g.deps)    # the draws the weights depend on, in order

@@ -63,7 +63,7 @@ import contextlib
 import math
 import operator
 from fractions import Fraction
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -82,7 +82,7 @@ from ..randomness.planned import current_plan
 try:
     import torch
 except ImportError:  # pragma: no cover - exercised only without the torch extra
-    torch = None
+    torch = None  # type: ignore[assignment]  # optional dependency: None (checked) where torch is not installed
 
 __all__ = ["intercept_torch", "bind", "LazyUniformTensor", "LazyExponentialTensor", "RaceTensor", "LazyMask",
            "torch_lattice"]
@@ -255,7 +255,8 @@ if torch is not None:
             t._u = uniforms
             return t
 
-        def __repr__(self) -> str:  # noqa: D105
+        # mypy reads torch's Tensor.__repr__ as matched by no override, not even its own signature (hence the ignore)
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # noqa: D105
             return f"LazyUniformTensor(shape={tuple(self._u.shape)})"
 
         @classmethod
@@ -337,8 +338,9 @@ if torch is not None:
             return False
         return int(kwargs.get("dim", args[1] if len(args) > 1 else 0)) == 0
 
-    def _lazy_cells(x: Any, shape: tuple) -> np.ndarray:
-        """A uniform operand's entries broadcast to ``shape`` (LazyUniform objects)."""
+    def _lazy_cells(x: Any, shape: tuple) -> Any:
+        """A uniform operand's entries broadcast to ``shape`` (LazyUniform objects; an object array, typed Any:
+        numpy's stubs type an entry of an array as an array)."""
         return np.broadcast_to(x._u, shape)
 
     def _flat_floats(x: Any, shape: tuple) -> list:
@@ -378,10 +380,10 @@ if torch is not None:
             shape = _shape_with(a._u, b)
             ts = [_exact(f) for f in _flat_floats(b, shape)] if type(b) is torch.Tensor else \
                 [_exact(b)] * a._u.size
-            us = _flat_cells(a._u, shape)
+            flat = _flat_cells(a._u, shape)
             out = np.empty(len(ts), dtype=object)
             for i, t in enumerate(ts):
-                out[i] = _leaf(us[i], t, strict, flip, name)
+                out[i] = _leaf(flat[i], t, strict, flip, name)
             return LazyMask(out.reshape(shape), torch.bool)
         bshape = tuple(b.shape) if isinstance(b, torch.Tensor) else ()
         shape = np.broadcast_shapes(a._u.shape, bshape)
@@ -391,15 +393,15 @@ if torch is not None:
             for idx in np.ndindex(*shape):
                 if us[idx]._cell is not vs[idx]._cell:
                     raise UnsupportedRandomness(f"comparing two intercepted uniforms (at {user_site(2)})")
-            ts = vs
+            thresholds = vs
         else:
             if isinstance(b, (RaceTensor, LazyMask)):
                 raise UnsupportedRandomness(f"comparing an intercepted uniform with a random tensor (at "
                                             f"{user_site(2)})")
-            ts = _values(b, shape)
+            thresholds = _values(b, shape)
         out = np.empty(shape, dtype=object)
         for idx in np.ndindex(*shape):
-            out[idx] = _leaf(us[idx], ts[idx], strict, flip, name)
+            out[idx] = _leaf(us[idx], thresholds[idx], strict, flip, name)
         return LazyMask(out, torch.bool)
 
     def _joint_compare(a: Any, b: Any, strict: bool, flip: bool, name: str) -> Any:
@@ -425,6 +427,7 @@ if torch is not None:
             cell = u._cell
             if getattr(cell, "cond", None) is not None:
                 cell.cond()
+            res: tuple[Any, ...]
             if type(cell.rng) is not PathRng or not hasattr(cell, "cond"):
                 res = ("value", entry_decision(b, index, None, read=True)[1])
             else:
@@ -507,7 +510,8 @@ if torch is not None:
             t._r = values
             return t
 
-        def __repr__(self) -> str:  # noqa: D105
+        # mypy reads torch's Tensor.__repr__ as matched by no override, not even its own signature (hence the ignore)
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # noqa: D105
             return f"RaceTensor(shape={tuple(self._r.shape)})"
 
         @classmethod
@@ -606,8 +610,16 @@ if torch is not None:
         out = np.empty(shape, dtype=object)
         for idx in np.ndindex(*shape):
             v, t = rs[idx], ts[idx]
-            below = (lambda v=v, t=t: v < t) if strict else (lambda v=v, t=t: v <= t)
-            out[idx] = LazyBit((lambda f=below: not f()) if flip else below)
+            if strict:
+                def below(v: Any = v, t: Any = t) -> Any:
+                    return v < t
+            else:
+                def below(v: Any = v, t: Any = t) -> Any:
+                    return v <= t
+
+            def above(f: Callable[[], Any] = below) -> bool:
+                return not f()
+            out[idx] = LazyBit(above if flip else below)
         return LazyMask(out, torch.bool)
 
     def _race_arg(values: np.ndarray, dim: Any, keepdim: bool, smaller_wins: bool) -> Any:
@@ -617,6 +629,7 @@ if torch is not None:
         the pending draw of row ``i``'s winner (``rng.categorical`` of its exact law): a sampler that races every
         position at once and reads one forks on that one only.
         """
+        cells: np.ndarray
         if dim is None:
             cells = np.empty((), dtype=object)
             cells[()] = (PendingDraw.of_law(*race_outcome(list(values.ravel()), smaller_wins, True)), 0)
@@ -676,7 +689,8 @@ if torch is not None:
             t._fam = family if family is not None else _Family(t)
             return t
 
-        def __repr__(self) -> str:  # noqa: D105
+        # mypy reads torch's Tensor.__repr__ as matched by no override, not even its own signature (hence the ignore)
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # noqa: D105
             return f"LazyMask(shape={tuple(self._c.shape)})"
 
         @classmethod
@@ -687,7 +701,7 @@ if torch is not None:
                 return out
             if _release_settled(args, kwargs):   # a view of a mask that was written: plain torch from now on
                 return _plain_op(func, args, kwargs)
-            a = args[0] if args else None
+            a: Any = args[0] if args else None
             lazy_a = isinstance(a, LazyMask)
             if lazy_a and name in ("item", "__bool__", "__int__", "__float__", "__index__"):
                 if a._c.size != 1:
@@ -777,7 +791,9 @@ if torch is not None:
                 out[i] = LazyBit.count_compare(c._bits, op, t)
         else:
             for i, c in enumerate(cells):
-                out[i] = LazyBit(lambda c=c: bool(op(int(c.value()), t)))
+                def read(c: Any = c) -> bool:
+                    return bool(op(int(c.value()), t))
+                out[i] = LazyBit(read)
         return LazyMask(out.reshape(a._c.shape))
 
     class _Count(LazyBit):
@@ -834,7 +850,7 @@ if torch is not None:
     def _materialise(m: "LazyMask") -> Any:
         """A real tensor with the mask's values (every entry read, row-major)."""
         kind = np.int64 if m._count or _dt(m) != torch.bool else np.bool_
-        vals = np.array([c.value() for c in m._c.ravel()], dtype=object).astype(kind).reshape(m._c.shape)
+        vals: np.ndarray = np.array([c.value() for c in m._c.ravel()], dtype=object).astype(kind).reshape(m._c.shape)
         with torch._C.DisableTorchFunctionSubclass():
             return torch.from_numpy(vals).to(_dt(m))
 
@@ -894,7 +910,7 @@ if torch is not None:
             with torch._C.DisableTorchFunctionSubclass():
                 root.copy_(vals)
             fam.settled = True
-        m.__class__ = torch.Tensor
+        m.__class__ = torch.Tensor  # type: ignore[assignment]  # deliberate: settled, it is a plain tensor
         return m
 
     def _release_settled(args: Any, kwargs: dict) -> bool:
@@ -914,7 +930,7 @@ if torch is not None:
         for x in items:
             if isinstance(x, LazyMask):
                 if x._fam.settled:
-                    x.__class__ = torch.Tensor
+                    x.__class__ = torch.Tensor  # type: ignore[assignment]  # deliberate: settled, a plain tensor
                     state[0] = True
                 else:
                     state[1] = True

@@ -64,7 +64,7 @@ CHAIN_FILE = "sglang/kernels/ops/speculative/reject_sampling.py"
 TREE_FILE = "sglang/kernels/ops/speculative/spec_tree.py"
 #: stand-ins for TREE_FILE's platform probes, its only imports besides torch and triton: every ``is_*`` false (so
 #: it imports no CUDA, MUSA or CPU extension) and the out-of-tree guard its tree-building dispatchers call
-TREE_STUBS = {
+TREE_STUBS: dict[str, dict[str, Any]] = {
     "sglang.srt.platforms": {"current_platform": None},
     "sglang.srt.platforms.interface": {"reject_out_of_tree_path": lambda *a, **k: None},
     "sglang.srt.utils": {name: (lambda: False) for name in ("is_cpu", "is_cuda", "is_hip", "is_musa", "is_npu",
@@ -268,7 +268,8 @@ def sglang_rows(sampler: Callable, drafts: list[int], p: Any, q: Any, lat: Any, 
     return launch
 
 
-def chain_law(launch: Callable, drafts: list[int], p: np.ndarray, q: np.ndarray, lat: Any) -> dict[tuple, Fraction]:
+def chain_law(launch: Callable | RowCache, drafts: list[int], p: np.ndarray, q: np.ndarray,
+              lat: Any) -> dict[tuple, Fraction]:
     """The exact law of the emitted tokens of a chain kernel on the lattice ``lat``, from few rows (see the module).
 
     ``launch(rows)`` maps rows ``(coin indices, final index)`` to ``(accept count, tokens)``; ``p``, ``q``: float64

@@ -42,8 +42,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ....errors import ExactSpecError
-from ....protocols import Rng, Step
+from ....errors import InvalidType, InvalidValue
+from ....protocols import Law, Step
 from ...randomness.interception import bind
 from ...randomness.planned import DrawPlan, planned_draws
 from ..explicit_uniforms import (KernelAdapter, kernel_lattice, kernel_race_law, suggested_thresholds,
@@ -57,7 +57,7 @@ KINDS = ("random", "greedy")
 _NO_PROCESSORS = SimpleNamespace(argmax_invariant=[], non_argmax_invariant=[])
 
 
-def _greedy_law(law: tuple) -> tuple:
+def _greedy_law(law: Law) -> Law:
     """The point mass on the argmax of ``law`` (ties: the lowest id)."""
     best = max(range(len(law)), key=lambda t: (law[t], -t))
     return tuple(Fraction(int(t == best)) for t in range(len(law)))
@@ -86,17 +86,19 @@ class VllmRejectionAdapter(KernelAdapter):
                  fan: int = 64) -> None:
         self.kinds = tuple(requests)
         if not self.kinds or any(k not in KINDS for k in self.kinds):
-            raise ExactSpecError(f"VllmRejectionAdapter requests must be a non-empty sequence of {KINDS}, got "
-                                 f"{requests!r}")
-        if not isinstance(row, int) or not 0 <= row < len(self.kinds):
-            raise ExactSpecError(f"VllmRejectionAdapter row must be in 0 .. {len(self.kinds) - 1}, got {row!r}")
+            raise InvalidValue(f"VllmRejectionAdapter requests must be a non-empty sequence of {KINDS}, got "
+                               f"{requests!r}")
+        if not isinstance(row, int):
+            raise InvalidType(f"VllmRejectionAdapter row must be in 0 .. {len(self.kinds) - 1}, got {row!r}")
+        if not 0 <= row < len(self.kinds):
+            raise InvalidValue(f"VllmRejectionAdapter row must be in 0 .. {len(self.kinds) - 1}, got {row!r}")
         bad = [g for g in generators if not isinstance(g, int) or not 0 <= g < len(self.kinds)]
         if bad:
-            raise ExactSpecError(f"VllmRejectionAdapter generators must be request indices, got {bad}")
+            raise InvalidValue(f"VllmRejectionAdapter generators must be request indices, got {bad}")
         self.row, self.generators, self.draft_probs = row, tuple(sorted(set(generators))), bool(draft_probs)
         if not float(temperature) > 0:
-            raise ExactSpecError(f"VllmRejectionAdapter temperature must be > 0 (greedy requests: requests=), got "
-                                 f"{temperature!r}")
+            raise InvalidValue(f"VllmRejectionAdapter temperature must be > 0 (greedy requests: requests=), got "
+                               f"{temperature!r}")
         self.temperature = float(temperature)
         self.use_fp64_gumbel, self.fan, self.dtype = bool(use_fp64_gumbel), max(2, int(fan)), "float32"
         self._memo: dict = {}
@@ -161,9 +163,9 @@ class VllmRejectionAdapter(KernelAdapter):
         names = inspect.getmodule(type(fn) if module else fn).__dict__
         metadata_class, spec_class = names.get("SamplingMetadata"), names.get("SpecDecodeMetadata")
         if metadata_class is None or (module and spec_class is None):
-            raise ExactSpecError("the vllm-v1 adapter calls vllm.v1.sample.rejection_sampler's rejection_sample or a "
-                                 "RejectionSampler (their module's SamplingMetadata and SpecDecodeMetadata build the "
-                                 f"metadata); {getattr(fn, '__module__', fn)!r} has neither")
+            raise InvalidValue("the vllm-v1 adapter calls vllm.v1.sample.rejection_sampler's rejection_sample or a "
+                               "RejectionSampler (their module's SamplingMetadata and SpecDecodeMetadata build the "
+                               f"metadata); {getattr(fn, '__module__', fn)!r} has neither")
         with np.errstate(divide="ignore"):
             bonus_logits = torch.tensor(np.log(self.floats(step.target(k))), dtype=dt)[None]
         cache: dict[tuple, tuple] = {}
@@ -191,13 +193,14 @@ class VllmRejectionAdapter(KernelAdapter):
             draft_probs = probs.repeat(batch, 1) if self.draft_probs else None
             with planned_draws(plan):
                 if module:
-                    rows = torch.arange(batch * (k + 1), dtype=torch.int32).view(batch, k + 1)
+                    assert spec_class is not None       # checked above: a RejectionSampler's module has one
+                    at = torch.arange(batch * (k + 1), dtype=torch.int32).view(batch, k + 1)
                     spec = spec_class(
                         draft_token_ids=drafts.repeat(batch), num_draft_tokens=[k] * batch,
                         cu_num_draft_tokens=torch.arange(1, batch + 1, dtype=torch.int32) * k,
                         cu_num_sampled_tokens=torch.arange(1, batch + 1, dtype=torch.int32) * (k + 1),
-                        target_logits_indices=rows[:, :k].reshape(-1).contiguous(),
-                        bonus_logits_indices=rows[:, k].contiguous(), logits_indices=rows.reshape(-1))
+                        target_logits_indices=at[:, :k].reshape(-1).contiguous(),
+                        bonus_logits_indices=at[:, k].contiguous(), logits_indices=at.reshape(-1))
                     metadata.output_token_ids = [[] for _ in range(batch)]
                     out = sampler(spec, draft_probs, torch.cat([logits, bonus_logits]).repeat(batch, 1),
                                   metadata).sampled_token_ids
@@ -247,7 +250,8 @@ class VllmRejectionAdapter(KernelAdapter):
                 law[out] = law.get(out, Fraction(0)) + weight * share
         return law
 
-    def call(self, sampler: Callable, step: Step, rng: Rng) -> list[int]:
+    def call(self, sampler: Callable, step: Step, rng: Any) -> list[int]:
+        # rng: the enumerating rng (its field converts the law's float weights);
         # vLLM draws its uniforms in float64 (generate_uniform_probs)
         lat = kernel_lattice(rng, "float64", self.name, "torch float64 (vLLM's uniform_probs)")
         key = (inspect.unwrap(sampler), lat.name, tuple(step.drafts), tuple(tuple(step.target(j))
