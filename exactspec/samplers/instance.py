@@ -15,7 +15,6 @@ this module imports neither of them (they sit above it).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import time
