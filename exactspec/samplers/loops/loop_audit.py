@@ -559,8 +559,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
         again = f64 if f64 is not None else run
         with intercepting() as session, _one_torch_thread(), meter.guard():
             watched = _enumerate(fn, name, lms64 if f64 is not None and lms64 is not None else lms, prompt_t,
-                                 vocab=target.vocab,
-                                 rng_model=model64 if f64 is not None else rng_model, output=output,
+                                 vocab=target.vocab, rng_model=model64 if f64 is not None else rng_model, output=output,
                                  on_error=on_error, tokens=tokens, meter=meter, fld=fld, session=session,
                                  observe=True, mass=mass(" (precision watch)"), workers=None, watch=True)
         for done in shown:
