@@ -15,7 +15,6 @@ this module imports neither of them (they sit above it).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import time
@@ -30,7 +29,7 @@ from .._crash import CrashReport
 from .._device import one_torch_thread as _one_torch_thread
 from ..enumerate import Budget
 from ..enumerate.step import check_budget
-from ..errors import BudgetExceeded, ExactSpecError, RuleError
+from ..errors import BudgetExceeded, ExactSpecError, InvalidValue, RuleError
 from ..laws import to_rational, total_variation
 from ..models import Model
 from ..report import AuditReport
@@ -94,7 +93,7 @@ class _Calls:
         self._open: list | None = None
         # the dtypes handed over are noted too unless the caller chose them (the float64 run: a float32 mask
         # among the adapter's tensors is not the sampler casting down)
-        self.fn = self._observed(sampler) if seen is not None and arguments else \
+        self.fn = self._observed(sampler, seen) if seen is not None and arguments else \
             self._handed(sampler) if seen is not None else sampler
         if watch and seen is not None:        # every torch operation of the sampler watched (precision_watch)
             self.fn = _watched(self.fn, seen, self.sites, lift, lifted)
@@ -103,8 +102,8 @@ class _Calls:
         return Rule(self.run if self.cache else self.direct, name=self.name, family=self.adapter.family,
                     claim="lossless", description=f"{self.name} through the {self.adapter.name} adapter")
 
-    def _observed(self, sampler: Callable) -> Callable:
-        seen = self.seen
+    def _observed(self, sampler: Callable, seen: set) -> Callable:
+        """``sampler`` noting in ``seen`` the float precisions handed to it (its first 64 calls), once per signature."""
 
         signatures: set = set()     # argument types and dtypes whose precision is noted already
 
@@ -146,8 +145,9 @@ class _Calls:
             p = precision_of(x)
             if t in (float, int, bool, Fraction) or issubclass(t, np.generic):
                 _BY_TYPE[t] = p
-        if p is not None:
-            self.seen.add(p)
+        seen = self.seen
+        if p is not None and seen is not None:     # a set: the observer is installed only with one (direct)
+            seen.add(p)
             if p != "float64" and p not in self.sites:
                 self.sites[p] = user_site(2)
 
@@ -290,23 +290,24 @@ def audit_instance(sampler: Callable, *, adapter: Any = None, target: Model | No
     name = getattr(sampler, "__name__", "sampler")
     tol = to_rational(tolerance, "audit_sampler tolerance")
     if tol < 0:
-        raise ExactSpecError(f"audit_sampler tolerance must be >= 0, got {tolerance!r}")
+        raise InvalidValue(f"audit_sampler tolerance must be >= 0, got {tolerance!r}")
     if proposer is None:
         from ..drafts import chain, tree
         proposer = chain(4) if adapter.family == "chain" else tree((2, 2, 1))
     # the instance is validated once, before any randomness is patched, for a rule of the adapter's family and
     # claim: the sampler's and its reference's audits share it (their rules, built inside the interception,
     # have that family and claim); the exact rule's audit validates again, for its own rule and field
-    inputs = validate_audit(target=target, draft=draft, proposer=proposer, prompt=prompt, tokens=tokens,
-                            expected=expected, rng_model=rng_model, backend="python",
+    # (target may still be None: validate_audit refuses anything but a model with an InvalidType naming it)
+    inputs = validate_audit(target=target, draft=draft, proposer=proposer, prompt=prompt,  # type: ignore[arg-type]
+                            tokens=tokens, expected=expected, rng_model=rng_model, backend="python",
                             rule=Rule(_stand_in, name=name, family=adapter.family, claim="lossless"))
     if getattr(adapter, "needs_torch", False):
         from .torch_draws import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
     if on_error not in ("raise", "record"):
-        raise ExactSpecError(f"audit_sampler on_error must be 'raise' or 'record', got {on_error!r}")
+        raise InvalidValue(f"audit_sampler on_error must be 'raise' or 'record', got {on_error!r}")
     if precision is not None and precision not in PRECISIONS:
-        raise ExactSpecError(f"audit_sampler precision must be one of {', '.join(PRECISIONS)} (or None: detected), "
-                             f"got {precision!r}")
+        raise InvalidValue(f"audit_sampler precision must be one of {', '.join(PRECISIONS)} (or None: detected), "
+                           f"got {precision!r}")
     fit = dict(target=inputs.target, draft=inputs.draft, proposer=inputs.proposer, prompt=inputs.prompt,
                rng_model=rng_model)
     try:
@@ -409,8 +410,8 @@ def _handing(sampler: Callable, adapter: Any, precision: str | None) -> tuple[Ca
     if other is not None and other.declared_precision() == precision:
         return sampler, other
     if precision == "bfloat16" and not getattr(adapter, "needs_torch", False):
-        raise ExactSpecError(f"audit_sampler precision 'bfloat16': the {adapter.name} adapter hands numpy arrays, and "
-                             "numpy has no bfloat16; choose float16, float32 or float64, or a torch adapter")
+        raise InvalidValue(f"audit_sampler precision 'bfloat16': the {adapter.name} adapter hands numpy arrays, and "
+                           "numpy has no bfloat16; choose float16, float32 or float64, or a torch adapter")
     return at_precision(sampler, precision), adapter
 
 

@@ -49,7 +49,8 @@ from ..counterexamples.searching import shrink_by
 from ..counterexamples.space import SearchInstance, Space
 from ..enumerate import Budget
 from ..enumerate.step import check_budget
-from ..errors import BudgetExceeded, ExactSpecError, InexactArithmetic, RuleError, UnsupportedRandomness
+from ..errors import (BudgetExceeded, ExactSpecError, InexactArithmetic, InvalidType, InvalidValue, RuleError,
+                      UnsupportedRandomness)
 from ..report import AuditReport
 from .instance import audit_instance
 from .adapters.fit import DEFAULT_ADAPTER, check_default_adapter
@@ -91,9 +92,9 @@ def sampler_space(family: str = "chain", proposer: Any = None) -> Space:
     (27, 30)
     """
     if family not in ("chain", "tree"):
-        raise ExactSpecError(f"sampler_space: family must be 'chain' or 'tree', got {family!r}")
-    common = dict(tokens=(1, 2, 3, 4), extra_tokens=1, only_longest=True, exhaustive_denominator=2,
-                  exhaustive_limit=9, max_denominator=7, random_points=6)
+        raise InvalidValue(f"sampler_space: family must be 'chain' or 'tree', got {family!r}")
+    common: dict[str, Any] = dict(tokens=(1, 2, 3, 4), extra_tokens=1, only_longest=True, exhaustive_denominator=2,
+                                  exhaustive_limit=9, max_denominator=7, random_points=6)
     claim = getattr(proposer, "claim", "draft") if proposer is not None else "draft"
     if family == "tree":
         children = getattr(proposer, "children", "iid") if proposer is not None else "iid"
@@ -132,9 +133,8 @@ def _budget(limits: Budget | None, seconds: Budget | None) -> Budget:
     """One audit's budget: the per-audit ``limits`` (paths, depth, outcomes), seconds capped by the search's clock."""
     if limits is None:
         return seconds or Budget()
-    left = limits.seconds if seconds is None else (
-        seconds.seconds if limits.seconds is None else min(limits.seconds, seconds.seconds))
-    return Budget(paths=limits.paths, depth=limits.depth, outcomes=limits.outcomes, seconds=left)
+    caps = [s for s in (limits.seconds, None if seconds is None else seconds.seconds) if s is not None]
+    return Budget(paths=limits.paths, depth=limits.depth, outcomes=limits.outcomes, seconds=min(caps) if caps else None)
 
 
 def _run(audit_one: Callable[[dict], AuditReport], inst: SearchInstance, clock: SearchClock,
@@ -227,8 +227,8 @@ def search_instances(audit_one: Callable[[dict], AuditReport], *, space: Space |
     check_budget(instance_budget, "search_instances", "instance_budget")
     max_instances = count_limit(max_instances, "search_instances: max_instances", 1)
     if not callable(audit_one):
-        raise ExactSpecError(f"search_instances: audit_one must be a function instance -> AuditReport, got "
-                             f"{type(audit_one).__name__}")
+        raise InvalidType(f"search_instances: audit_one must be a function instance -> AuditReport, got "
+                          f"{type(audit_one).__name__}")
     space = space or sampler_space()
     biased = biased or _is_biased
     rng = random.Random(f"search|{seed}")
@@ -548,18 +548,18 @@ def search_sampler(sampler: Any, *, adapter: Any = None, space: Space | None = N
         ref = valid_sampler_ref(ref) if ":" in ref else sampler_reference(sampler)
     else:
         if not callable(sampler):
-            raise ExactSpecError(f"search_sampler: the sampler must be a function or 'module:function', got "
-                                 f"{type(sampler).__name__}")
+            raise InvalidType(f"search_sampler: the sampler must be a function or 'module:function', got "
+                              f"{type(sampler).__name__}")
         ref = sampler_reference(sampler)
     explicit = adapter is not None
     adapter = get_adapter(DEFAULT_ADAPTER if adapter is None else adapter)
     if proposer is not None and (hasattr(proposer, "expansion") != (adapter.family == "tree")):
-        raise ExactSpecError(f"search_sampler: the {adapter.name} adapter verifies {adapter.family}s; the proposer "
-                             f"{getattr(proposer, 'describe', lambda: proposer)()} is not a {adapter.family} proposer")
+        raise InvalidValue(f"search_sampler: the {adapter.name} adapter verifies {adapter.family}s; the proposer "
+                           f"{getattr(proposer, 'describe', lambda: proposer)()} is not a {adapter.family} proposer")
     space = space or sampler_space(adapter.family, proposer)
     if (space.proposer_kind == "tree") != (adapter.family == "tree"):
-        raise ExactSpecError(f"search_sampler: the {adapter.name} adapter verifies {adapter.family}s but the space "
-                             f"has {space.proposer_kind} proposers")
+        raise InvalidValue(f"search_sampler: the {adapter.name} adapter verifies {adapter.family}s but the space "
+                           f"has {space.proposer_kind} proposers")
     name = getattr(sampler, "__name__", "sampler")
 
     # the reference sampler's rounding figures inform a report but not its verdict (the float64 run decides):
@@ -567,17 +567,20 @@ def search_sampler(sampler: Any, *, adapter: Any = None, space: Space | None = N
     options = {"reference": False, **audit_kwargs, "on_error": "record"}
 
     audit_one = _SamplerAudit(sampler, ref, adapter, rng_model, options)
-    if isinstance(workers, str) and workers == parallel.AUTO:
+    if isinstance(workers, str):     # "auto": a count or this process; another string is refused, naming it
         workers = search_workers(audit_one, space, TORCH_SAMPLER_INSTANCE_SECONDS if getattr(
-            adapter, "needs_torch", False) else SAMPLER_INSTANCE_SECONDS, budget, max_instances, progress)
-    kw = dict(space=space, name=name, seed=seed, budget=budget, max_instances=max_instances, progress=progress,
-              instance_budget=instance_budget)
+            adapter, "needs_torch", False) else SAMPLER_INSTANCE_SECONDS, budget, max_instances, progress) \
+            if workers == parallel.AUTO else parallel.resolve_workers(workers)
     try:
         if parallel.parallel_requested(executor, workers):   # each chunk patches on its worker; the shrink here
-            found = search_instances(audit_one, workers=workers, executor=executor, chunk_size=chunk_size, **kw)
+            found = search_instances(audit_one, space=space, name=name, seed=seed, budget=budget,
+                                     max_instances=max_instances, progress=progress, instance_budget=instance_budget,
+                                     workers=workers, executor=executor, chunk_size=chunk_size)
         else:
             with _patched_once(adapter):
-                found = search_instances(audit_one, **kw)
+                found = search_instances(audit_one, space=space, name=name, seed=seed, budget=budget,
+                                         max_instances=max_instances, progress=progress,
+                                         instance_budget=instance_budget)
     except RuleError as exc:   # under the default adapter: one that cannot call the sampler is a usage error
         if not explicit:
             check_default_adapter(sampler, adapter, failure=exc, rng_model=rng_model)
@@ -704,16 +707,16 @@ def search_from_audit_sampler(sampler: Any, *, adapter: Any = None, proposer: An
     >>> es.audit_sampler(zoo.correct, target=es.models.context_free(("1/2", "1/2")), search=True)
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: audit_sampler(search=True): target= does not apply: the search chooses the laws, prompts and horizons (use search=False to audit one instance)
+    exactspec.errors.InvalidValue: audit_sampler(search=True): target= does not apply: the search chooses the laws, prompts and horizons (use search=False to audit one instance)
     """
     given = [k for k, v in (("target", target), ("draft", draft), ("tokens", tokens), ("expected", expected))
              if v is not None] + (["prompt"] if tuple(prompt) != () else [])
     if tolerance is not None:
         more["tolerance"] = tolerance
     if given:
-        raise ExactSpecError(f"audit_sampler(search=True): {'= and '.join(given)}= do"
-                             f"{'es' if len(given) == 1 else ''} not apply: the search chooses the laws, prompts and "
-                             "horizons (use search=False to audit one instance)")
+        raise InvalidValue(f"audit_sampler(search=True): {'= and '.join(given)}= do"
+                           f"{'es' if len(given) == 1 else ''} not apply: the search chooses the laws, prompts and "
+                           "horizons (use search=False to audit one instance)")
     seconds = None if budget is None else budget.seconds
     return search_sampler(sampler, adapter=adapter, proposer=proposer, rng_model=rng_model, budget=seconds,
                           reference=bool(reference),

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ...errors import ExactSpecError
+from ...errors import ExactSpecError, InvalidType, InvalidValue
 from ..torch_draws.lazy_draws import LazyCategoricalTensor
 from ..torch_draws.lazy_worlds import WORLDS, deferring, domain, lazy_logits, value_of
 from ..randomness.precision_watch import unwatched
@@ -33,9 +33,11 @@ def _log(p: Fraction) -> float:
 
 
 def _dtype(dtype: Any, where: str) -> Any:
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ExactSpecError(f"{where}: dtype must be a floating torch dtype (torch.float32, torch.float64, ...), "
-                             f"got {dtype!r}")
+    what = f"{where}: dtype must be a floating torch dtype (torch.float32, torch.float64, ...), got {dtype!r}"
+    if not isinstance(dtype, torch.dtype):
+        raise InvalidType(what)
+    if not dtype.is_floating_point:
+        raise InvalidValue(what)
     return dtype
 
 
@@ -61,7 +63,7 @@ class TorchLM(torch.nn.Module):
     def __init__(self, model: Model, dtype: Any = None) -> None:
         super().__init__()
         if not isinstance(model, Model):
-            raise ExactSpecError(f"stand_in: model must be an exactspec model (es.models.*), got {model!r}")
+            raise InvalidType(f"stand_in: model must be an exactspec model (es.models.*), got {model!r}")
         self.model = model
         self.vocab = model.vocab
         self.dtype = _dtype(torch.float32 if dtype is None else dtype, "stand_in")
@@ -259,9 +261,13 @@ class TorchLM(torch.nn.Module):
                 deps.append(t)
         if not deps:
             return self.row(tuple(value_of(t) if type(t) is tuple else t for t in read))
-        domains = [domain(c) for c in deps]
+        domains: list[list] = []
         count = 1
-        for dm in domains:
+        for c in deps:
+            dm = domain(c)
+            if dm is None:      # a law known only once read (forward checked every entry: not met here)
+                return None
+            domains.append(dm)
             count *= len(dm)
         if count > WORLDS:
             return None

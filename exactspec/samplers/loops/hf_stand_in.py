@@ -41,14 +41,14 @@ import inspect
 import math
 import sys
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.modules.module as _module
 from transformers import DynamicCache, GenerationConfig, GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from ...errors import ExactSpecError
+from ...errors import ExactSpecError, InvalidType, InvalidValue
 from ..randomness.precision_watch import unwatched
 from ...models import Model
 
@@ -149,14 +149,16 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
                  dtype: torch.dtype = torch.float32) -> None:
         super().__init__(config)
         V = config.vocab_size
-        # registered first: PreTrainedModel.dtype is the first floating parameter's dtype
-        self.lm_head = torch.nn.Linear(V, V, bias=False, dtype=dtype)
-        self.embed_tokens = torch.nn.Embedding(V, 1, dtype=torch.float64)
+        head, embed = torch.nn.Linear(V, V, bias=False, dtype=dtype), torch.nn.Embedding(V, 1, dtype=torch.float64)
         with torch.no_grad():
-            self.lm_head.weight.copy_(torch.eye(V, dtype=dtype))
-            self.embed_tokens.weight.copy_(torch.arange(V, dtype=torch.float64)[:, None])
-        self.lm_head.weight.requires_grad_(False)
-        self.embed_tokens.weight.requires_grad_(False)
+            head.weight.copy_(torch.eye(V, dtype=dtype))
+            embed.weight.copy_(torch.arange(V, dtype=torch.float64)[:, None])
+        head.weight.requires_grad_(False)
+        embed.weight.requires_grad_(False)
+        # any module in their place (transformers replaces them): registered head first, as PreTrainedModel.dtype
+        # is the first floating parameter's dtype
+        self.lm_head: torch.nn.Module = head
+        self.embed_tokens: torch.nn.Module = embed
         self.law_model = law_model
         self._logit_dtype = dtype
         self._rows: dict[tuple, torch.Tensor] = {}
@@ -167,7 +169,7 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
         self._config_snapshot: GenerationConfig | None = None
         #: the identity pieces as built (module, weight, weight version): while they are in place, unchanged and
         #: without hooks, reading them is the identity (:meth:`_plain`), which forward skips
-        self._built = {m: (m, m.weight, m.weight._version) for m in (self.embed_tokens, self.lm_head)}
+        self._built = {m: (m, m.weight, m.weight._version) for m in (embed, head)}
 
     def reset(self) -> None:
         """Start a branch afresh: zero ``calls`` and ``longest_forward``, restore ``generation_config``.
@@ -208,9 +210,9 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
     def _init_weights(self, module: torch.nn.Module) -> None:  # the identity pieces are set in __init__
         return
 
-    def _row(self, context: tuple) -> torch.Tensor:
-        """The log-law of ``context`` as a ``vocab_size`` row in the logit dtype (memoised on what the model reads)."""
-        m = self.law_model
+    def _row(self, m: Model, context: tuple) -> torch.Tensor:
+        """The log-law of ``context`` under ``m`` (the stand-in's law) as a ``vocab_size`` row in the logit dtype
+        (memoised on what the model reads)."""
         key = m.key(context)
         row = self._rows.get(key)
         if row is None:
@@ -247,7 +249,7 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
         return emb[..., 0].round().to(torch.long)
 
     @unwatched      # the stand-in's own arithmetic, not the audited loop's
-    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.LongTensor | None = None, cache: Any = None, inputs_embeds: Any = None,
                 use_cache: bool | None = None, logits_to_keep: int | torch.Tensor = 0,
                 return_dict: bool | None = None, **kwargs: Any) -> Any:
@@ -258,7 +260,8 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
         """
         if cache is None:
             cache = kwargs.pop("past_key_values", None)
-        if self.law_model is None:
+        law_model = self.law_model
+        if law_model is None:
             raise ExactSpecError("this stand-in has no law: build it with transformers_stand_in(model)")
         if input_ids is None:
             raise ExactSpecError("an exactspec stand-in reads token ids: pass input_ids (inputs_embeds are not "
@@ -266,21 +269,22 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
         if input_ids.dim() == 1:
             input_ids = input_ids[None]
         if input_ids.dim() != 2:
-            raise ExactSpecError(f"stand-in of {self.law_model.name}: input_ids must have shape [B, T] or [T], got "
+            raise ExactSpecError(f"stand-in of {law_model.name}: input_ids must have shape [B, T] or [T], got "
                                  f"{tuple(input_ids.shape)}")
-        rows_in = self.get_input_embeddings().weight.shape[0]
+        rows_in = cast(torch.Tensor, self.get_input_embeddings().weight).shape[0]    # (a module's parameter)
         if input_ids.numel() and not 0 <= int(input_ids.min()) <= int(input_ids.max()) < rows_in:
             bad = [t for t in input_ids.flatten().tolist() if not 0 <= t < rows_in][0]
-            raise ExactSpecError(f"stand-in of {self.law_model.name}: token id {bad} is outside its vocabulary "
+            raise ExactSpecError(f"stand-in of {law_model.name}: token id {bad} is outside its vocabulary "
                                  f"0..{rows_in - 1}")
         if cache is not None and not isinstance(cache, DynamicCache):
-            raise ExactSpecError(f"stand-in of {self.law_model.name}: it keeps the ids it has seen in a DynamicCache; "
+            raise ExactSpecError(f"stand-in of {law_model.name}: it keeps the ids it has seen in a DynamicCache; "
                                  f"got a {type(cache).__name__} (leave generate's cache_implementation unset)")
         ids = self._ids(input_ids)
         batch, new = ids.shape
         past = None
         if cache is not None and cache.get_seq_length() > 0:
-            past = cache.layers[0].keys[:, 0, :, 0].round().to(torch.long)
+            layer: Any = cache.layers[0]     # the DynamicLayer the stand-in fills (its keys: the ids it has seen)
+            past = layer.keys[:, 0, :, 0].round().to(torch.long)
             if past.shape[0] != batch:
                 raise ExactSpecError(f"the stand-in's cache holds {past.shape[0]} rows but {batch} were passed")
         if cache is None and (use_cache if use_cache is not None else self.config.use_cache):
@@ -296,7 +300,7 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
                                      f"{tuple(full.shape)} positions (cache + new ids)")
             mask = attention_mask.tolist()
         keep = min(logits_to_keep, new) if isinstance(logits_to_keep, int) and logits_to_keep > 0 else new
-        vocab = self.law_model.vocab
+        vocab = law_model.vocab
         rows = []
         for b, seq in enumerate(full.tolist()):
             n0 = len(seq) - new
@@ -307,11 +311,11 @@ class ExactLMForCausalLM(PreTrainedModel, GenerationMixin):
                 tok = seq[n0 + t]
                 if mask is None or mask[b][n0 + t]:
                     if not 0 <= tok < vocab:
-                        raise ExactSpecError(f"stand-in of {self.law_model.name}: token id {tok} at position "
+                        raise ExactSpecError(f"stand-in of {law_model.name}: token id {tok} at position "
                                              f"{n0 + t} is outside the model's vocabulary 0..{vocab - 1}")
                     context = context + (tok,)
                 if t >= new - keep:
-                    rows.append(self._row(context))
+                    rows.append(self._row(law_model, context))
         hidden = torch.stack(rows).view(batch, keep, -1)
         head = self.get_output_embeddings()
         if type(head) is torch.nn.Linear and head.bias is None and self._plain(head) and \
@@ -338,7 +342,7 @@ def _signature_once() -> None:
     True
     """
     fwd = ExactLMForCausalLM.forward
-    fwd.__signature__ = inspect.signature(fwd)
+    fwd.__signature__ = inspect.signature(fwd)  # type: ignore[attr-defined]  # a function attribute inspect reads
 
 
 _signature_once()
@@ -358,7 +362,7 @@ def _import_lazy_dependencies() -> None:
     """
     from transformers.utils import is_sklearn_available
     if is_sklearn_available():
-        import sklearn.metrics  # noqa: F401
+        import sklearn.metrics  # type: ignore[import-untyped]  # noqa: F401  (scikit-learn ships no type information)
 
 
 def transformers_stand_in(model: Model, *, dtype: torch.dtype = torch.float32, vocab_size: int | None = None,
@@ -371,7 +375,8 @@ def transformers_stand_in(model: Model, *, dtype: torch.dtype = torch.float32, v
     causal LM: ``do_sample``, temperature, ``top_k``, ``top_p``, greedy search,
     ``assistant_model=`` another stand-in, ``prompt_lookup_num_tokens=``, ``tokenizer=`` /
     ``assistant_tokenizer=``. Contexts the model has no law for (a token id outside its
-    vocabulary) raise ExactSpecError naming the token and position.
+    vocabulary) raise ExactSpecError naming the token and position; a bad argument here is an
+    :class:`~exactspec.errors.InvalidValue` or :class:`~exactspec.errors.InvalidType`.
 
     >>> import torch, exactspec as es
     >>> target = transformers_stand_in(es.models.context_free(("1/3", "2/3")), dtype=torch.float64)
@@ -379,14 +384,15 @@ def transformers_stand_in(model: Model, *, dtype: torch.dtype = torch.float32, v
     [[[0.3333333333333333, 0.6666666666666666]]]
     """
     if not isinstance(model, Model):
-        raise ExactSpecError(f"transformers_stand_in needs an exactspec Model, got {model!r}")
+        raise InvalidType(f"transformers_stand_in needs an exactspec Model, got {model!r}")
     if dtype not in _DTYPES:
-        raise ExactSpecError(f"transformers_stand_in dtype must be one of {', '.join(map(str, _DTYPES))}, "
-                             f"got {dtype!r}")
+        bad_dtype = InvalidValue if isinstance(dtype, torch.dtype) else InvalidType
+        raise bad_dtype(f"transformers_stand_in dtype must be one of {', '.join(map(str, _DTYPES))}, got {dtype!r}")
     size = model.vocab if vocab_size is None else vocab_size
     if isinstance(size, bool) or not isinstance(size, int) or size < model.vocab:
-        raise ExactSpecError(f"transformers_stand_in vocab_size must be an int >= the model's vocab "
-                             f"({model.vocab}), got {vocab_size!r}")
+        bad_size = InvalidValue if isinstance(size, int) and not isinstance(size, bool) else InvalidType
+        raise bad_size(f"transformers_stand_in vocab_size must be an int >= the model's vocab ({model.vocab}), "
+                       f"got {vocab_size!r}")
     _import_lazy_dependencies()
     config = ExactLMConfig(vocab_size=size, **options)
     stand_in = ExactLMForCausalLM(config, model, dtype)

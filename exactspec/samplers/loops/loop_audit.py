@@ -56,7 +56,8 @@ from ...enumerate.rng import PathRng, lattice_for
 from ...enumerate.step import Meter, check_budget
 from ...enumerate.stream import target_law
 from ..._crash import CrashReport, crash_site
-from ...errors import BudgetExceeded, ExactSpecError, ReplayDiverged, RuleError
+from ...errors import (BudgetExceeded, ExactSpecError, InvalidArgument, InvalidType, InvalidValue, ReplayDiverged,
+                       RuleError)
 from ...fields import get_field
 from ...laws import to_rational, total_variation
 from ...models import Model
@@ -117,7 +118,7 @@ class LoopReport(CrashReport):
     def undecided(self) -> bool:  # noqa: D102
         if super().undecided:
             return True
-        return self.horizon_incomplete and self.error_probability == 0 and AuditReport.lossless.fget(self)
+        return self.horizon_incomplete and self.error_probability == 0 and super(CrashReport, self).lossless
 
     def summary(self) -> str:  # noqa: D102
         text = super().summary()
@@ -137,8 +138,8 @@ class LoopReport(CrashReport):
 
 def _check_fn(fn: Any) -> str:
     if not callable(fn):
-        raise ExactSpecError(f"audit_loop: fn must be a function fn(target, draft, prompt_ids) -> tokens, got "
-                             f"{type(fn).__name__} {fn!r}")
+        raise InvalidType(f"audit_loop: fn must be a function fn(target, draft, prompt_ids) -> tokens, got "
+                          f"{type(fn).__name__} {fn!r}")
     return getattr(fn, "__name__", None) or type(fn).__name__
 
 
@@ -419,31 +420,31 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
         raise ExactSpecError(f"audit_loop: unexpected keyword argument(s) {sorted(search_options)} (they are search "
                              "options: pass search=True)")
     if not isinstance(target, Model):
-        raise ExactSpecError(f"audit_loop: target must be an exactspec model (es.models.*), got {target!r}")
+        raise InvalidType(f"audit_loop: target must be an exactspec model (es.models.*), got {target!r}")
     for label, m in (("draft", draft), ("expected", expected)):
         if m is not None and not isinstance(m, Model):
-            raise ExactSpecError(f"audit_loop: {label} must be an exactspec model (es.models.*), got {m!r}")
+            raise InvalidType(f"audit_loop: {label} must be an exactspec model (es.models.*), got {m!r}")
         if m is not None and m.vocab != target.vocab:
-            raise ExactSpecError(f"audit_loop: {label} model has vocab {m.vocab} but the target has vocab "
-                                 f"{target.vocab}")
+            raise InvalidValue(f"audit_loop: {label} model has vocab {m.vocab} but the target has vocab "
+                               f"{target.vocab}")
     _check_options("audit_loop", tokens=tokens, kind=kind, output=output, on_error=on_error, worst=worst)
     if isinstance(reference, int) and not isinstance(reference, bool):
         if draft is None:
-            raise ExactSpecError("audit_loop: reference=<gamma> runs reference_loop, which needs a draft model: pass "
-                                 "draft=")
+            raise InvalidValue("audit_loop: reference=<gamma> runs reference_loop, which needs a draft model: pass "
+                               "draft=")
         if reference < 1:
-            raise ExactSpecError(f"audit_loop: reference (a gamma for reference_loop) must be >= 1, got {reference!r}")
+            raise InvalidValue(f"audit_loop: reference (a gamma for reference_loop) must be >= 1, got {reference!r}")
     elif reference is not None and not callable(reference):
-        raise ExactSpecError(f"audit_loop: reference must be a loop fn(target, draft, prompt_ids) or a gamma for "
-                             f"reference_loop, got {reference!r}")
+        raise InvalidType(f"audit_loop: reference must be a loop fn(target, draft, prompt_ids) or a gamma for "
+                          f"reference_loop, got {reference!r}")
     check_budget(budget, "audit_loop")
     tol = to_rational(tolerance, "audit_loop tolerance")
     if tol < 0:
-        raise ExactSpecError(f"audit_loop: tolerance must be >= 0, got {tolerance!r}")
+        raise InvalidValue(f"audit_loop: tolerance must be >= 0, got {tolerance!r}")
     try:
         prompt_t = prompt_tokens((0,) if prompt is None else prompt, target.vocab)
-    except ExactSpecError as exc:
-        raise ExactSpecError(f"audit_loop: {exc}") from None
+    except InvalidArgument as exc:      # the same class (InvalidValue, InvalidType), the message prefixed
+        raise (InvalidType if isinstance(exc, TypeError) else InvalidValue)(f"audit_loop: {exc}") from None
     lattice_for(rng_model)
     import torch
 
@@ -451,7 +452,8 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     if dtype is None:
         dtype = torch.float64
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ExactSpecError(f"audit_loop: dtype must be a torch floating dtype such as torch.float64, got {dtype!r}")
+        raise (InvalidValue if isinstance(dtype, torch.dtype) else InvalidType)(
+            f"audit_loop: dtype must be a torch floating dtype such as torch.float64, got {dtype!r}")
     own_precision = precision_of(torch.zeros((), dtype=dtype)) or "float64"
     # a second run on float64 stand-ins (and the generator on its float64 lattice) separates bias from rounding
     # whenever the stand-ins or the generator are coarser than float64 (float_boundary)
@@ -475,8 +477,12 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
         cb = _progress.resolve(progress, f"audit_loop {name}{what}", unit=_progress.PERCENT)
         shown[:] = [cb]
         return None if cb is None else MassProgress(cb)
+
+    def close_shown() -> None:
+        for done in shown:
+            _progress.close(done)
     with intercepting() as session, _one_torch_thread(), meter.guard(), contextlib.ExitStack() as ends:
-        ends.callback(lambda: [_progress.close(done) for done in shown])
+        ends.callback(close_shown)
         run = _enumerate(fn, name, lms, prompt_t, vocab=target.vocab, rng_model=rng_model,
                          output=output, on_error=on_error, tokens=tokens, meter=meter, fld=fld, session=session,
                          observe=not twice or rng_model == "native", mass=mass(" (own precision)" if twice else ""),
@@ -488,7 +494,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
             if not twice:
                 precision = "float64"
         f64 = None
-        if twice:
+        if twice and lms64 is not None:     # (lms64: built whenever twice was set)
             # the generator at float64 too: native draws each on the 53-bit lattice (races still ideal), a named
             # lattice becomes float64's, continuous stays continuous
             model64 = "native-float64" if rng_model == "native" else (
@@ -525,6 +531,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
                          "rng": scope["rng"], "largest_step": horizon["largest_step"]})
     f64_tv = f64_violations = None
     forced = False
+    coarsest = lowest(run.seen)
     if f64 is not None:
         law64, _, _ = f64.at(h, target.vocab, name, fld)
         f64_tv = total_variation(law64, exp)
@@ -534,10 +541,10 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
                              "float64_run": "float64 stand-ins" + ("" if rng_model == "continuous" else
                                                                    ", the generator on its float64 lattice"),
                              "forced_precision": lowest(f64.seen) if forced else None})
-    elif coarser_than_float64(lowest(run.seen)):
+    elif coarsest is not None and coarser_than_float64(coarsest):
         # float64 stand-ins, and yet the loop computes coarser (a cast down, a float32 constant): this run is the
         # float64 run, held to what that precision's rounding can cost (never to float64 rounding)
-        precision = lowest(run.seen)
+        precision = coarsest
         f64_tv, f64_violations, forced = tv, bool(report.support_violations), True
         report.extra["forced_precision"] = precision
     report.extra["tv_own"] = str(tv)
@@ -551,8 +558,8 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
         # float64 data (a .float() and back, a float32 constant) -- rounding that is not bias
         again = f64 if f64 is not None else run
         with intercepting() as session, _one_torch_thread(), meter.guard():
-            watched = _enumerate(fn, name, lms64 if f64 is not None else lms, prompt_t, vocab=target.vocab,
-                                 rng_model=model64 if f64 is not None else rng_model, output=output,
+            watched = _enumerate(fn, name, lms64 if f64 is not None and lms64 is not None else lms, prompt_t,
+                                 vocab=target.vocab, rng_model=model64 if f64 is not None else rng_model, output=output,
                                  on_error=on_error, tokens=tokens, meter=meter, fld=fld, session=session,
                                  observe=True, mass=mass(" (precision watch)"), workers=None, watch=True)
         for done in shown:
@@ -851,7 +858,7 @@ def _enumerate(fn: Callable, name: str, lms: tuple, prompt_t: tuple, *, vocab: i
     plan = _on_workers.plan(workers, meter)
     switch = None if plan is None else time.perf_counter() + (0.0 if at_once else plan.after)
     while stack:
-        if switch is not None and time.perf_counter() >= switch and meter.paths > start:
+        if plan is not None and switch is not None and time.perf_counter() >= switch and meter.paths > start:
             _on_workers.finish_on_workers(branches, stack, meter, mass, plan.workers)
             run.on_workers = True
             break
@@ -964,16 +971,25 @@ def _check_options(where: str, *, tokens: Any, kind: Any, output: Any, on_error:
     """Refuse a bad option of :func:`audit_loop` (one instance or the search) with a typed error naming it."""
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
         what = "tokens (the horizon of every instance)" if where.endswith("(search=True)") else "tokens"
-        raise ExactSpecError(f"{where}: {what} must be an int >= 1, got {tokens!r}")
+        raise _int_error(tokens)(f"{where}: {what} must be an int >= 1, got {tokens!r}")
     if kind not in KINDS:
-        raise ExactSpecError(f"{where}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        raise InvalidValue(f"{where}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if output not in _OUTPUTS:
-        raise ExactSpecError(f"{where}: output must be 'full' (prompt + continuation) or 'new' (continuation only), "
-                             f"got {output!r}")
+        raise InvalidValue(f"{where}: output must be 'full' (prompt + continuation) or 'new' (continuation only), "
+                           f"got {output!r}")
     if on_error not in _ON_ERROR:
-        raise ExactSpecError(f"{where}: on_error must be 'raise' or 'record', got {on_error!r}")
+        raise InvalidValue(f"{where}: on_error must be 'raise' or 'record', got {on_error!r}")
     if isinstance(worst, bool) or not isinstance(worst, int) or worst < 0:
-        raise ExactSpecError(f"{where}: worst must be an int >= 0, got {worst!r}")
+        raise _int_error(worst)(f"{where}: worst must be an int >= 0, got {worst!r}")
+
+
+def _int_error(value: Any) -> type[InvalidArgument]:
+    """The error for a bad count: :class:`InvalidValue` for an int out of range, :class:`InvalidType` otherwise.
+
+    >>> _int_error(0).__name__, _int_error(True).__name__, _int_error("2").__name__
+    ('InvalidValue', 'InvalidType', 'InvalidType')
+    """
+    return InvalidValue if isinstance(value, int) and not isinstance(value, bool) else InvalidType
 
 
 def reference_loop(gamma: int = 2, tokens: int = DEFAULT_TOKENS) -> Callable[..., Any]:
@@ -993,7 +1009,7 @@ def reference_loop(gamma: int = 2, tokens: int = DEFAULT_TOKENS) -> Callable[...
     """
     for label, v in (("gamma", gamma), ("tokens", tokens)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ExactSpecError(f"reference_loop: {label} must be an int >= 1, got {v!r}")
+            raise _int_error(v)(f"reference_loop: {label} must be an int >= 1, got {v!r}")
     import torch
 
     def probs(lm: Any, ids: Any) -> Any:
@@ -1103,7 +1119,7 @@ def loop_space(space: Any, tokens: int | None) -> Any:
         return LoopSpace(vocabs=(2, 3, 4), shapes=((1,),), tokens=(tokens,) if tokens else (1, 2, 3, 4),
                          max_denominator=7, random_points=6, exhaustive_denominator=2, exhaustive_limit=36)
     if not isinstance(space, Space):
-        raise ExactSpecError(f"audit_loop(search=True): space must be an exactspec Space, got {space!r}")
+        raise InvalidType(f"audit_loop(search=True): space must be an exactspec Space, got {space!r}")
     return LoopSpace(**{f.name: getattr(space, f.name) for f in dataclasses.fields(space)})
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import ExactSpecError
+from ...errors import ExactSpecError, InvalidType, InvalidValue
 from ...models import Model
 
 __all__ = ["stand_in", "TorchLM", "KINDS"]
@@ -61,17 +61,17 @@ def stand_in(model: Model, *, kind: str = "torch-lm", dtype: Any = None, **optio
     >>> stand_in(es.models.context_free(("1/2", "1/2")), kind="jax")
     Traceback (most recent call last):
     ...
-    exactspec.errors.ExactSpecError: stand_in: kind must be one of torch-lm, transformers, got 'jax'
+    exactspec.errors.InvalidValue: stand_in: kind must be one of torch-lm, transformers, got 'jax'
     """
     try:
         from ._torch_lm import TorchLM
     except ImportError:  # pragma: no cover - exercised only without the torch extra
         raise ExactSpecError("stand_in needs torch installed: pip install torch==2.13.0") from None
     if not isinstance(model, Model):
-        raise ExactSpecError(f"stand_in: model must be an exactspec model (es.models.*), got {model!r}")
+        raise InvalidType(f"stand_in: model must be an exactspec model (es.models.*), got {model!r}")
     if kind == "torch-lm":
         if options:
-            raise ExactSpecError(f"stand_in(kind='torch-lm') takes no options, got {sorted(options)}")
+            raise InvalidType(f"stand_in(kind='torch-lm') takes no options, got {sorted(options)}")
         return TorchLM(model, dtype)
     if kind == "transformers":
         from .hf_stand_in import transformers_stand_in
@@ -79,4 +79,4 @@ def stand_in(model: Model, *, kind: str = "torch-lm", dtype: Any = None, **optio
         if dtype is not None:
             kw["dtype"] = dtype
         return transformers_stand_in(model, **kw)
-    raise ExactSpecError(f"stand_in: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    raise InvalidValue(f"stand_in: kind must be one of {', '.join(KINDS)}, got {kind!r}")

@@ -557,7 +557,8 @@ def _python_snapshot() -> Callable[[], Any]:
             raw = ctypes.string_at(addr, 4 + 624 * 4)
             state = inst.getstate()[1]
             if struct.unpack_from("i", raw, 0)[0] == state[-1] and struct.unpack_from("624I", raw, 4) == state[:-1]:
-                return lambda: (ctypes.string_at(addr, 2500), inst.gauss_next)
+                # (gauss_next: the second normal Random.gauss keeps for its next call; typeshed does not declare it)
+                return lambda: (ctypes.string_at(addr, 2500), inst.gauss_next)  # type: ignore[attr-defined]
         except Exception:  # pragma: no cover - another layout: the slower public API
             pass
     return inst.getstate  # pragma: no cover
@@ -571,9 +572,9 @@ def _numpy_snapshot() -> Callable[[], Any]:
         bitgen = legacy._bit_generator
         addr = bitgen.ctypes.state_address
         raw = ctypes.string_at(addr, 2500)
-        st = legacy.get_state()
-        if type(bitgen).__name__ == "MT19937" and raw[:2496] == st[1].astype("<u4").tobytes() \
-                and struct.unpack_from("i", raw, 2496)[0] == st[2]:
+        st = legacy.get_state(legacy=True)
+        if type(bitgen).__name__ == "MT19937" and isinstance(st, tuple) \
+                and raw[:2496] == st[1].astype("<u4").tobytes() and struct.unpack_from("i", raw, 2496)[0] == st[2]:
             return lambda: ctypes.string_at(addr, 2500)
     except Exception:  # pragma: no cover
         pass
@@ -662,9 +663,10 @@ def private_generators(sampler: Any) -> list[tuple[str, Callable[[], Any], Any]]
         elif isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)) or callable(value):
             return
         else:
-            attrs = getattr(value, "__dict__", None)
-            if not isinstance(attrs, dict):
+            own = getattr(value, "__dict__", None)
+            if not isinstance(own, dict):
                 return
+            attrs = own
         for k in names & set(attrs):
             consider(attrs[k], f"{where}.{k}", depth)
 
@@ -688,9 +690,9 @@ def private_generators(sampler: Any) -> list[tuple[str, Callable[[], Any], Any]]
                 for k, v in list(getattr(obj, "__dict__", {}).items()):
                     consider(v, f"self.{k}", depth)
                 for method in ("forward", "__call__"):      # a torch module's forward, a callable's __call__
-                    bound = getattr(obj, method, None)
-                    if getattr(bound, "__func__", None) is not None:
-                        scan(bound.__func__, depth - 1)
+                    func = getattr(getattr(obj, method, None), "__func__", None)
+                    if func is not None:
+                        scan(func, depth - 1)
             return
         names = _names(code)
         for k, v in list(getattr(fn, "__globals__", {}).items()):
@@ -840,7 +842,7 @@ _MAX_CATEGORIES = 1 << 16
 FLOAT64_LATTICE = LATTICES["float64"]
 
 
-def native_uniform(rng: Any, lattice: Lattice | None, source: str) -> Any:
+def native_uniform(rng: Any, lattice: Lattice, source: str) -> Any:
     """A uniform from ``rng`` drawn by the generator ``source`` (``"numpy"``, ``"torch float32"``, ...) whose values
     lie on ``lattice``.
 

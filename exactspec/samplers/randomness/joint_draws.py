@@ -299,7 +299,7 @@ def join(cells: list, limit: int | None = None) -> Joint | None:
 def _extend(table: dict, members: list, deps: tuple, fn: Callable) -> tuple | None:
     """``table`` extended by a draw whose law given its ``deps``' values is ``fn(values)``, and the law's length; None
     where a row is missing (a value outside the table the row was indexed by)."""
-    where = []
+    where: list[tuple[int | None, Any]] = []     # per dependency: its member's index, or its value once drawn
     for c in deps:
         if c[0].drawn:
             where.append((None, c[0].values()[c[1]]))

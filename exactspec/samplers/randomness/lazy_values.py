@@ -248,7 +248,7 @@ class LazyUniform(Uniform):
         else:
             source = _Source(owner, cell, flip)
             source.fresh = _untouched(cell)
-            cell.rng = _RaceOwned(owner, source)
+            cell.rng = _RaceOwned(owner, source)  # type: ignore[assignment]  # stands in for the cell's PathRng
         return RaceValue(source, ("X", Fraction(1), -1, Fraction(0)), Fraction(1), Fraction(0))
 
     def log(self) -> "RaceValue":
@@ -355,7 +355,8 @@ class _Source:
 
     def __init__(self, rng: Any, cell: Any = None, flip: bool = False) -> None:
         self.rng, self.cell, self.flip = rng, cell, flip
-        self.fresh, self.read, self.raced, self.scan = True, False, False, None
+        self.fresh, self.read, self.raced = True, False, False
+        self.scan: _Scan | None = None
 
     def usable(self) -> bool:
         return self.fresh and not self.read and not self.raced
@@ -778,7 +779,7 @@ class RaceValue:
             return ctx.exp(-w * z)
 
         def symbolic() -> Any:
-            import sympy
+            import sympy  # type: ignore[import-untyped]  # sympy ships no type information
             def q(x: Any) -> Any:
                 x = Fraction(x)
                 return sympy.Rational(x.numerator, x.denominator)

@@ -30,7 +30,7 @@ UnsupportedRandomness.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -336,7 +336,7 @@ def _generator(*args: Any, **kwargs: Any) -> Any:
 _SEARCHSORTED = np.searchsorted
 
 
-def _searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None) -> Any:
+def _searchsorted(a: Any, v: Any, side: Literal["left", "right"] = "left", sorter: Any = None) -> Any:
     """``np.searchsorted`` with lazy uniforms among the keys: each key searched on its own, exactly.
 
     numpy's own search compares consecutive keys with each other (two different uniforms, which
