@@ -19,7 +19,7 @@ import math
 import numbers
 from collections.abc import Sized
 from fractions import Fraction
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
 from ._numbers import MAX_DIGITS, MAX_EXPONENT, parse_rational
 from .errors import ExactSpecError, InexactArithmetic, InvalidDistribution, InvalidType, InvalidValue
@@ -31,7 +31,7 @@ __all__ = ["to_law", "normalize", "residual", "positive_part", "argmax", "point_
 # the same state, so a residual is computed once per (p, q) pair instead of once per branch.
 # Entries keep p and q alive, so an id is never reused while its entry exists. One memo per context
 # (a context variable): an audit or proof in another thread neither reads nor clears this one's.
-_RESIDUALS: ContextVar[dict[tuple, tuple[Any, Any, Any]] | None] = ContextVar("exactspec_residuals", default=None)
+_RESIDUALS: ContextVar[dict[tuple[Any, ...], tuple[Any, Any, Any]] | None] = ContextVar("exactspec_residuals", default=None)
 _RESIDUAL_LIMIT = 200_000
 #: set by ``es.prove(vocab="all")`` for the rule code it runs (a context variable: another thread, or code outside
 #: the proof, never sees it): the vocabulary-wide helpers below (``normalize``, ``residual``, ``positive_part``,
@@ -52,7 +52,7 @@ def _entry(x: Any, i: int, where: str, exact_floats: bool) -> Fraction:
     """One entry of a law as an exact Fraction, or a clear error naming ``where`` and ``i``."""
     t = type(x)
     if t is Fraction:
-        return x
+        return cast("Fraction", x)
     if t is int or t is bool:
         return Fraction(int(x))
     if isinstance(x, float) or (hasattr(x, "dtype") and getattr(x.dtype, "kind", "") == "f"):
@@ -167,7 +167,7 @@ def to_law(values: Any, vocab: int, *, where: str = "law", exact_floats: bool = 
     return law
 
 
-def normalize(v: Sequence[Any]) -> tuple:
+def normalize(v: Sequence[Any]) -> tuple[Any, ...]:
     """Scale non-negative weights to sum to 1 (exact for Fractions and ints).
 
     >>> normalize((0, 1, 3))
@@ -179,7 +179,7 @@ def normalize(v: Sequence[Any]) -> tuple:
     """
     hook = ABSTRACT.get()
     if hook is not None:
-        return hook.normalize(v)
+        return cast("tuple[Any, ...]", hook.normalize(v))
     s = sum(v)
     if s == 0:
         raise InvalidDistribution(f"cannot normalise {tuple(v)}: its total mass is 0")
@@ -190,7 +190,7 @@ def normalize(v: Sequence[Any]) -> tuple:
     return tuple(x / s for x in v)
 
 
-def positive_part(v: Iterable[Any]) -> tuple:
+def positive_part(v: Iterable[Any]) -> tuple[Any, ...]:
     """Elementwise ``max(0, x)``.
 
     >>> positive_part((1, -2, 0))
@@ -198,11 +198,11 @@ def positive_part(v: Iterable[Any]) -> tuple:
     """
     hook = ABSTRACT.get()
     if hook is not None:
-        return hook.map(lambda x: x if x > 0 else 0, v)
+        return cast("tuple[Any, ...]", hook.map(lambda x: x if x > 0 else 0, v))
     return tuple(x if x > 0 else 0 for x in v)
 
 
-def residual(p: Sequence[Any], q: Sequence[Any]) -> tuple:
+def residual(p: Sequence[Any], q: Sequence[Any]) -> tuple[Any, ...]:
     """The rejection law ``norm(max(0, p - q))`` of speculative sampling (memoised by identity).
 
     >>> from fractions import Fraction as F
@@ -211,8 +211,8 @@ def residual(p: Sequence[Any], q: Sequence[Any]) -> tuple:
     """
     hook = ABSTRACT.get()
     if hook is not None:
-        return hook.residual(p, q)
-    return memoised("residual", p, q, lambda: normalize([a - b if a > b else 0 for a, b in zip(p, q)]))
+        return cast("tuple[Any, ...]", hook.residual(p, q))
+    return cast("tuple[Any, ...]", memoised("residual", p, q, lambda: normalize([a - b if a > b else 0 for a, b in zip(p, q)])))
 
 
 def memoised(tag: str, a: Any, b: Any, compute: Callable[[], Any]) -> Any:
@@ -247,7 +247,7 @@ def argmax(p: Sequence[Any]) -> int:
     """
     hook = ABSTRACT.get()
     if hook is not None:
-        return hook.argmax(p)
+        return cast("int", hook.argmax(p))
     best, best_i = p[0], 0
     for i in range(1, len(p)):
         if p[i] > best:
@@ -255,7 +255,7 @@ def argmax(p: Sequence[Any]) -> int:
     return best_i
 
 
-def point_mass(vocab: int, token: int, one: Any = 1, zero: Any = 0) -> tuple:
+def point_mass(vocab: int, token: int, one: Any = 1, zero: Any = 0) -> tuple[Any, ...]:
     """The law that puts all mass on ``token``.
 
     >>> point_mass(3, 1)
@@ -331,7 +331,7 @@ def exceeds_typical_threshold(value: Any, p: Sequence[Any], alpha: Any, shift: A
         import mpmath
         ctx = getattr(value, "context", None) or mpmath.mp
         log_term = sum((x * ctx.log(x + shift) for x in p if x > 0), ctx.mpf(0))
-        return value > alpha * ctx.exp(log_term)
+        return cast("bool", value > alpha * ctx.exp(log_term))
     if s < 0:
         raise InvalidValue(f"the entropy shift must be >= 0, got {shift}")
     ps = [x for x in exact if x is not None]   # every one is (checked above)

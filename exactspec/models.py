@@ -60,9 +60,9 @@ class Model:
         self.order = _check_order(order)
         self.name = name
         self.exact_floats = exact_floats
-        self._cache: dict[tuple, Law] = {}
+        self._cache: dict[tuple[Any, ...], Law] = {}
 
-    def key(self, context: Sequence[int]) -> tuple:
+    def key(self, context: Sequence[int]) -> tuple[Any, ...]:
         """The part of ``context`` this model reads (its memo key).
 
         >>> random_table(vocab=3, order=2, seed=0).key((0, 1, 2))
@@ -91,7 +91,7 @@ class Model:
 
     law = __call__
 
-    def _raw(self, key: tuple) -> Any:
+    def _raw(self, key: tuple[Any, ...]) -> Any:
         raise NotImplementedError  # pragma: no cover - abstract
 
     def __repr__(self) -> str:
@@ -99,14 +99,14 @@ class Model:
 
 
 class _Table(Model):
-    def __init__(self, vocab: int, order: int | None, entries: Mapping[tuple, Any], name: str,
+    def __init__(self, vocab: int, order: int | None, entries: Mapping[tuple[Any, ...], Any], name: str,
                  exact_floats: bool) -> None:
         super().__init__(vocab, order, name, exact_floats=exact_floats)
         if not isinstance(entries, Mapping):
             raise InvalidType(f"{name} model: table must be a non-empty dict {{context tuple: law}}")
         if not entries:
             raise InvalidValue(f"{name} model: table must be a non-empty dict {{context tuple: law}}")
-        self._entries: dict[tuple, Any] = {}
+        self._entries: dict[tuple[Any, ...], Any] = {}
         for k, v in entries.items():
             key = (k,) if isinstance(k, int) and not isinstance(k, bool) else k
             if not isinstance(key, tuple) or not all(isinstance(t, int) and 0 <= t < vocab for t in key):
@@ -116,14 +116,14 @@ class _Table(Model):
             self._entries[key] = v
             self(key)  # validate every law now, where the user wrote it
 
-    def _raw(self, key: tuple) -> Any:
+    def _raw(self, key: tuple[Any, ...]) -> Any:
         try:
             return self._entries[key]
         except KeyError:
             raise InvalidDistribution(f"{self.name} model has no law for context {key}") from None
 
 
-def table(*, vocab: int, order: int | None, table: Mapping[tuple, Any], exact_floats: bool = False,
+def table(*, vocab: int, order: int | None, table: Mapping[tuple[Any, ...], Any], exact_floats: bool = False,
           name: str = "table") -> Model:
     """A model given by an explicit table ``{last `order` tokens: law}``.
 
@@ -142,18 +142,18 @@ def table(*, vocab: int, order: int | None, table: Mapping[tuple, Any], exact_fl
 
 
 class _Function(Model):
-    def __init__(self, vocab: int, fn: Callable[[tuple], Any], order: int | None, name: str,
+    def __init__(self, vocab: int, fn: Callable[[tuple[Any, ...]], Any], order: int | None, name: str,
                  exact_floats: bool) -> None:
         if not callable(fn):
             raise InvalidType(f"from_function needs a callable, got {fn!r}")
         super().__init__(vocab, order, name, exact_floats=exact_floats)
         self._fn = fn
 
-    def _raw(self, key: tuple) -> Any:
+    def _raw(self, key: tuple[Any, ...]) -> Any:
         return self._fn(key)
 
 
-def from_function(*, vocab: int, fn: Callable[[tuple], Any], order: int | None = None,
+def from_function(*, vocab: int, fn: Callable[[tuple[Any, ...]], Any], order: int | None = None,
                   exact_floats: bool = False, name: str | None = None) -> Model:
     """A model computed by ``fn(context) -> law``; ``fn`` receives only the last ``order`` tokens.
 
@@ -202,7 +202,7 @@ class _Random(Model):
             raise InvalidValue(f"zero_prob must lie in [0, 1), got {zero_prob!r}")
         self.seed, self.max_weight, self.zero_prob = seed, max_weight, zero_prob
 
-    def _raw(self, key: tuple) -> Law:
+    def _raw(self, key: tuple[Any, ...]) -> Law:
         rng = random.Random(f"random_table|{self.seed!r}|{self.vocab}|{key}")
         return _random_law(rng, self.vocab, self.max_weight, self.zero_prob)
 
@@ -228,7 +228,7 @@ class _Perturbed(Model):
         super().__init__(base.vocab, base.order, f"perturbed({base.name}, seed={seed!r})")
         self.base, self.seed, self.strength, self.max_weight = base, seed, strength, max_weight
 
-    def _raw(self, key: tuple) -> Law:
+    def _raw(self, key: tuple[Any, ...]) -> Law:
         rng = random.Random(f"perturbed|{self.seed!r}|{self.vocab}|{key}")
         noise = _random_law(rng, self.vocab, self.max_weight, 0.3)
         s = self.strength
@@ -266,7 +266,7 @@ class _Sharpened(Model):
         super().__init__(base.vocab, base.order, f"sharpen({base.name}, {k})")
         self.base, self.k = base, k
 
-    def _raw(self, key: tuple) -> Law:
+    def _raw(self, key: tuple[Any, ...]) -> Law:
         w = [x ** self.k for x in self.base(key)]
         s = sum(w)
         return tuple(x / s for x in w)
@@ -295,7 +295,7 @@ class _Mixture(Model):
         super().__init__(parts[0].vocab, order, name)
         self.parts, self.weights = parts, weights
 
-    def _raw(self, key: tuple) -> Law:
+    def _raw(self, key: tuple[Any, ...]) -> Law:
         laws = [m(key) for m in self.parts]
         return tuple(sum((w * law[i] for w, law in zip(self.weights, laws)), Fraction(0)) for i in range(self.vocab))
 
@@ -348,7 +348,7 @@ class _Rounded(Model):
         super().__init__(base.vocab, base.order, f"rounded({base.name}, {fmt!r})")
         self.base, self.fmt = base, fmt
 
-    def _raw(self, key: tuple) -> Law:
+    def _raw(self, key: tuple[Any, ...]) -> Law:
         w = [round_to_format(x, self.fmt) for x in self.base(key)]
         s = sum(w)
         return tuple(x / s for x in w)

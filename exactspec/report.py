@@ -16,7 +16,7 @@ import html
 import json
 from fractions import Fraction
 from dataclasses import dataclass, field as dc_field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from .fields import Field, get_field
 
@@ -26,7 +26,7 @@ __all__ = ["AuditReport", "Outcome"]
 class Outcome(NamedTuple):
     """One emitted token sequence with its probability under the output and the expected law."""
 
-    tokens: tuple
+    tokens: tuple[Any, ...]
     output: Any
     expected: Any
 
@@ -35,7 +35,7 @@ class Outcome(NamedTuple):
         return self.output - self.expected
 
 
-def _sorted_law(law: dict) -> list[tuple]:
+def _sorted_law(law: dict[Any, Any]) -> list[tuple[Any, ...]]:
     return sorted(law.items(), key=lambda kv: kv[0])
 
 
@@ -47,7 +47,7 @@ def _ratio_parts(x: Any) -> tuple[int, int] | None:
     return (x, 1) if t is int else None
 
 
-def _screen_worst(out: dict, exp: dict, keys: set, n: int) -> Any:
+def _screen_worst(out: dict[Any, Any], exp: dict[Any, Any], keys: set[Any], n: int) -> Any:
     """The outcomes among ``keys`` that can be among the ``n`` largest ``|out - exp|``: all of them, or for
     Fraction (and int) values the few a float screen leaves.
 
@@ -87,10 +87,10 @@ class AuditReport:
 
     rule: str
     claim: str
-    instance: dict
+    instance: dict[Any, Any]
     field: Field
-    output: dict
-    expected: dict
+    output: dict[Any, Any]
+    expected: dict[Any, Any]
     tv: Any
     tolerance: Any
     tokens_per_call: Any
@@ -100,16 +100,16 @@ class AuditReport:
     step_laws: int = 0
     reference: str = ""
     worst_count: int = 5
-    extra: dict = dc_field(default_factory=dict)
+    extra: dict[Any, Any] = dc_field(default_factory=dict[Any, Any])
     accepted_per_call: Any = None
     nodes_per_call: Any = None
     #: what the verdict covers: ``of`` (this instance), ``tokens``, ``positions_per_step`` and the
     #: ``unobserved`` positions of a first and a second step (see ``exactspec._audit.horizon_scope``)
-    scope: dict = dc_field(default_factory=dict)
+    scope: dict[Any, Any] = dc_field(default_factory=dict[Any, Any])
 
     # -- verdicts ---------------------------------------------------------------------------------
     @property
-    def boundary(self) -> dict | None:
+    def boundary(self) -> dict[Any, Any] | None:
         """The float-boundary decision of a sampler or loop audit (``extra["float_boundary"]``), if any.
 
         Float code is audited at its own precision and on float64 inputs
@@ -125,10 +125,10 @@ class AuditReport:
         the float-boundary decision says lossless)."""
         b = self.boundary
         if b is not None:
-            return b["verdict"] == "lossless"
+            return cast("bool", b["verdict"] == "lossless")
         if self.tolerance and self.support_violations:
             return False
-        return self.tv <= self.tolerance
+        return cast("bool", self.tv <= self.tolerance)
 
     @property
     def undecided(self) -> bool:
@@ -267,7 +267,7 @@ class AuditReport:
         return [Outcome(k, a, b) for _, k, a, b in heapq.nsmallest(n, differ, key=lambda r: (r[0], r[1]))]
 
     @property
-    def support_violations(self) -> list[tuple]:
+    def support_violations(self) -> list[tuple[Any, ...]]:
         """Outcomes emitted with positive probability that the expected law gives probability 0."""
         expected = self.expected   # the zero test first: it is cheap and almost always false
         return sorted(k for k, v in self.output.items() if not expected.get(k, 0) and v > 0)
@@ -282,7 +282,7 @@ class AuditReport:
         except (OverflowError, ValueError):
             return str(x)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[Any, Any]:
         """A JSON-ready dict; exact numbers are strings like ``"3/5"``."""
         s = self._s
         return {

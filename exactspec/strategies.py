@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import itertools
 from fractions import Fraction
-from typing import Any, Callable, TypeGuard
+from typing import Any, Callable, TypeGuard, cast
 
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
@@ -85,7 +85,7 @@ def _check_int_or_strategy(where: str, name: str, value: Any, low: int) -> Any:
 
 def _draw_int(draw: Callable[[SearchStrategy[Any]], Any], where: str, name: str, value: Any, low: int) -> int:
     if not isinstance(value, SearchStrategy):
-        return value
+        return cast("int", value)
     x = draw(value)
     if not _is_int(x):
         raise InvalidType(f"{where}: {name} must be an int >= {low}, but the strategy {value!r} drew {x!r}")
@@ -137,7 +137,7 @@ def _distribution(draw: Any, vocab: Any, max_denominator: int, allow_zero: bool)
     v = _draw_int(draw, "distributions", "vocab", vocab, 1)
     if not allow_zero:
         _check_nonzero_fits("distributions", v, max_denominator)
-    return draw(_law(v, max_denominator, allow_zero))
+    return cast("tuple[Fraction, ...]", draw(_law(v, max_denominator, allow_zero)))
 
 
 def distributions(vocab: int | SearchStrategy[int], *, max_denominator: int = 12,
@@ -178,7 +178,7 @@ def _per_position(vocab: int, laws: list[Law]) -> Model:
     table = "(" + ", ".join(_law_text(law) for law in frozen) + ")"
     name = f"from_function(vocab={vocab}, order=None, fn=lambda c: {table}[min(len(c), {last})])"
 
-    def by_position(context: tuple) -> Law:
+    def by_position(context: tuple[Any, ...]) -> Law:
         return frozen[min(len(context), last)]
 
     return _models.from_function(vocab=vocab, fn=by_position, order=None, name=name)
@@ -204,7 +204,7 @@ def _model(draw: Any, vocab: int, family: str, order: int, max_denominator: int)
 def _any_model(draw: Any, vocab: Any, family: str | None, order: int, max_denominator: int) -> Model:
     v = _draw_int(draw, "models", "vocab", vocab, 1)
     fam = family if family is not None else draw(st.sampled_from(FAMILIES))
-    return draw(_model(v, fam, order, max_denominator))
+    return cast("Model", draw(_model(v, fam, order, max_denominator)))
 
 
 def models(vocab: int | SearchStrategy[int], *, order: int = 1, family: str | None = None,

@@ -58,7 +58,7 @@ def _is_float(x: Any) -> bool:
     return isinstance(x, float) or (hasattr(x, "dtype") and getattr(x.dtype, "kind", "") == "f")
 
 
-def _law(values: Any, name: str, vocab: int | None = None) -> tuple:
+def _law(values: Any, name: str, vocab: int | None = None) -> tuple[Any, ...]:
     """Validate a law like :func:`exactspec.laws.to_law`; a law with floats is checked up to rounding."""
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sized):
         raise InvalidDistribution(f"{name}: expected a sequence of probabilities, got {values!r:.60}")

@@ -31,7 +31,7 @@ from __future__ import annotations
 import operator
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, cast
 
 import numpy as np
 
@@ -269,7 +269,7 @@ class TokenTree:
         i = _index(i, "node")
         if not 0 <= i < len(self._tokens):
             raise InvalidValue(f"node {i} is not in this tree (nodes 0..{len(self._tokens) - 1})")
-        return i
+        return cast("int", i)
 
     def children(self, i: int) -> tuple[int, ...]:
         """The children of node ``i``, in insertion order.
@@ -462,7 +462,7 @@ def _as_array(got: Any) -> tuple[np.ndarray | None, str]:
     return arr, ""
 
 
-def _compare_mask(got: Any, tree: TokenTree, prefix_len: int) -> dict | None:
+def _compare_mask(got: Any, tree: TokenTree, prefix_len: int) -> dict[Any, Any] | None:
     """The first disagreement between a user's mask and the tree's, or None."""
     n = len(tree)
     shapes = [(n, n)] if prefix_len == 0 else [(n, n), (n, prefix_len + n)]
@@ -502,7 +502,7 @@ def _compare_mask(got: Any, tree: TokenTree, prefix_len: int) -> dict | None:
                 detail=f"{note}\nexpected row {i}: {row}\ngot row {i}:      {got_row}")
 
 
-def _compare_positions(got: Any, tree: TokenTree, prefix_len: int) -> dict | None:
+def _compare_positions(got: Any, tree: TokenTree, prefix_len: int) -> dict[Any, Any] | None:
     n = len(tree)
     arr, why = _as_array(got)
     if arr is None or arr.dtype.kind == "b":
