@@ -386,7 +386,7 @@ def assert_loop_lossless(loop: Any, *, search: bool = True, space: Any = None, v
             if budget is not None and not isinstance(budget, Budget):
                 budget = _budget_parts(budget, where)[0]
             small = _small_space(space, "chain", vocab, None, tokens, where, loop=True)
-            result = search_loop(loop, tokens=tokens, budget=budget, seed=seed,
+            result: Any = search_loop(loop, tokens=tokens, budget=budget, seed=seed,
                                  max_instances=max_instances, progress=False, **({"space": small} if small else {}),
                                  **opts)
         else:

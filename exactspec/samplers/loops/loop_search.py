@@ -175,11 +175,12 @@ def search_loop(fn: Callable[..., Any], *, tokens: int | None = None, kind: str 
                                  "on_error": on_error, "tolerance": str(tol), "reference": ref_record})
 
     audit_one = _LoopAudit(fn, kind, dtype, output, tol, rng_model, worst, reference)
+    pool: Any = workers
     if isinstance(workers, str) and workers == parallel.AUTO:   # every core for a long search
-        workers = search_workers(audit_one, space, LOOP_INSTANCE_SECONDS, seconds, max_instances, progress)
+        pool = search_workers(audit_one, space, LOOP_INSTANCE_SECONDS, seconds, max_instances, progress)
     found = search_instances(audit_one, space=space, name=name, budget=seconds, seed=seed,
                              max_instances=max_instances, progress=progress, instance_budget=instance_budget,
-                             workers=workers, executor=executor, chunk_size=chunk_size)
+                             workers=pool, executor=executor, chunk_size=chunk_size)
     if isinstance(found, Counterexample):  # the output law misses the mass of the branches that raised
         record["error_probability"] = str(1 - sum(found.output.values(), Fraction(0)))
         if found.kind == "crash":          # replayed with on_error="record": the test sees the crash's probability
