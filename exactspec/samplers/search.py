@@ -508,8 +508,9 @@ def split_budget(budget: float | Budget | None, instance_budget: Budget | None, 
     A number is seconds for the whole search; an :class:`~exactspec.Budget`'s ``seconds`` limit the whole search
     and its other limits (paths, depth, outcomes) each audit, which ``instance_budget`` then must not also give.
 
-    >>> split_budget(Budget(seconds=5, paths=100), None, "search_sampler")
-    (5, Budget(paths=100, depth=None, outcomes=None, seconds=None))
+    >>> seconds, each = split_budget(Budget(seconds=5, paths=100), None, "search_sampler")
+    >>> seconds, each.paths, each.seconds
+    (5, 100, None)
     >>> split_budget(2.5, None, "search_sampler")
     (2.5, None)
     """

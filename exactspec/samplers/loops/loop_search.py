@@ -10,9 +10,9 @@ other's keywords with a typed error naming it (:mod:`exactspec.samplers.signatur
 
 >>> import exactspec as es
 >>> from exactspec.bugzoo import loops
->>> space = loop_space(None, 2).with_(vocabs=(2,), random_points=0, exhaustive_limit=2)
+>>> space = loop_space(None, 2).with_(vocabs=(2,), families=("context_free",), random_points=0)
 >>> found = search_loop(loops.bonus_from_draft, space=space, progress=False, workers=None)
->>> found.kind, found.instance.vocab, found.instance.tokens
+>>> found.kind, found.instance.vocab, found.instance.tokens     # the bonus token is drawn from the draft
 ('loop', 2, 2)
 """
 
@@ -142,10 +142,10 @@ def search_loop(fn: Callable[..., Any], *, tokens: int | None = None, kind: str 
 
     >>> import exactspec as es
     >>> from exactspec.bugzoo import loops
-    >>> space = loop_space(None, 1).with_(vocabs=(2,), random_points=0, exhaustive_limit=2)
+    >>> space = loop_space(None, 1).with_(vocabs=(2,), random_points=1)
     >>> empty = es.search_loop(loops.speculative_sampling, space=space, progress=False, workers=None)
     >>> bool(empty), empty.audited
-    (False, 6)
+    (False, 12)
     """
     where = "search_loop"
     name = _check_fn(fn, where)
