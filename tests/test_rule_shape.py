@@ -147,7 +147,7 @@ def test_an_unrecognised_signature_names_both_and_the_adapters():
         es.rules.as_rule(mystery)
     text = str(info.value)
     assert info.value.kind == "sampler or loop" and info.value.adapter == ""
-    assert "es.search_sampler(mystery, adapter='...')" in text and "es.search_loop(mystery" in text
+    assert "es.search_sampler(mystery, adapter='...')" in text and "es.audit_loop(mystery" in text
     assert "one of numpy, numpy-tree, transformers, vllm, flashinfer, vllm-v1, torch-tree" in text
 
 
@@ -255,7 +255,7 @@ def test_a_first_call_that_does_not_bind_adds_the_hint():
     assert not isinstance(info.value, es.NotARule)
     assert "TypeError: correct() missing 2 required positional arguments" in text
     assert "exactspec calls a rule as fn(step, rng), and the two arguments did not bind" in text
-    assert "es.search_sampler(Forwarding, adapter=...)" in text and "es.search_loop(Forwarding" in text
+    assert "es.search_sampler(Forwarding, adapter=...)" in text and "es.audit_loop(Forwarding" in text
 
     def one_argument(step):
         return [0]

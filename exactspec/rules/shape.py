@@ -134,7 +134,8 @@ def not_a_rule_message(fn: Any, shape: Shape, where: str = "a rule") -> str:
     n = len(_required_positional(sig)) if sig is not None else 0
     head = (f"{shape.signature} was handed where {where} fn(step, rng) is expected, but it needs {n} positional "
             "arguments, so it cannot be called as a rule: ")
-    loop = (f"use es.search_loop({name}) (an exact search over small instances), "
+    loop = (f"use es.search_loop({name}) (an exact search over small instances; es.audit_loop({name}, "
+            "target=...) audits one), "
             f"es.assert_loop_lossless({name}) in a test, or `exactspec audit-loop MODULE:{name}` in a shell")
     adapter = shape.adapter or "..."
     sampler = (f"use es.search_sampler({name}, adapter={adapter!r}) (an exact search over small "
@@ -217,5 +218,6 @@ def binding_hint(fn: Any, exc: BaseException, caller: CodeType, first: bool) -> 
     return (" (exactspec calls a rule as fn(step, rng), and the two arguments did not bind; if "
             f"{name} is a sampler, audit it with es.search_sampler({name}, adapter=...) or "
             f"es.assert_sampler_lossless / `exactspec audit-sampler`; if it is a whole generation loop "
-            f"fn(target, draft, prompt_ids), with es.search_loop({name}) or es.assert_loop_lossless / "
+            f"fn(target, draft, prompt_ids), with es.search_loop({name}) (es.audit_loop({name}, target=...) for "
+            "one instance) or es.assert_loop_lossless / "
             "`exactspec audit-loop`)")
