@@ -10,7 +10,7 @@ seconds: type, instance, laws, TV, counts, space):
   243 instances, adapter ``numpy``);
 - the default search of the correct vLLM-style torch sampler
   (``exactspec.bugzoo.torch_samplers:correct``, ``--adapter vllm``, 243 instances);
-- the loop search of ``exactspec.bugzoo.loops:speculative_sampling`` (``audit_loop(search=True)``)
+- the loop search of ``exactspec.bugzoo.loops:speculative_sampling`` (``search_loop``)
   on the vocabulary-2 part of its default space (the whole one takes ~170 s CPU in this process:
   too long to time twice here); no row in the issue: its target is the ideal of every core.
 

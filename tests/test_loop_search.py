@@ -1,4 +1,4 @@
-"""Loop searches are first-class: ``es.audit_loop(search=True)`` and ``exactspec audit-loop`` return a loop's minimal
+"""Loop searches are first-class: ``es.search_loop(...)`` and ``exactspec audit-loop`` return a loop's minimal
 counterexample whose ``to_pytest()`` imports and audits the user's loop, and whose JSON is validated on the way back.
 
 Expected laws are derived by hand for gamma-1 loops on context-free models p (target) and q (draft): a draft ``a``

@@ -29,7 +29,7 @@ def test_correct_sampler_passes_over_the_whole_small_space():
 
 
 def test_the_default_is_the_search_of_audit_sampler_search_true():
-    # the same space, visited in the same order, as es.audit_sampler(..., search=True) (the CLI's audit-sampler):
+    # the same space, visited in the same order, as es.search_sampler(...) (the CLI's audit-sampler):
     # both stopped after 30 instances, at the same place
     with pytest.raises(es.IncompleteCheckError) as info:
         es.assert_sampler_lossless(zoo.correct, max_instances=30)

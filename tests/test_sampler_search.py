@@ -1,4 +1,4 @@
-"""A single instance is not an audit: the sampler search (``es.audit_sampler(..., search=True)``, the
+"""A single instance is not an audit: the sampler search (``es.search_sampler(...)``, the
 ``audit-sampler`` default) finds the minimal biased instance, states the space it covered, or says it
 is incomplete, and its counterexample renders a regression test that calls the user's sampler.
 
