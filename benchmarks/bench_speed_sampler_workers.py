@@ -10,7 +10,7 @@ seconds: type, instance, laws, TV, counts, space):
   243 instances, adapter ``numpy``);
 - the default search of the correct vLLM-style torch sampler
   (``exactspec.bugzoo.torch_samplers:correct``, ``--adapter vllm``, 243 instances);
-- the loop search of ``exactspec.bugzoo.loops:speculative_sampling`` (``audit_loop(search=True)``)
+- the loop search of ``exactspec.bugzoo.loops:speculative_sampling`` (``search_loop``)
   on the vocabulary-2 part of its default space (the whole one takes ~170 s CPU in this process:
   too long to time twice here); no row in the issue: its target is the ideal of every core.
 
@@ -72,16 +72,16 @@ def _row(job: str, ref: str, adapter: str, target_s: float, quick: bool) -> dict
 def _loop_row(quick: bool) -> dict[str, Any]:
     import exactspec as es
     from exactspec.bugzoo import loops
-    from exactspec.samplers.loops.loop_audit import loop_space as _loop_space
+    from exactspec.samplers.loops.loop_search import loop_space as _loop_space
     space = _loop_space(None, None).with_(vocabs=(2,))
     if quick:
         space = space.with_(tokens=(1, 2))
     t0, c0 = time.perf_counter(), _cpu()
     with no_pool():
-        old = es.audit_loop(loops.speculative_sampling, search=True, space=space, progress=False, workers=None)
+        old = es.search_loop(loops.speculative_sampling, space=space, progress=False, workers=None)
     old_s, old_cpu = time.perf_counter() - t0, _cpu() - c0
     t0, c0 = time.perf_counter(), _cpu()
-    new = es.audit_loop(loops.speculative_sampling, search=True, space=space, progress=False, workers=parallel.AUTO)
+    new = es.search_loop(loops.speculative_sampling, space=space, progress=False, workers=parallel.AUTO)
     new_s, new_cpu = time.perf_counter() - t0, _cpu() - c0
     cores = parallel.resolve_workers(0)
     return {"job": "loop search, correct speculative sampling loop (vocab 2 part of the default space)",

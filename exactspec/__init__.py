@@ -38,6 +38,7 @@ _LAZY = {"strategies": (".strategies", None), "trees": (".trees", None), "sample
          "Counterexample": (".counterexamples", "Counterexample"), "EmptySearch": (".counterexamples", "EmptySearch"),
          "IncompleteSearch": (".counterexamples", "IncompleteSearch"), "audit_loop": (".samplers", "audit_loop"),
          "audit_sampler": (".samplers", "audit_sampler"), "stand_in": (".samplers", "stand_in"),
+         "search_loop": (".samplers", "search_loop"), "search_sampler": (".samplers", "search_sampler"),
          "audit_statistically": (".statistical", "audit_statistically")}
 
 
@@ -55,7 +56,7 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
-__all__ = ["audit", "prove", "Proof", "Refutation", "audit_sampler", "audit_loop", "stand_in", "HorizonWarning", "Counterexample", "EmptySearch", "IncompleteSearch", "audit_statistically", "statistical", "samplers", "published", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "Step", "TreeStep", "Rng", "models", "drafts", "rules", "laws",
+__all__ = ["audit", "prove", "Proof", "Refutation", "audit_sampler", "audit_loop", "search_sampler", "search_loop", "stand_in", "HorizonWarning", "Counterexample", "EmptySearch", "IncompleteSearch", "audit_statistically", "statistical", "samplers", "published", "assert_lossless", "LossAssertionError", "AuditReport", "Outcome", "Budget", "Rule", "rule", "Step", "TreeStep", "Rng", "models", "drafts", "rules", "laws",
            "theory", "trees", "counterexamples", "strategies", "get_field", "ExactSpecError", "InvalidDistribution", "InexactArithmetic", "BudgetExceeded",
            "RuleError", "ModelError", "UnsupportedRandomness", "UnsupportedRngModel", "__version__"]
 __all__ += ["assert_sampler_lossless", "assert_loop_lossless", "IncompleteCheckError", "NotARule"]

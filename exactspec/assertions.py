@@ -164,8 +164,8 @@ def _small_space(space: Any, family: str, vocab: int | None, gamma: int | None, 
         return None
     if space is None:
         if loop:
-            from .samplers.loops.loop_audit import loop_space as _loop_space
-            space = _loop_space(None, tokens)
+            from .samplers.loops.loop_search import loop_space
+            space = loop_space(None, tokens)
         else:
             from .samplers.search import sampler_space
             space = sampler_space(family)
@@ -343,7 +343,7 @@ def assert_loop_lossless(loop: Any, *, search: bool = True, space: Any = None, v
     """Assert that a whole generation loop ``fn(target, draft, prompt_ids)`` keeps the target's law; return the result.
 
     By default (``search=True``) this is ``exactspec audit-loop``'s check: an exact search over
-    small instances (``es.audit_loop(loop, search=True)``, the loop run on stand-in models on
+    small instances (``es.search_loop(loop)``, the loop run on stand-in models on
     every branch of its randomness). It passes, returning the
     :class:`~exactspec.counterexamples.EmptySearch`, only when every instance of the space was
     decided lossless; a bias raises :class:`LossAssertionError` with the minimal counterexample
@@ -367,7 +367,7 @@ def assert_loop_lossless(loop: Any, *, search: bool = True, space: Any = None, v
     """
     __tracebackhide__ = _ours     # pytest: the user's line and the message, not this frame
     from .errors import BudgetExceeded
-    from .samplers import audit_loop
+    from .samplers import audit_loop, search_loop
     where = "assert_loop_lossless"
     opts = _audit_options(audit_loop, audit_options, where)
     if isinstance(loop, str):
@@ -386,9 +386,9 @@ def assert_loop_lossless(loop: Any, *, search: bool = True, space: Any = None, v
             if budget is not None and not isinstance(budget, Budget):
                 budget = _budget_parts(budget, where)[0]
             small = _small_space(space, "chain", vocab, None, tokens, where, loop=True)
-            result = audit_loop(loop, search=True, tokens=tokens, budget=budget, seed=seed,
-                                max_instances=max_instances, progress=False, **({"space": small} if small else {}),
-                                **opts)
+            result: Any = search_loop(loop, tokens=tokens, budget=budget, seed=seed,
+                                 max_instances=max_instances, progress=False, **({"space": small} if small else {}),
+                                 **opts)
         else:
             for label, v in (("space", space), ("vocab", vocab), ("max_instances", max_instances)):
                 if v is not None:

@@ -69,7 +69,7 @@ def test_a_torch_sampler_under_the_default_adapter_is_a_usage_error_naming_the_a
         with pytest.raises(AdapterMismatch):
             es.audit_sampler(tzoo.correct, on_error=on_error, **ONE)
     with pytest.raises(AdapterMismatch):                           # a search: no crash counterexample either
-        es.audit_sampler(tzoo.correct, search=True)
+        es.search_sampler(tzoo.correct)
     with pytest.raises(AdapterMismatch):
         es.samplers.search_sampler(vllm_correct, workers=None, max_instances=2)
     assert check_default_adapter.__module__ == "exactspec.samplers.adapters.fit"

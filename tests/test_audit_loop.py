@@ -21,6 +21,7 @@ from exactspec.samplers.torch_draws import torch_rng  # noqa: E402,F401  (torch 
 from exactspec.samplers.randomness.interception import bind, intercepting  # noqa: E402
 from exactspec.samplers.torch_draws.lazy_draws import LazyCategoricalTensor  # noqa: E402
 from exactspec.samplers.loops.loop_audit import DEFAULT_TOKENS, LoopReport, audit_loop  # noqa: E402
+from exactspec.samplers.loops.loop_search import search_loop  # noqa: E402
 
 P_TABLE = {0: (F(1, 2), F(1, 4), F(1, 4)), 1: (F(1, 4), F(1, 2), F(1, 4)), 2: (F(1, 4), F(1, 4), F(1, 2))}
 TARGET = es.models.from_function(vocab=3, order=1, fn=lambda c: P_TABLE[c[-1]], name="p")
@@ -394,7 +395,7 @@ def test_a_draw_made_in_inference_mode_can_be_read_outside_it():
     assert law_of(program) == {0: F(1, 2), 3: F(1, 2)}
 
 
-# -- search=True: a single instance is not an audit ----------------------------------------------------------
+# -- search_loop: a single instance is not an audit ----------------------------------------------------------
 
 def small_space():
     from exactspec.counterexamples.space import Space
@@ -403,7 +404,7 @@ def small_space():
 
 
 def test_search_finds_the_smallest_instance_where_a_loop_is_biased():
-    found = audit_loop(leviathan(1, 2, bonus_from_draft=True), target=None, search=True, space=small_space(),
+    found = search_loop(leviathan(1, 2, bonus_from_draft=True), space=small_space(),
                        progress=False)
     assert isinstance(found, es.Counterexample)
     inst = found.instance
@@ -415,12 +416,12 @@ def test_search_finds_the_smallest_instance_where_a_loop_is_biased():
 
 
 def test_search_over_a_correct_loop_states_the_space_it_covered():
-    empty = audit_loop(leviathan(1, 2), target=None, search=True, space=small_space(), progress=False)
+    empty = search_loop(leviathan(1, 2), space=small_space(), progress=False)
     assert isinstance(empty, es.EmptySearch) and not empty
     assert empty.audited == 30 and "vocab 2..2" in empty.space
     with pytest.raises(es.ExactSpecError, match="space must be an exactspec Space"):
-        audit_loop(leviathan(1, 2), target=None, search=True, space="small")
-    with pytest.raises(es.ExactSpecError, match="search options: pass search=True"):
+        search_loop(leviathan(1, 2), space="small")
+    with pytest.raises(es.ExactSpecError, match="search options, taken by es.search_loop"):
         audit_loop(leviathan(1, 2), target=TARGET, draft=DRAFT, max_instances=3)
 
 

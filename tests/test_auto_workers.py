@@ -119,7 +119,7 @@ def test_a_long_sampler_search_takes_every_core_by_default(pools, long_enough):
     here = search_sampler(zoo.shared_uniform, space=space, progress=False, workers=None)
     assert pools == [CORES] and type(default) is type(here)
     assert default.to_dict() | {"seconds": 0} == here.to_dict() | {"seconds": 0}
-    es.audit_sampler(zoo.shared_uniform, search=True, progress=False)       # its search takes the same default
+    es.search_sampler(zoo.shared_uniform, progress=False)       # its search takes the same default
     assert pools == [CORES, CORES]
 
 
@@ -127,11 +127,11 @@ def test_a_long_sampler_search_takes_every_core_by_default(pools, long_enough):
 def test_a_long_loop_search_takes_every_core_by_default(pools, long_enough):
     pytest.importorskip("torch")
     from exactspec.bugzoo import loops
-    from exactspec.samplers.loops.loop_audit import loop_space as _loop_space
+    from exactspec.samplers.loops.loop_search import loop_space as _loop_space
     space = _loop_space(None, None).with_(vocabs=(2,), tokens=(1,), random_points=1)
-    default = es.audit_loop(loops.bonus_from_draft, search=True, space=space, progress=False)
+    default = es.search_loop(loops.bonus_from_draft, space=space, progress=False)
     assert pools == [CORES]
-    here = es.audit_loop(loops.bonus_from_draft, search=True, space=space, progress=False, workers=None)
+    here = es.search_loop(loops.bonus_from_draft, space=space, progress=False, workers=None)
     assert pools == [CORES] and default.to_dict() | {"seconds": 0} == here.to_dict() | {"seconds": 0}
 
 

@@ -97,7 +97,7 @@ def test_audit_sampler_help_states_what_the_default_search_covers():
 
 def test_audit_loop_and_tolerance_defaults():
     from exactspec.samplers.rounding import F64_ALLOWANCE
-    from exactspec.samplers.loops.loop_audit import loop_space as _loop_space
+    from exactspec.samplers.loops.loop_search import loop_space as _loop_space
     from exactspec.samplers.audit import ROUNDING_TOLERANCE
     h = helps("audit-loop")
     lo, hi = map(int, re.search(r"default: (\d+)\.\.(\d+) in the search", h["--tokens"]).groups())

@@ -307,7 +307,7 @@ def test_the_crash_regression_test_calls_the_users_code_and_fails_while_the_cras
 
 
 def test_a_loop_search_reports_the_crash_with_the_loops_line(user_module):
-    found = es.audit_loop(user_module.loop, target=None, search=True, tokens=1, progress=False,
+    found = es.search_loop(user_module.loop, tokens=1, progress=False,
                           space=Space(vocabs=(2,), shapes=((1,),), tokens=(1,), random_points=2,
                                       exhaustive_denominator=2))
     assert isinstance(found, Counterexample) and found.kind == "crash" and found.exit_code == 1

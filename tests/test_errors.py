@@ -431,7 +431,6 @@ def _bare_number_budget_calls():
     return {
         "audit": lambda b: es.audit(target=half, draft=half, rule="speculative_sampling", tokens=1, budget=b),
         "audit_sampler": lambda b: es.audit_sampler(zoo.correct, target=half, draft=half, tokens=1, budget=b),
-        "audit_sampler(search=True)": lambda b: es.audit_sampler(zoo.correct, search=True, budget=b),
         "audit_loop": lambda b: es.audit_loop(lambda t, d, p: None, target=half, draft=half, prompt=(0,),
                                               budget=b),
         "Engine": lambda b: es.enumerate.Engine("speculative_sampling", es.drafts.chain(1), half, half,
@@ -439,7 +438,7 @@ def _bare_number_budget_calls():
     }
 
 
-@pytest.mark.parametrize("entry", ["audit", "audit_sampler", "audit_sampler(search=True)", "audit_loop", "Engine"])
+@pytest.mark.parametrize("entry", ["audit", "audit_sampler", "audit_loop", "Engine"])
 @pytest.mark.parametrize("bad, hint", [(5, "budget=es.Budget(seconds=5)"), (2.5, "budget=es.Budget(seconds=2.5)"),
                                        ("10s", "e.g. budget=es.Budget(seconds=5)")])
 def test_a_bare_number_as_budget_is_a_typed_error_saying_what_to_pass(entry, bad, hint):
@@ -459,6 +458,26 @@ def test_a_bare_number_as_instance_budget_is_a_typed_error():
             "search_instances: instance_budget must be an es.Budget or None, got 5 (int); for a time limit of 5 "
             "seconds pass instance_budget=es.Budget(seconds=5)")):
         es.samplers.search_sampler(zoo.correct, instance_budget=5)
+
+
+def test_search_is_its_own_function_and_search_equals_is_a_typed_error_naming_it():
+    # audit_sampler / audit_loop audit one instance; search_sampler / search_loop search (issue 36)
+    from exactspec.bugzoo import numpy_samplers as zoo
+    for call, instead in ((lambda: es.audit_sampler(zoo.correct, search=True), "search_sampler(...)"),
+                          (lambda: es.audit_loop(lambda t, d, p: None, search=True), "search_loop(...)"),
+                          (lambda: es.audit_sampler(zoo.correct, search=False), "search_sampler(...)")):
+        with pytest.raises(es.errors.InvalidType) as info:
+            call()
+        assert isinstance(info.value, TypeError) and info.value.exit_code == 2 and f"is {instead} now" in str(info.value)
+    with pytest.raises(es.errors.InvalidType, match="search options, taken by es.search_loop"):
+        es.audit_loop(lambda t, d, p: None, space=None)
+    with pytest.raises(es.errors.InvalidType, match="search_sampler: target= does not apply"):
+        es.search_sampler(zoo.correct, target=es.models.context_free(("1/2", "1/2")))
+    # the sampler search takes an es.Budget as the loop search does: seconds for the search, the rest per audit
+    with pytest.raises(es.errors.InvalidValue, match="not both"):
+        es.search_sampler(zoo.correct, budget=es.Budget(paths=3), instance_budget=es.Budget(paths=3))
+    short = es.search_sampler(zoo.correct, budget=es.Budget(paths=1), max_instances=5, workers=None, progress=False)
+    assert isinstance(short, es.IncompleteSearch) and short.over_budget > 0
 
 
 def test_searches_still_take_their_budget_in_seconds():

@@ -199,7 +199,7 @@ LAYERS = [
     (AUDIT, (LOOPS,), "the sampler audit and search sit below the whole-loop audit (which uses them)"),
     ((f"{SAMPLERS}.instance", f"{SAMPLERS}.rounding"), (f"{SAMPLERS}.search", f"{SAMPLERS}.audit"),
      "the one-instance audit sits below the search and audit_sampler (which use it)"),
-    ((f"{SAMPLERS}.search",), (f"{SAMPLERS}.audit",), "the search sits below audit_sampler (search=True uses it)"),
+    ((f"{SAMPLERS}.search",), (f"{SAMPLERS}.audit",), "the search sits below audit_sampler (neither imports the other's layer above it)"),
     (("exactspec.protocols",), ("exactspec",), "the rule API protocols import nothing from exactspec"),
 ]
 

@@ -19,6 +19,7 @@ import torch
 import exactspec as es
 from exactspec.samplers.rounding import F64_ALLOWANCE, ROUNDING_CAP, rounding_allowance, typical_rounding
 from exactspec.samplers.loops.loop_audit import audit_loop, reference_loop
+from exactspec.samplers.loops.loop_search import search_loop
 
 P = es.models.random_table(vocab=2, order=1, seed=5)
 Q = es.models.random_table(vocab=2, order=1, seed=6)
@@ -210,7 +211,7 @@ def test_a_search_meeting_undecided_instances_is_incomplete_never_empty():
     from exactspec.counterexamples.space import Space
     space = Space(vocabs=(2,), shapes=((1,),), tokens=(2,), families=("context_free",), max_denominator=3,
                   random_points=0, exhaustive_denominator=3, exhaustive_limit=12)
-    found = audit_loop(forced_float32_tilt, target=None, search=True, space=space, progress=False)
+    found = search_loop(forced_float32_tilt, space=space, progress=False)
     # the point masses come first and are exact; the tilt shows (undecided) on the others
     assert isinstance(found, IncompleteSearch) and found.exit_code == 3
     assert f"undecided within float rounding on 4 of {found.audited} instances" in found.reason

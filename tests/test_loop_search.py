@@ -1,4 +1,4 @@
-"""Loop searches are first-class: ``es.audit_loop(search=True)`` and ``exactspec audit-loop`` return a loop's minimal
+"""Loop searches are first-class: ``es.search_loop(...)`` and ``exactspec audit-loop`` return a loop's minimal
 counterexample whose ``to_pytest()`` imports and audits the user's loop, and whose JSON is validated on the way back.
 
 Expected laws are derived by hand for gamma-1 loops on context-free models p (target) and q (draft): a draft ``a``
@@ -120,7 +120,7 @@ def run_test_function(text):
 # -- the search -------------------------------------------------------------------------------------------------
 
 def test_search_returns_the_minimal_loop_counterexample_and_the_smaller_instances_are_lossless():
-    found = es.audit_loop(loops.bonus_from_draft, target=None, search=True, progress=False)
+    found = es.search_loop(loops.bonus_from_draft, progress=False)
     assert isinstance(found, Counterexample) and found.kind == "loop"
     assert found.sampler_ref == f"{ZOO}:bonus_from_draft" and found.rule == "bonus_from_draft"
     assert found.loop == DEFAULT_OPTIONS and found.rng_model == "native"     # the default (issue 16)
@@ -146,7 +146,7 @@ def test_search_returns_the_minimal_loop_counterexample_and_the_smaller_instance
 def test_the_search_of_a_correct_loop_states_the_space_it_covered():
     space = Space(vocabs=(2,), shapes=((1,),), tokens=(1, 2), random_points=2, exhaustive_denominator=2,
                   max_denominator=4)
-    empty = es.audit_loop(loops.speculative_sampling, target=None, search=True, space=space, progress=False)
+    empty = es.search_loop(loops.speculative_sampling, space=space, progress=False)
     assert isinstance(empty, EmptySearch) and not empty and empty.exit_code == 0
     # context-free cells: 9 grid pairs + 2 random; per-position and table cells: 2 random; two horizons
     assert empty.audited == 2 * (11 + 2 + 2) and "vocab 2..2" in empty.space
@@ -155,7 +155,7 @@ def test_the_search_of_a_correct_loop_states_the_space_it_covered():
 
 
 def test_a_loop_in_the_users_own_file_is_found_and_its_regression_test_replays_it(user_loops):
-    found = es.audit_loop(user_loops.resample_from_target, target=None, search=True, progress=False)
+    found = es.search_loop(user_loops.resample_from_target, progress=False)
     assert found.kind == "loop" and found.sampler_ref == f"{USER_MODULE}:resample_from_target"
     inst = found.instance
     assert (inst.vocab, inst.tokens, inst.family) == (2, 1, "context_free")
@@ -175,7 +175,7 @@ def test_the_regression_test_replays_the_search_options():
     # (issue 16: at float32 the loop also runs on float64 stand-ins and the tolerance is what float64 rounding may
     # cost there; the reference is a figure, no longer a widening, so tolerance 0 would demand an exact float64
     # run of the fixed loop below: a non-default tolerance still shows the option is replayed)
-    found = es.audit_loop(loops.bonus_from_draft, target=None, search=True, progress=False, dtype=torch.float32,
+    found = es.search_loop(loops.bonus_from_draft, progress=False, dtype=torch.float32,
                           reference=1, on_error="record", tolerance=F(1, 2 ** 50))
     assert found.loop == {**DEFAULT_OPTIONS, "dtype": "float32", "reference": 1, "on_error": "record",
                           "tolerance": str(F(1, 2 ** 50))}
@@ -190,7 +190,7 @@ def test_the_regression_test_replays_the_search_options():
 
 
 def test_an_importable_reference_loop_is_imported_by_the_regression_test():
-    found = es.audit_loop(loops.bonus_from_draft, target=None, search=True, progress=False,
+    found = es.search_loop(loops.bonus_from_draft, progress=False,
                           reference=loops.speculative_sampling)
     assert found.loop["reference"] == f"{ZOO}:speculative_sampling"
     text = found.to_pytest()
@@ -201,11 +201,11 @@ def test_an_importable_reference_loop_is_imported_by_the_regression_test():
 
 def test_loops_and_references_no_test_can_import_get_typed_errors_from_to_pytest():
     closure = lambda t, d, p: loops.bonus_from_draft(t, d, p)  # noqa: E731
-    found = es.audit_loop(closure, target=None, search=True, progress=False)
+    found = es.search_loop(closure, progress=False)
     assert found.kind == "loop" and found.sampler_ref == ""
     with pytest.raises(es.ExactSpecError, match="the loop '<lambda>' cannot be imported by a test"):
         found.to_pytest()
-    found = es.audit_loop(loops.bonus_from_draft, target=None, search=True, progress=False,
+    found = es.search_loop(loops.bonus_from_draft, progress=False,
                           reference=lambda t, d, p: loops.speculative_sampling(t, d, p))
     assert found.loop["reference"] == ""
     with pytest.raises(es.ExactSpecError, match="reference loop .* cannot be imported by a test"):
@@ -226,26 +226,26 @@ def test_loops_and_references_no_test_can_import_get_typed_errors_from_to_pytest
 ])
 def test_search_options_are_checked_before_any_audit(kw, match):
     with pytest.raises(es.ExactSpecError, match=match):
-        es.audit_loop(loops.speculative_sampling, target=None, search=True, progress=False, **kw)
+        es.search_loop(loops.speculative_sampling, progress=False, **kw)
 
 
 def test_search_budgets_make_an_incomplete_search_never_an_empty_one():
-    timed = es.audit_loop(loops.speculative_sampling, target=None, search=True, progress=False,
+    timed = es.search_loop(loops.speculative_sampling, progress=False,
                           budget=es.Budget(seconds=0.001))
     assert isinstance(timed, IncompleteSearch) and timed.exit_code == 3 and "time limit" in timed.reason
-    short = es.audit_loop(loops.speculative_sampling, target=None, search=True, progress=False,
+    short = es.search_loop(loops.speculative_sampling, progress=False,
                           budget=es.Budget(paths=3), max_instances=10)
     # the paths limit applies to each audit: point-mass instances fit in 3 paths, the others do not
     assert isinstance(short, IncompleteSearch) and 0 < short.over_budget < short.audited == 10
     assert "the audit budget was exceeded" in short.reason
-    assert es.audit_loop(loops.speculative_sampling, target=None, search=True, progress=False,
+    assert es.search_loop(loops.speculative_sampling, progress=False,
                          budget=0.001).exit_code == 3
 
 
 def test_a_loop_that_raises_is_a_crash_counterexample_whatever_on_error_says(user_loops):
     # issue 16 section 5: a crash on a valid input is a finding (a counterexample of kind "crash", exit 1), not an
     # instance left uncovered (it was an IncompleteSearch with on_error="raise", a kind "loop" with "record")
-    found = es.audit_loop(user_loops.crash_on_one, target=None, search=True, progress=False, on_error="record")
+    found = es.search_loop(user_loops.crash_on_one, progress=False, on_error="record")
     assert found.kind == "crash" and found.loop["on_error"] == "record" and found.exit_code == 1
     p = found.instance.target[0]
     assert found.instance.tokens == 1 and p[1] > 0
@@ -269,7 +269,7 @@ def test_a_loop_that_raises_is_a_crash_counterexample_whatever_on_error_says(use
     with pytest.raises(es.ExactSpecError, match="output: (is empty, but its probabilities must sum to|sums to )"):
         Counterexample.from_json(json.dumps(d))
     # on_error="raise" (the default): the same crash counterexample (a search records every crash)
-    default = es.audit_loop(user_loops.crash_on_one, target=None, search=True, progress=False)
+    default = es.search_loop(user_loops.crash_on_one, progress=False)
     assert default == found
 
 
@@ -277,7 +277,7 @@ def test_a_loop_that_raises_is_a_crash_counterexample_whatever_on_error_says(use
 
 @pytest.fixture(scope="module")
 def loop_ce():
-    return es.audit_loop(loops.bonus_from_draft, target=None, search=True, progress=False, reference=2)
+    return es.search_loop(loops.bonus_from_draft, progress=False, reference=2)
 
 
 def test_a_loop_counterexample_round_trips_through_json(loop_ce):
@@ -354,11 +354,11 @@ def test_check_refuses_hostile_options_set_in_python(loop_ce):
 
 @pytest.mark.slow  # one pytest subprocess (torch imported there): about 5 s
 def test_the_regression_tests_fail_under_pytest_while_the_loop_is_biased(tmp_path, user_loops):
-    text = es.audit_loop(loops.bonus_from_draft, target=None, search=True, progress=False).to_pytest()
+    text = es.search_loop(loops.bonus_from_draft, progress=False).to_pytest()
     (tmp_path / "test_biased.py").write_text(text)
     (tmp_path / "test_fixed.py").write_text(text.replace("loop_module.bonus_from_draft",
                                                          "loop_module.speculative_sampling"))
-    user = es.audit_loop(user_loops.resample_from_target, target=None, search=True, progress=False)
+    user = es.search_loop(user_loops.resample_from_target, progress=False)
     (tmp_path / "test_user.py").write_text(user.to_pytest())
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", str(tmp_path)],
                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
@@ -393,7 +393,7 @@ def test_cli_json_is_the_counterexample_the_api_returns(capsys):
     assert code == 1
     d = json.loads(out)
     assert "seconds" not in d and d["kind"] == "loop" and d["loop"] == {**DEFAULT_OPTIONS, "reference": 2}
-    api = es.audit_loop(loops.bonus_from_draft, target=None, search=True, progress=False, reference=2)
+    api = es.search_loop(loops.bonus_from_draft, progress=False, reference=2)
     assert Counterexample.from_json(out) == api
     # --no-timings: a second run prints the same bytes
     assert main(capsys, f"{ZOO}:bonus_from_draft", "--json", "--no-timings", "--reference", "2")[1] == out
@@ -487,4 +487,4 @@ def test_cli_a_loop_that_raises(capsys, user_loops, monkeypatch, tmp_path):
 def test_search_refuses_the_instance_arguments_it_would_ignore(given):
     from exactspec.bugzoo import loops
     with pytest.raises(es.ExactSpecError, match="do not apply: the search chooses"):
-        es.audit_loop(loops.speculative_sampling, search=True, **given)
+        es.search_loop(loops.speculative_sampling, **given)

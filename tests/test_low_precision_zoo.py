@@ -261,8 +261,8 @@ def test_correct_entries_are_exact_on_the_dyadic_instance_too(entry):
 
 def search(e: lp.Entry):
     if e.adapter == "loop":
-        return es.audit_loop(e.fn, target=None, search=True, dtype=TORCH[e.dtype], progress=False)
-    return es.audit_sampler(e.fn, adapter=e.adapter, search=True, progress=False)
+        return es.search_loop(e.fn, dtype=TORCH[e.dtype], progress=False)
+    return es.search_sampler(e.fn, adapter=e.adapter, progress=False)
 
 
 @pytest.mark.slow

@@ -41,8 +41,8 @@ def nonzero(law):
 
 def test_native_is_an_rng_model_and_the_default_of_sampler_and_loop_audits_only():
     assert "native" in RNG_MODELS and lattice_for("native") is NATIVE and "continuous" in RNG_MODELS
-    from exactspec.samplers.search import search_from_audit_sampler, search_sampler
-    for fn in (es.audit_sampler, es.audit_loop, search_sampler, search_from_audit_sampler):
+    from exactspec.samplers.search import search_sampler
+    for fn in (es.audit_sampler, es.audit_loop, search_sampler, es.search_loop):
         assert inspect.signature(fn).parameters["rng_model"].default == "native", fn
     # rules are abstract programs: their uniforms stay continuous by default
     assert inspect.signature(es.audit).parameters["rng_model"].default == "continuous"
@@ -184,7 +184,7 @@ def test_torch_strict_non_strict_swap_and_searchsorted_left():
 
 
 def test_the_default_search_finds_a_zero_bug_and_its_regression_test_keeps_the_model():
-    ce = es.audit_sampler(nzoo.searchsorted_left, search=True)
+    ce = es.search_sampler(nzoo.searchsorted_left)
     assert isinstance(ce, es.Counterexample) and ce.rng_model == "native"
     # minimal: vocab 2, gamma 1, p = q = (0, 1): the draft is accepted and the bonus, searched with side='left'
     # into cdf (0, 1), is token 0 when u == 0

@@ -47,6 +47,7 @@ torch = pytest.importorskip("torch")
 import exactspec as es  # noqa: E402
 from exactspec.laws import total_variation  # noqa: E402
 from exactspec.samplers.loops.loop_audit import audit_loop  # noqa: E402
+from exactspec.samplers.loops.loop_search import search_loop  # noqa: E402
 from findings import lossless_figure, observe, release, tv_text  # noqa: E402
 
 REQUIRE = bool(os.environ.get("EXACTSPEC_REQUIRE_PUBLISHED"))
@@ -349,7 +350,7 @@ def test_lucidrains_verification_on_torchs_own_generator(monkeypatch, kwargs, ex
 @needs_litgpt
 def test_litgpt_top_p_crash_is_found_by_the_search_as_a_crash_counterexample():
     # issue 16 section 5: the search met this crash and said "INCOMPLETE ... no counterexample among N instances" (3)
-    found = audit_loop(litgpt_steps(2, 2, top_p=0.6), target=None, search=True, tokens=2, output="new",
+    found = search_loop(litgpt_steps(2, 2, top_p=0.6), tokens=2, output="new",
                        progress=False)
     assert isinstance(found, es.counterexamples.Counterexample) and found.kind == "crash" and found.exit_code == 1
     crash = found.crash

@@ -68,6 +68,7 @@ else:
 import exactspec as es  # noqa: E402
 from exactspec.laws import total_variation  # noqa: E402
 from exactspec.samplers.loops.loop_audit import audit_loop  # noqa: E402
+from exactspec.samplers.loops.loop_search import search_loop  # noqa: E402
 from findings import observe, release, tv_text  # noqa: E402
 
 PINNED = "0.1.1"
@@ -372,7 +373,7 @@ def test_gamma_3_is_lossless(monkeypatch, method):
 def test_naive_hsd_search_finds_no_counterexample():
     # ~60 s: 135 instances (vocab 2-4; context-free, per-position and order-1 laws, including p == q cells, where
     # its 0/0 fallbacks would act), gamma 2, 3 tokens: none biased, none crashing
-    found = audit_loop(seq_loop("naive_hsd", 2, 3), search=True, tokens=3, output="new", rng_model="continuous",
+    found = search_loop(seq_loop("naive_hsd", 2, 3), tokens=3, output="new", rng_model="continuous",
                        progress=False, budget=600)
     assert isinstance(found, es.counterexamples.EmptySearch), found
 

@@ -29,7 +29,7 @@ def counting_models():
 
 
 def sampler_hint(text: str, name: str, adapter: str) -> None:
-    assert f"es.audit_sampler({name}, adapter='{adapter}', search=True)" in text
+    assert f"es.search_sampler({name}, adapter='{adapter}')" in text
     assert f"es.assert_sampler_lossless({name}, adapter='{adapter}')" in text
     assert f"exactspec audit-sampler MODULE:{name} --adapter {adapter}" in text
 
@@ -93,7 +93,7 @@ def test_a_loop_is_refused_with_the_loop_calls():
     assert asked == [] and info.value.kind == "loop"
     text = str(info.value)
     assert "this looks like a whole generation loop fn(target, draft, prompt_ids)" in text
-    assert "es.audit_loop(speculative_sampling, search=True)" in text
+    assert "es.search_loop(speculative_sampling)" in text
     assert "es.assert_loop_lossless(speculative_sampling)" in text
     assert "exactspec audit-loop MODULE:speculative_sampling" in text
     with pytest.raises(es.NotARule, match="es.audit_loop"):
@@ -147,7 +147,7 @@ def test_an_unrecognised_signature_names_both_and_the_adapters():
         es.rules.as_rule(mystery)
     text = str(info.value)
     assert info.value.kind == "sampler or loop" and info.value.adapter == ""
-    assert "es.audit_sampler(mystery, adapter='...', search=True)" in text and "es.audit_loop(mystery" in text
+    assert "es.search_sampler(mystery, adapter='...')" in text and "es.audit_loop(mystery" in text
     assert "one of numpy, numpy-tree, transformers, vllm, flashinfer, vllm-v1, torch-tree" in text
 
 
@@ -255,7 +255,7 @@ def test_a_first_call_that_does_not_bind_adds_the_hint():
     assert not isinstance(info.value, es.NotARule)
     assert "TypeError: correct() missing 2 required positional arguments" in text
     assert "exactspec calls a rule as fn(step, rng), and the two arguments did not bind" in text
-    assert "es.audit_sampler(Forwarding, adapter=..., search=True)" in text and "es.audit_loop(Forwarding" in text
+    assert "es.search_sampler(Forwarding, adapter=...)" in text and "es.audit_loop(Forwarding" in text
 
     def one_argument(step):
         return [0]

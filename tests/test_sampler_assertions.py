@@ -29,7 +29,7 @@ def test_correct_sampler_passes_over_the_whole_small_space():
 
 
 def test_the_default_is_the_search_of_audit_sampler_search_true():
-    # the same space, visited in the same order, as es.audit_sampler(..., search=True) (the CLI's audit-sampler):
+    # the same space, visited in the same order, as es.search_sampler(...) (the CLI's audit-sampler):
     # both stopped after 30 instances, at the same place
     with pytest.raises(es.IncompleteCheckError) as info:
         es.assert_sampler_lossless(zoo.correct, max_instances=30)
@@ -49,7 +49,7 @@ def test_biased_sampler_fails_with_the_counterexample_and_its_regression_test():
     assert not isinstance(err, es.IncompleteCheckError)
     ce = err.counterexample
     assert isinstance(ce, Counterexample) and err.result is ce
-    expected = es.audit_sampler(zoo.shared_uniform, search=True)      # the search the assertion runs
+    expected = es.search_sampler(zoo.shared_uniform)      # the search the assertion runs
     assert (ce.instance, ce.tv, ce.output) == (expected.instance, expected.tv, expected.output) and ce.tv > 0
     text = str(err)
     assert text.splitlines()[0] == ("sampler shared_uniform (adapter numpy) is biased: an exact search over small "

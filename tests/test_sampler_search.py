@@ -1,4 +1,4 @@
-"""A single instance is not an audit: the sampler search (``es.audit_sampler(..., search=True)``, the
+"""A single instance is not an audit: the sampler search (``es.search_sampler(...)``, the
 ``audit-sampler`` default) finds the minimal biased instance, states the space it covered, or says it
 is incomplete, and its counterexample renders a regression test that calls the user's sampler.
 
@@ -63,7 +63,7 @@ def run(capsys, *argv):
 # -- the minimal counterexample ------------------------------------------------------------------------------
 
 def test_default_search_finds_the_minimal_shared_uniform_counterexample():
-    ce = es.audit_sampler(zoo.shared_uniform, adapter="numpy", search=True)
+    ce = es.search_sampler(zoo.shared_uniform, adapter="numpy")
     assert isinstance(ce, Counterexample) and ce.found and ce.exit_code == 1 and ce.kind == "sampler"
     inst = ce.instance
     assert (inst.vocab, inst.shape, inst.tokens, inst.family) == (2, (2,), 2, "context_free")
@@ -90,7 +90,7 @@ def test_a_bonus_token_bug_invisible_at_one_old_default_instance_is_found_by_the
     one = es.audit_sampler(bonus_from_draft, target=inst.target, draft=inst.draft, proposer=inst.proposer,
                            prompt=inst.prompt, tokens=2)
     assert one.verdict == "lossless"
-    ce = es.audit_sampler(bonus_from_draft, search=True)
+    ce = es.search_sampler(bonus_from_draft)
     assert ce.found and (ce.instance.vocab, ce.instance.shape, ce.instance.tokens) == (2, (1,), 2)
     # minimal: with one token the bonus is never observed
     assert lossless_on_grid(bonus_from_draft, 1, 1, 3)
@@ -153,7 +153,7 @@ def test_the_correct_sampler_covers_a_stated_space():
 
 
 def test_trees_are_searched_through_tree_adapters():
-    ce = es.audit_sampler(zoo.multi_sample_match_tree, adapter="numpy-tree", search=True)
+    ce = es.search_sampler(zoo.multi_sample_match_tree, adapter="numpy-tree")
     assert ce.found and ce.instance.proposer_kind == "tree" and ce.adapter == "numpy-tree"
     assert (ce.instance.vocab, ce.instance.shape, ce.instance.tokens) == (2, (2,), 1)
     # minimal: a single child is matched by the single target sample, exactly like the fix
@@ -166,7 +166,7 @@ def test_trees_are_searched_through_tree_adapters():
 
 
 def test_a_time_limit_or_max_instances_gives_an_incomplete_search_never_an_empty_one():
-    cut = es.audit_sampler(zoo.correct, search=True, budget=es.Budget(seconds=0.05))
+    cut = es.search_sampler(zoo.correct, budget=es.Budget(seconds=0.05))
     assert isinstance(cut, IncompleteSearch) and cut.exit_code == 3 and "time limit 0.05 s" in cut.reason
     with pytest.raises(es.ExactSpecError):
         bool(cut)
@@ -253,18 +253,18 @@ def test_search_instances_hands_audit_one_the_documented_keys():
 def test_audit_sampler_search_refuses_what_the_search_chooses():
     for kw in [dict(target=CF(("1/2", "1/2"))), dict(tokens=2), dict(prompt=(0,)), dict(expected=CF(("1/2", "1/2")))]:
         with pytest.raises(es.ExactSpecError, match="does not apply"):
-            es.audit_sampler(zoo.correct, search=True, **kw)
+            es.search_sampler(zoo.correct, **kw)
 
 
 def test_audit_sampler_search_applies_the_float64_tolerance_to_every_instance():
     # tolerance is what float64 rounding may cost (issue 16): the same for every instance, so a search takes it;
     # a tolerance of 0 demands exactness of the float64 run, which float64 rounding of the residual breaks
-    loose = es.audit_sampler(zoo.correct, search=True, tolerance=F(1, 2 ** 40))
-    exact = es.audit_sampler(zoo.correct, search=True, tolerance=0)
+    loose = es.search_sampler(zoo.correct, tolerance=F(1, 2 ** 40))
+    exact = es.search_sampler(zoo.correct, tolerance=0)
     assert not loose and loose.exit_code == 0
     assert exact.found and F(exact.extra["algorithmic_tv"]) > 0
     with pytest.raises(es.ExactSpecError, match="not a tree proposer"):
-        es.audit_sampler(zoo.mss_tree, adapter="numpy-tree", proposer=es.drafts.chain(1), search=True)
+        es.search_sampler(zoo.mss_tree, adapter="numpy-tree", proposer=es.drafts.chain(1))
 
 
 def test_space_extra_tokens_is_validated_and_stated():

@@ -138,18 +138,18 @@ def test_a_time_limit_on_workers_gives_an_incomplete_search_never_an_empty_one()
 
 
 def _loop_space():
-    from exactspec.samplers.loops.loop_audit import loop_space as space
+    from exactspec.samplers.loops.loop_search import loop_space as space
     return space(None, None).with_(vocabs=(2,), tokens=(1, 2), random_points=1)
 
 
 def test_a_loop_search_gives_the_same_result_on_workers():
     pytest.importorskip("torch")
     from exactspec.bugzoo import loops
-    runs = [es.audit_loop(loops.bonus_from_draft, search=True, space=_loop_space(), progress=False, **kw)
+    runs = [es.search_loop(loops.bonus_from_draft, space=_loop_space(), progress=False, **kw)
             for kw in ({"workers": None}, {"workers": 1}, {"workers": 2, "chunk_size": 3})]
     assert isinstance(runs[0], Counterexample) and runs[0].kind == "loop"
     assert whole(runs[0]) == whole(runs[1]) == whole(runs[2])
-    lossless = [es.audit_loop(loops.speculative_sampling, search=True, space=_loop_space().with_(tokens=(1,)),
+    lossless = [es.search_loop(loops.speculative_sampling, space=_loop_space().with_(tokens=(1,)),
                               progress=False, max_instances=7,
                               **kw) for kw in ({"workers": None}, {"workers": 2, "chunk_size": 2})]
     assert isinstance(lossless[0], IncompleteSearch) and whole(lossless[0]) == whole(lossless[1])
@@ -161,6 +161,6 @@ def test_a_lambda_loop_on_workers_is_a_typed_error(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "cloudpickle", None)
     loop = lambda target, draft, prompt: loops.bonus_from_draft(target, draft, prompt)  # noqa: E731
     with pytest.raises(parallel.NotPicklable, match="cannot be sent to worker processes"):
-        es.audit_loop(loop, search=True, space=_loop_space(), progress=False, workers=2)
+        es.search_loop(loop, space=_loop_space(), progress=False, workers=2)
     assert cli.main(["audit-loop", "exactspec.bugzoo.loops:bonus_from_draft", "--workers", "-2", "-q"]) == 2
     assert "--workers must be >= 0" in capsys.readouterr().err

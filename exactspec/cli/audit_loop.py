@@ -30,7 +30,8 @@ def _cmd_audit_loop(args: Any) -> int:
     from ..samplers.rounding import F64_ALLOWANCE
     tolerance = F64_ALLOWANCE if args.tolerance is None else args.tolerance
     import torch
-    from ..samplers.loops.loop_audit import audit_loop, loop_space as _loop_space
+    from ..samplers.loops.loop_audit import audit_loop
+    from ..samplers.loops.loop_search import loop_space, search_loop
     options = dict(kind=args.kind, dtype=getattr(torch, args.precision or args.dtype or "float64"),
                    output=args.output, on_error=args.on_error, reference=args.reference, tolerance=tolerance,
                    rng_model=args.rng_model)
@@ -40,10 +41,10 @@ def _cmd_audit_loop(args: Any) -> int:
                                "order-1 models)")
         if args.vocab < 2:
             raise InvalidValue(f"--vocab (the search's largest vocabulary) must be >= 2, got {args.vocab}")
-        space = _loop_space(None, args.tokens).with_(vocabs=tuple(range(2, args.vocab + 1)))
+        space = loop_space(None, args.tokens).with_(vocabs=tuple(range(2, args.vocab + 1)))
         workers = parallel.AUTO if args.workers is None else args.workers   # default: every core for a long search
-        found = audit_loop(fn, target=None, search=True, space=space, seed=args.seed, budget=args.time_limit,
-                           progress=not args.quiet, workers=workers, **options)
+        found = search_loop(fn, space=space, seed=args.seed, budget=args.time_limit, progress=not args.quiet,
+                            workers=workers, **options)
         return _code_search_out(args, found)
     inst = make_instance(vocab=args.vocab, order=args.order, gamma=1, tokens=1, seed=args.seed)
     rep = audit_loop(fn, target=inst.target, draft=inst.draft, prompt=inst.prompt or (0,), tokens=args.tokens,

@@ -79,7 +79,7 @@ class Counterexample:
     #: samplers: the adapter's name, and the rng model of the audits (loops: the rng model)
     adapter: str = ""
     rng_model: str = "continuous"
-    #: loops (kind "loop", found by ``es.audit_loop(..., search=True)``; ``sampler_ref`` is then the loop's
+    #: loops (kind "loop", found by ``es.search_loop(...)``; ``sampler_ref`` is then the loop's
     #: ``module:qualname``): the ``es.audit_loop`` options the regression test replays, keys :data:`LOOP_OPTIONS`
     loop: dict = field(default_factory=dict)
     #: crashes (kind "crash"): what raised, how often and where, keys :data:`CRASH_FIELDS`; a sampler's crash
@@ -244,9 +244,8 @@ class Counterexample:
         if of == "audit":
             raise ExactSpecError(f"to_pytest: this counterexample of {str.__repr__(str(self.rule))} came from a "
                                  "generic per-instance search (search_instances), which does not know how to call the "
-                                 "audited code from a test; search a sampler with search_sampler / "
-                                 "es.audit_sampler(..., search=True), or a loop with es.audit_loop(..., "
-                                 "search=True), to get one")
+                                 "audited code from a test; search a sampler with es.search_sampler(...), or a "
+                                 "loop with es.search_loop(...), to get one")
         inst = self.instance
         name, rule_ref = _rule_name(self.rule, strict=False), valid_rule_ref(self.rule_ref)
         ref = rule_ref or f"es.rules.get({str.__repr__(name)})"

@@ -134,10 +134,11 @@ def not_a_rule_message(fn: Any, shape: Shape, where: str = "a rule") -> str:
     n = len(_required_positional(sig)) if sig is not None else 0
     head = (f"{shape.signature} was handed where {where} fn(step, rng) is expected, but it needs {n} positional "
             "arguments, so it cannot be called as a rule: ")
-    loop = (f"use es.audit_loop({name}, search=True) (an exact search over small instances), "
+    loop = (f"use es.search_loop({name}) (an exact search over small instances; es.audit_loop({name}, "
+            "target=...) audits one), "
             f"es.assert_loop_lossless({name}) in a test, or `exactspec audit-loop MODULE:{name}` in a shell")
     adapter = shape.adapter or "..."
-    sampler = (f"use es.audit_sampler({name}, adapter={adapter!r}, search=True) (an exact search over small "
+    sampler = (f"use es.search_sampler({name}, adapter={adapter!r}) (an exact search over small "
                f"instances), es.assert_sampler_lossless({name}, adapter={adapter!r}) in a test, or "
                f"`exactspec audit-sampler MODULE:{name} --adapter {shape.adapter or 'ADAPTER'}` in a shell")
     if not shape.adapter:
@@ -215,7 +216,8 @@ def binding_hint(fn: Any, exc: BaseException, caller: CodeType, first: bool) -> 
             return ""
     name = getattr(fn, "__name__", type(fn).__name__)
     return (" (exactspec calls a rule as fn(step, rng), and the two arguments did not bind; if "
-            f"{name} is a sampler, audit it with es.audit_sampler({name}, adapter=..., search=True) or "
+            f"{name} is a sampler, audit it with es.search_sampler({name}, adapter=...) or "
             f"es.assert_sampler_lossless / `exactspec audit-sampler`; if it is a whole generation loop "
-            f"fn(target, draft, prompt_ids), with es.audit_loop({name}, search=True) or es.assert_loop_lossless / "
+            f"fn(target, draft, prompt_ids), with es.search_loop({name}) (es.audit_loop({name}, target=...) for "
+            "one instance) or es.assert_loop_lossless / "
             "`exactspec audit-loop`)")

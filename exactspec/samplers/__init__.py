@@ -9,11 +9,12 @@ The layers, each importing only from the ones before it (no circle between them)
 - :mod:`exactspec.samplers.adapters`: one base class below the registry and the adapters (numpy,
   torch, declarative, tree; the published engines' in :mod:`exactspec.samplers.adapters.engines`),
   and the check that an adapter fits a sampler (:mod:`exactspec.samplers.adapters.fit`);
-- what a user calls: ``audit_sampler`` (:mod:`exactspec.samplers.audit`) over the search over small
-  instances (:mod:`exactspec.samplers.search`) over the audit of one instance
+- what a user calls: ``audit_sampler`` (:mod:`exactspec.samplers.audit`, one instance) and ``search_sampler``
+  (:mod:`exactspec.samplers.search`, small instances), both over the audit of one instance
   (:mod:`exactspec.samplers.instance`), and the rounding-or-bias decision they share with the loop
   audit (:mod:`exactspec.samplers.rounding`);
-- :mod:`exactspec.samplers.loops`: the stand-in models and the whole-loop audit, built on the sampler audit.
+- :mod:`exactspec.samplers.loops`: the stand-in models, the whole-loop audit (``audit_loop``) and search
+  (``search_loop``), built on the sampler audit and search.
 
 The torch adapters (``TransformersChainAdapter``, ``VllmChainAdapter``, ``TorchTreeAdapter``,
 ``torch_tree``, ``reference_torch_tree``), the tree buffer helper (``tree_buffers``,
@@ -33,6 +34,7 @@ from .adapters.base import Adapter
 from .adapters.explicit_uniforms import TensorRandomnessAdapter, tensor_randomness
 from .randomness.numpy_rng import EnumGenerator
 from .loops.loop_audit import LoopReport, audit_loop, reference_loop
+from .loops.loop_search import search_loop
 from .audit import ROUNDING_TOLERANCE, audit_sampler
 from .search import sampler_space, search_instances, search_sampler
 from .loops.stand_in import stand_in
@@ -65,4 +67,4 @@ def __getattr__(name: str) -> object:
 __all__ = ["audit_sampler", "Adapter", "NumpyChainAdapter", "numpy_chain", "reference_numpy_chain", "get_adapter",
            "NumpyTreeAdapter", "numpy_tree", "reference_numpy_tree",
            "ADAPTERS", "EnumGenerator", "ROUNDING_TOLERANCE", "audit_loop", "stand_in", "LoopReport",
-           "reference_loop", "search_sampler", "tensor_randomness", "TensorRandomnessAdapter", "search_instances", "sampler_space", *_NEEDS_TORCH]
+           "reference_loop", "search_sampler", "search_loop", "tensor_randomness", "TensorRandomnessAdapter", "search_instances", "sampler_space", *_NEEDS_TORCH]

@@ -1,14 +1,15 @@
-"""``audit_sampler``: the exact law of a third-party sampler, on one instance or searched over small ones.
+"""``audit_sampler``: the exact law of a third-party sampler on one instance.
 
-What a user calls (``es.audit_sampler``): one instance is audited by
-:func:`~exactspec.samplers.instance.audit_instance`, ``search=True`` runs the search over small instances
-(:func:`~exactspec.samplers.search.search_sampler`), which audits each of them the same way. This module sits
-above both (the search imports the one-instance audit, never this module).
+What a user calls (``es.audit_sampler``): the instance is audited by
+:func:`~exactspec.samplers.instance.audit_instance`. Searching small instances is a function of its own,
+:func:`~exactspec.samplers.search.search_sampler` (``es.search_sampler``), which audits each of them the same way;
+``audit_sampler(search=True)`` is refused with a typed error naming it.
 
 >>> import exactspec as es
 >>> from exactspec.bugzoo import numpy_samplers as zoo
->>> es.audit_sampler(zoo.shared_uniform, adapter="numpy", search=True).instance.vocab
-2
+>>> p, q = es.models.context_free(("1/2", "1/2")), es.models.context_free(("1/4", "3/4"))
+>>> es.audit_sampler(zoo.correct, target=p, draft=q, proposer=es.drafts.chain(1), tokens=2).verdict
+'lossless'
 """
 
 from __future__ import annotations
@@ -19,15 +20,17 @@ from ..enumerate import Budget
 from ..enumerate.step import check_budget
 from ..models import Model
 from .instance import ROUNDING_TOLERANCE, audit_instance
-from .search import search_from_audit_sampler
+from .signatures import refusing
 
 __all__ = ["audit_sampler", "ROUNDING_TOLERANCE"]
 
 
+@refusing({"search": "audit_sampler(search=True) is search_sampler(...) now: es.search_sampler(sampler, "
+                     "adapter=..., ...) searches small instances; audit_sampler audits one (drop search=)"})
 def audit_sampler(sampler: Callable, *, adapter: Any = None, target: Model | None = None,
                   draft: Model | None = None, proposer: Any = None, prompt: Sequence[int] = (), tokens: int | None = None,
                   rng_model: str = "native", expected: Model | None = None, reference: bool | None = None,
-                  tolerance: Any = ROUNDING_TOLERANCE, budget: Budget | None = None, search: bool = False,
+                  tolerance: Any = ROUNDING_TOLERANCE, budget: Budget | None = None,
                   precision: str | None = None, cache: bool = True, on_error: str = "raise",
                   progress: Any = None) -> Any:
     """Audit a real sampler exactly: every draw it makes forks the enumeration, floats are exact rationals.
@@ -46,8 +49,8 @@ def audit_sampler(sampler: Callable, *, adapter: Any = None, target: Model | Non
     either precision; a sampler that casts down is held to size-derived float32 bounds instead, and
     between them the verdict is ``undecided`` (exit 3). ``extra["float_boundary"]`` holds the
     decision, ``extra["algorithmic_tv"]`` the TV it rests on, ``extra["float64_run"]`` the second
-    run. With ``reference`` (default True for one instance, False for a search) the adapter's
-    correct reference sampler is audited too, as figures
+    run. With ``reference`` (default True here, False in :func:`~exactspec.samplers.search.search_sampler`) the
+    adapter's correct reference sampler is audited too, as figures
     only: ``rounding_tv`` (at the sampler's precision, vs the exact rule it implements),
     ``rounding_tv_float32`` / ``rounding_tv_float64``, and ``reference_tv`` (this sampler vs that
     reference); a reference further than 2**-12 from its exact rule is refused as broken.
@@ -97,17 +100,18 @@ def audit_sampler(sampler: Callable, *, adapter: Any = None, target: Model | Non
     boundary runs it again): a bar with an ETA on a terminal past a second, a line every few seconds
     in a log; False nothing; a function ``progress(done, total)`` receives it (percent, of 100).
 
-    ``search=True``: no single instance but an exact search over small ones, returning a minimal
-    Counterexample (of kind ``"crash"`` when the sampler raises on some instance), an EmptySearch
-    or an IncompleteSearch (:mod:`exactspec.samplers.search`).
+    One instance is rarely enough: :func:`~exactspec.samplers.search.search_sampler` (``es.search_sampler``)
+    searches small ones exactly, returning a minimal Counterexample (of kind ``"crash"`` when the sampler raises on
+    some instance), an EmptySearch or an IncompleteSearch; ``search=`` here is a typed error saying so.
+
+    >>> import exactspec as es
+    >>> from exactspec.bugzoo import numpy_samplers as zoo
+    >>> p, q = es.models.context_free(("1/2", "1/2")), es.models.context_free(("1/4", "3/4"))
+    >>> r = es.audit_sampler(zoo.shared_uniform, target=p, draft=q, proposer=es.drafts.chain(2), tokens=3)
+    >>> r.verdict
+    'biased'
     """
     check_budget(budget, "audit_sampler")
-    if search:  # the search chooses target, draft, prompt and tokens; it audits each instance through audit_instance
-        given = {k: v for k, v in locals().items() if k not in ("sampler", "search")}
-        given["reference"] = bool(reference)        # the rounding figures cost four audits an instance: asked for
-        if progress is None:
-            del given["progress"]                   # the search's own default
-        return search_from_audit_sampler(sampler, **given)
     return audit_instance(sampler, adapter=adapter, target=target, draft=draft, proposer=proposer, prompt=prompt,
                           tokens=tokens, rng_model=rng_model, expected=expected, reference=reference,
                           tolerance=tolerance, budget=budget, precision=precision, cache=cache, on_error=on_error,

@@ -270,7 +270,7 @@ def audit_instance(sampler: Callable, *, adapter: Any = None, target: Model | No
                    reference: bool | None = None, tolerance: Any = ROUNDING_TOLERANCE, budget: Budget | None = None,
                    precision: str | None = None, cache: bool = True, on_error: str = "raise",
                    progress: Any = None) -> AuditReport:
-    """Audit a real sampler exactly on one instance: :func:`exactspec.audit_sampler` without ``search=``.
+    """Audit a real sampler exactly on one instance: what :func:`exactspec.audit_sampler` runs.
 
     The arguments are :func:`~exactspec.samplers.audit.audit_sampler`'s (documented there); the search
     (:mod:`exactspec.samplers.search`) audits each of its instances through this.

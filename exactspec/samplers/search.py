@@ -56,7 +56,7 @@ from .instance import audit_instance
 from .adapters.fit import DEFAULT_ADAPTER, check_default_adapter
 from .randomness.interception import intercepting
 
-__all__ = ["search_sampler", "search_instances", "sampler_space", "sampler_reference"]
+__all__ = ["search_sampler", "search_instances", "sampler_space", "sampler_reference", "split_budget"]
 
 #: instances per chunk of a sampler search on workers (an instance's audit takes 5-200 ms: a chunk amortises
 #: the worker's patching of the random functions and the transfer, and leaves a few chunks per core)
@@ -496,26 +496,57 @@ def sampler_reference(sampler: Any) -> str:
         return ""
 
 
+#: the keywords of a one-instance audit that a search refuses: it chooses the laws, prompts and horizons itself
+INSTANCE_ARGUMENTS = ("target", "draft", "prompt", "tokens", "expected")
+
+
+def split_budget(budget: float | Budget | None, instance_budget: Budget | None, where: str
+                 ) -> tuple[float | None, Budget | None]:
+    """A search's ``budget`` as (seconds for the whole search, limits on each audit).
+
+    A number is seconds for the whole search; an :class:`~exactspec.Budget`'s ``seconds`` limit the whole search
+    and its other limits (paths, depth, outcomes) each audit, which ``instance_budget`` then must not also give.
+
+    >>> seconds, each = split_budget(Budget(seconds=5, paths=100), None, "search_sampler")
+    >>> seconds, each.paths, each.seconds
+    (5, 100, None)
+    >>> split_budget(2.5, None, "search_sampler")
+    (2.5, None)
+    """
+    if not isinstance(budget, Budget):
+        return budget, instance_budget
+    if instance_budget is not None:
+        raise InvalidValue(f"{where}: pass the per-audit limits either in budget= (an es.Budget) or in "
+                           "instance_budget=, not both")
+    return budget.seconds, Budget(paths=budget.paths, depth=budget.depth, outcomes=budget.outcomes)
+
+
 def search_sampler(sampler: Any, *, adapter: Any = None, space: Space | None = None, proposer: Any = None,
-                   rng_model: str = "native", seed: int = 0, budget: float | None = None,
+                   rng_model: str = "native", seed: int = 0, budget: float | Budget | None = None,
                    max_instances: int | None = None, progress: Callable[[int, float], None] | bool | None = None,
                    instance_budget: Budget | None = None, workers: int | str | None = parallel.AUTO,
                    executor: Any = None, chunk_size: int | None = None, **audit_kwargs: Any
                    ) -> Counterexample | EmptySearch | IncompleteSearch:
-    """The smallest small instance on which ``sampler`` is biased: what ``audit_sampler(..., search=True)`` does.
+    """The smallest small instance on which ``sampler`` is biased (``es.search_sampler``): the sampler's exact search.
 
     ``sampler``: a function, or ``"module:function"`` (imported, the current directory on
     ``sys.path`` for the import only). Each instance is audited by
     :func:`exactspec.audit_sampler` through ``adapter`` under ``rng_model``; ``space`` defaults to
     :func:`sampler_space` for the adapter's family (``proposer`` fixes its sampling / children and
-    claim). ``budget``: seconds (``None``: no limit), ``max_instances``: audits; see
+    claim; its gamma or expansion is varied). ``budget``: seconds for the whole search (``None``: no limit), or an
+    :class:`~exactspec.Budget` whose ``seconds`` limit the whole search and whose other limits each audit
+    (:func:`split_budget`); ``max_instances``: audits; see
     :func:`search_instances` for the three results. A counterexample's ``to_pytest()`` imports
     the sampler from ``sampler_ref`` (``module:qualname``) and audits it on the minimal instance
     (a crash counterexample's with ``on_error="record"``: the test fails while the crash remains);
     every instance is audited with ``on_error="record"``, so a crash is a finding, never skipped;
     for a sampler no test can import (a lambda, a closure, ``__main__``) ``sampler_ref`` is ``""``
     and ``to_pytest()`` raises an :class:`~exactspec.ExactSpecError` saying so. ``audit_kwargs`` go
-    to every :func:`exactspec.audit_sampler` call unchanged (the generated test does not repeat them).
+    to every :func:`exactspec.audit_sampler` call unchanged (the generated test does not repeat them):
+    ``tolerance`` (what float64 rounding may cost), ``precision``, ``cache``, ``reference`` (the rounding
+    figures, off unless asked for: they cost more audits an instance). The search chooses the laws, prompts and
+    horizons, so ``target``, ``draft``, ``prompt``, ``tokens`` and ``expected`` are refused with an
+    :class:`~exactspec.errors.InvalidType` (never ignored).
     ``adapter`` left out is ``"numpy"``, checked when the search finds a crash: a sampler that raises on
     its first call there while another registered adapter runs it is an
     :class:`~exactspec.errors.AdapterMismatch` naming those adapters, not a crash counterexample
@@ -524,8 +555,7 @@ def search_sampler(sampler: Any, *, adapter: Any = None, space: Space | None = N
     ``workers`` / ``executor`` / ``chunk_size``: the instances are audited in chunks on worker processes
     (``0``: every core; ``1``: this process, through the chunked path), the sampler sent as its
     ``module:function`` reference and the adapter by name (see :func:`search_instances`); the result
-    is the in-process one. ``"auto"`` (the default, here, in ``audit_sampler(search=True)`` and on the
-    command line): every core when the planned instances are estimated to take long enough
+    is the in-process one. ``"auto"`` (the default, here and on the command line): every core when the planned instances are estimated to take long enough
     (:data:`SAMPLER_INSTANCE_SECONDS` each, :data:`TORCH_SAMPLER_INSTANCE_SECONDS` through a torch
     adapter; :func:`exactspec.parallel.auto_workers`) and the sampler can be sent to workers, this
     process otherwise (and with a ``progress`` function, which counts audits here and chunks there).
@@ -541,6 +571,11 @@ def search_sampler(sampler: Any, *, adapter: Any = None, space: Space | None = N
     True
     """
     from .adapters.registry import get_adapter
+    given = [k for k in INSTANCE_ARGUMENTS if k in audit_kwargs]
+    if given:
+        raise InvalidType(f"search_sampler: {'= and '.join(given)}= do{'es' if len(given) == 1 else ''} not apply: "
+                          "the search chooses the laws, prompts and horizons (es.audit_sampler audits one instance)")
+    budget, instance_budget = split_budget(budget, instance_budget, "search_sampler")
     if isinstance(sampler, str):
         from .._loading import load_object as _load
         ref = sampler
@@ -686,40 +721,3 @@ def _patched_once(adapter: Any) -> Iterator[None]:
         from .torch_draws import torch_rng  # noqa: F401  (imports torch, so the interception patches it too)
     with intercepting(), one_torch_thread():
         yield
-
-
-def search_from_audit_sampler(sampler: Any, *, adapter: Any = None, proposer: Any = None,
-                              rng_model: str = "native", budget: Budget | None = None, target: Any = None,
-                              draft: Any = None, prompt: Any = (), tokens: Any = None, expected: Any = None,
-                              reference: bool = False, tolerance: Any = None, **more: Any
-                              ) -> Counterexample | EmptySearch | IncompleteSearch:
-    """``es.audit_sampler(..., search=True)``: :func:`search_sampler` with audit_sampler's keywords.
-
-    The search chooses the laws, prompts and horizons: ``target``, ``draft``, ``prompt``, ``tokens``
-    and ``expected`` must be left out (a typed error says so). ``tolerance`` (what float64 rounding
-    may cost) and ``precision`` apply to every audit; ``reference`` (the rounding figures) is off
-    unless asked for. ``proposer`` fixes how drafts are made and scored (its gamma or expansion is
-    varied); ``budget``'s ``seconds`` limit the whole search, its other limits each audit. Any
-    other keyword of ``audit_sampler`` is passed to each audit unchanged.
-
-    >>> import exactspec as es
-    >>> from exactspec.bugzoo import numpy_samplers as zoo
-    >>> es.audit_sampler(zoo.correct, target=es.models.context_free(("1/2", "1/2")), search=True)
-    Traceback (most recent call last):
-    ...
-    exactspec.errors.InvalidValue: audit_sampler(search=True): target= does not apply: the search chooses the laws, prompts and horizons (use search=False to audit one instance)
-    """
-    given = [k for k, v in (("target", target), ("draft", draft), ("tokens", tokens), ("expected", expected))
-             if v is not None] + (["prompt"] if tuple(prompt) != () else [])
-    if tolerance is not None:
-        more["tolerance"] = tolerance
-    if given:
-        raise InvalidValue(f"audit_sampler(search=True): {'= and '.join(given)}= do"
-                           f"{'es' if len(given) == 1 else ''} not apply: the search chooses the laws, prompts and "
-                           "horizons (use search=False to audit one instance)")
-    seconds = None if budget is None else budget.seconds
-    return search_sampler(sampler, adapter=adapter, proposer=proposer, rng_model=rng_model, budget=seconds,
-                          reference=bool(reference),
-                          instance_budget=None if budget is None else Budget(
-                              paths=budget.paths, depth=budget.depth, outcomes=budget.outcomes), **more)
-

@@ -1,8 +1,10 @@
 """``audit_loop``: the exact law of a whole generation loop (drafting included) run on stand-in models.
 
-It is kept as one module: ``audit_loop``, its float-boundary run, its per-branch runner and its search
-share the loop's options and that runner; the stand-ins, the workers and the torch module behind the
-stand-ins are modules of their own.
+It is kept as one module (past 800 lines): ``audit_loop``, its float-boundary runs (own precision, float64,
+precision watch, casts lifted), its per-branch runner and the horizon read from the loop's trace share the loop's
+options and that runner, and split apart they would pass a dozen of them back and forth. The search over small
+instances (:mod:`.loop_search`), the stand-ins, the workers and the torch module behind the stand-ins are modules
+of their own.
 
 Much published speculative decoding has no verification function with a fixed signature: the
 draft loop, the target call, the acceptance test and the bonus token live in one function
@@ -68,6 +70,7 @@ from ..randomness.interception import FLOAT64_LATTICE, describe_rng_model, inter
 from ..randomness.precision_watch import lifting, user_site, watching
 from ..._device import one_torch_thread as _one_torch_thread
 from ..audit import ROUNDING_TOLERANCE
+from ..signatures import refusing
 from .stand_in import KINDS, stand_in
 
 __all__ = ["audit_loop", "reference_loop", "LoopReport", "DEFAULT_TOKENS"]
@@ -136,9 +139,9 @@ class LoopReport(CrashReport):
         return text
 
 
-def _check_fn(fn: Any) -> str:
+def _check_fn(fn: Any, where: str = "audit_loop") -> str:
     if not callable(fn):
-        raise InvalidType(f"audit_loop: fn must be a function fn(target, draft, prompt_ids) -> tokens, got "
+        raise InvalidType(f"{where}: fn must be a function fn(target, draft, prompt_ids) -> tokens, got "
                           f"{type(fn).__name__} {fn!r}")
     return getattr(fn, "__name__", None) or type(fn).__name__
 
@@ -289,13 +292,22 @@ def _spread(ids: list, n0: int, rng: Any) -> list:
     return outs
 
 
+#: the options of the loop search only: given to :func:`audit_loop`, a typed error naming ``search_loop``
+_SEARCH_ONLY = ("space", "seed", "max_instances", "instance_budget", "executor", "chunk_size")
+_SEARCH_REFUSED = ("audit_loop: {names}: search options, taken by es.search_loop(fn, ...), which searches small "
+                   "instances (audit_loop audits one)")
+
+
+@refusing({"search": "audit_loop(search=True) is search_loop(...) now: es.search_loop(fn, ...) searches small "
+                     "instances; audit_loop audits one (drop search=)",
+           **{k: _SEARCH_REFUSED for k in _SEARCH_ONLY}})
 def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Model | None = None,
                prompt: Sequence[int] | None = None,
                tokens: int | None = None, kind: str = "torch-lm", dtype: Any = None, output: str = "full",
                on_error: str = "raise", expected: Model | None = None, budget: Budget | None = None,
-               tolerance: Any = ROUNDING_TOLERANCE, search: bool = False, rng_model: str = "native",
-               worst: int = 5, reference: Callable[..., Any] | None = None, progress: Any = None,
-               **search_options: Any) -> Any:
+               tolerance: Any = ROUNDING_TOLERANCE, rng_model: str = "native",
+               worst: int = 5, reference: Callable[..., Any] | int | None = None, progress: Any = None,
+               workers: int | str | None = parallel.AUTO) -> LoopReport:
     """Audit a whole generation loop exactly: ``fn(target_lm, draft_lm, prompt_ids)`` run on every branch.
 
     ``fn`` receives stand-ins of ``target`` and ``draft`` (``kind="torch-lm"``: ``torch.nn.Module``
@@ -368,7 +380,7 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     a log; :mod:`exactspec._progress`), False nothing, a function ``progress(done, total)`` receives
     it (``done`` percent of ``total`` 100, per run of the loop).
 
-    ``workers`` (one instance; a search option with ``search=True``): ``"auto"`` (default) runs the
+    ``workers``: ``"auto"`` (default) runs the
     branches left after :data:`~exactspec.samplers.loops._on_workers.SWITCH_AFTER` seconds on every core
     (forked worker processes that inherit the loop and the stand-ins; a shorter audit never starts them),
     a number of processes (0: every core), or None or 1: this process only. Where the platform cannot fork,
@@ -376,17 +388,10 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     What a branch changes outside the loop's return value (a global it appends to) changes in the
     worker that ran it, not here: pass ``workers=None`` to observe such side effects.
 
-    ``search=True`` audits the loop on every instance of a small space instead (vocab 2..4,
-    context-free, per-position and order-1 models; ``tokens`` 1..4) and returns a minimal
-    :class:`~exactspec.counterexamples.Counterexample` (of ``kind`` ``"crash"`` when the loop raises
-    on an instance: every instance is audited with ``on_error="record"``, a crash is a finding), an
-    :class:`~exactspec.counterexamples.EmptySearch` or an
-    :class:`~exactspec.counterexamples.IncompleteSearch` (``search_options`` go to
-    :func:`exactspec.samplers.search.search_instances`: ``space``, ``budget`` seconds,
-    ``max_instances``, ``seed``, ``workers``: ``"auto"`` by default, every core for a search long enough to
-    pay for a pool, the instances of a chunk each audited in one process); the search chooses the laws,
-    prompt and horizon, so ``target``,
-    ``draft``, ``prompt`` and ``expected`` are refused with it (a typed error, never ignored).
+    One instance is rarely enough: :func:`~exactspec.samplers.loops.loop_search.search_loop`
+    (``es.search_loop``) audits the loop on every instance of a small space and returns a minimal
+    counterexample; ``search=`` and the search's own options (``space``, ``seed``, ``max_instances``, ...) are
+    refused here with an :class:`~exactspec.errors.InvalidType` naming it.
 
     >>> import torch, exactspec as es
     >>> from fractions import Fraction as F
@@ -400,25 +405,10 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     ('biased', Fraction(1, 4), 'this instance (one whole run of the loop, drafting included)')
     """
     name = _check_fn(fn)
-    if search:
-        given = [k for k, v in (("target", target), ("draft", draft), ("prompt", prompt), ("expected", expected))
-                 if v is not None]
-        if given:
-            raise ExactSpecError(f"audit_loop(search=True): {'= and '.join(given)}= do not apply: the search chooses "
-                                 "the laws, prompts and horizons (use search=False to audit one instance)")
-        if progress is not None:
-            search_options["progress"] = progress
-        return _search(fn, name, tokens=tokens, kind=kind, dtype=dtype, output=output, on_error=on_error,
-                       tolerance=tolerance, rng_model=rng_model, worst=worst, reference=reference,
-                       options=search_options, budget=budget)
-    workers = search_options.pop("workers", parallel.AUTO)
     if not (workers is None or (isinstance(workers, str) and workers == parallel.AUTO)
             or (isinstance(workers, int) and not isinstance(workers, bool) and workers >= 0)):
         raise ExactSpecError(f"audit_loop: workers must be 'auto', an int >= 0 (0: every core) or None, got "
                              f"{workers!r}")
-    if search_options:
-        raise ExactSpecError(f"audit_loop: unexpected keyword argument(s) {sorted(search_options)} (they are search "
-                             "options: pass search=True)")
     if not isinstance(target, Model):
         raise InvalidType(f"audit_loop: target must be an exactspec model (es.models.*), got {target!r}")
     for label, m in (("draft", draft), ("expected", expected)):
@@ -968,9 +958,9 @@ class _Branches:
 
 
 def _check_options(where: str, *, tokens: Any, kind: Any, output: Any, on_error: Any, worst: Any) -> None:
-    """Refuse a bad option of :func:`audit_loop` (one instance or the search) with a typed error naming it."""
+    """Refuse a bad option of :func:`audit_loop` or of the loop search (``where``) with an error naming it."""
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
-        what = "tokens (the horizon of every instance)" if where.endswith("(search=True)") else "tokens"
+        what = "tokens (the horizon of every instance)" if where == "search_loop" else "tokens"
         raise _int_error(tokens)(f"{where}: {what} must be an int >= 1, got {tokens!r}")
     if kind not in KINDS:
         raise InvalidValue(f"{where}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
@@ -1052,136 +1042,3 @@ def _calls(lm: Any) -> int:
     """The target forward calls of this branch (0 when the stand-in does not count them)."""
     n = getattr(lm, "calls", None)
     return n if isinstance(n, int) else 0
-
-
-#: what ``workers="auto"`` assumes one instance of a loop search costs in this process, in seconds (the default
-#: search of ``exactspec.bugzoo.loops:speculative_sampling``, 540 instances, took 169 s CPU on a loaded 2-core machine)
-LOOP_INSTANCE_SECONDS = 0.3
-
-
-class _LoopAudit:
-    """``audit_one`` of the loop search (crashes recorded whatever ``on_error`` says: each is a finding).
-
-    ``for_workers()``: the same audit with the loop (and a reference loop) ready for worker processes
-    (:func:`exactspec.parallel.portable`); ``rebuild()`` undoes that in a worker.
-    """
-
-    def __init__(self, fn: Callable, kind: str, dtype: Any, output: str, tol: Fraction, rng_model: str, worst: int,
-                 reference: Any) -> None:
-        self.fn, self.kind, self.dtype, self.output, self.tol = fn, kind, dtype, output, tol
-        self.rng_model, self.worst, self.reference = rng_model, worst, reference
-
-    def __call__(self, inst: dict) -> AuditReport:
-        return audit_loop(self.fn, target=inst["target"], draft=inst["draft"], prompt=inst["prompt"],
-                          tokens=inst["tokens"], kind=self.kind, dtype=self.dtype, output=self.output,
-                          on_error="record", tolerance=self.tol, rng_model=self.rng_model, worst=self.worst,
-                          budget=inst.get("budget"), reference=self.reference, progress=False, workers=None)
-
-    def _with(self, fn: Any, reference: Any) -> "_LoopAudit":
-        return _LoopAudit(fn, self.kind, self.dtype, self.output, self.tol, self.rng_model, self.worst, reference)
-
-    def for_workers(self) -> "_LoopAudit":
-        return self._with(parallel.portable(self.fn, "loop"), parallel.portable(self.reference, "reference loop")
-                          if callable(self.reference) else self.reference)
-
-    def rebuild(self) -> "_LoopAudit":
-        return self._with(parallel.load_portable(self.fn), parallel.load_portable(self.reference))
-
-
-def loop_space(space: Any, tokens: int | None) -> Any:
-    """The space of a loop search: every instance gets the prompt ``(0,)`` (loops need a context to start from).
-
-    ``space`` None gives the default (one draft shape, horizons 1..4 or ``tokens``); an exactspec
-    :class:`~exactspec.counterexamples.space.Space` is taken as it is, with the prompt added.
-
-    >>> loop_space(None, 2).describe().split(";")[0]
-    'vocab 2..4, tokens 2..2, prompt (0,), families context_free, per_position, table'
-    """
-    import dataclasses
-
-    from ...counterexamples.space import Space
-
-    class LoopSpace(Space):
-        """A :class:`~exactspec.counterexamples.space.Space` whose instances all start from the prompt ``(0,)``."""
-
-        def instance(self, *args: Any, **kwargs: Any) -> Any:
-            inst = super().instance(*args, **kwargs)
-            return inst if inst.prompt else dataclasses.replace(inst, prompt=(0,))
-
-        def describe(self) -> str:   # the loop drafts with its own gamma: the space's one shape is not a gamma
-            return re.sub(r", gamma \{[^}]*\}", "", super().describe()).replace(", families", ", prompt (0,), families",
-                                                                              1)
-
-        def describe_cell(self, cell: Any) -> str:
-            return re.sub(r", gamma \d+", "", super().describe_cell(cell))
-
-    if space is None:   # the loop drafts with its own gamma: one shape, horizons 1..4 (or the one asked for)
-        return LoopSpace(vocabs=(2, 3, 4), shapes=((1,),), tokens=(tokens,) if tokens else (1, 2, 3, 4),
-                         max_denominator=7, random_points=6, exhaustive_denominator=2, exhaustive_limit=36)
-    if not isinstance(space, Space):
-        raise InvalidType(f"audit_loop(search=True): space must be an exactspec Space, got {space!r}")
-    return LoopSpace(**{f.name: getattr(space, f.name) for f in dataclasses.fields(space)})
-
-
-def _search(fn: Callable, name: str, *, tokens: int | None, kind: str, dtype: Any, output: str,
-            on_error: str, tolerance: Any, rng_model: str, worst: int, reference: Any, options: dict,
-            budget: Any = None) -> Any:
-    """``audit_loop(..., search=True)``: every instance of a small space (see :func:`audit_loop`).
-
-    The options are checked before any audit (bad input is an error, not an instance that
-    raised). ``budget``: seconds for the whole search (a number), or an :class:`~exactspec.Budget`
-    whose ``seconds`` limit the whole search and whose other limits each audit. A counterexample
-    is of ``kind`` ``"loop"``: ``sampler_ref`` is the loop's ``module:qualname`` (``""`` when no
-    test can import it), ``loop`` the options its ``to_pytest()`` replays.
-    """
-    import dataclasses
-
-    from ...counterexamples.counterexample import Counterexample, valid_loop_options
-    from ..search import sampler_reference, search_instances, search_workers as _auto_workers
-    where = "audit_loop(search=True)"
-    _check_options(where, tokens=tokens, kind=kind, output=output, on_error=on_error, worst=worst)
-    tol = to_rational(tolerance, f"{where} tolerance")
-    if tol < 0:
-        raise ExactSpecError(f"{where}: tolerance must be >= 0, got {tolerance!r}")
-    lattice_for(rng_model)   # an unknown rng model is an error here, not on every instance
-    if isinstance(reference, bool) or not (reference is None or isinstance(reference, int) or callable(reference)):
-        raise ExactSpecError(f"{where}: reference must be a loop fn(target, draft, prompt_ids) or a gamma for "
-                             f"reference_loop, got {reference!r}")
-    if isinstance(reference, int) and reference < 1:
-        raise ExactSpecError(f"{where}: reference (a gamma for reference_loop) must be >= 1, got {reference!r}")
-    import torch
-    if dtype is None:
-        dtype = torch.float64
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ExactSpecError(f"{where}: dtype must be a torch floating dtype such as torch.float64, got {dtype!r}")
-    opts = dict(options)
-    space = loop_space(opts.pop("space", None), tokens)
-    if isinstance(budget, Budget):
-        if "instance_budget" in opts:
-            raise ExactSpecError(f"{where}: pass the per-audit limits either in budget= (an es.Budget) or in "
-                                 "instance_budget=, not both")
-        opts["instance_budget"] = Budget(paths=budget.paths, depth=budget.depth, outcomes=budget.outcomes)
-        budget = budget.seconds
-    ref_record: Any = None
-    if isinstance(reference, int):
-        ref_record = reference
-    elif reference is not None:
-        ref_record = sampler_reference(reference)
-    record = valid_loop_options({"stand_in": kind, "dtype": str(dtype).replace("torch.", ""), "output": output,
-                                 "on_error": on_error, "tolerance": str(tol), "reference": ref_record})
-
-    audit_one = _LoopAudit(fn, kind, dtype, output, tol, rng_model, worst, reference)
-    opts.setdefault("workers", parallel.AUTO)
-    if isinstance(opts["workers"], str) and opts["workers"] == parallel.AUTO:   # every core for a long search
-        opts["workers"] = _auto_workers(audit_one, space, LOOP_INSTANCE_SECONDS, budget, opts.get("max_instances"),
-                                        opts.get("progress"))
-    found = search_instances(audit_one, space=space, name=name, budget=budget, **opts)
-    if isinstance(found, Counterexample):  # the output law misses the mass of the branches that raised
-        record["error_probability"] = str(1 - sum(found.output.values(), Fraction(0)))
-        if found.kind == "crash":          # replayed with on_error="record": the test sees the crash's probability
-            record["on_error"] = "record"
-            return dataclasses.replace(found, sampler_ref=sampler_reference(fn), rng_model=rng_model,
-                                       loop=valid_loop_options(record), crash={**found.crash, "of": "loop"})
-        return dataclasses.replace(found, kind="loop", sampler_ref=sampler_reference(fn), rng_model=rng_model,
-                                   loop=record)
-    return found
