@@ -407,8 +407,8 @@ def audit_loop(fn: Callable[..., Any], *, target: Model | None = None, draft: Mo
     name = _check_fn(fn)
     if not (workers is None or (isinstance(workers, str) and workers == parallel.AUTO)
             or (isinstance(workers, int) and not isinstance(workers, bool) and workers >= 0)):
-        raise ExactSpecError(f"audit_loop: workers must be 'auto', an int >= 0 (0: every core) or None, got "
-                             f"{workers!r}")
+        bad = InvalidValue if isinstance(workers, (int, str)) and not isinstance(workers, bool) else InvalidType
+        raise bad(f"audit_loop: workers must be 'auto', an int >= 0 (0: every core) or None, got {workers!r}")
     if not isinstance(target, Model):
         raise InvalidType(f"audit_loop: target must be an exactspec model (es.models.*), got {target!r}")
     for label, m in (("draft", draft), ("expected", expected)):
