@@ -68,7 +68,7 @@ def test_failures_show_the_users_line_and_a_short_complete_summary_not_exactspec
     assert "greedy_match_sampled is not lossless: exact TV 1/5 (decoding sample)" in out
     assert "loop bonus_from_draft is biased" in out and "def test_bonus_from_draft_keeps_the_target_law" in out
     assert "assert_sampler_lossless: vocab must be an int >= 2, got 1" in out
-    assert "ExactSpecError: tokens must be an int >= 1, got 0" in out    # raised deep in the audit, shown here
+    assert "InvalidValue: tokens must be an int >= 1, got 0" in out    # raised deep in the audit, shown here
     # short: each failure is the test's source, the message ("E" lines) and the location
     failures = out.split("short test summary info")[0]
     blocks = re.split(r"\n_{5,} (test_\w+) _{5,}\n", failures)
