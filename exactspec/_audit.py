@@ -7,7 +7,7 @@ import contextvars
 import operator
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, cast
 
 from . import _progress
 from .drafts import chain
@@ -81,7 +81,7 @@ def default_tokens(proposer: Any) -> int:
     return 2 if n is None else n + 1
 
 
-def horizon_scope(proposer: Any, tokens: int) -> dict:
+def horizon_scope(proposer: Any, tokens: int) -> dict[Any, Any]:
     """What a horizon of ``tokens`` observes of a step: positions per step and the unobserved ones.
 
     Positions are 0-based (a chain's position ``gamma`` is the bonus token). The first step's
@@ -99,7 +99,7 @@ def horizon_scope(proposer: Any, tokens: int) -> dict:
                                             "(no max_tokens()): which positions were observed is unknown"}
     first = [j for j in range(n) if j >= tokens]
     second = [j for j in range(n) if j >= tokens - 1]
-    scope: dict = {"tokens": tokens, "positions_per_step": n, "complete": not first and not second,
+    scope: dict[Any, Any] = {"tokens": tokens, "positions_per_step": n, "complete": not first and not second,
                    "unobserved": {"first_step": first, "second_step": second}}
     if first or second:
         scope["note"] = (_unobserved_text(n, first, second) + f"; use tokens >= {n + 1} to observe every position "
@@ -107,8 +107,8 @@ def horizon_scope(proposer: Any, tokens: int) -> dict:
     return scope
 
 
-def _unobserved_text(n: int, first: list, second: list) -> str:
-    def names(js: list) -> str:
+def _unobserved_text(n: int, first: list[Any], second: list[Any]) -> str:
+    def names(js: list[Any]) -> str:
         return f"position {js[0]}" if len(js) == 1 else f"positions {js[0]}..{js[-1]}"
     parts = [f"{names(first)} of the first step"] if first else []
     if second:
@@ -296,8 +296,8 @@ class AuditLaws:
     (True, Fraction(2, 1))
     """
 
-    output: dict
-    expected: dict
+    output: dict[Any, Any]
+    expected: dict[Any, Any]
     tv: Any
     tokens_per_call: Any
     accepted_per_call: Any
@@ -305,7 +305,7 @@ class AuditLaws:
     target_calls: Any
     #: with ``on_error="record"``: per crash (``"Type: message"``), its exact probability and the line of the
     #: rule's code it happened at (``{what: (probability, "file:line in function")}``); None otherwise
-    crashes: dict | None = None
+    crashes: dict[Any, Any] | None = None
 
 
 def compute_laws(engine: Engine, inputs: AuditInputs) -> AuditLaws:
@@ -367,11 +367,11 @@ def compute_laws(engine: Engine, inputs: AuditInputs) -> AuditLaws:
 
 #: inside :func:`shared_expected_laws`: (target, prompt, tokens, rational type) -> [target, its law, the law exported
 #: or None, the outcomes each token's level holds]
-_EXPECTED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("exactspec_expected_laws", default=None)
+_EXPECTED: contextvars.ContextVar[dict[Any, Any] | None] = contextvars.ContextVar("exactspec_expected_laws", default=None)
 
 
 @contextlib.contextmanager
-def shared_expected_laws(memo: dict | None = None) -> Iterator[None]:
+def shared_expected_laws(memo: dict[Any, Any] | None = None) -> Iterator[None]:
     """Inside the block, audits in exact fields of one target (``expected=``), prompt and horizon share its law.
 
     The expected law is computed (and converted to Fractions) once, not once per audit: for a caller
@@ -395,7 +395,7 @@ def shared_expected_laws(memo: dict | None = None) -> Iterator[None]:
         _EXPECTED.reset(token)
 
 
-def _shared_expected(ref: Model, prompt: tuple, tokens: int, fld: Field, engine: Engine) -> list | None:
+def _shared_expected(ref: Model, prompt: tuple[Any, ...], tokens: int, fld: Field, engine: Engine) -> list[Any] | None:
     """The memo entry of ``ref``'s law inside :func:`shared_expected_laws` (computed on a miss), or None outside it
     (and in an inexact field)."""
     memo = _EXPECTED.get()
@@ -406,7 +406,7 @@ def _shared_expected(ref: Model, prompt: tuple, tokens: int, fld: Field, engine:
     if hit is not None and hit[0] is ref:
         for n in hit[3]:
             engine.meter.hold(n)
-        return hit
+        return cast("list[Any] | None", hit)
     law = target_law(ref, prompt, tokens, fld, [ref.order], meter=engine.meter, fast=True)
     levels = [len({k[:n] for k in law}) for n in range(1, tokens + 1)]   # what the levels held, as counted
     hit = memo[key] = [ref, law, None, levels]

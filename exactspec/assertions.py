@@ -139,7 +139,7 @@ _OWN = ("search", "space", "budget", "max_instances", "seed", "vocab", "gamma", 
         "expected", "proposer", "adapter", "progress", "instance_budget")
 
 
-def _audit_options(fn: Callable[..., Any], given: dict, where: str) -> dict:
+def _audit_options(fn: Callable[..., Any], given: dict[Any, Any], where: str) -> dict[Any, Any]:
     """``given`` checked against ``fn``'s keywords (what each audit accepts): a typed error names any other."""
     __tracebackhide__ = _ours     # pytest: the user's line and the message, not this frame
     params = inspect.signature(fn).parameters
@@ -169,7 +169,7 @@ def _small_space(space: Any, family: str, vocab: int | None, gamma: int | None, 
         else:
             from .samplers.search import sampler_space
             space = sampler_space(family)
-    changes: dict = {}
+    changes: dict[Any, Any] = {}
     if vocab is not None:
         changes["vocabs"] = tuple(v for v in space.vocabs if v <= vocab) or (vocab,)
     if gamma is not None:

@@ -19,7 +19,7 @@ import os
 import sys
 from fractions import Fraction
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 from ._numbers import MAX_TEXT, finite_float, parse_rational
 from .errors import ExactSpecError, InexactArithmetic, InvalidType, InvalidValue
@@ -37,7 +37,7 @@ _SAMPLER_LAYER = {os.path.join(os.path.dirname(_HERE), "samplers", *f.split("/")
     "torch_draws/lazy_draws.py")}
 
 
-def _library_dirs() -> tuple:
+def _library_dirs() -> tuple[Any, ...]:
     files = (getattr(sys.modules.get(name), "__file__", None) for name in ("torch", "numpy"))
     return tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in files if f)
 
@@ -197,7 +197,7 @@ class FractionField(Field):
         if type(x) is Fraction:
             return x
         if type(x) is self.Q:    # an mpq is in lowest terms with a positive denominator: no gcd to take again
-            return _FRACTION(int(x.numerator), int(x.denominator))
+            return cast("Fraction", _FRACTION(int(x.numerator), int(x.denominator)))
         return Fraction(int(x.numerator), int(x.denominator))
 
     def to_str(self, x: Any) -> str:
@@ -219,7 +219,7 @@ class FractionField(Field):
 
 
 #: the mpmath contexts numbers and fields sent between processes are rebuilt in, one per precision
-_MP_CONTEXTS: dict = {}
+_MP_CONTEXTS: dict[Any, Any] = {}
 
 
 def _mp_context(precision: int, shared: bool = True) -> Any:
@@ -240,16 +240,16 @@ def _mp_context(precision: int, shared: bool = True) -> Any:
     return ctx
 
 
-def _reduce_mpf(x: Any) -> tuple:
+def _reduce_mpf(x: Any) -> tuple[Any, ...]:
     return _mpf, (x.context.prec, x._mpf_)
 
 
-def _mpf(precision: int, state: tuple) -> Any:
+def _mpf(precision: int, state: tuple[Any, ...]) -> Any:
     """An mpmath number from its pickled state, in this process's context at ``precision`` bits."""
     return _mp_context(precision).make_mpf(state)
 
 
-def _mpmath_field(precision: int, tol_state: tuple) -> "MpmathField":
+def _mpmath_field(precision: int, tol_state: tuple[Any, ...]) -> "MpmathField":
     """An mpmath field from its pickled state: its numbers live in this process's context for its precision."""
     f = MpmathField.__new__(MpmathField)
     f.precision, f.ctx = precision, _mp_context(precision)
@@ -284,7 +284,7 @@ class MpmathField(Field):
         else:
             self._tol = self._tolerance(tolerance)
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         # a report and its numbers go to and from worker processes: the field travels as its precision and
         # tolerance (its mpmath context is private to it, and its number type has no importable name)
         return _mpmath_field, (self.precision, self._tol._mpf_)
@@ -323,7 +323,7 @@ class MpmathField(Field):
 
     def to_str(self, x: Any) -> str:
         # enough decimal digits to read the same binary number back
-        return self.ctx.nstr(self.ctx.mpf(x), int(self.precision * 0.30103) + 3, strip_zeros=False)
+        return cast("str", self.ctx.nstr(self.ctx.mpf(x), int(self.precision * 0.30103) + 3, strip_zeros=False))
 
     def parse(self, s: str, where: str = "number") -> Any:
         """A finite mpmath number from its decimal text (as :meth:`to_str` writes it) or ``"p/q"``.

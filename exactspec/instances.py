@@ -27,12 +27,12 @@ class Instance:
     target: models.Model
     draft: models.Model
     proposer: Any
-    prompt: tuple
+    prompt: tuple[Any, ...]
     tokens: int
 
 
 def make_instance(*, vocab: int = 5, order: int = 2, gamma: int = 4, tokens: int = 4, seed: int = 0,
-                  sampling: str = "sample", claim: str = "draft", prompt: tuple | None = None) -> Instance:
+                  sampling: str = "sample", claim: str = "draft", prompt: tuple[Any, ...] | None = None) -> Instance:
     """A seeded instance: ``random_table(vocab, order, seed)`` target, ``perturbed(target, seed + 1)`` draft.
 
     The prompt defaults to ``(0, 1, ..., order - 1)`` (tokens taken modulo ``vocab``).

@@ -58,11 +58,11 @@ class SweepTable:
     field, a worker lost), else 0.
     """
 
-    rows: list[dict] = field(default_factory=list)
+    rows: list[dict[Any, Any]] = field(default_factory=list[Any])
     mode: str = "audit"
     scope: str = ""
     #: the claims with a condition, by rule name (``Rule.claim_text``): each row's ``claim`` is the claim at its cell
-    conditions: dict = field(default_factory=dict)
+    conditions: dict[Any, Any] = field(default_factory=dict[Any, Any])
 
     @property
     def exit_code(self) -> int:
@@ -80,7 +80,7 @@ class SweepTable:
         """Every claim holds over everything the table covers (``exit_code == 0``)."""
         return self.exit_code == 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[Any, Any]:
         return {"mode": self.mode, "scope": self.scope, "exit_code": self.exit_code, "ok": self.ok,
                 "conditions": dict(self.conditions), "rows": [dict(r) for r in self.rows]}
 
@@ -102,7 +102,9 @@ class SweepTable:
         cols = [c for c in COLUMNS if c not in ("family", "detail", "seconds")]
         table = [cols] + [[str(r[c]) if c != "tv" else _short(r[c]) for c in cols] for r in self.rows]
         widths = [max(len(t[i]) for t in table) for i in range(len(cols))]
-        line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
+
+        def line(row: list[str]) -> str:
+            return "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
         out = [f"exactspec sweep ({self.mode}) — {self.scope}", line(table[0]), line(["-" * w for w in widths])]
         out += [line(t) for t in table[1:]]
         held = sum(r["holds"] == "yes" for r in self.rows)
@@ -130,7 +132,7 @@ def _proposer(family: str, spec: str, gamma: Any) -> Any:
     return tree(expansion, children=how or "iid", claim=claim or "draft")
 
 
-def _cell(job: tuple) -> dict:
+def _cell(job: tuple[Any, ...]) -> dict[Any, Any]:
     """One grid cell, in a worker: an exact audit (or a search) and the row it fills."""
     mode, rule_ref, family, spec, vocab, gamma, tokens, order, seed, fieldname, deadline = job
     from ._audit import audit, default_tokens
@@ -172,7 +174,7 @@ def _cell(job: tuple) -> dict:
     return row
 
 
-def _search_row(row: dict, rule: Any, proposer: Any, family: str, vocab: int, gamma: Any, tokens: int, seed: int,
+def _search_row(row: dict[Any, Any], rule: Any, proposer: Any, family: str, vocab: int, gamma: Any, tokens: int, seed: int,
                 left: float | None) -> None:
     from .counterexamples import Counterexample, EmptySearch, default_space, search
     from .rules.record import configuration
@@ -193,7 +195,7 @@ def _search_row(row: dict, rule: Any, proposer: Any, family: str, vocab: int, ga
         row.update(verdict="incomplete", holds="incomplete", detail=found.reason)
 
 
-def _names(xs: Any, what: str) -> list:
+def _names(xs: Any, what: str) -> list[Any]:
     if isinstance(xs, (str, int)) or not isinstance(xs, Sequence):
         raise InvalidType(f"sweep: {what} must be a non-empty list, got {xs!r}")
     if not xs:

@@ -27,7 +27,7 @@ import math
 import numbers
 import random
 import time
-from typing import Any, Callable, Iterator, Literal, Protocol, overload
+from typing import Any, Callable, Iterator, Literal, Protocol, overload, cast
 
 from .. import _progress
 from ..enumerate import Budget
@@ -123,7 +123,7 @@ class SearchClock:
     (True, ['max_instances 2 reached'])
     """
 
-    def __init__(self, seconds: float | None, instances: int | None, progress: Callable | None) -> None:
+    def __init__(self, seconds: float | None, instances: int | None, progress: Callable[..., Any] | None) -> None:
         self.start = time.perf_counter()
         self.seconds = seconds
         self.deadline = None if seconds is None else self.start + seconds
@@ -214,8 +214,8 @@ def _raise_if_all_raised(rule: Named, clock: SearchClock) -> None:
     raise err from first
 
 
-def incomplete_search(rule: Named, space: Space, clock: SearchClock, cells: list, covered: list[str],
-                      stopped_in: tuple | None) -> IncompleteSearch:
+def incomplete_search(rule: Named, space: Space, clock: SearchClock, cells: list[Any], covered: list[str],
+                      stopped_in: tuple[Any, ...] | None) -> IncompleteSearch:
     """The :class:`IncompleteSearch` of a search that stopped (``covered``: the cells it finished).
 
     A rule that raised on every instance audited is not unexamined but broken: a :class:`RuleError`.
@@ -239,14 +239,14 @@ def incomplete_search(rule: Named, space: Space, clock: SearchClock, cells: list
 
 
 @functools.lru_cache(maxsize=64)
-def _grid_pairs(vocab: int, denominator: int) -> tuple:
+def _grid_pairs(vocab: int, denominator: int) -> tuple[Any, ...]:
     """Every (p, q) pair of the simplex grid, simplest first (the same for every cell of a vocab: made once)."""
     grid = simplex_grid(vocab, denominator)
     return tuple(sorted(itertools.product(grid, grid), key=lambda pq: (max(_denominator(pq[0]), _denominator(pq[1])),
                                                                        pq)))
 
 
-def cell_instances(space: Space, cell: tuple, rng: random.Random) -> Iterator[SearchInstance]:
+def cell_instances(space: Space, cell: tuple[Any, ...], rng: random.Random) -> Iterator[SearchInstance]:
     """The instances of one cell in search order: the exhaustive grid pairs (context-free), then random points.
 
     >>> import exactspec as es
@@ -281,13 +281,13 @@ class PlannedProgress:
 
 
 def default_progress(progress: Any = None, space: Space | None = None, limit: int | None = None,
-                      what: str = "searching") -> Callable | None:
+                      what: str = "searching") -> Callable[..., Any] | None:
     """The clock's ``progress(n, seconds)`` for a search's ``progress=`` argument: the default reporter
     counting instances against the space's total (None or True), a user's callable as given, or None (False)."""
     if progress is False:
         return None
     if callable(progress) and progress is not True:
-        return progress
+        return cast("Callable[..., Any] | None", progress)
     total = None
     if space is not None:
         total = sum(cell_sizes(space, space.cells()))
@@ -314,10 +314,10 @@ class ChunkOut:
         self.samples: list[tuple[str, str]] = []
         self.over_budget: list[int] = []       # offsets whose audit ran past its own budget
         self.cut = False                       # stopped by the deadline before its last instance
-        self.tvs: list | None = None           # worst(): the TV of every audited instance (None: unknown)
+        self.tvs: list[Any] | None = None           # worst(): the TV of every audited instance (None: unknown)
 
 
-def cell_sizes(space: Space, cells: list) -> list[int]:
+def cell_sizes(space: Space, cells: list[Any]) -> list[int]:
     """How many instances :func:`cell_instances` yields for each cell (without making them).
 
     >>> import exactspec as es
@@ -337,7 +337,7 @@ def cell_sizes(space: Space, cells: list) -> list[int]:
     return out
 
 
-def planned_instances(space: Space, cells: list, rng: random.Random, limit: int | None) -> Iterator[SearchInstance]:
+def planned_instances(space: Space, cells: list[Any], rng: random.Random, limit: int | None) -> Iterator[SearchInstance]:
     """Every instance of the space in search order, at most ``limit``: what the sequential search visits.
 
     >>> import exactspec as es

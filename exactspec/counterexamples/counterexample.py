@@ -60,15 +60,15 @@ class Counterexample:
     rule: str
     claim: str
     instance: SearchInstance
-    output: dict
-    expected: dict
+    output: dict[Any, Any]
+    expected: dict[Any, Any]
     tv: Fraction
     space: str = ""
     audited: int = 0
     seconds: float = 0.0
     shrink_steps: int = 0
     rule_ref: str = ""
-    extra: dict = field(default_factory=dict)
+    extra: dict[Any, Any] = field(default_factory=dict[Any, Any])
     complete: bool = True
     stopped: str = ""
     #: "rule" (found by :func:`~exactspec.counterexamples.search`) or "sampler" (found by a sampler search,
@@ -81,10 +81,10 @@ class Counterexample:
     rng_model: str = "continuous"
     #: loops (kind "loop", found by ``es.search_loop(...)``; ``sampler_ref`` is then the loop's
     #: ``module:qualname``): the ``es.audit_loop`` options the regression test replays, keys :data:`LOOP_OPTIONS`
-    loop: dict = field(default_factory=dict)
+    loop: dict[Any, Any] = field(default_factory=dict[Any, Any])
     #: crashes (kind "crash"): what raised, how often and where, keys :data:`CRASH_FIELDS`; a sampler's crash
     #: also sets ``sampler_ref``, ``adapter`` and ``rng_model``, a loop's ``sampler_ref``, ``rng_model`` and ``loop``
-    crash: dict = field(default_factory=dict)
+    crash: dict[Any, Any] = field(default_factory=dict[Any, Any])
 
     @property
     def found(self) -> bool:
@@ -363,7 +363,7 @@ class Counterexample:
             "",
         ])
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[Any, Any]:
         sampler = {} if self.kind == "rule" else {"kind": self.kind, "sampler_ref": self.sampler_ref,
                                                   "adapter": self.adapter, "rng_model": self.rng_model,
                                                   "extra": {str(k): str(v) for k, v in self.extra.items()}}
@@ -373,7 +373,7 @@ class Counterexample:
             sampler["crash"] = dict(self.crash)
         return {**self._to_dict(), **sampler}
 
-    def _to_dict(self) -> dict:
+    def _to_dict(self) -> dict[Any, Any]:
         return {"rule": self.rule, "claim": self.claim, "instance": self.instance.to_dict(),
                 "output": [[list(k), _s(v)] for k, v in sorted(self.output.items())],
                 "expected": [[list(k), _s(v)] for k, v in sorted(self.expected.items())],
@@ -443,7 +443,7 @@ class Counterexample:
             if not isinstance(d.get(key, ""), str):
                 raise _fail(key, f"expected a string, got {_kind(d[key])}")
         kind = _choice(d.get("kind", "rule"), "kind", KINDS)
-        sampler: dict = {} if kind == "rule" else dict(
+        sampler: dict[Any, Any] = {} if kind == "rule" else dict(
             kind=kind, sampler_ref=valid_sampler_ref(d.get("sampler_ref", ""), "sampler_ref"),
             rng_model=_name(d.get("rng_model", "continuous"), "rng_model"))
         if kind == "sampler" or crash.get("of") == "sampler":
@@ -508,7 +508,7 @@ class EmptySearch:
         return (f"no counterexample for {self.rule} in this space: {self.audited} instances audited exactly in "
                 f"{self.seconds:.2f} s, every one lossless (a statement about this space only), over: {self.space}")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[Any, Any]:
         return {"rule": self.rule, "found": False, "complete": True, "space": self.space, "audited": self.audited,
                 "seconds": round(self.seconds, 4)}
 
@@ -578,7 +578,7 @@ class IncompleteSearch:
             lines.append(f"  {self.over_budget} instance(s) ran past the audit budget (their TV is unknown)")
         return "\n".join(lines)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[Any, Any]:
         return {"rule": self.rule, "found": False, "complete": False, "reason": self.reason, "space": self.space,
                 "audited": self.audited, "seconds": round(self.seconds, 4), "cells_covered": self.cells_covered,
                 "cells_total": self.cells_total, "covered": list(self.covered), "stopped_in": self.stopped_in,

@@ -126,7 +126,7 @@ def _name(x: Any, where: str) -> str:
     return str.__str__(x)
 
 
-def valid_loop_options(x: Any, where: str = "loop") -> dict:
+def valid_loop_options(x: Any, where: str = "loop") -> dict[Any, Any]:
     """The replay options of a loop counterexample, validated: allow-listed names, a rational, a gamma or a reference.
 
     ``stand_in`` (``torch-lm`` or ``transformers``), ``dtype`` (a torch float dtype's name),
@@ -182,7 +182,7 @@ def valid_loop_options(x: Any, where: str = "loop") -> dict:
             "tolerance": _s(tolerance), "reference": ref, "error_probability": _s(error_probability)}
 
 
-def _crash_record(x: Any, where: str = "crash") -> dict:
+def _crash_record(x: Any, where: str = "crash") -> dict[Any, Any]:
     """A crash counterexample's ``crash`` record, validated (see :data:`CRASH_FIELDS`).
 
     ``of`` is allow-listed, ``probability`` a rational string in (0, 1], ``exception`` a Python
@@ -228,7 +228,7 @@ def _crash_record(x: Any, where: str = "crash") -> dict:
             **texts}
 
 
-def crash_record(of: str, report: Any) -> dict:
+def crash_record(of: str, report: Any) -> dict[Any, Any]:
     """The ``crash`` record of a report with recorded crashes: the most probable one's type, message and line.
 
     ``probability`` is that of every crash together (the output law misses exactly that mass).
@@ -290,7 +290,7 @@ def _law_dict(rows: Any, where: str, vocab: int, tokens: int,
     return out
 
 
-def _tv_of(output: dict, expected: dict) -> Fraction:
+def _tv_of(output: dict[Any, Any], expected: dict[Any, Any]) -> Fraction:
     return sum((abs(output.get(k, Fraction(0)) - expected.get(k, Fraction(0))) for k in set(output) | set(expected)),
                Fraction(0)) / 2
 

@@ -21,7 +21,7 @@ import random
 import time
 from dataclasses import replace
 from fractions import Fraction
-from typing import Any, Callable, Iterator, TypeGuard
+from typing import Any, Callable, Iterator, TypeGuard, cast
 
 from .. import parallel
 from .._audit import audit
@@ -85,7 +85,7 @@ def _tv(rule: Rule, inst: SearchInstance, clock: SearchClock, timed: bool = Fals
     clock.report()
     rep = _audit_one(rule, inst, clock.audit_budget() if timed else None)
     if not isinstance(rep, ExactSpecError):
-        return rep.tv
+        return cast("Fraction | None", rep.tv)
     tally_failure(clock, rep, inst, timed)
     return None
 
@@ -217,12 +217,12 @@ def search(rule: Any, *, proposer: Any = None, space: Space | None = None, seed:
 # -- the chunked (parallel) search ----------------------------------------------------------------------
 
 
-def _audit_chunk(job: tuple) -> ChunkOut:
+def _audit_chunk(job: tuple[Any, ...]) -> ChunkOut:
     """Audit a chunk's instances in order (a worker's side); stop at the first bias when asked, or at the deadline."""
     rule_ref, insts, deadline, stop_at_bias, keep_tvs = job
     rule = parallel.load_rule(rule_ref)
     out = ChunkOut()
-    tvs: list | None = None
+    tvs: list[Any] | None = None
     if keep_tvs:
         out.tvs = tvs = []
     for i, inst in enumerate(insts):
@@ -258,7 +258,7 @@ def _audit_chunk(job: tuple) -> ChunkOut:
     return out
 
 
-def _first_error(rule: Rule, clock: SearchClock, parts: dict, run: Any) -> None:
+def _first_error(rule: Rule, clock: SearchClock, parts: dict[Any, Any], run: Any) -> None:
     """Rebuild the first error (the audit is replayed here) so that a rule that always raised is a RuleError."""
     if clock.errors and clock.errors == clock.audited:
         for k in sorted(run.results):
@@ -286,7 +286,7 @@ def _search_chunked(rule: Rule, space: Space, rng: random.Random, clock: SearchC
     ref = parallel.portable_rule(rule)
     parts: dict[int, list[SearchInstance]] = {}     # the instances of every chunk made so far
 
-    def jobs() -> Iterator[tuple]:
+    def jobs() -> Iterator[tuple[Any, ...]]:
         stream = planned_instances(space, cells, rng, n)
         for k in range(total):
             parts[k] = list(itertools.islice(stream, size))
@@ -342,8 +342,8 @@ def _search_chunked(rule: Rule, space: Space, rng: random.Random, clock: SearchC
     return EmptySearch(rule.name, space.describe(), clock.audited, clock.elapsed())
 
 
-def _sample_chunked(rule: Rule, space: Space, cells: list, rng: random.Random, clock: SearchClock, scored: list,
-                    covered: list, executor: Any, workers: Any, chunk_size: int | None) -> tuple | None:
+def _sample_chunked(rule: Rule, space: Space, cells: list[Any], rng: random.Random, clock: SearchClock, scored: list[Any],
+                    covered: list[Any], executor: Any, workers: Any, chunk_size: int | None) -> tuple[Any, ...] | None:
     """worst()'s sampling phase on an executor: fills ``scored`` and ``covered`` as the sequential loop would."""
     import bisect
     ends = list(itertools.accumulate(cell_sizes(space, cells)))
@@ -354,7 +354,7 @@ def _sample_chunked(rule: Rule, space: Space, cells: list, rng: random.Random, c
     ref = parallel.portable_rule(rule)
     parts: dict[int, list[SearchInstance]] = {}
 
-    def jobs() -> Iterator[tuple]:
+    def jobs() -> Iterator[tuple[Any, ...]]:
         stream = planned_instances(space, cells, rng, None)
         for k in range(total):
             parts[k] = list(itertools.islice(stream, size))
@@ -388,7 +388,7 @@ def _sample_chunked(rule: Rule, space: Space, cells: list, rng: random.Random, c
 # -- shrinking ----------------------------------------------------------------------------------------
 
 def _drop_token(inst: SearchInstance, t: int) -> SearchInstance | None:
-    def squash(law: tuple) -> tuple | None:
+    def squash(law: tuple[Any, ...]) -> tuple[Any, ...] | None:
         kept = law[:t] + law[t + 1:]
         total = sum(kept)
         return None if not total else tuple(x / total for x in kept)
@@ -555,7 +555,7 @@ def worst(rule: Any, space: Space | None = None, *, proposer: Any = None, seed: 
     scored: list[tuple[Fraction, int, SearchInstance]] = []
     cells = space.cells()
     covered: list[str] = []
-    stopped_in: tuple | None = None
+    stopped_in: tuple[Any, ...] | None = None
     sampled = space.with_(exhaustive_limit=min(space.exhaustive_limit, 200))
     if parallel.parallel_requested(executor, workers):
         stopped_in = _sample_chunked(rule, sampled, cells, rng, clock, scored, covered, executor, workers,

@@ -186,7 +186,7 @@ class SearchInstance:
             return drafts.chain(self.shape[0], sampling=self.sampling, claim=self.claim)
         return drafts.tree(self.shape, children=self.sampling, claim=self.claim)
 
-    def audit_kwargs(self) -> dict:
+    def audit_kwargs(self) -> dict[Any, Any]:
         """Keyword arguments for ``es.audit`` (everything but the rule)."""
         return dict(target=self._model(self.target, "target"), draft=self._model(self.draft, "draft"),
                     proposer=self.proposer(), prompt=self.prompt, tokens=self.tokens, decoding=self.decoding)
@@ -205,7 +205,7 @@ class SearchInstance:
     def max_denominator(self) -> int:
         return max(_denominator(law) for law in self.target + self.draft)
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[Any, ...]:
         """The shrink order: vocab, drafts, tokens, family, then denominators."""
         return (self.vocab, self.size(), self.tokens, FAMILIES.index(self.family), self.max_denominator())
 
@@ -252,8 +252,8 @@ class SearchInstance:
             return f"es.drafts.chain({shape[0]!r}, sampling={sampling!r}, claim={claim!r})"
         return f"es.drafts.tree({shape!r}, children={sampling!r}, claim={claim!r})"
 
-    def to_dict(self) -> dict:
-        def laws(ls: tuple[Law, ...]) -> list:
+    def to_dict(self) -> dict[Any, Any]:
+        def laws(ls: tuple[Law, ...]) -> list[Any]:
             return [[str(x) for x in law] for law in ls]
         return {"vocab": self.vocab, "family": self.family, "target": laws(self.target), "draft": laws(self.draft),
                 "shape": list(self.shape), "tokens": self.tokens, "prompt": list(self.prompt),

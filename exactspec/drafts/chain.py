@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import InvalidType, InvalidValue
 
@@ -29,7 +29,7 @@ def _state_length(proposer: "ChainProposer", env: Any) -> int | None:
         [proposer.sampled_from.order] if proposer.sampled_from is not None else [])
     if any(o is None for o in orders):
         return None
-    return max(orders)
+    return cast("int | None", max(orders))
 
 
 class _Node:
@@ -38,12 +38,12 @@ class _Node:
 
     __slots__ = ("ctx", "p", "q", "s", "kids")
 
-    def __init__(self, ctx: tuple | None) -> None:
+    def __init__(self, ctx: tuple[Any, ...] | None) -> None:
         self.ctx = ctx           # None: deeper than KEEP_CONTEXTS in a chain over an unbounded context (rebuilt)
         self.p: Any = None
         self.q: Any = None
         self.s: Any = None
-        self.kids: dict | None = None
+        self.kids: dict[Any, Any] | None = None
 
 
 class ChainStep:
@@ -64,7 +64,7 @@ class ChainStep:
 
     family = "chain"
 
-    def __init__(self, proposer: "ChainProposer", env: Any, context: tuple, rng: Any) -> None:
+    def __init__(self, proposer: "ChainProposer", env: Any, context: tuple[Any, ...], rng: Any) -> None:
         self.gamma = proposer.gamma
         self.vocab = env.vocab
         self._env = env
@@ -84,7 +84,7 @@ class ChainStep:
         _, _, root, self._keep, self._sample, self._point, self._source = hit
         self._nodes = [root]     # the node after each draft drawn so far (and the root)
         self._drafts: list[int] = []
-        self._claims: list[tuple] = []
+        self._claims: list[tuple[Any, ...]] = []
         self.accepted = 0
 
     def _kid(self, node: _Node, x: int, depth: int) -> _Node:
@@ -103,7 +103,7 @@ class ChainStep:
         kid = kids[x] = _Node(ctx)
         return kid
 
-    def _context(self, j: int, node: _Node) -> tuple:
+    def _context(self, j: int, node: _Node) -> tuple[Any, ...]:
         """The context the models read after drafts ``0..j-1``."""
         ctx = node.ctx
         return ctx if ctx is not None else self._nodes[0].ctx + tuple(self._drafts[:j])  # type: ignore[operator]
@@ -131,7 +131,7 @@ class ChainStep:
         kids = node.kids
         kid = None if kids is None else kids.get(x)
         nodes.append(kid if kid is not None else self._kid(node, x, n + 1))
-        return x
+        return cast("int", x)
 
     def draft(self, j: int) -> int:
         """The j-th drafted token (0-based), drawn on first use."""
@@ -149,13 +149,13 @@ class ChainStep:
         self.accepted += 1
         return self.draft(j)
 
-    def claimed(self, j: int) -> tuple:
+    def claimed(self, j: int) -> tuple[Any, ...]:
         """The law the verifier is told draft ``j`` was drawn from."""
         if j >= len(self._drafts):
             self._draw_until(j)
         return self._claims[j]
 
-    def target(self, j: int) -> tuple:
+    def target(self, j: int) -> tuple[Any, ...]:
         """The target law at position ``j``, after drafts ``0..j-1`` (``j = gamma``: the bonus position)."""
         if j > 0 and j > len(self._drafts):
             self._draw_until(j - 1)
@@ -165,7 +165,7 @@ class ChainStep:
         p = node.p
         if p is None:
             p = node.p = self._env.p(self._context(j, node))
-        return p
+        return cast("tuple[Any, ...]", p)
 
     @property
     def drafts(self) -> tuple[int, ...]:
@@ -184,38 +184,38 @@ class ChainLaws:
 
     __slots__ = ("gamma", "vocab", "env", "context", "_sample", "_point", "_p", "_q", "proposer")
 
-    def __init__(self, proposer: "ChainProposer", env: Any, context: tuple) -> None:
+    def __init__(self, proposer: "ChainProposer", env: Any, context: tuple[Any, ...]) -> None:
         self.gamma, self.vocab, self.env, self.context = proposer.gamma, env.vocab, env, context
         self.proposer = proposer
         self._sample = proposer.sampling == "sample"
         self._point = proposer.claim == "point_mass"
-        self._p: dict[tuple, tuple] = {}
-        self._q: dict[tuple, tuple] = {}
+        self._p: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self._q: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
-    def _draft_law(self, prefix: tuple) -> tuple:
+    def _draft_law(self, prefix: tuple[Any, ...]) -> tuple[Any, ...]:
         q = self._q.get(prefix)
         if q is None:
             q = self._q[prefix] = self.env.q(self.context + prefix)
         return q
 
-    def sampling(self, prefix: tuple) -> tuple:
+    def sampling(self, prefix: tuple[Any, ...]) -> tuple[Any, ...]:
         """The law the next draft is really drawn from, after ``prefix``."""
         src = self.proposer.sampled_from
         q = self._draft_law(prefix) if src is None else self.env.view(src)(self.context + prefix)
         return q if self._sample else self.env.point_mass(self.env.argmax(q))
 
-    def claimed(self, prefix: tuple, x: int) -> tuple:
+    def claimed(self, prefix: tuple[Any, ...], x: int) -> tuple[Any, ...]:
         """The law the verifier is told draft ``x`` (after ``prefix``) came from."""
         return self.env.point_mass(x) if self._point else self._draft_law(prefix)
 
-    def target(self, prefix: tuple) -> tuple:
+    def target(self, prefix: tuple[Any, ...]) -> tuple[Any, ...]:
         """The target law after ``prefix``."""
         p = self._p.get(prefix)
         if p is None:
             p = self._p[prefix] = self.env.p(self.context + prefix)
         return p
 
-    def state(self, prefix: tuple) -> tuple:
+    def state(self, prefix: tuple[Any, ...]) -> tuple[Any, ...]:
         """The context suffix every model of the step reads after ``prefix`` (the whole context for a model of
         order None): prefixes with the same state have the same laws at every later position."""
         ctx = self.context + prefix
@@ -224,7 +224,7 @@ class ChainLaws:
             return ctx
         return ctx[-k:] if k else ()
 
-    def row_key(self, prefix: tuple) -> tuple:
+    def row_key(self, prefix: tuple[Any, ...]) -> tuple[Any, ...]:
         """What names every law at ``prefix`` for the audit: the identities of the target, sampling and draft laws
         (shared objects, alive while the audit runs), and the claim kind. Two prefixes with equal keys have equal
         laws, so a closed form reading only those may reuse its work (see ``chain_step_law``'s ``row_key``)."""
@@ -244,25 +244,25 @@ class ChainProposer:
     def needs_draft(self) -> bool:
         return True
 
-    def orders(self) -> list:
+    def orders(self) -> list[Any]:
         """Orders of the models this proposer reads beyond the audit's target and draft."""
         return [] if self.sampled_from is None else [self.sampled_from.order]
 
     @property
-    def models(self) -> list:
+    def models(self) -> list[Any]:
         """Models the proposer itself reads (checked for the audit's vocabulary)."""
         return [] if self.sampled_from is None else [self.sampled_from]
 
-    def step(self, env: Any, context: tuple, rng: Any) -> ChainStep:
+    def step(self, env: Any, context: tuple[Any, ...], rng: Any) -> ChainStep:
         return ChainStep(self, env, context, rng)
 
-    def laws(self, env: Any, context: tuple) -> ChainLaws:
+    def laws(self, env: Any, context: tuple[Any, ...]) -> ChainLaws:
         return ChainLaws(self, env, context)
 
     def max_tokens(self) -> int:
         return self.gamma + 1
 
-    def expected_nodes(self, env: Any, context: tuple) -> int:
+    def expected_nodes(self, env: Any, context: tuple[Any, ...]) -> int:
         """Speculated tokens the target verifies per call: always ``gamma`` for a chain."""
         return self.gamma
 

@@ -8,7 +8,7 @@ merge(1 draft models, gamma=2)
 
 from __future__ import annotations
 
-from typing import Any, Generator, Iterator, Sequence
+from typing import Any, Generator, Iterator, Sequence, cast
 
 from ..errors import InvalidType, InvalidValue
 from ..models import Model
@@ -19,7 +19,7 @@ CHILDREN = ("iid", "without_replacement", "topk")
 CLAIMS = ("draft", "renormalized", "point_mass")
 
 
-def _topk(law: tuple, k: int) -> list[int]:
+def _topk(law: tuple[Any, ...], k: int) -> list[int]:
     """The k most likely tokens with positive probability, ties to the lowest id."""
     ranked = sorted((i for i, x in enumerate(law) if x > 0), key=lambda i: (-law[i], i))
     return ranked[:k]
@@ -66,7 +66,7 @@ class TreeStep:
     family = "tree"
     root = 0
 
-    def __init__(self, proposer: Any, env: Any, context: tuple, rng: Any) -> None:
+    def __init__(self, proposer: Any, env: Any, context: tuple[Any, ...], rng: Any) -> None:
         self._prop, self._env, self._rng = proposer, env, rng
         self.vocab = env.vocab
         self.max_depth = proposer.depth
@@ -74,10 +74,10 @@ class TreeStep:
         self._parent = [-1]
         self._depth = [0]
         self._ctx = [context]
-        self._claim: list[tuple | None] = [None]
+        self._claim: list[tuple[Any, ...] | None] = [None]
         self._kids: list[list[int]] = [[]]
         self._done = [False]
-        self._props: list[list[tuple[int, tuple]]] = [[]]
+        self._props: list[list[tuple[int, tuple[Any, ...]]]] = [[]]
         self._through: list[list[int]] = [list(range(len(getattr(proposer, "models", ()))))]
         self._fixed = [0]
         self.accepted = 0
@@ -98,11 +98,11 @@ class TreeStep:
         n0 = len(self._ctx[0])
         return self._ctx[node][n0:]
 
-    def target(self, node: int) -> tuple:
+    def target(self, node: int) -> tuple[Any, ...]:
         """The target law after the path to ``node``."""
-        return self._env.p(self._ctx[node])
+        return cast("tuple[Any, ...]", self._env.p(self._ctx[node]))
 
-    def claimed(self, node: int) -> tuple:
+    def claimed(self, node: int) -> tuple[Any, ...]:
         """The law the verifier is told ``node`` was drawn from (the first proposal's, for merge trees)."""
         law = self._claim[node]
         if law is None:
@@ -113,7 +113,7 @@ class TreeStep:
         """``node``'s children (a lazy sequence: iterate, index or take ``len``)."""
         return _Children(self, node)
 
-    def proposals(self, node: int) -> Iterator[tuple[int, tuple]]:
+    def proposals(self, node: int) -> Iterator[tuple[int, tuple[Any, ...]]]:
         """``(child, claimed law)`` pairs in the order the verifier tries them, drawn lazily."""
         i = 0
         while True:
@@ -132,7 +132,7 @@ class TreeStep:
         return self._env.number(x)
 
     # -- lazy drafting ----------------------------------------------------------------------------
-    def _new(self, node: int, x: int, claim: tuple) -> int:
+    def _new(self, node: int, x: int, claim: tuple[Any, ...]) -> int:
         c = len(self._tok)
         self._tok.append(x)
         self._parent.append(node)
@@ -229,27 +229,27 @@ class TreeStep:
         return True
 
 
-def _draw_now(rng: Any, law: tuple) -> int:
+def _draw_now(rng: Any, law: tuple[Any, ...]) -> int:
     """A drafted token, drawn at once: the proposer reads it as soon as it is drawn (never a deferred draw)."""
     draw = getattr(rng, "draw_now", None)
-    return draw(law) if draw is not None else rng.categorical(law)
+    return cast("int", draw(law) if draw is not None else rng.categorical(law))
 
 
 class TreeLaws:
     """Per-node laws of an expansion tree for closed-form step laws (no rng)."""
 
-    def __init__(self, proposer: "TreeProposer", env: Any, context: tuple) -> None:
+    def __init__(self, proposer: "TreeProposer", env: Any, context: tuple[Any, ...]) -> None:
         self.proposer, self.env, self.context = proposer, env, context
         self.depth = proposer.depth
-        self._p: dict[tuple, tuple] = {}
+        self._p: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
-    def target(self, path: tuple) -> tuple:
+    def target(self, path: tuple[Any, ...]) -> tuple[Any, ...]:
         p = self._p.get(path)
         if p is None:
             p = self._p[path] = self.env.p(self.context + path)
         return p
 
-    def next_child(self, path: tuple, siblings: tuple) -> tuple | None:
+    def next_child(self, path: tuple[Any, ...], siblings: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """The law of the next child's token after ``siblings`` were drawn (None: no more children)."""
         prop, env = self.proposer, self.env
         if len(path) >= self.depth or len(siblings) >= prop.expansion[len(path)]:
@@ -257,20 +257,20 @@ class TreeLaws:
         k = prop.expansion[len(path)]
         q = env.q(self.context + path)
         if prop.children == "iid":
-            return q
+            return cast("tuple[Any, ...] | None", q)
         if prop.children == "without_replacement":
-            return env.without(q, siblings)
+            return cast("tuple[Any, ...] | None", env.without(q, siblings))
         top = _topk(q, k)
         return env.point_mass(top[len(siblings)]) if len(siblings) < len(top) else None
 
-    def claimed(self, path: tuple, siblings: tuple, x: int) -> tuple:
+    def claimed(self, path: tuple[Any, ...], siblings: tuple[Any, ...], x: int) -> tuple[Any, ...]:
         prop, env = self.proposer, self.env
         q = env.q(self.context + path)
         if prop.claim == "draft":
-            return q
+            return cast("tuple[Any, ...]", q)
         if prop.claim == "point_mass":
-            return env.point_mass(x)
-        return env.without(q, siblings)
+            return cast("tuple[Any, ...]", env.point_mass(x))
+        return cast("tuple[Any, ...]", env.without(q, siblings))
 
 
 class TreeProposer:
@@ -286,28 +286,28 @@ class TreeProposer:
     def needs_draft(self) -> bool:
         return True
 
-    def orders(self) -> list:
+    def orders(self) -> list[Any]:
         return []
 
-    def step(self, env: Any, context: tuple, rng: Any) -> TreeStep:
+    def step(self, env: Any, context: tuple[Any, ...], rng: Any) -> TreeStep:
         return TreeStep(self, env, context, rng)
 
-    def laws(self, env: Any, context: tuple) -> TreeLaws:
+    def laws(self, env: Any, context: tuple[Any, ...]) -> TreeLaws:
         return TreeLaws(self, env, context)
 
     def max_tokens(self) -> int:
         return self.depth + 1
 
-    def expected_nodes(self, env: Any, context: tuple) -> Any:
+    def expected_nodes(self, env: Any, context: tuple[Any, ...]) -> Any:
         """Exact expected number of speculated nodes (what the target verifies in one call)."""
         laws = self.laws(env, context)
-        memo: dict = {}
+        memo: dict[Any, Any] = {}
         zero, one = env.field.zero, env.field.one
 
-        def known(path: tuple) -> Any:
+        def known(path: tuple[Any, ...]) -> Any:
             return zero if len(path) >= self.depth else memo.get(path)
 
-        def size(path: tuple) -> Generator[tuple, Any, Any]:
+        def size(path: tuple[Any, ...]) -> Generator[tuple[Any, ...], Any, Any]:
             """Expected nodes below ``path``; yields each child path and is sent that child's size."""
             total = zero
             stack: list[tuple[tuple[int, ...], Any]] = [((), one)]
@@ -361,16 +361,16 @@ class MergeProposer:
     def needs_draft(self) -> bool:
         return False
 
-    def orders(self) -> list:
+    def orders(self) -> list[Any]:
         return [m.order for m in self.models]
 
-    def step(self, env: Any, context: tuple, rng: Any) -> TreeStep:
+    def step(self, env: Any, context: tuple[Any, ...], rng: Any) -> TreeStep:
         return TreeStep(self, env, context, rng)
 
     def max_tokens(self) -> int:
         return self.gamma + 1
 
-    def expected_nodes(self, env: Any, context: tuple) -> Any:
+    def expected_nodes(self, env: Any, context: tuple[Any, ...]) -> Any:
         """Exact expected number of distinct nodes of the merged tree."""
         views = [env.view(m) for m in self.models]
         one = env.field.one
@@ -403,32 +403,32 @@ class FixedTreeProposer:
     family = "tree"
     kind = "fixed"
 
-    def __init__(self, tree: Any, claims: dict[int, tuple]) -> None:
+    def __init__(self, tree: Any, claims: dict[int, tuple[Any, ...]]) -> None:
         self.tree, self.claims = tree, claims
         self.depth = max(tree.depths)
 
     def needs_draft(self) -> bool:
         return False
 
-    def orders(self) -> list:
+    def orders(self) -> list[Any]:
         return []
 
-    def field_claim(self, env: Any, node: int) -> tuple:
+    def field_claim(self, env: Any, node: int) -> tuple[Any, ...]:
         key = ("fixed claim", node)
         law = env._numbers.get(key)
         if law is None:
             law = tuple(env.field.convert(x) for x in self.claims[node])
             env._numbers[key] = law
-        return law
+        return cast("tuple[Any, ...]", law)
 
-    def step(self, env: Any, context: tuple, rng: Any) -> TreeStep:
+    def step(self, env: Any, context: tuple[Any, ...], rng: Any) -> TreeStep:
         return TreeStep(self, env, context, rng)
 
     def max_tokens(self) -> int:
-        return self.depth + 1
+        return cast("int", self.depth + 1)
 
-    def expected_nodes(self, env: Any, context: tuple) -> int:
-        return self.tree.n_speculated
+    def expected_nodes(self, env: Any, context: tuple[Any, ...]) -> int:
+        return cast("int", self.tree.n_speculated)
 
     def describe(self) -> str:
         return f"fixed({self.tree.n_speculated}-node tree)"
@@ -458,7 +458,7 @@ def fixed(tree: Any, claims: Any) -> FixedTreeProposer:
     items = claims.items() if isinstance(claims, dict) else enumerate(claims)
     given = {int(k): v for k, v in items if int(k) != 0 or isinstance(claims, dict)}
     vocab = None
-    laws: dict[int, tuple] = {}
+    laws: dict[int, tuple[Any, ...]] = {}
     for node in range(1, len(tree)):
         if node not in given:
             raise InvalidValue(f"fixed: no claimed law for node {node} (token {tree.tokens[node]})")

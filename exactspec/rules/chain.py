@@ -11,7 +11,7 @@ the bonus position), claimed laws ``q_0..q_{gamma-1}``.
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 from ..laws import argmax, memoised, normalize, residual
 from ..protocols import Law, Rng, Step
@@ -54,25 +54,25 @@ def _speculative_sampling(step: Step, rng: Rng) -> Iterator[int]:
     yield rng.categorical(step.target(step.gamma))
 
 
-def _ss_accept(laws: Any, prefix: tuple, x: int) -> Any:
+def _ss_accept(laws: Any, prefix: tuple[Any, ...], x: int) -> Any:
     return _ratio(laws.target(prefix), laws.claimed(prefix, x), x)
 
 
-def _ss_reject(laws: Any, prefix: tuple, x: int) -> tuple:
+def _ss_reject(laws: Any, prefix: tuple[Any, ...], x: int) -> tuple[Any, ...]:
     return residual(laws.target(prefix), laws.claimed(prefix, x))
 
 
-def _bonus_p(laws: Any, prefix: tuple) -> tuple:
-    return laws.target(prefix)
+def _bonus_p(laws: Any, prefix: tuple[Any, ...]) -> tuple[Any, ...]:
+    return cast("tuple[Any, ...]", laws.target(prefix))
 
 
-def _at_prefix(laws: Any, prefix: tuple) -> Any:
+def _at_prefix(laws: Any, prefix: tuple[Any, ...]) -> Any:
     """The row key of a rule whose acceptance and rejection read only the laws at the current prefix."""
     return laws.row_key(prefix)
 
 
 def _cf(accept: Any, reject: Any, bonus: Any, row_key: Any = _at_prefix) -> Any:
-    def closed_form(laws: Any, horizon: int | None, lengths: bool = False) -> dict:
+    def closed_form(laws: Any, horizon: int | None, lengths: bool = False) -> dict[Any, Any]:
         return chain_step_law(laws, horizon, accept, reject, bonus, lengths=lengths, row_key=row_key)
     return closed_form
 
@@ -96,16 +96,16 @@ def _greedy_match(step: Step, rng: Rng) -> Iterator[int]:
     yield argmax(step.target(step.gamma))
 
 
-def _gm_accept(laws: Any, prefix: tuple, x: int) -> int:
+def _gm_accept(laws: Any, prefix: tuple[Any, ...], x: int) -> int:
     return 1 if x == laws.env.argmax(laws.target(prefix)) else 0
 
 
-def _gm_reject(laws: Any, prefix: tuple, x: int) -> tuple:
-    return laws.env.point_mass(laws.env.argmax(laws.target(prefix)))
+def _gm_reject(laws: Any, prefix: tuple[Any, ...], x: int) -> tuple[Any, ...]:
+    return cast("tuple[Any, ...]", laws.env.point_mass(laws.env.argmax(laws.target(prefix))))
 
 
-def _gm_bonus(laws: Any, prefix: tuple) -> tuple:
-    return laws.env.point_mass(laws.env.argmax(laws.target(prefix)))
+def _gm_bonus(laws: Any, prefix: tuple[Any, ...]) -> tuple[Any, ...]:
+    return cast("tuple[Any, ...]", laws.env.point_mass(laws.env.argmax(laws.target(prefix))))
 
 
 greedy_match = Rule(
@@ -128,8 +128,8 @@ def _greedy_match_sampled(step: Step, rng: Rng) -> Iterator[int]:
     yield rng.categorical(step.target(step.gamma))
 
 
-def _target_law(laws: Any, prefix: tuple, x: int) -> tuple:
-    return laws.target(prefix)
+def _target_law(laws: Any, prefix: tuple[Any, ...], x: int) -> tuple[Any, ...]:
+    return cast("tuple[Any, ...]", laws.target(prefix))
 
 
 greedy_match_sampled = Rule(
@@ -175,15 +175,15 @@ def _stale_draft_probs(step: Step, rng: Rng) -> Iterator[int]:
     yield rng.categorical(step.target(step.gamma))
 
 
-def _stale_q(laws: Any, prefix: tuple, x: int) -> tuple:
-    return laws.claimed(prefix[:-1], prefix[-1]) if prefix else laws.claimed(prefix, x)
+def _stale_q(laws: Any, prefix: tuple[Any, ...], x: int) -> tuple[Any, ...]:
+    return cast("tuple[Any, ...]", laws.claimed(prefix[:-1], prefix[-1]) if prefix else laws.claimed(prefix, x))
 
 
-def _stale_accept(laws: Any, prefix: tuple, x: int) -> Any:
+def _stale_accept(laws: Any, prefix: tuple[Any, ...], x: int) -> Any:
     return _ratio(laws.target(prefix), _stale_q(laws, prefix, x), x)
 
 
-def _stale_reject(laws: Any, prefix: tuple, x: int) -> tuple:
+def _stale_reject(laws: Any, prefix: tuple[Any, ...], x: int) -> tuple[Any, ...]:
     return residual(laws.target(prefix), _stale_q(laws, prefix, x))
 
 
@@ -212,11 +212,11 @@ def _unverified_first_draft(step: Step, rng: Rng) -> Iterator[int]:
     yield rng.categorical(step.target(step.gamma))
 
 
-def _ufd_accept(laws: Any, prefix: tuple, x: int) -> Any:
+def _ufd_accept(laws: Any, prefix: tuple[Any, ...], x: int) -> Any:
     return 1 if not prefix else _ss_accept(laws, prefix, x)
 
 
-def _ufd_key(laws: Any, prefix: tuple) -> Any:
+def _ufd_key(laws: Any, prefix: tuple[Any, ...]) -> Any:
     return laws.row_key(prefix), not prefix
 
 
@@ -239,7 +239,7 @@ def _no_bonus(step: Step, rng: Rng) -> Iterator[int]:
             return
 
 
-def _no_bonus_law(laws: Any, prefix: tuple) -> None:
+def _no_bonus_law(laws: Any, prefix: tuple[Any, ...]) -> None:
     return None
 
 
@@ -250,8 +250,8 @@ no_bonus = Rule(
 
 
 # -- tiny_clamp_residual ---------------------------------------------------------------------------
-def _tiny_residual(p: Law, q: Law, tiny: Any) -> tuple:
-    return memoised("tiny_residual", p, q, lambda: normalize([a - b if a - b > tiny else tiny for a, b in zip(p, q)]))
+def _tiny_residual(p: Law, q: Law, tiny: Any) -> tuple[Any, ...]:
+    return cast("tuple[Any, ...]", memoised("tiny_residual", p, q, lambda: normalize([a - b if a - b > tiny else tiny for a, b in zip(p, q)])))
 
 
 def _tiny_clamp_residual(step: Step, rng: Rng) -> Iterator[int]:
@@ -267,7 +267,7 @@ def _tiny_clamp_residual(step: Step, rng: Rng) -> Iterator[int]:
     yield rng.categorical(step.target(step.gamma))
 
 
-def _tiny_reject(laws: Any, prefix: tuple, x: int) -> tuple:
+def _tiny_reject(laws: Any, prefix: tuple[Any, ...], x: int) -> tuple[Any, ...]:
     return _tiny_residual(laws.target(prefix), laws.claimed(prefix, x), laws.env.number(TINY))
 
 
@@ -293,13 +293,13 @@ def _sample_and_match(step: Step, rng: Rng) -> Iterator[int]:
     yield rng.categorical(step.target(step.gamma))
 
 
-def _sm_accept(laws: Any, prefix: tuple, x: int) -> Any:
+def _sm_accept(laws: Any, prefix: tuple[Any, ...], x: int) -> Any:
     return laws.target(prefix)[x]
 
 
-def _sm_reject(laws: Any, prefix: tuple, x: int) -> tuple:
+def _sm_reject(laws: Any, prefix: tuple[Any, ...], x: int) -> tuple[Any, ...]:
     p = laws.target(prefix)
-    return memoised(f"without {x}", p, None, lambda: normalize([0 if i == x else v for i, v in enumerate(p)]))
+    return cast("tuple[Any, ...]", memoised(f"without {x}", p, None, lambda: normalize([0 if i == x else v for i, v in enumerate(p)])))
 
 
 sample_and_match = Rule(
@@ -342,7 +342,7 @@ def ensemble(weight: Any = Fraction(1, 2)) -> Rule:
                 return
         yield rng.categorical(step.target(step.gamma))
 
-    def _accept(laws: Any, prefix: tuple, x: int) -> Any:
+    def _accept(laws: Any, prefix: tuple[Any, ...], x: int) -> Any:
         return _accept_prob(laws.target(prefix), laws.claimed(prefix, x), x, laws.env.number(w))
 
     return Rule(

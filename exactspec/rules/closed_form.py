@@ -17,18 +17,18 @@ rng form, branch for branch.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 __all__ = ["chain_step_law"]
 
-Accept = Callable[[Any, tuple, int], Any]
-Reject = Callable[[Any, tuple, int], tuple]
-Bonus = Callable[[Any, tuple], "tuple | None"]
-RowKey = Callable[[Any, tuple], Any]
+Accept = Callable[[Any, tuple[Any, ...], int], Any]
+Reject = Callable[[Any, tuple[Any, ...], int], tuple[Any, ...]]
+Bonus = Callable[[Any, tuple[Any, ...]], "tuple[Any, ...] | None"]
+RowKey = Callable[[Any, tuple[Any, ...]], Any]
 
 
 def chain_step_law(laws: Any, horizon: int | None, accept: Accept, reject: Reject, bonus: Bonus, *,
-                   lengths: bool = False, row_key: RowKey | None = None) -> dict:
+                   lengths: bool = False, row_key: RowKey | None = None) -> dict[Any, Any]:
     """The law of one chain step's emitted tokens (cut at ``horizon``) from per-position pieces.
 
     With ``lengths=True`` it returns the law of (number of emitted tokens, number of accepted
@@ -50,10 +50,10 @@ def chain_step_law(laws: Any, horizon: int | None, accept: Accept, reject: Rejec
         return _lengths_law(laws, horizon, accept, reject, bonus, row_key)  # type: ignore[arg-type]
     gamma = laws.gamma
     cap = gamma + 1 if horizon is None else horizon
-    out: dict = {}
+    out: dict[Any, Any] = {}
     get = out.get
     row = None if row_key is None else _rows(laws, accept, reject, row_key)
-    stack: list = [((), None, laws.env.field.one)]
+    stack: list[Any] = [((), None, laws.env.field.one)]
     push = stack.append
     while stack:
         prefix, x, w = stack.pop()
@@ -84,21 +84,21 @@ def chain_step_law(laws: Any, horizon: int | None, accept: Accept, reject: Rejec
     return out
 
 
-def _rows(laws: Any, accept: Accept, reject: Reject, row_key: RowKey) -> Callable[[tuple], tuple]:
+def _rows(laws: Any, accept: Accept, reject: Reject, row_key: RowKey) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
     """The memoised row of a prefix (see :func:`_row`), by ``row_key``, for the whole audit."""
     rows = laws.env.cache.setdefault(("chain rows", accept, reject), {})
 
-    def row(prefix: tuple) -> tuple:
+    def row(prefix: tuple[Any, ...]) -> tuple[Any, ...]:
         rk = row_key(laws, prefix)
         hit = rows.get(rk)
         if hit is None:
             hit = rows[rk] = _row(laws, prefix, accept, reject)
-        return hit
+        return cast("tuple[Any, ...]", hit)
     return row
 
 
 def _lengths_law(laws: Any, horizon: int | None, accept: Accept, reject: Reject, bonus: Bonus,
-                 row_key: RowKey) -> dict:
+                 row_key: RowKey) -> dict[Any, Any]:
     """``chain_step_law(lengths=True)`` one position at a time, prefixes with the same model state merged.
 
     The law of (tokens emitted, drafts accepted) does not say which tokens: two accepted prefixes
@@ -107,13 +107,13 @@ def _lengths_law(laws: Any, horizon: int | None, accept: Accept, reject: Reject,
     """
     gamma = laws.gamma
     cap = gamma + 1 if horizon is None else horizon
-    out: dict = {}
+    out: dict[Any, Any] = {}
     get = out.get
     row = _rows(laws, accept, reject, row_key)
     state = laws.state
-    level: dict = {state(()): [(), laws.env.field.one]}
+    level: dict[Any, Any] = {state(()): [(), laws.env.field.one]}
     for j in range(gamma):
-        nxt: dict = {}
+        nxt: dict[Any, Any] = {}
         for prefix, w in level.values():
             acc, _, _, rejected = row(prefix)
             if rejected is not None:
@@ -136,11 +136,11 @@ def _lengths_law(laws: Any, horizon: int | None, accept: Accept, reject: Reject,
     return out
 
 
-def _row(laws: Any, prefix: tuple, accept: Accept, reject: Reject) -> tuple[list, list, list, Any]:
+def _row(laws: Any, prefix: tuple[Any, ...], accept: Accept, reject: Reject) -> tuple[list[Any], list[Any], list[Any], Any]:
     """The pieces of one prefix: (accepted drafts ``(x, P(draw x) * P(accept x))``, rejection mass by emitted
     token, both merged by token), each mass exact; rejection laws shared by several drafts are weighed once."""
-    acc: list = []
-    groups: dict[int, list] = {}
+    acc: list[Any] = []
+    groups: dict[int, list[Any]] = {}
     for x, sx in enumerate(laws.sampling(prefix)):
         if not sx:
             continue
@@ -155,7 +155,7 @@ def _row(laws: Any, prefix: tuple, accept: Accept, reject: Reject) -> tuple[list
                 groups[id(rl)] = [rl, m]
             else:
                 g[1] += m
-    rej: dict = {}
+    rej: dict[Any, Any] = {}
     for rl, m in groups.values():
         for y, py in enumerate(rl):
             if py:
@@ -170,16 +170,16 @@ def _row(laws: Any, prefix: tuple, accept: Accept, reject: Reject) -> tuple[list
 
 
 def _plain_step_law(laws: Any, horizon: int | None, accept: Accept, reject: Reject, bonus: Bonus,
-                    lengths: bool) -> dict:
+                    lengths: bool) -> dict[Any, Any]:
     """:func:`chain_step_law` one prefix at a time, summing in the order the earlier engine did (inexact fields
     keep their rounding; the efficiency's lengths)."""
     gamma = laws.gamma
     cap = gamma + 1 if horizon is None else horizon
-    out: dict = {}
+    out: dict[Any, Any] = {}
     get = out.get
     # an entry is (accepted prefix, next accepted draft or None, weight): siblings share their
     # parent's prefix tuple, built into the child's only when popped (memory: one tuple per level)
-    stack: list = [((), None, laws.env.field.one)]
+    stack: list[Any] = [((), None, laws.env.field.one)]
     while stack:
         prefix, x, w = stack.pop()
         if x is not None:
@@ -198,7 +198,7 @@ def _plain_step_law(laws: Any, horizon: int | None, accept: Accept, reject: Reje
                         k = prefix + (y,)
                         out[k] = get(k, 0) + w * py
             continue
-        groups: dict[int, list] = {}
+        groups: dict[int, list[Any]] = {}
         for x, sx in enumerate(laws.sampling(prefix)):
             if not sx:
                 continue

@@ -11,7 +11,7 @@ A claim may hold only under a condition on the configuration (a :class:`Conditio
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, cast
 
 from ..errors import InvalidType, InvalidValue
 from ..protocols import Rng, RuleFn, Step, TreeStep
@@ -83,7 +83,7 @@ class Condition:
                     raise InvalidValue(f"claim condition {text!r}: {key} compares with an int, got {raw!r}")
                 value = int(raw)
             atoms.append((key, op, value))
-        self.atoms: tuple = tuple(atoms)
+        self.atoms: tuple[Any, ...] = tuple(atoms)
         self.text = " and ".join(f"{k} {op} {v}" for k, op, v in self.atoms)
 
     def holds(self, config: Mapping[str, Any]) -> bool | None:
@@ -122,7 +122,7 @@ def _width(proposer: Any) -> int | None:
     if kind == "merge":
         return len(proposer.models)
     if hasattr(proposer, "expansion"):
-        return max(proposer.expansion)
+        return cast("int | None", max(proposer.expansion))
     tree = getattr(proposer, "tree", None)
     if tree is not None:
         return max((len(tree.children(i)) for i in range(len(tree))), default=0)
@@ -130,7 +130,7 @@ def _width(proposer: Any) -> int | None:
 
 
 def configuration(proposer: Any, *, target: Any = None, draft: Any = None, tokens: int | None = None,
-                  models: str | None = None) -> dict:
+                  models: str | None = None) -> dict[Any, Any]:
     """The configuration a claim's :class:`Condition` reads: gamma, width, tokens, vocab, models.
 
     ``models`` is ``context_free`` when the target, the draft and any draft models of the
@@ -143,7 +143,7 @@ def configuration(proposer: Any, *, target: Any = None, draft: Any = None, token
     >>> configuration(es.drafts.chain(2), target=t, draft=t, tokens=3)
     {'gamma': 2, 'width': 1, 'tokens': 3, 'vocab': 3, 'models': 'context_dependent'}
     """
-    config: dict = {}
+    config: dict[Any, Any] = {}
     try:
         config["gamma"] = int(proposer.max_tokens()) - 1
     except (AttributeError, TypeError, ValueError):
@@ -181,9 +181,9 @@ class Rule:
     """
 
     def __init__(self, fn: RuleFn, *, name: str | None = None, family: str = "chain", claim: str = "lossless",
-                 description: str = "", reference: str = "", closed_form: Callable | None = None,
+                 description: str = "", reference: str = "", closed_form: Callable[..., Any] | None = None,
                  params: dict[str, Any] | None = None, marks_accepted: bool = False, proposer: Any = None,
-                 declared_target: Callable | None = None, when: "str | Condition | None" = None,
+                 declared_target: Callable[..., Any] | None = None, when: "str | Condition | None" = None,
                  otherwise: str | None = None) -> None:
         if not callable(fn):
             raise InvalidType(f"a rule must be callable as fn(step, rng), got {fn!r}")
@@ -307,7 +307,7 @@ def as_rule(obj: Any) -> Rule:
 
 
 def rule(*, claim: str = "lossless", family: str = "chain", name: str | None = None, description: str = "",
-         reference: str = "", declared_target: Callable | None = None, when: "str | Condition | None" = None,
+         reference: str = "", declared_target: Callable[..., Any] | None = None, when: "str | Condition | None" = None,
          otherwise: str | None = None) -> Callable[[RuleFn], Rule]:
     """Decorator declaring a user's rule and its claim (and, for ``declared-target``, the target law).
 

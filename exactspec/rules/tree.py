@@ -43,7 +43,7 @@ def _mss(step: TreeStep, rng: Rng) -> Iterator[int]:
             return
 
 
-def _mss_closed_form(laws: Any, horizon: int | None, lengths: bool = False) -> dict | None:
+def _mss_closed_form(laws: Any, horizon: int | None, lengths: bool = False) -> dict[Any, Any] | None:
     """MSS's step law by recursion over accepted nodes; a subtree's law is memoised by its path.
 
     Below an accepted child the tree is drawn afresh whatever its siblings were, so the law of
@@ -54,14 +54,14 @@ def _mss_closed_form(laws: Any, horizon: int | None, lengths: bool = False) -> d
     env = laws.env
     one = env.field.one
     cap = laws.depth + 1 if horizon is None else horizon
-    memo: dict[tuple, dict] = {}
+    memo: dict[tuple[Any, ...], dict[Any, Any]] = {}
 
-    def node_law(path: tuple, h: int) -> dict:
+    def node_law(path: tuple[Any, ...], h: int) -> dict[Any, Any]:
         key = (path, h)
         hit = memo.get(key)
         if hit is not None:
             return hit
-        out: dict = {}
+        out: dict[Any, Any] = {}
         get = out.get
         stack: list[tuple[tuple[int, ...], Any, Any]] = [((), laws.target(path), one)]
         while stack:
@@ -93,7 +93,7 @@ def _mss_closed_form(laws: Any, horizon: int | None, lengths: bool = False) -> d
     law = node_law((), cap)
     if not lengths:
         return law
-    by_len: dict = {}
+    by_len: dict[Any, Any] = {}
     for e, w in law.items():
         k = (len(e), len(e) - 1)   # every MSS step emits exactly one token that is not an accepted node
         by_len[k] = by_len.get(k, 0) + w
@@ -177,7 +177,7 @@ def _multi_sample_match(step: TreeStep, rng: Rng) -> Iterator[int]:
             return
 
 
-def _multi_sample_match_closed_form(laws: Any, horizon: int | None, lengths: bool = False) -> dict | None:
+def _multi_sample_match_closed_form(laws: Any, horizon: int | None, lengths: bool = False) -> dict[Any, Any] | None:
     """multi_sample_match's step law by recursion over accepted nodes, without the rng.
 
     At a node with children ``kids`` (tokens drawn in order, multiplicities kept) and target ``p``,
@@ -203,17 +203,17 @@ def _multi_sample_match_closed_form(laws: Any, horizon: int | None, lengths: boo
         return None  # merge trees, or rounding that must stay the enumeration's: the engine enumerates
     one, zero = env.field.one, env.field.zero
     cap = laws.depth + 1 if horizon is None else horizon
-    memo: dict[tuple, dict] = {}
+    memo: dict[tuple[Any, ...], dict[Any, Any]] = {}
 
-    def node_law(path: tuple, h: int) -> dict:
+    def node_law(path: tuple[Any, ...], h: int) -> dict[Any, Any]:
         key = (path, h)
         hit = memo.get(key)
         if hit is not None:
             return hit
-        out: dict = {}
+        out: dict[Any, Any] = {}
         get = out.get
         p = laws.target(path)
-        accepted: dict = {}   # child token -> probability it is the one accepted, over every draw of the children
+        accepted: dict[Any, Any] = {}   # child token -> probability it is the one accepted, over every draw of the children
         stack: list[tuple[tuple[int, ...], Any]] = [((), one)]
         while stack:
             sib, w = stack.pop()
@@ -253,7 +253,7 @@ def _multi_sample_match_closed_form(laws: Any, horizon: int | None, lengths: boo
     law = node_law((), cap)
     if not lengths:
         return law
-    by_len: dict = {}
+    by_len: dict[Any, Any] = {}
     for e, w in law.items():
         k = (len(e), len(e) - 1)   # every step emits exactly one token that is not an accepted node
         by_len[k] = by_len.get(k, 0) + w
