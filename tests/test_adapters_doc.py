@@ -79,14 +79,21 @@ def test_the_python_examples_print_what_their_comments_say(capsys):
 
 def test_the_vllm_v1_example_runs_as_a_fresh_script():
     (block,) = _blocks("py")
-    pytest.importorskip("triton")
-    try:    # the published wheel, as tests/test_published_vllm.py finds it: skipped where it cannot be fetched
+    # the published wheel, as tests/test_published_vllm.py finds it: skipped where it cannot be fetched, an error
+    # where CI requires the published packages (EXACTSPEC_REQUIRE_PUBLISHED)
+    required = bool(os.environ.get("EXACTSPEC_REQUIRE_PUBLISHED"))
+    if not required:
+        pytest.importorskip("triton")
+    try:
         probe = subprocess.run([sys.executable, "-c", "import os; os.environ['TRITON_INTERPRET'] = '1'; "
                                 "import exactspec as es; es.published.load_vllm()"], capture_output=True, text=True,
                                timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     except subprocess.TimeoutExpired:
+        if required:
+            raise
         pytest.skip("loading the published vLLM subset timed out")
     if probe.returncode != 0:
+        assert not required, f"vllm subset unavailable: {probe.stderr.strip()[-2000:]}"
         pytest.skip(f"vllm subset unavailable: {probe.stderr.strip().splitlines()[-1:]}")
     run = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=600,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
