@@ -6,11 +6,10 @@ gamma 3. Each row audits the loop by default (the branches left after ``SWITCH_A
 between this process and forked workers; :data:`RUNS` runs, their median is the row's figure and their
 range is in the note) and in one process (after one untimed small audit of the same loop), every
 module-level memo of exact rows emptied before each run, and checks the reports identical (law,
-verdict, TV, the float64 run's figures, branches). There is no plain reference here (``old_s`` and
-``same`` None; ``same`` False where two runs disagree): the paths these rows were timed against
-(``loop_audit._old_path()``, the stand-ins reading every token, decisions forking on the draws they read,
-the draws one at a time) were deleted in issue 36, and the tests compare the laws with what they
-reported (``tests/test_deferred_reads.py``, ``tests/test_loop_fast_path.py``). The forward calls are
+verdict, TV, the float64 run's figures, branches). The baseline (``old_s``) is the plain reference of
+``benchmarks/plain_torch.py`` on the same loop and instance: every draw forked the moment it is made or
+compared, the loop run from its start on every branch, no interception; its law is compared with the audit's
+(``same``), and past :data:`PLAIN_CAP` seconds it is stopped (the row says so). The forward calls are
 counted on the run in one process. ``note`` also gives the *floor*: the loop's own cost outside any audit
 (on the same stand-ins, torch's generator) times the branches, which no audit that runs the loop once per
 branch can beat. ``python -m benchmarks.bench_speed_loops`` (``--quick``: smaller instances).
@@ -30,6 +29,8 @@ from typing import Any, Callable
 import exactspec as es
 from exactspec.errors import BudgetExceeded
 
+#: the plain reference runs at most this long (wall seconds) per row
+PLAIN_CAP = 120.0
 #: runs of the default path per row: the row's figure is their median (a shared machine's load moves one run by
 #: 20-30%), their range is in the note
 RUNS = 5
@@ -154,6 +155,7 @@ def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> di
 
     # the run in one process and the default runs: the same law, figures and branches
     same = agree_exactly(one, new) and same_runs
+    plain, old_s, plain_note = _plain(fn, kw)
     branches = new.paths + (new.extra.get("float64_paths") or 0)
     runs = "two runs (own precision + float64)" if new.extra.get("float64_paths") else "one run"
     from exactspec import parallel
@@ -162,13 +164,33 @@ def _row(job: str, target_s: float, fn: Callable, kw: dict, instance: str) -> di
             f"{parallel.resolve_workers(0)} processes (the default: the branches left after "
             f"{_switch_after():g} s are shared between this process and forked workers), the median of {RUNS} runs "
             f"({times[0]:.2f}-{times[-1]:.2f} s); in one process {one_s:.2f} s (CPU {one_cpu:.1f} s); "
-            f"no plain reference; floor on one core (the loop alone, {floor:.2f} ms CPU per call, x {branches} "
+            f"{plain_note}; floor on one core (the loop alone, {floor:.2f} ms CPU per call, x {branches} "
             f"branches) "
             f"{floor * branches / 1e3:.1f} s; by forward calls (the branches run every path, the plain runs the "
             f"likeliest: {forwards / branches:.2f} per branch vs {plain_forwards:.2f} per plain run) "
             f"{floor / plain_forwards * forwards / 1e3:.1f} s")
-    return {"job": job, "new_s": new_s, "old_s": None, "same": None if same else False, "target_s": target_s,
-            "note": note}
+    row = {"job": job, "new_s": new_s, "old_s": old_s, "same": same and plain == new.output,
+           "target_s": target_s, "note": note}
+    if plain is None and same:
+        row["old_capped_s"] = PLAIN_CAP          # "not compared (baseline stopped)"; runs that differ stay a failure
+    return row
+
+
+def _plain(fn: Callable, kw: dict) -> tuple[dict | None, float | None, str]:
+    """The plain reference's law of the same audit (benchmarks/plain_torch.py), its seconds and a note; the law None
+    past :data:`PLAIN_CAP` seconds."""
+    import torch
+
+    from benchmarks.plain_torch import plain_loop_law
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        law = plain_loop_law(fn, kw["target"], kw["draft"], prompt=kw.get("prompt", (0,)), tokens=kw["tokens"],
+                             dtype=kw.get("dtype") or torch.float64, kind=kw.get("kind", "torch-lm"),
+                             rng_model=kw.get("rng_model", "native"), seconds=PLAIN_CAP)
+    except TimeoutError:
+        return None, None, f"plain reference (benchmarks.plain_torch) stopped at its cap of {PLAIN_CAP:g} s"
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return law, wall, f"plain reference (benchmarks.plain_torch, every draw forked eagerly) CPU {cpu:.1f} s, law compared"
 
 
 def rows(quick: bool = False) -> list[dict]:

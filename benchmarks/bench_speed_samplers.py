@@ -14,10 +14,10 @@ Rows (the issue's wording; targets on a quiet 2-core machine):
 
 ``old_s`` is the plain reference's time: :func:`benchmarks.plain_samplers.plain_sampler_law` (numpy samplers:
 every draw enumerated eagerly through a stand-in generator, no interception, a plain recursion over the stream)
-run on every instance the search audited, each law compared (``==`` on exact Fractions) with the audit's. The
-torch and transformers rows have no plain reference (``old_s`` None, ``same`` None): the path before issue 17
-they were timed against was deleted in issue 36, and their laws are compared with what it reported in the
-tests (``tests/test_sampler_fast_paths.py``). ``new_s`` and ``old_s`` are wall-clock seconds; each row's note
+and :mod:`benchmarks.plain_torch` (torch samplers: every draw enumerated eagerly through a torch function mode),
+run on every instance the search audited (the transformers rows: on the audited instance), each law compared
+(``==`` on exact Fractions) with the audit's; a plain reference past ``PLAIN_CAP`` seconds is stopped and the
+row says how far it got. ``new_s`` and ``old_s`` are wall-clock seconds; each row's note
 also gives this process's CPU seconds, the steadier figure on a shared, loaded machine.
 """
 
@@ -61,9 +61,9 @@ def _search(sampler: Any, adapter: str, space: Space | None, budget: float | Non
     return found, reports
 
 
-def _plain(sampler: Any, audited: list, cap: float) -> tuple[int, bool]:
-    """The plain reference on each audited instance, in order, until ``cap`` seconds: (instances covered, whether
-    every law it computed is the audit's)."""
+def _plain(sampler: Any, audited: list, cap: float, law_of: Callable[..., dict]) -> tuple[int, bool]:
+    """The plain reference ``law_of`` on each audited instance, in order, until ``cap`` seconds: (instances covered,
+    whether every law it computed is the audit's)."""
     deadline = time.perf_counter() + cap
     done, same = 0, True
     for inst, report in audited:
@@ -71,8 +71,8 @@ def _plain(sampler: Any, audited: list, cap: float) -> tuple[int, bool]:
         if left <= 0:
             break
         try:
-            law = plain_sampler_law(sampler, inst["target"], inst["draft"], gamma=inst["proposer"].gamma,
-                                    prompt=tuple(inst.get("prompt", ())), tokens=inst["tokens"], seconds=left)
+            law = law_of(sampler, inst["target"], inst["draft"], gamma=inst["proposer"].gamma,
+                         prompt=tuple(inst.get("prompt", ())), tokens=inst["tokens"], seconds=left)
         except TimeoutError:
             break
         same &= law == report.output
@@ -81,17 +81,14 @@ def _plain(sampler: Any, audited: list, cap: float) -> tuple[int, bool]:
 
 
 def _search_row(job: str, sampler: Any, adapter: str, target: float, space: Space | None,
-                plain: bool = False) -> dict:
+                plain: Callable[..., dict]) -> dict:
     (found, new), new_s, new_cpu = _timed(lambda: _search(sampler, adapter, space, None))
     calls = sum(r.extra.get("sampler_calls", 0) + r.extra.get("float64_sampler_calls", 0) for _, r in new)
     note = f"{len(new)} instances ({type(found).__name__}); sampler calls {calls}; CPU {new_cpu:.1f} s"
-    if not plain:
-        return {"job": job, "new_s": new_s, "old_s": None, "same": None, "target_s": target,
-                "note": note + "; no plain reference (torch draws)"}
-    (done, same), old_s, old_cpu = _timed(lambda: _plain(sampler, new, PLAIN_CAP))
+    (done, same), old_s, old_cpu = _timed(lambda: _plain(sampler, new, PLAIN_CAP, plain))
     capped = done < len(new)
     row = {"job": job, "new_s": new_s, "old_s": None if capped else old_s, "same": same, "target_s": target,
-           "note": note + f"; plain reference (benchmarks.plain_samplers) CPU {old_cpu:.1f} s"
+           "note": note + f"; plain reference ({plain.__module__}.{plain.__name__}) CPU {old_cpu:.1f} s"
                           f"{f', stopped after {done} of {len(new)} instances' if capped else ''}, laws compared "
                           f"on every instance it covered"}
     if capped:
@@ -99,12 +96,26 @@ def _search_row(job: str, sampler: Any, adapter: str, target: float, space: Spac
     return row
 
 
-def _audit_row(job: str, target_s: float, run: Callable[[], Any]) -> dict:
-    new, new_s, new_cpu = _timed(run)
-    return {"job": job, "new_s": new_s, "old_s": None, "same": None, "target_s": target_s,
-            "note": f"{new.verdict}; sampler calls {new.extra['sampler_calls']} + float64 run "
-                    f"{new.extra.get('float64_sampler_calls', 0)}; CPU {new_cpu:.1f} s; no plain reference "
-                    f"(torch draws)"}
+def _audit_row(job: str, target_s: float, sampler: Any, inst: Any, **options: Any) -> dict:
+    """One transformers audit of ``inst``, beside the plain reference's law of the same instance (capped)."""
+    from benchmarks.plain_torch import plain_transformers_sampler_law
+    new, new_s, new_cpu = _timed(lambda: es.audit_sampler(
+        sampler, adapter="transformers", target=inst.target, draft=inst.draft, proposer=inst.proposer,
+        prompt=inst.prompt, tokens=inst.tokens, **options))
+    note = (f"{new.verdict}; sampler calls {new.extra['sampler_calls']} + float64 run "
+            f"{new.extra.get('float64_sampler_calls', 0)}; CPU {new_cpu:.1f} s")
+    try:
+        law, old_s, old_cpu = _timed(lambda: plain_transformers_sampler_law(
+            sampler, inst.target, inst.draft, gamma=inst.proposer.max_tokens() - 1, prompt=tuple(inst.prompt),
+            tokens=inst.tokens, seconds=PLAIN_CAP))
+    except TimeoutError:
+        return {"job": job, "new_s": new_s, "old_s": None, "old_capped_s": PLAIN_CAP, "same": None,
+                "target_s": target_s, "note": note + "; plain reference (benchmarks.plain_torch) stopped at its cap, "
+                                                     "laws not compared"}
+    extra = "" if options.get("reference") is False else \
+        " (it computes the sampler's law only; the audit also runs the float64 run and the reference sampler)"
+    return {"job": job, "new_s": new_s, "old_s": old_s, "same": law == new.output, "target_s": target_s,
+            "note": note + f"; plain reference (benchmarks.plain_torch) CPU {old_cpu:.1f} s{extra}, laws compared"}
 
 
 def rows(quick: bool = False) -> list[dict]:
@@ -122,29 +133,29 @@ def rows(quick: bool = False) -> list[dict]:
     try:
         import torch  # noqa: F401
         from exactspec.bugzoo import torch_samplers as tz
+        from benchmarks.plain_torch import plain_vllm_sampler_law
         out.append(_search_row("default search, correct torch chain sampler (`--adapter vllm`, a plain per-row loop)",
-                               tz.correct, "vllm", 10.0, small))
+                               tz.correct, "vllm", 10.0, small, plain=plain_vllm_sampler_law))
     except ImportError:
         pass
     out.append(_search_row("default search, correct numpy sampler (`exactspec.bugzoo.numpy_samplers:correct`, "
-                           "243 instances)", np_zoo.correct, "numpy", 2.0, small, plain=True))
+                           "243 instances)", np_zoo.correct, "numpy", 2.0, small, plain=plain_sampler_law))
     try:
         from transformers.generation.utils import _speculative_sampling
     except ImportError:
         return out
+    from types import SimpleNamespace
+
+    from exactspec.instances import make_instance
     if not quick:
         target = es.models.random_table(vocab=5, order=2, seed=0)
-        draft = es.models.perturbed(target, seed=1)
+        readme = SimpleNamespace(target=target, draft=es.models.perturbed(target, seed=1), proposer=es.drafts.chain(3),
+                                 prompt=(0, 1), tokens=3)
         out.append(_audit_row("transformers `_speculative_sampling`, README example: vocab 5, order 2, gamma 3, "
-                              "3 tokens", 10.0, lambda: es.audit_sampler(
-                                  _speculative_sampling, adapter="transformers", target=target, draft=draft,
-                                  proposer=es.drafts.chain(3), prompt=(0, 1), tokens=3)))
-    from exactspec.instances import make_instance
+                              "3 tokens", 10.0, _speculative_sampling, readme))
     inst = make_instance(vocab=4 if not quick else 3, order=1, gamma=3 if not quick else 2, tokens=3)
     out.append(_audit_row(f"transformers `_speculative_sampling`, vocab {inst.target.vocab}, order 1, gamma "
-                          f"{inst.proposer.max_tokens() - 1}, 3 tokens", 2.0, lambda: es.audit_sampler(
-                              _speculative_sampling, adapter="transformers", target=inst.target, draft=inst.draft,
-                              proposer=inst.proposer, prompt=inst.prompt, tokens=inst.tokens)))
+                          f"{inst.proposer.max_tokens() - 1}, 3 tokens", 2.0, _speculative_sampling, inst))
     return out
 
 

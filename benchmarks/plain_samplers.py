@@ -36,13 +36,20 @@ import numpy as np
 _N = 2 ** 53
 
 
-class _Branch(Exception):
+class Branch(BaseException):
+    """The first choice past the list: its options (a BaseException, so code that catches Exception lets it by)."""
+
     def __init__(self, options: list) -> None:
         self.options = options
 
 
-class _Choices:
-    """A fixed list of choices; the first choice past it raises _Branch with its options and their weights."""
+class Choices:
+    """A fixed list of choices; the first choice past it raises Branch with its options and their weights.
+
+    >>> c = Choices([1])
+    >>> c.pick([(0, Fraction(1, 3)), (1, Fraction(2, 3))]), c.w
+    (1, Fraction(2, 3))
+    """
 
     def __init__(self, choices: list) -> None:
         self.choices, self.i, self.w = choices, 0, Fraction(1)
@@ -50,7 +57,7 @@ class _Choices:
     def pick(self, options: list) -> Any:
         options = [(v, pr) for v, pr in options if pr > 0]
         if self.i == len(self.choices):
-            raise _Branch(options)
+            raise Branch(options)
         v = self.choices[self.i]
         self.i += 1
         self.w *= dict(options)[v]
@@ -67,7 +74,7 @@ def _below(t: Any, strict: bool) -> int:
 class _Uniform:
     """One ``random()`` draw: the range ``lo <= k < hi`` still possible, split by each comparison."""
 
-    def __init__(self, choices: _Choices) -> None:
+    def __init__(self, choices: Choices) -> None:
         self.choices, self.lo, self.hi = choices, 0, _N
 
     def _split(self, t: Any, strict: bool) -> bool:
@@ -96,12 +103,12 @@ class _Uniform:
 class PlainGenerator:
     """The stand-in for numpy's ``Generator`` a sampler is handed: ``random()`` and ``choice(n, p=)``.
 
-    >>> g = PlainGenerator(_Choices([True]))
+    >>> g = PlainGenerator(Choices([True]))
     >>> g.random() < 0.25, g.choices.w
     (True, Fraction(1, 4))
     """
 
-    def __init__(self, choices: _Choices) -> None:
+    def __init__(self, choices: Choices) -> None:
         self.choices = choices
 
     def random(self) -> _Uniform:
@@ -123,23 +130,30 @@ class PlainGenerator:
 def _sampler_outcomes(sampler: Callable, args: tuple, choices: list, deadline: float | None):
     if deadline is not None and time.perf_counter() > deadline:
         raise TimeoutError("plain reference ran past its deadline")
-    c = _Choices(choices)
+    c = Choices(choices)
     try:
         out = tuple(int(t) for t in sampler(*args, PlainGenerator(c)))
-    except _Branch as b:
+    except Branch as b:
         for v, _ in b.options:
             yield from _sampler_outcomes(sampler, args, choices + [v], deadline)
         return
     yield out, c.w
 
 
-def plain_sampler_law(sampler: Callable, target: Any, draft: Any, *, gamma: int, prompt: tuple, tokens: int,
-                      seconds: float | None = None) -> dict:
-    """Law of the first ``tokens`` tokens of a numpy chain sampler, by recursion over every branch of the stream.
+def stream_law(target: Any, draft: Any, *, gamma: int, prompt: tuple, tokens: int,
+               step: Callable[[tuple, list, list], Any]) -> dict:
+    """Law of the first ``tokens`` tokens of a chain stream, by plain recursion over every branch.
 
-    Drafts are sampled from ``draft`` and claimed with its law; raises TimeoutError once ``seconds`` have passed.
+    At each step every draft block is drawn from ``draft`` (claimed with its law), and
+    ``step(drafts, claims, targets)`` yields each (emitted tokens, probability) of the sampler on it
+    (``targets`` holds the target's laws at the ``gamma + 1`` positions); the next step starts from
+    what was emitted.
+
+    >>> import exactspec as es
+    >>> p = es.models.context_free((Fraction(1, 2), Fraction(1, 2)))
+    >>> stream_law(p, p, gamma=1, prompt=(), tokens=1, step=lambda d, c, t: [(d, Fraction(1))])
+    {(0,): Fraction(1, 2), (1,): Fraction(1, 2)}
     """
-    deadline = None if seconds is None else time.perf_counter() + seconds
     law: dict = {}
 
     def stream(ctx: tuple, emitted: tuple, w: Fraction) -> None:
@@ -157,11 +171,24 @@ def plain_sampler_law(sampler: Callable, target: Any, draft: Any, *, gamma: int,
             if not wd:
                 continue
             targets = [target(ctx + drafts[:j]) for j in range(gamma + 1)]
-            args = (np.array(drafts, dtype=np.int64),
-                    np.array([[float(v) for v in row] for row in claims], dtype=np.float64).reshape(gamma, -1),
-                    np.array([[float(v) for v in row] for row in targets], dtype=np.float64))
-            for out, wo in _sampler_outcomes(sampler, args, [], deadline):
+            for out, wo in step(drafts, claims, targets):
                 stream(ctx + out, emitted + out, w * wd * wo)
 
     stream(tuple(prompt), (), Fraction(1))
     return law
+
+
+def plain_sampler_law(sampler: Callable, target: Any, draft: Any, *, gamma: int, prompt: tuple, tokens: int,
+                      seconds: float | None = None) -> dict:
+    """Law of the first ``tokens`` tokens of a numpy chain sampler, by recursion over every branch of the stream.
+
+    Drafts are sampled from ``draft`` and claimed with its law; raises TimeoutError once ``seconds`` have passed.
+    """
+    deadline = None if seconds is None else time.perf_counter() + seconds
+
+    def step(drafts: tuple, claims: list, targets: list) -> Any:
+        args = (np.array(drafts, dtype=np.int64),
+                np.array([[float(v) for v in row] for row in claims], dtype=np.float64).reshape(gamma, -1),
+                np.array([[float(v) for v in row] for row in targets], dtype=np.float64))
+        return _sampler_outcomes(sampler, args, [], deadline)
+    return stream_law(target, draft, gamma=gamma, prompt=prompt, tokens=tokens, step=step)

@@ -4,7 +4,8 @@ The bookkeeping of pending categorical draws reshapes their cells where a reshap
 and joins them with numpy for ``cat``/``stack``; the path before it (deleted in issue 36) went through index
 tensors. The cells are checked against that plain rule here (the same operation applied to a tensor of the
 entries' positions), the small programs' laws against laws derived by hand, and whole loops' reports
-against what the old path reported (recorded: ``tests/old_paths.py``). Every comparison is exact.
+against what the old path reported (recorded: ``tests/old_paths.py``) and the laws of the ones it follows against
+the plain eager enumeration of ``benchmarks/plain_torch.py``. Every comparison is exact.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from exactspec.samplers.randomness.interception import bind, intercepting  # noq
 from exactspec.samplers.loops.loop_audit import audit_loop, reference_loop  # noqa: E402
 
 import old_paths  # noqa: E402
+from benchmarks.plain_torch import plain_loop_law  # noqa: E402
 
 FIELD = get_field(backend="python")
 
@@ -174,6 +176,19 @@ def test_the_zoos_loops_read_the_same_on_both_paths(loop, verdict):
     assert r.verdict == verdict
 
 
+@pytest.mark.parametrize("loop", [zoo_loops.speculative_sampling, zoo_loops.bonus_from_draft])
+def test_the_zoos_loops_equal_the_plain_torch_reference(loop):
+    for tokens in (1, 2):                  # the loops generate 4 tokens whatever the horizon: each branch runs them all
+        r = audit_loop(loop, target=P3, draft=Q3, tokens=tokens, progress=False, workers=None)
+        assert r.output == plain_loop_law(loop, P3, Q3, tokens=tokens)
+
+
+def test_a_reference_loop_at_float32_equals_the_plain_torch_reference():
+    loop = reference_loop(2, tokens=2)
+    r = audit_loop(loop, target=P2, draft=Q2, tokens=2, dtype=torch.float32, progress=False, workers=None)
+    assert r.output == plain_loop_law(loop, P2, Q2, tokens=2, dtype=torch.float32)
+
+
 def test_a_reference_loop_at_float32_reads_the_same_on_both_paths():
     # float32 stand-ins on torch's own generator: two runs (own precision, then float64), both compared
     r, _ = _same_reports(lambda: audit_loop(reference_loop(2, tokens=2), target=P2, draft=Q2, tokens=2,
@@ -206,6 +221,17 @@ def test_litgpt_generate_reads_the_same_on_both_paths():
 
 @pytest.mark.slow
 @pytest.mark.skipif(litgpt_sd is None, reason="litgpt not installed")
+def test_litgpt_generate_equals_the_plain_torch_reference():
+    def loop(target, draft, prompt):
+        tokens, _ = litgpt_sd.generate(draft, target, prompt[0], speculative_k=1,
+                                       max_returned_tokens=prompt.shape[1] + 3)
+        return tokens
+    r = audit_loop(loop, target=P3, draft=Q3, rng_model="continuous", tokens=2, progress=False, workers=None)
+    assert r.output == plain_loop_law(loop, P3, Q3, tokens=2, rng_model="continuous")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(litgpt_sd is None, reason="litgpt not installed")
 def test_litgpt_generate_gamma_2_reads_the_same_on_both_paths():
     def loop(target, draft, prompt):
         tokens, _ = litgpt_sd.generate(draft, target, prompt[0], speculative_k=2,
@@ -226,6 +252,7 @@ def test_transformers_generate_with_an_assistant_reads_the_same_on_both_paths():
                                               tolerance=F(1, 2 ** 20)))
     assert r.verdict == "lossless" and old.paths == 93 and old.extra["float64_paths"] == 93
     assert r.extra["float64_paths"] == r.paths
+    assert r.output == plain_loop_law(fn, p, q, tokens=3, kind="transformers")
 
 
 # -- the faster dispatch of pending tensors, the stand-ins' shortcuts (issue 17, second round) -------------------

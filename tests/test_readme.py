@@ -41,7 +41,7 @@ def test_readme_carries_the_two_setup_commands():
     assert "python -m pip install '.[fast]' && exactspec check" in text
     tests = ("python -m pip install -e '.[test,fast,audit,docs,dask]' -r tests/published.txt && "
              "python -m pip install --no-deps -r tests/published-nodeps.txt && "
-             "EXACTSPEC_REQUIRE_PUBLISHED=1 python -m pytest")
+             "EXACTSPEC_REQUIRE_PUBLISHED=1 python -m pytest -n 2")
     assert tests in text
     # CI runs exactly these two commands, read from the README, in a fresh virtual environment of its own
     ci = (ROOT / ".ci" / "run").read_text()

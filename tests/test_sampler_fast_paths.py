@@ -5,10 +5,13 @@ adapter's bonus token before the call (not when read), patched the random functi
 search), built the chain arrays and numpy ``choice``'s cumulative sums on every call. Every report
 must agree on its law (``==`` on exact Fractions), its verdict, its TVs and its float-boundary
 decision; only the counts of sampler calls and branches may differ. The numpy samplers' laws are also
-checked against the plain eager enumeration of ``benchmarks/plain_samplers.py``.
+checked against the plain eager enumeration of ``benchmarks/plain_samplers.py``, the vLLM-style torch samplers'
+against that of ``benchmarks/plain_torch.py``.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -24,6 +27,7 @@ torch = pytest.importorskip("torch")
 
 from exactspec.bugzoo import torch_samplers as tz  # noqa: E402
 from exactspec.samplers.adapters.torch_adapters import VllmChainAdapter  # noqa: E402
+from benchmarks.plain_torch import plain_transformers_sampler_law, plain_vllm_sampler_law  # noqa: E402
 
 #: what may differ between the paths: how much work was done
 _WORK = ("sampler_calls", "cached_calls", "float64_sampler_calls", "float64_cached_calls")
@@ -70,6 +74,46 @@ def test_vllm_samplers_same_law_on_both_paths(sampler):
     for kw in (KW, ZEROS):
         new, old = _both(sampler, adapter="vllm", reference=False, **kw)
         _same(new, old)
+
+
+#: the vLLM-style samplers whose draws the plain torch reference follows (gumbel_residual races log-uniforms: refused
+#: by it, tests/test_plain_torch.py)
+PLAIN_VLLM = [tz.correct, tz.tiny_clamp, tz.resample_target, tz.ratio_not_below_uniform, tz.searchsorted_left,
+              f32.topk_multinomial, f32.cumprod_acceptance, f32.residual_epsilon]
+
+
+def _plain_vllm(sampler, kw):
+    return plain_vllm_sampler_law(sampler, kw["target"], kw["draft"], gamma=kw["proposer"].gamma,
+                                  prompt=tuple(kw.get("prompt", ())), tokens=kw["tokens"])
+
+
+@pytest.mark.parametrize("sampler", PLAIN_VLLM)
+def test_vllm_samplers_equal_the_plain_torch_reference(sampler):
+    kw = dict(ZEROS, tokens=2)
+    assert es.audit_sampler(sampler, adapter="vllm", reference=False, **kw).output == _plain_vllm(sampler, kw)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampler", PLAIN_VLLM)
+def test_vllm_samplers_equal_the_plain_torch_reference_on_order_1_tables(sampler):
+    kw = dict(KW, tokens=2)
+    assert es.audit_sampler(sampler, adapter="vllm", reference=False, **kw).output == _plain_vllm(sampler, kw)
+
+
+def test_transformers_samplers_equal_the_plain_torch_reference():
+    from exactspec.samplers.adapters.torch_adapters import reference_transformers_style
+    samplers = [reference_transformers_style]
+    try:
+        from transformers.generation.utils import _speculative_sampling
+        samplers.append(_speculative_sampling)
+    except ImportError:
+        if os.environ.get("EXACTSPEC_REQUIRE_PUBLISHED"):
+            raise
+    kw = dict(KW, tokens=2)
+    for sampler in samplers:
+        r = es.audit_sampler(sampler, adapter="transformers", reference=False, **kw)
+        assert r.output == plain_transformers_sampler_law(sampler, kw["target"], kw["draft"], gamma=2,
+                                                          prompt=tuple(kw["prompt"]), tokens=2)
 
 
 def test_the_lazy_bonus_runs_fewer_calls_and_finds_the_same_bias():
