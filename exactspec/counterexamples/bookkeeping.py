@@ -1,11 +1,12 @@
 """What a search keeps while it runs: its limits, its clock, the instances it plans, its progress display.
 
 Shared by the rule search (:mod:`exactspec.counterexamples.searching`) and the sampler search
-(:mod:`exactspec.samplers.sampler_search`): the ``budget=`` / ``max_instances=`` / ``chunk_size=``
+(:mod:`exactspec.samplers.search`): the ``budget=`` / ``max_instances=`` / ``chunk_size=``
 checks, the :class:`SearchClock` that counts audits and says when a limit stopped the search, the
 instances of a space's cells in search order (:func:`cell_instances`, :func:`planned_instances`,
 :func:`cell_sizes`), the default progress reporters, the tallies a chunk run on a worker sends back
-(:class:`ChunkOut`, :func:`merge_chunk`), and the :class:`IncompleteSearch` a stopped search returns.
+(:class:`ChunkOut`, :func:`merge_chunk`), the chunks a parallel search cuts its instances into
+(:class:`ChunkPlan`), and the :class:`IncompleteSearch` a stopped search returns.
 Every object here belongs to one search call; nothing is shared between calls or threads.
 
 >>> import exactspec as es
@@ -21,6 +22,7 @@ Every object here belongs to one search call; nothing is shared between calls or
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import math
@@ -37,7 +39,7 @@ from .space import SearchInstance, Space, _denominator, random_law, simplex_grid
 
 __all__ = ["ERROR_SAMPLES", "seconds_limit", "count_limit", "SearchClock", "describe_instance", "tally_failure",
            "incomplete_search", "cell_instances", "cell_sizes", "planned_instances", "PlannedProgress",
-           "default_progress", "end_progress", "ChunkOut", "ChunkTally", "merge_chunk", "chunk_progress", "ChunkBar"]
+           "default_progress", "end_progress", "ChunkOut", "ChunkTally", "merge_chunk", "chunk_progress", "ChunkBar", "ChunkPlan"]
 
 
 class ChunkTally(Protocol):
@@ -371,6 +373,61 @@ def merge_chunk(clock: SearchClock, out: ChunkTally, upto: int | None = None) ->
             clock.error_samples.append(out.samples[e])
     clock.over_budget += sum(1 for i in out.over_budget if upto is None or i < upto)
     clock.audited += out.audited if upto is None else min(out.audited, upto)
+
+
+class ChunkPlan:
+    """A search's instances cut into chunks of ``size`` for workers, in search order: both parallel searches' plan.
+
+    It holds the space's cells and where each ends in the search order, the instances to cover (``n``:
+    all of them, or the clock's ``max_instances``), the wall-clock deadline of the clock's budget
+    (``time.time()``, as workers read it), and every chunk made so far (``parts``, filled as
+    :meth:`jobs` hands them out).
+
+    >>> import exactspec as es
+    >>> space = es.counterexamples.Space(vocabs=(2,), shapes=((1,),), tokens=(1,), families=("context_free",),
+    ...                                  random_points=2)
+    >>> plan = ChunkPlan(space, random.Random(0), SearchClock(None, None, None), None, 20, "search")
+    >>> plan.n, plan.total, [len(job) for job in plan.jobs(lambda part: part)]
+    (51, 3, [20, 20, 11])
+    >>> plan.incomplete(es.rules.speculative_sampling, 51).cells_covered
+    1
+    """
+
+    def __init__(self, space: Space, rng: random.Random, clock: SearchClock, chunk_size: Any, default_size: int,
+                 what: str) -> None:
+        self.space, self.rng, self.clock = space, rng, clock
+        self.cells = space.cells()
+        self.ends = list(itertools.accumulate(cell_sizes(space, self.cells)))   # where each cell ends
+        self.everything = self.ends[-1] if self.ends else 0
+        limit = clock.max_instances
+        self.n = self.everything if limit is None else min(limit, self.everything)
+        self.size = count_limit(chunk_size, f"{what}: chunk_size", 1) or default_size
+        self.total = -(-self.n // self.size)
+        self.deadline = None if clock.deadline is None else time.time() + (clock.deadline - time.perf_counter())
+        self.parts: dict[int, list[SearchInstance]] = {}
+
+    def jobs(self, job: Callable[[list[SearchInstance]], Any]) -> Iterator[Any]:
+        """``job(instances)`` of each chunk in order, the chunk kept in :attr:`parts`."""
+        stream = planned_instances(self.space, self.cells, self.rng, self.n)
+        for k in range(self.total):
+            self.parts[k] = list(itertools.islice(stream, self.size))
+            yield job(self.parts[k])
+
+    def lost(self, k: int, why: str | None) -> None:
+        """Chunk ``k`` did not come back (``why``: the runner's reason, None for the time limit): the clock says so."""
+        reason = why or "not finished by the time limit"
+        start = k * self.size
+        self.clock.stop_reason = self.clock.stop_reason or (
+            f"time limit {self.clock.seconds:g} s reached" if "time limit" in reason else
+            f"instances {start + 1}..{min(start + self.size, self.n)} of the search were not covered: {reason}")
+
+    def incomplete(self, who: Named, pos: int) -> IncompleteSearch:
+        """The search stopped before instance ``pos`` in search order: the cells wholly before it are covered."""
+        c = bisect.bisect_right(self.ends, pos)
+        cells = self.cells
+        return incomplete_search(who, self.space, self.clock, cells, [self.space.describe_cell(cells[j])
+                                                                      for j in range(c)],
+                                 cells[c] if c < len(cells) else None)
 
 
 def chunk_progress(clock: SearchClock, what: str, progress: Any, size: int,

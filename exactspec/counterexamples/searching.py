@@ -28,7 +28,7 @@ from .._audit import audit
 from ..enumerate import Budget
 from ..errors import BudgetExceeded, ExactSpecError, RuleError
 from ..rules import Rule, as_rule
-from .bookkeeping import (ERROR_SAMPLES, ChunkBar, ChunkOut, SearchClock, cell_instances, cell_sizes, chunk_progress,
+from .bookkeeping import (ERROR_SAMPLES, ChunkBar, ChunkOut, ChunkPlan, SearchClock, cell_instances, cell_sizes, chunk_progress,
                           count_limit, default_progress, describe_instance, end_progress, incomplete_search,
                           merge_chunk, planned_instances, seconds_limit, tally_failure)
 from .counterexample import Counterexample, EmptySearch, IncompleteSearch
@@ -272,52 +272,27 @@ def _first_error(rule: Rule, clock: SearchClock, parts: dict[Any, Any], run: Any
 
 def _search_chunked(rule: Rule, space: Space, rng: random.Random, clock: SearchClock, executor: Any, workers: Any,
                     chunk_size: int | None, progress: Any) -> Counterexample | EmptySearch | IncompleteSearch:
-    import bisect
-    cells = space.cells()
-    sizes = cell_sizes(space, cells)
-    ends = list(itertools.accumulate(sizes))        # instance positions where each cell ends
-    everything = ends[-1] if ends else 0
-    limit = clock.max_instances
-    n = everything if limit is None else min(limit, everything)
-    limited = n < everything                        # max_instances stops the search before the space's end
-    size = count_limit(chunk_size, "search: chunk_size", 1) or SEARCH_CHUNK
-    total = -(-n // size)
-    deadline = None if clock.deadline is None else time.time() + (clock.deadline - time.perf_counter())
+    plan = ChunkPlan(space, rng, clock, chunk_size, SEARCH_CHUNK, "search")
     ref = parallel.portable_rule(rule)
-    parts: dict[int, list[SearchInstance]] = {}     # the instances of every chunk made so far
-
-    def jobs() -> Iterator[tuple[Any, ...]]:
-        stream = planned_instances(space, cells, rng, n)
-        for k in range(total):
-            parts[k] = list(itertools.islice(stream, size))
-            yield (ref, parts[k], deadline, True, False)
-
-    shown = chunk_progress(clock, "searching", progress, size, n)
+    parts = plan.parts
+    shown = chunk_progress(clock, "searching", progress, plan.size, plan.n)
     try:
-        run = parallel.run_on(_audit_chunk, jobs(), total=total, executor=executor, workers=workers,
-                              deadline=deadline, final=lambda out: out.biased_at is not None or out.cut,
-                              progress=shown)
+        run = parallel.run_on(_audit_chunk, plan.jobs(lambda part: (ref, part, plan.deadline, True, False)),
+                              total=plan.total, executor=executor, workers=workers, deadline=plan.deadline,
+                              final=lambda out: out.biased_at is not None or out.cut, progress=shown)
     finally:
         if isinstance(shown, ChunkBar):
             shown.close()
 
-    def cell_of(pos: int) -> int:  # the cell of instance ``pos`` (len(cells) past the last one)
-        return bisect.bisect_right(ends, pos)
-
     def stop(pos: int) -> IncompleteSearch:  # incomplete, the sequential search having stopped before ``pos``
         _first_error(rule, clock, parts, run)
-        c = cell_of(pos)
-        return incomplete_search(rule, space, clock, cells, [space.describe_cell(cells[j]) for j in range(c)],
-                                 cells[c] if c < len(cells) else None)
+        return plan.incomplete(rule, pos)
 
-    for k in range(total):
-        start = k * size
+    for k in range(plan.total):
+        start = k * plan.size
         out = run.results.get(k)
         if out is None:  # lost (a worker died too often, or it did not return by the time limit)
-            reason = run.lost.get(k, "not finished by the time limit")
-            clock.stop_reason = clock.stop_reason or (
-                f"time limit {clock.seconds:g} s reached" if "time limit" in reason else
-                f"instances {start + 1}..{min(start + size, n)} of the search were not covered: {reason}")
+            plan.lost(k, run.lost.get(k))
             return stop(start)
         if out.biased_at is not None:
             merge_chunk(clock, out, upto=out.biased_at + 1)
@@ -333,12 +308,12 @@ def _search_chunked(rule: Rule, space: Space, rng: random.Random, clock: SearchC
                                       f"({describe_instance(parts[j][run.results[j].biased_at])}) before the earlier "
                                       "instances were covered: rerun with more time for the minimal one")
             return stop(start + out.audited)
-    if limited:
-        clock.stop_reason = f"max_instances {limit} reached"
-        return stop(n)
+    if plan.n < plan.everything:     # max_instances stopped the search before the space's end
+        clock.stop_reason = f"max_instances {clock.max_instances} reached"
+        return stop(plan.n)
     if clock.errors or clock.over_budget:
         _first_error(rule, clock, parts, run)
-        return incomplete_search(rule, space, clock, cells, [space.describe_cell(c) for c in cells], None)
+        return incomplete_search(rule, space, clock, plan.cells, [space.describe_cell(c) for c in plan.cells], None)
     return EmptySearch(rule.name, space.describe(), clock.audited, clock.elapsed())
 
 

@@ -29,7 +29,6 @@ does for rules, and returns
 from __future__ import annotations
 
 import contextlib
-import itertools
 import random
 import sys
 import time
@@ -41,9 +40,9 @@ from ..counterexamples.counterexample import (Counterexample, EmptySearch, Incom
                                               valid_sampler_ref)
 from .. import parallel
 from .._device import one_torch_thread
-from ..counterexamples.bookkeeping import (ERROR_SAMPLES, ChunkBar, SearchClock, cell_instances, cell_sizes,
+from ..counterexamples.bookkeeping import (ERROR_SAMPLES, ChunkBar, ChunkPlan, SearchClock, cell_instances, cell_sizes,
                                            chunk_progress, count_limit, default_progress, describe_instance,
-                                           end_progress, incomplete_search, merge_chunk, planned_instances,
+                                           end_progress, incomplete_search, merge_chunk,
                                            seconds_limit, tally_failure)
 from ..counterexamples.searching import shrink_by
 from ..counterexamples.space import SearchInstance, Space
@@ -355,31 +354,18 @@ def _search_chunked(audit_one: Callable[[dict], AuditReport], biased: Callable[[
                     workers: Any, chunk_size: int | None, progress: Any
                     ) -> Counterexample | EmptySearch | IncompleteSearch:
     """:func:`search_instances` on an executor: the sequential search's result, its verdicts merged in search order."""
-    import bisect
     audit_ref, biased_ref = _for_workers(audit_one, biased)   # NotPicklable before any work
-    cells = space.cells()
-    ends = list(itertools.accumulate(cell_sizes(space, cells)))   # instance positions where each cell ends
-    everything = ends[-1] if ends else 0
-    limit = clock.max_instances
-    n = everything if limit is None else min(limit, everything)
-    size = count_limit(chunk_size, "search_instances: chunk_size", 1) or SAMPLER_CHUNK
-    total = -(-n // size)
-    deadline = None if clock.deadline is None else time.time() + (clock.deadline - time.perf_counter())
-    parts: dict[int, list[SearchInstance]] = {}     # the instances of every chunk made so far
+    plan = ChunkPlan(space, rng, clock, chunk_size, SAMPLER_CHUNK, "search_instances")
+    parts, size, n, cells = plan.parts, plan.size, plan.n, plan.cells
     who = _Named(name)
     session = getattr(audit_one, "session", None)
     here = session if session is not None else contextlib.nullcontext
 
-    def jobs() -> Iterator[tuple]:
-        stream = planned_instances(space, cells, rng, n)
-        for k in range(total):
-            parts[k] = list(itertools.islice(stream, size))
-            yield (audit_ref, biased_ref, parts[k], deadline, limits)
-
     shown = chunk_progress(clock, "searching", progress, size, n)
     try:
-        run = parallel.run_on(_audit_chunk, jobs(), total=total, executor=executor, workers=workers,
-                              deadline=deadline, progress=shown,
+        run = parallel.run_on(_audit_chunk, plan.jobs(lambda part: (audit_ref, biased_ref, part, plan.deadline, limits)),
+                              total=plan.total, executor=executor, workers=workers, deadline=plan.deadline,
+                              progress=shown,
                               final=lambda out: out.found_at is not None or out.fatal_at is not None or out.cut)
     finally:
         if isinstance(shown, ChunkBar):
@@ -405,18 +391,13 @@ def _search_chunked(audit_one: Callable[[dict], AuditReport], biased: Callable[[
 
     def stop(pos: int) -> IncompleteSearch:  # incomplete, the sequential search having stopped before ``pos``
         first_error()
-        c = bisect.bisect_right(ends, pos)
-        return incomplete_search(who, space, clock, cells, [space.describe_cell(cells[j]) for j in range(c)],
-                                 cells[c] if c < len(cells) else None)
+        return plan.incomplete(who, pos)
 
-    for k in range(total):
+    for k in range(plan.total):
         start = k * size
         out = run.results.get(k)
         if out is None:  # lost (a worker died too often, or it did not return by the time limit)
-            reason = run.lost.get(k, "not finished by the time limit")
-            clock.stop_reason = clock.stop_reason or (
-                f"time limit {clock.seconds:g} s reached" if "time limit" in reason else
-                f"instances {start + 1}..{min(start + size, n)} of the search were not covered: {reason}")
+            plan.lost(k, run.lost.get(k))
             return stop(start)
         if out.fatal_at is not None:
             _merge(clock, out, upto=out.fatal_at)
@@ -437,8 +418,8 @@ def _search_chunked(audit_one: Callable[[dict], AuditReport], biased: Callable[[
         if out.cut:
             clock.stop_reason = clock.stop_reason or f"time limit {clock.seconds:g} s reached"
             return stop(start + out.audited)
-    if n < everything:
-        clock.stop_reason = f"max_instances {limit} reached"
+    if n < plan.everything:     # max_instances stopped the search before the space's end
+        clock.stop_reason = f"max_instances {clock.max_instances} reached"
         return stop(n)
     if clock.errors or clock.over_budget or clock.undecided:
         first_error()
