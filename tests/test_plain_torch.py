@@ -104,3 +104,19 @@ def test_searchsorted_left_and_right_split_at_the_boundaries():
     assert plain_loop_law(inverse_cdf(False), P, Q, tokens=1) == {
         (0,): F(1, 2 ** 24), (1,): F(1, 2), (2,): F(2 ** 23 - 1, 2 ** 24)}
     assert plain_loop_law(inverse_cdf(True), P, Q, tokens=1) == {(1,): F(1, 2), (2,): F(1, 2)}
+
+
+def test_an_exponential_race_in_statement_form_is_followed():
+    def loop(target, draft, prompt):
+        w = torch.tensor([1.0, 3.0])
+        e = torch.empty_like(w)
+        e.exponential_()                          # in place, as a statement
+        return torch.cat([prompt, (w / e).argmax().view(1, 1)], dim=1)
+    assert plain_loop_law(loop, P, Q, tokens=1) == {(0,): F(1, 4), (1,): F(3, 4)}
+
+    def other_use(target, draft, prompt):
+        e = torch.empty(2)
+        e.exponential_()
+        return torch.cat([prompt, e.argmin().view(1, 1)], dim=1)
+    with pytest.raises(Unsupported, match="exponential_"):
+        plain_loop_law(other_use, P, Q, tokens=1)
